@@ -1,0 +1,129 @@
+//! Command line: one `Args` struct per subcommand (owned by that subcommand's module), dispatch
+//! and exit codes: 0 ok, 1 runtime failure, 64 bad usage (EX_USAGE).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::{self, LogArgs};
+
+/// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ouroboros",
+    version,
+    about = "Keeps client IPs intact across a Kubernetes cluster's traffic paths",
+    long_about = "Keeps client IPs intact across a Kubernetes cluster's traffic paths.\n\n\
+        Every flag can also be set with the environment variable shown in its help; \
+        a flag overrides its variable, which overrides the default."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Accept TCP, prepend a PROXY-protocol header with the real client address, relay to the ingress controller.
+    Proxy(crate::proxy::ProxyArgs),
+    /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
+    Whoami(crate::whoami::WhoamiArgs),
+}
+
+/// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn err(msg: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(UsageError(msg.into()))
+    }
+}
+
+/// Entry point behind `main.rs`.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS // --help, --version
+            };
+        }
+    };
+    if let Err(e) = telemetry::init(&cli.log) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("error: {e:#}\n\nFor more information, try '--help'.");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "exiting");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Proxy(args) => runtime()?.block_on(crate::proxy::run(args)),
+        Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))
+}
+
+/// Parses durations such as `500ms`, `5s`, `1m`, `1h` or `0` (used by every duration flag).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 5s, 1m, 1h)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        for (input, want) in [
+            ("500ms", Some(Duration::from_millis(500))),
+            ("5s", Some(Duration::from_secs(5))),
+            ("1m", Some(Duration::from_secs(60))),
+            ("1h", Some(Duration::from_secs(3600))),
+            ("0", Some(Duration::ZERO)),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("", None),
+            ("5", None),
+            ("-1s", None),
+            ("abc", None),
+        ] {
+            assert_eq!(parse_duration(input).ok(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,13 @@
+//! ouroboros: keeps client IPs intact across the paths a Kubernetes cluster's traffic takes.
+//!
+//! Pure modules (`hostname`, `proxy_protocol`, `dns`) do no I/O; the subcommand modules wire
+//! them to sockets, files and the Kubernetes API.
+
+pub mod cli;
+pub mod cluster_domain;
+pub mod hostname;
+pub mod proxy;
+pub mod proxy_protocol;
+pub mod shutdown;
+pub mod telemetry;
+pub mod whoami;

@@ -1,0 +1,49 @@
+//! Structured logging: human text by default, one JSON object per line on request.
+
+use clap::{Args, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logging flags shared by every subcommand.
+#[derive(Args, Clone, Debug)]
+pub struct LogArgs {
+    /// Log format: text or json.
+    #[arg(long, env = "OUROBOROS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// Log level or tracing filter directive (e.g. `info`, `debug`, `ouroboros=debug,warn`).
+    #[arg(
+        long,
+        env = "OUROBOROS_LOG_LEVEL",
+        default_value = "info",
+        global = true
+    )]
+    pub log_level: String,
+}
+
+/// Installs the global subscriber. Logs go to stderr so stdout stays clean for `render`.
+pub fn init(args: &LogArgs) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(&args.log_level).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid --log-level {:?}: {e}; use e.g. info, debug or ouroboros=debug",
+            args.log_level
+        )
+    })?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match args.log_format {
+        LogFormat::Text => builder.with_ansi(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
+}
