@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod cluster_domain;
+pub mod dns;
 pub mod hostname;
 pub mod proxy;
 pub mod proxy_protocol;

@@ -1,0 +1,1 @@
+//! external-dns `DNSEndpoint` objects for the hairpinned names. (In progress.)

@@ -1,0 +1,90 @@
+//! PURE renderers of the DNS configuration that points hairpinned names at the proxy: the
+//! CoreDNS Corefile block, the CoreDNS import snippet, the hosts-file block and external-dns
+//! DNSEndpoint objects. Text in, text out (or a typed error); no I/O.
+
+pub mod coredns_import;
+pub mod corefile;
+pub mod etc_hosts;
+pub mod external;
+
+use std::fmt;
+
+/// Marker lines shared with the reference tool, so a cluster migrating from it is adopted.
+pub const BEGIN_MARKER: &str = "# === BEGIN ouroboros (do not edit by hand) ===";
+pub const END_MARKER: &str = "# === END ouroboros ===";
+
+/// The proxy Service's fully qualified name, with its trailing dot (the rewrite target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyFqdn(String);
+
+pub const DEFAULT_PROXY_FQDN: &str = "ouroboros-proxy.ouroboros.svc.cluster.local.";
+
+impl ProxyFqdn {
+    /// Accepts a lowercase-able RFC 1123 name that ends with a dot.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let Some(name) = s.strip_suffix('.') else {
+            return Err(format!(
+                "proxy FQDN {s:?} must end with a dot, e.g. {DEFAULT_PROXY_FQDN}"
+            ));
+        };
+        let ok = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !ok {
+            return Err(format!("proxy FQDN {s:?} is not a valid DNS name"));
+        }
+        Ok(Self(s.to_ascii_lowercase()))
+    }
+
+    /// From a Service name, namespace and cluster domain: `name.ns.svc.domain.`
+    pub fn for_service(name: &str, namespace: &str, cluster_domain: &str) -> Result<Self, String> {
+        Self::parse(&format!(
+            "{name}.{namespace}.svc.{}.",
+            cluster_domain.trim_end_matches('.')
+        ))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ProxyFqdn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_fqdn() {
+        assert_eq!(
+            ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap().as_str(),
+            DEFAULT_PROXY_FQDN
+        );
+        assert_eq!(
+            ProxyFqdn::parse("P.NS.svc.Corp.").unwrap().as_str(),
+            "p.ns.svc.corp."
+        );
+        for bad in [
+            "", ".", "no-dot", "a..b.", "-a.b.", "a b.", "a.b\n.", "a{.b.",
+        ] {
+            assert!(ProxyFqdn::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            ProxyFqdn::for_service("ouroboros-proxy", "ouroboros", "cluster.local")
+                .unwrap()
+                .as_str(),
+            DEFAULT_PROXY_FQDN
+        );
+    }
+}
