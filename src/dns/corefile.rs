@@ -137,7 +137,7 @@ pub fn splice(
                     return Err(CorefileError {
                         line: line_in_input(root.close),
                         reason: format!(
-                            "the closing '}}' of the root server block ({}) shares its line with \
+                            "the closing '}}' of the root server block '{}' shares its line with \
                              other text; CoreDNS expects it on its own line, so move it there",
                             root.keys
                         ),
