@@ -5,7 +5,7 @@
 //! span lines and escapes `\"`), and only a bare `{` or `}` token opens or closes a block, so
 //! braces in comments, quotes or words such as `{$ENV}` do not count.
 //!
-//! Rules written (CoreDNS 1.10 and later; `answer auto` exists since 1.8.4):
+//! Rules written (accepted by CoreDNS 1.10 and later):
 //! - an exact name: `rewrite name HOST PROXY`. CoreDNS always maps the answer of an exact
 //!   rewrite back to the name asked, so clients see `HOST A <proxy ClusterIP>`.
 //! - a wildcard `*.BASE`: `rewrite name regex ^[a-z0-9-]+\.BASE\.$ PROXY answer auto`. The regex
