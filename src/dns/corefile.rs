@@ -71,7 +71,7 @@ pub fn splice(
     if corefile.is_empty() {
         return Err(CorefileError {
             line: 1,
-            reason: "the Corefile is empty; pass the whole Corefile (the `Corefile` key of the \
+            reason: "the Corefile is empty; pass the whole Corefile (the 'Corefile' key of the \
                      kube-system/coredns ConfigMap)"
                 .into(),
         });
@@ -509,6 +509,40 @@ mod tests {
                 ". {{\n\tforward . 1.1.1.1\n\t{BEGIN_MARKER}\n\trewrite name regex ^[a-z0-9-]+\\.apps\\.example\\.com\\.$ {DEFAULT_PROXY_FQDN} answer auto\n\t{END_MARKER}\n}}"
             )
         );
+    }
+
+    #[test]
+    fn tokens_follow_the_corefile_lexer() {
+        let words = |s: &str| -> Vec<(String, Kind, bool)> {
+            tokenize(s)
+                .unwrap()
+                .iter()
+                .map(|t| (t.text(s).to_string(), t.kind, t.line_first))
+                .collect()
+        };
+        let w = |t: &str, k: Kind, first: bool| (t.to_string(), k, first);
+        assert_eq!(
+            words("a{ b#c }\n\"x \\\" {\" y\"z\n}"),
+            vec![
+                w("a{", Kind::Word, true),
+                w("b", Kind::Word, false),
+                w("x \\\" {", Kind::Word, true),
+                w("y\"z", Kind::Word, false),
+                w("}", Kind::Close, true),
+            ]
+        );
+        // A quoted string spanning lines is one token; NBSP separates tokens as in CoreDNS.
+        assert_eq!(
+            words("log \"a\n}\" {\u{a0}}"),
+            vec![
+                w("log", Kind::Word, true),
+                w("a\n}", Kind::Word, false),
+                w("{", Kind::Open, false),
+                w("}", Kind::Close, false),
+            ]
+        );
+        assert_eq!(words("\"{\" \"}\"")[0].1, Kind::Word);
+        assert!(tokenize("\"a\\\"").is_err());
     }
 
     #[test]
