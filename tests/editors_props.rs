@@ -190,6 +190,8 @@ fn corefiles() -> impl Strategy<Value = String> {
             ),
             any::<prop::sample::Index>(),
             prop::sample::select(vec!["", "    ", "\t"]).prop_map(str::to_string),
+            // Some: at top level (before item N) instead of inside the root block.
+            prop::option::of(any::<prop::sample::Index>()),
         ));
         (
             root_key.prop_flat_map(move |k| server_block(k, unit)),
@@ -200,28 +202,36 @@ fn corefiles() -> impl Strategy<Value = String> {
             stale,
         )
             .prop_map(|(mut root, others, at, eol, final_newline, stale)| {
-                let stale = stale.map(|(lines, idx, indent)| {
-                    // Between the opening line and the closing brace, at depth 1 only.
-                    let depth1: Vec<usize> = (1..root.len())
-                        .filter(|&i| {
-                            root[..i]
-                                .iter()
-                                .filter(|l| l.trim_start().starts_with("health"))
-                                .count()
-                                == root[..i].iter().filter(|l| l.trim() == "}").count()
-                        })
-                        .collect();
-                    (lines, depth1[idx.index(depth1.len())], indent)
-                });
-                if let Some((lines, pos, indent)) = &stale {
+                let mut top_level = None;
+                if let Some((lines, idx, indent, outside_root)) = stale {
                     let mut block = vec![format!("{indent}{BEGIN_MARKER}")];
                     block.extend(lines.iter().map(|l| format!("{indent}{l}")));
                     block.push(format!("{indent}{END_MARKER}"));
-                    root.splice(*pos..*pos, block);
+                    match outside_root {
+                        Some(at) => top_level = Some((block, at)),
+                        None => {
+                            // Between the opening line and the closing brace, at depth 1 only.
+                            let depth1: Vec<usize> = (1..root.len())
+                                .filter(|&i| {
+                                    root[..i]
+                                        .iter()
+                                        .filter(|l| l.trim_start().starts_with("health"))
+                                        .count()
+                                        == root[..i].iter().filter(|l| l.trim() == "}").count()
+                                })
+                                .collect();
+                            let pos = depth1[idx.index(depth1.len())];
+                            root.splice(pos..pos, block);
+                        }
+                    }
                 }
                 let mut items = others;
                 let at = at.index(items.len() + 1);
                 items.insert(at, root);
+                if let Some((block, at)) = top_level {
+                    let at = at.index(items.len() + 1);
+                    items.insert(at, block);
+                }
                 let layout = Layout { eol, final_newline };
                 join(&items.concat(), &layout)
             })
@@ -233,8 +243,13 @@ fn proxy() -> ProxyFqdn {
 }
 
 fn config() -> ProptestConfig {
+    // PROPTEST_CASES raises the count for a longer local run; CI keeps the default.
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(192);
     ProptestConfig {
-        cases: 192,
+        cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     }
