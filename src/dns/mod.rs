@@ -2,6 +2,7 @@
 //! CoreDNS Corefile block, the CoreDNS import snippet, the hosts-file block and external-dns
 //! DNSEndpoint objects. Text in, text out (or a typed error); no I/O.
 
+mod block;
 pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
