@@ -223,7 +223,10 @@ async fn serve_connection(
     peer: SocketAddr,
     token: CancellationToken,
 ) {
-    let local = stream.local_addr().ok();
+    // A dual-stack listener sees IPv4 clients as `::ffff:a.b.c.d`: show them as IPv4.
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    let peer = canonical(peer);
+    let local = stream.local_addr().ok().map(canonical);
     let _ = stream.set_nodelay(true);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
 
@@ -303,9 +306,8 @@ async fn serve_connection(
             {
                 return;
             }
-            let skip =
-                tokio::time::timeout(ctx.read_timeout, skip_body(&mut stream, &mut buf, n)).await;
-            if !matches!(skip, Ok(Ok(()))) {
+            if let Err(e) = skip_body(&mut stream, &mut buf, n, ctx.read_timeout).await {
+                debug!(%peer, error = %e, "request body not received");
                 return;
             }
         }
@@ -324,8 +326,11 @@ async fn serve_connection(
             ("text/plain; charset=utf-8", render_text(&report))
         };
         let response = response_bytes(200, "OK", content_type, &text, &request, keep_alive);
-        if stream.write_all(&response).await.is_err() || !keep_alive {
-            let _ = stream.shutdown().await;
+        if stream.write_all(&response).await.is_err() {
+            return;
+        }
+        if !keep_alive {
+            linger_close(&mut stream).await;
             return;
         }
     }
@@ -509,14 +514,24 @@ fn keep_alive(r: &Request) -> bool {
     r.minor_version >= 1 || r.has_token("connection", "keep-alive")
 }
 
-async fn skip_body(stream: &mut TcpStream, buf: &mut Vec<u8>, len: u64) -> std::io::Result<()> {
+/// Discards a request body; each read gets the read timeout, so slow but steady uploads pass.
+async fn skip_body(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    len: u64,
+    read_timeout: Duration,
+) -> std::io::Result<()> {
     let from_buf = (buf.len() as u64).min(len) as usize;
     buf.drain(..from_buf);
     let mut left = len - from_buf as u64;
     let mut chunk = [0u8; 8192];
     while left > 0 {
         let want = (left as usize).min(chunk.len());
-        let n = stream.read(&mut chunk[..want]).await?;
+        let n = tokio::time::timeout(read_timeout, stream.read(&mut chunk[..want]))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "body read timed out")
+            })??;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
@@ -577,7 +592,27 @@ async fn write_error(stream: &mut TcpStream, status: u16, reason: &str) -> std::
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    linger_close(stream).await;
+    Ok(())
+}
+
+/// Half-closes, then drains what the client still sends (briefly, bounded): closing a socket
+/// with unread bytes makes the kernel send a reset, which can destroy the answer in flight.
+async fn linger_close(stream: &mut TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        let mut total = 0usize;
+        while total < 1024 * 1024 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
 }
 
 /// Everything one answer shows.

@@ -178,6 +178,42 @@ fn v2_local_header_reports_no_addresses() {
     assert_eq!(v["client_addr"], local(&s));
 }
 
+/// `:PORT` listens on every interface, IPv4 and IPv6, and shows IPv4 clients as IPv4.
+#[test]
+fn all_interfaces_serve_ipv4_and_ipv6() {
+    let w = Whoami::start(":0", &[]);
+    assert!(w.addr.ip().is_unspecified(), "{}", w.addr);
+    for ip in ["127.0.0.1", "::1"] {
+        let addr = SocketAddr::new(ip.parse().unwrap(), w.addr.port());
+        let mut s = peers::connect_with_deadline(addr, peers::DEADLINE);
+        let v = exchange(&mut s, GET_JSON).unwrap().json();
+        assert_eq!(v["remote_addr"], local(&s), "{ip}");
+        assert_eq!(v["local_addr"], addr.to_string(), "{ip}");
+    }
+}
+
+/// A request body is skipped so the next request on the connection parses cleanly.
+#[test]
+fn request_bodies_are_skipped_between_requests() {
+    let w = Whoami::start("127.0.0.1:0", &[]);
+    let mut s = w.connect();
+    let mut bytes = b"POST /upload HTTP/1.1\r\nContent-Length: 10000\r\n\r\n".to_vec();
+    bytes.extend(std::iter::repeat_n(b'z', 10_000));
+    let r = exchange(&mut s, &bytes).unwrap();
+    assert!(r.text().contains("POST /upload HTTP/1.1\n"), "{}", r.text());
+    let v = exchange(&mut s, GET_JSON).unwrap().json();
+    assert_eq!(v["connection_request"], 2);
+    assert_eq!(v["request"]["method"], "GET");
+    // Chunked bodies are not read: the answer closes the connection.
+    let r = exchange(
+        &mut s,
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    assert!(r.head.contains("Connection: close"), "{}", r.head);
+    assert!(closed_without_reply(&mut s));
+}
+
 #[test]
 fn optional_mode_serves_plain_http() {
     let w = Whoami::start("127.0.0.1:0", &[]);
