@@ -656,6 +656,28 @@ fn version_number(v: Version) -> u8 {
     }
 }
 
+/// `ProxyTLV: 0x05 UNIQUE_ID 7265712d37663361 "req-7f3a"`: type, name, hex, text if printable.
+fn tlv_line(out: &mut String, prefix: &str, t: &proxy_protocol::Tlv) {
+    let _ = write!(out, "ProxyTLV: {prefix}{:#04x}", t.kind);
+    if let Some(name) = t.name() {
+        let _ = write!(out, " {name}");
+    }
+    let _ = write!(out, " {}", hex(&t.value));
+    if let Some(s) = printable(&t.value) {
+        let _ = write!(out, " {s:?}");
+    }
+    out.push('\n');
+}
+
+fn tlv_json(t: &proxy_protocol::Tlv) -> serde_json::Value {
+    serde_json::json!({
+        "type": t.kind,
+        "name": t.name(),
+        "value_hex": hex(&t.value),
+        "value": printable(&t.value),
+    })
+}
+
 fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Hostname: {}", r.hostname);
@@ -671,15 +693,17 @@ fn render_text(r: &Report) -> String {
         Some(h) => {
             let _ = writeln!(out, "Proxy: {h}");
             for t in &h.tlvs {
-                let _ = write!(out, "ProxyTLV: {:#04x}", t.kind);
-                if let Some(name) = t.name() {
-                    let _ = write!(out, " {name}");
+                tlv_line(&mut out, "", t);
+                if let Some(ssl) = t.ssl() {
+                    let _ = writeln!(
+                        out,
+                        "ProxyTLV: {:#04x} SSL client={:#04x} verify={}",
+                        t.kind, ssl.client, ssl.verify
+                    );
+                    for sub in &ssl.tlvs {
+                        tlv_line(&mut out, "0x20.", sub);
+                    }
                 }
-                let _ = write!(out, " {}", hex(&t.value));
-                if let Some(s) = printable(&t.value) {
-                    let _ = write!(out, " {s:?}");
-                }
-                out.push('\n');
             }
         }
     }
@@ -702,12 +726,17 @@ fn render_json(r: &Report) -> String {
             "transport": h.transport.as_str(),
             "source": h.source().map(|s| s.0.to_string()),
             "destination": h.destination().map(|d| d.0.to_string()),
-            "tlvs": h.tlvs.iter().map(|t| json!({
-                "type": t.kind,
-                "name": t.name(),
-                "value_hex": hex(&t.value),
-                "value": printable(&t.value),
-            })).collect::<Vec<_>>(),
+            "tlvs": h.tlvs.iter().map(|t| {
+                let mut v = tlv_json(t);
+                if let Some(ssl) = t.ssl() {
+                    v["ssl"] = json!({
+                        "client": ssl.client,
+                        "verify": ssl.verify,
+                        "tlvs": ssl.tlvs.iter().map(tlv_json).collect::<Vec<_>>(),
+                    });
+                }
+                v
+            }).collect::<Vec<_>>(),
         })
     });
     let q = r.request;
@@ -966,6 +995,10 @@ mod tests {
                     kind: 0xea,
                     value: vec![0, 1],
                 },
+                Tlv {
+                    kind: 0x20,
+                    value: b"\x01\0\0\0\0\x21\0\x07TLSv1.3".to_vec(),
+                },
             ],
         }
     }
@@ -995,6 +1028,9 @@ mod tests {
              Proxy: v2 PROXY TCP4 192.0.2.10:51234 -> 203.0.113.7:443\n\
              ProxyTLV: 0x05 UNIQUE_ID 7265712d37663361 \"req-7f3a\"\n\
              ProxyTLV: 0xea 0001\n\
+             ProxyTLV: 0x20 SSL 0100000000210007544c5376312e33\n\
+             ProxyTLV: 0x20 SSL client=0x01 verify=0\n\
+             ProxyTLV: 0x20.0x21 SSL_VERSION 544c5376312e33 \"TLSv1.3\"\n\
              ClientAddr: 192.0.2.10:51234\n\
              ConnectionRequest: 2\n\
              GET /x HTTP/1.1\n\
@@ -1038,6 +1074,12 @@ mod tests {
         assert_eq!(v["proxy"]["tlvs"][1]["name"], serde_json::Value::Null);
         assert_eq!(v["proxy"]["tlvs"][1]["value_hex"], "0001");
         assert_eq!(v["proxy"]["tlvs"][1]["value"], serde_json::Value::Null);
+        assert_eq!(v["proxy"]["tlvs"][1].get("ssl"), None);
+        let ssl = &v["proxy"]["tlvs"][2]["ssl"];
+        assert_eq!(ssl["client"], 1);
+        assert_eq!(ssl["verify"], 0);
+        assert_eq!(ssl["tlvs"][0]["name"], "SSL_VERSION");
+        assert_eq!(ssl["tlvs"][0]["value"], "TLSv1.3");
         assert_eq!(v["request"]["version"], "HTTP/1.0");
         assert_eq!(v["request"]["headers"][0]["name"], "Host");
     }

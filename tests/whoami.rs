@@ -451,3 +451,75 @@ fn behind_haproxy_http_mode_with_tlvs_and_forwarded_for() {
     let v = exchange(&mut s, GET_JSON).unwrap().json();
     assert_eq!(v["client_addr"], local(&s));
 }
+
+/// HAProxy terminating TLS writes ALPN, AUTHORITY and SSL TLVs (version, cipher, algorithms);
+/// whoami names and decodes them. A second HAProxy section plays the TLS client (SNI + ALPN),
+/// so no TLS library or tool is needed in the test.
+#[test]
+fn behind_haproxy_tls_termination_tlvs_are_named() {
+    let w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", "required"]);
+    let lo: IpAddr = "127.0.0.1".parse().unwrap();
+    let plain = SocketAddr::new(lo, peers::free_port(lo));
+    let tls = SocketAddr::new(lo, peers::free_port(lo));
+    let pem = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/whoami-test-tls.pem"
+    );
+    let cfg = format!(
+        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+         listen tls_client\n  bind {plain}\n  \
+         server tls {tls} ssl verify none sni str(shop.example.com) alpn http/1.1\n\
+         listen tls_server\n  bind {tls} ssl crt {pem} alpn http/1.1\n  \
+         server whoami {} send-proxy-v2 proxy-v2-options ssl,ssl-cipher,cert-sig,cert-key,authority,crc32c\n",
+        w.addr
+    );
+    let _h = Haproxy::start(&cfg, &[plain, tls]);
+    let mut s = peers::connect_with_deadline(plain, peers::DEADLINE);
+    let v = exchange(&mut s, GET_JSON).unwrap().json();
+    let p = &v["proxy"];
+    assert_eq!(p["destination"], tls.to_string(), "{v}");
+    let named: Vec<(&str, Option<&str>)> = p["tlvs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["value"].as_str()))
+        .collect();
+    assert_eq!(named[0].0, "CRC32C", "{v}");
+    assert_eq!(named[1], ("ALPN", Some("http/1.1")));
+    assert_eq!(named[2], ("AUTHORITY", Some("shop.example.com")));
+    assert_eq!(named[3].0, "SSL");
+    let ssl = &p["tlvs"][3]["ssl"];
+    assert_eq!(ssl["client"], 1, "TLS used");
+    assert_eq!(ssl["verify"], 0);
+    let subs: Vec<&str> = ssl["tlvs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subs,
+        ["SSL_VERSION", "SSL_KEY_ALG", "SSL_SIG_ALG", "SSL_CIPHER"],
+        "{v}"
+    );
+    assert!(ssl["tlvs"][0]["value"]
+        .as_str()
+        .unwrap()
+        .starts_with("TLSv1."));
+
+    // The same in text.
+    let text = exchange(&mut s, b"GET / HTTP/1.1\r\nHost: shop.example.com\r\n\r\n")
+        .unwrap()
+        .text();
+    assert!(
+        text.contains(
+            "ProxyTLV: 0x02 AUTHORITY 73686f702e6578616d706c652e636f6d \"shop.example.com\"\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("ProxyTLV: 0x20 SSL client=0x01 verify=0\n"),
+        "{text}"
+    );
+    assert!(text.contains("ProxyTLV: 0x20.0x23 SSL_CIPHER "), "{text}");
+}

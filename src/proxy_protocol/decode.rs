@@ -451,43 +451,46 @@ fn decode_v2(buf: &[u8]) -> Result<(Header, usize), DecodeError> {
     Ok((out, total))
 }
 
-/// Parses the TLVs after the address block and verifies a CRC32C TLV if one is present.
-fn parse_tlvs(header: &[u8], address_len: usize) -> Result<Vec<Tlv>, DecodeError> {
+/// Splits `bytes[from..]` into TLVs, each with the offset of its value.
+fn split_tlvs(bytes: &[u8], from: usize) -> Result<Vec<(usize, Tlv)>, Invalid> {
     let mut tlvs = Vec::new();
-    let mut at = V2_FIXED_LEN + address_len;
-    let mut crc_at = None;
-    while at < header.len() {
-        let left = header.len() - at;
+    let mut at = from;
+    while at < bytes.len() {
+        let left = bytes.len() - at;
         if left < 3 {
-            return invalid(Invalid::V2TlvOverrun {
+            return Err(Invalid::V2TlvOverrun {
                 offset: at,
                 declared: 3,
                 left,
             });
         }
-        let kind = header[at];
-        let len = u16::from_be_bytes([header[at + 1], header[at + 2]]) as usize;
+        let kind = bytes[at];
+        let len = u16::from_be_bytes([bytes[at + 1], bytes[at + 2]]) as usize;
         if len > left - 3 {
-            return invalid(Invalid::V2TlvOverrun {
+            return Err(Invalid::V2TlvOverrun {
                 offset: at,
                 declared: len,
                 left: left - 3,
             });
         }
-        let value = &header[at + 3..at + 3 + len];
-        if kind == PP2_TYPE_CRC32C {
-            if len != 4 {
-                return invalid(Invalid::V2Crc32cLength(len));
-            }
-            crc_at = Some(at + 3);
-        }
-        tlvs.push(Tlv {
-            kind,
-            value: value.to_vec(),
-        });
+        let value = bytes[at + 3..at + 3 + len].to_vec();
+        tlvs.push((at + 3, Tlv { kind, value }));
         at += 3 + len;
     }
-    if let Some(c) = crc_at {
+    Ok(tlvs)
+}
+
+/// Parses the TLVs after the address block and verifies a CRC32C TLV if one is present.
+fn parse_tlvs(header: &[u8], address_len: usize) -> Result<Vec<Tlv>, DecodeError> {
+    let tlvs = split_tlvs(header, V2_FIXED_LEN + address_len).map_err(DecodeError::Invalid)?;
+    for (c, tlv) in &tlvs {
+        if tlv.kind != PP2_TYPE_CRC32C {
+            continue;
+        }
+        let c = *c;
+        if tlv.value.len() != 4 {
+            return invalid(Invalid::V2Crc32cLength(tlv.value.len()));
+        }
         let carried = u32::from_be_bytes(header[c..c + 4].try_into().unwrap());
         let computed =
             crc32c(
@@ -500,7 +503,34 @@ fn parse_tlvs(header: &[u8], address_len: usize) -> Result<Vec<Tlv>, DecodeError
             return invalid(Invalid::V2Crc32cMismatch { carried, computed });
         }
     }
-    Ok(tlvs)
+    Ok(tlvs.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The value of a PP2_TYPE_SSL TLV: how the client connected to the proxy over TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ssl {
+    /// Bit field: 0x01 client used TLS, 0x02 sent a certificate on this connection,
+    /// 0x04 on this session.
+    pub client: u8,
+    /// 0 when the client certificate was verified (or none was presented).
+    pub verify: u32,
+    /// SSL_VERSION, SSL_CN, SSL_CIPHER, SSL_SIG_ALG, SSL_KEY_ALG.
+    pub tlvs: Vec<Tlv>,
+}
+
+impl Tlv {
+    /// Decodes an SSL TLV's nested structure; `None` for other types or a malformed value.
+    pub fn ssl(&self) -> Option<Ssl> {
+        if self.kind != PP2_TYPE_SSL || self.value.len() < 5 {
+            return None;
+        }
+        let tlvs = split_tlvs(&self.value, 5).ok()?;
+        Some(Ssl {
+            client: self.value[0],
+            verify: u32::from_be_bytes(self.value[1..5].try_into().unwrap()),
+            tlvs: tlvs.into_iter().map(|(_, t)| t).collect(),
+        })
+    }
 }
 
 /// CRC-32C (Castagnoli), bitwise: headers are tiny and arrive once per connection.
@@ -731,7 +761,54 @@ mod tests {
                     ],
                 ),
             ),
+            (
+                "v2 tls tlvs written by haproxy (ssl,cert-sig,cert-key,ssl-cipher,authority,crc32c)",
+                unhex(HAPROXY_TLS),
+                hdr(
+                    Version::V2,
+                    Command::Proxy,
+                    Transport::Tcp4,
+                    addrs("127.0.0.1:43904", "127.0.0.1:35849"),
+                    vec![
+                        tlv(PP2_TYPE_CRC32C, &unhex("cd6d8ece")),
+                        tlv(PP2_TYPE_ALPN, b"http/1.1"),
+                        tlv(PP2_TYPE_AUTHORITY, b"shop.example.com"),
+                        tlv(
+                            PP2_TYPE_SSL,
+                            &unhex(&HAPROXY_TLS[HAPROXY_TLS.len() - 2 * 0x44..]),
+                        ),
+                    ],
+                ),
+            ),
         ]
+    }
+
+    /// Captured from HAProxy 2.6 terminating TLS 1.3 (`proxy-v2-options
+    /// ssl,cert-cn,ssl-cipher,cert-sig,cert-key,authority,crc32c`).
+    const HAPROXY_TLS: &str = "0d0a0d0a000d0a515549540a211100787f0000017f000001ab808c09\
+        030004cd6d8ece010008687474702f312e3102001073686f702e6578616d706c652e636f6d\
+        2000440100000000210007544c5376312e33250005454332353624001165636473612d7769\
+        74682d534841323536230016544c535f4145535f3235365f47434d5f534841333834";
+
+    #[test]
+    fn haproxy_ssl_tlv() {
+        let (h, _) = decode(&unhex(HAPROXY_TLS)).unwrap();
+        let ssl = h.tlvs[3].ssl().unwrap();
+        assert_eq!((ssl.client, ssl.verify), (1, 0));
+        let subs: Vec<(Option<&str>, &[u8])> = ssl
+            .tlvs
+            .iter()
+            .map(|t| (t.name(), t.value.as_slice()))
+            .collect();
+        assert_eq!(
+            subs,
+            [
+                (Some("SSL_VERSION"), &b"TLSv1.3"[..]),
+                (Some("SSL_KEY_ALG"), b"EC256"),
+                (Some("SSL_SIG_ALG"), b"ecdsa-with-SHA256"),
+                (Some("SSL_CIPHER"), b"TLS_AES_256_GCM_SHA384"),
+            ]
+        );
     }
 
     #[test]
@@ -981,6 +1058,35 @@ mod tests {
             assert_eq!(absent, sig == Signature::Absent);
         }
         assert!(!decode(b"PROXY TCP9").unwrap_err().is_absent());
+    }
+
+    #[test]
+    fn ssl_tlv_structure() {
+        let ssl = tlv(
+            PP2_TYPE_SSL,
+            &unhex(
+                "07 00000000 210007 544c5376312e33 220004 616c6963"
+                    .replace(' ', "")
+                    .as_str(),
+            ),
+        );
+        assert_eq!(
+            ssl.ssl(),
+            Some(Ssl {
+                client: 7,
+                verify: 0,
+                tlvs: vec![tlv(0x21, b"TLSv1.3"), tlv(0x22, b"alic")],
+            })
+        );
+        assert_eq!(tlv(PP2_TYPE_SSL, &[1, 0, 0, 0]).ssl(), None);
+        assert_eq!(tlv(PP2_TYPE_SSL, &[1, 0, 0, 0, 0, 0x21, 0, 9]).ssl(), None);
+        assert_eq!(tlv(PP2_TYPE_ALPN, &[1, 0, 0, 0, 0]).ssl(), None);
+        assert_eq!(
+            tlv(PP2_TYPE_SSL, &[0, 0, 0, 0, 1])
+                .ssl()
+                .map(|s| (s.verify, s.tlvs.len())),
+            Some((1, 0))
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 
 mod decode;
 pub use decode::{
-    decode, signature, tlv_name, Command, DecodeError, Header, Invalid, Signature, Tlv, Transport,
-    MAX_HEADER_LEN, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
+    decode, signature, tlv_name, Command, DecodeError, Header, Invalid, Signature, Ssl, Tlv,
+    Transport, MAX_HEADER_LEN, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
     PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID, V1_MAX_LEN, V1_SIGNATURE, V2_FIXED_LEN,
     V2_MAX_LEN,
 };
