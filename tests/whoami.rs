@@ -204,6 +204,16 @@ fn request_bodies_are_skipped_between_requests() {
     let v = exchange(&mut s, GET_JSON).unwrap().json();
     assert_eq!(v["connection_request"], 2);
     assert_eq!(v["request"]["method"], "GET");
+    // Expect: 100-continue gets the interim answer before the body is sent.
+    let interim = exchange(
+        &mut s,
+        b"PUT /?format=json HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(interim.status, 100, "{}", interim.head);
+    let v = exchange(&mut s, b"data").unwrap().json();
+    assert_eq!(v["connection_request"], 3);
+    assert_eq!(v["request"]["method"], "PUT");
     // Chunked bodies are not read: the answer closes the connection.
     let r = exchange(
         &mut s,
