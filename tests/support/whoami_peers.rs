@@ -59,7 +59,14 @@ impl Drop for TempDir {
     }
 }
 
-type Lines = Arc<(Mutex<Vec<String>>, Condvar)>;
+#[derive(Default)]
+struct LogState {
+    lines: Vec<String>,
+    /// The child's stderr reached EOF: it exited.
+    closed: bool,
+}
+
+type Lines = Arc<(Mutex<LogState>, Condvar)>;
 
 /// `ouroboros whoami` as a child process, listening on the address its log announces.
 pub struct Whoami {
@@ -90,15 +97,17 @@ impl Whoami {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawning ouroboros whoami");
-        let logs: Lines = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let logs: Lines = Arc::new((Mutex::new(LogState::default()), Condvar::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = logs.clone();
         std::thread::spawn(move || {
+            let (lock, cvar) = &*sink;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let (lock, cvar) = &*sink;
-                lock.lock().unwrap().push(line);
+                lock.lock().unwrap().lines.push(line);
                 cvar.notify_all();
             }
+            lock.lock().unwrap().closed = true;
+            cvar.notify_all();
         });
         let mut me = Whoami {
             child,
@@ -115,8 +124,9 @@ impl Whoami {
 
     /// Every log line so far, as JSON.
     pub fn logs(&self) -> Vec<serde_json::Value> {
-        let lines = self.logs.0.lock().unwrap();
-        lines
+        let state = self.logs.0.lock().unwrap();
+        state
+            .lines
             .iter()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
@@ -126,29 +136,31 @@ impl Whoami {
     pub fn wait_for_log(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let start = Instant::now();
         let (lock, cvar) = &*self.logs;
-        let mut lines = lock.lock().unwrap();
+        let mut state = lock.lock().unwrap();
         loop {
-            if let Some(v) = lines
+            if let Some(v) = state
+                .lines
                 .iter()
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
                 .find(|v| pred(v))
             {
                 return v;
             }
+            if state.closed {
+                let status = self.child.wait().unwrap();
+                panic!(
+                    "whoami exited with {status}; logs:\n{}",
+                    state.lines.join("\n")
+                );
+            }
             let left = DEADLINE.checked_sub(start.elapsed()).unwrap_or_else(|| {
                 panic!(
                     "no matching log line within {DEADLINE:?}; logs:\n{}",
-                    lines.join("\n")
+                    state.lines.join("\n")
                 )
             });
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("whoami exited with {status}; logs:\n{}", lines.join("\n"));
-            }
-            // Woken by each new line; the timeout only re-checks that the child is alive.
-            lines = cvar
-                .wait_timeout(lines, left.min(Duration::from_millis(200)))
-                .unwrap()
-                .0;
+            // Woken by each new line and by the child's exit.
+            state = cvar.wait_timeout(state, left).unwrap().0;
         }
     }
 
@@ -159,7 +171,18 @@ impl Whoami {
     /// SIGTERM, then the exit status (killed if it does not exit within the deadline).
     pub fn terminate(mut self) -> ExitStatus {
         send_signal(self.child.id(), libc::SIGTERM);
-        wait_with_deadline(&mut self.child, DEADLINE)
+        let start = Instant::now();
+        let (lock, cvar) = &*self.logs;
+        let mut state = lock.lock().unwrap();
+        while !state.closed {
+            let Some(left) = DEADLINE.checked_sub(start.elapsed()) else {
+                let _ = self.child.kill();
+                panic!("whoami still running {DEADLINE:?} after SIGTERM");
+            };
+            state = cvar.wait_timeout(state, left).unwrap().0;
+        }
+        drop(state);
+        self.child.wait().unwrap()
     }
 }
 
@@ -179,23 +202,6 @@ fn send_signal(pid: u32, signal: i32) {
         "kill -{signal} {pid}: {}",
         std::io::Error::last_os_error()
     );
-}
-
-fn wait_with_deadline(child: &mut Child, deadline: Duration) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            panic!(
-                "child {} still running {deadline:?} after SIGTERM",
-                child.id()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// HAProxy 2.6 (/usr/sbin/haproxy) in the foreground with a config written to a temp dir.
