@@ -31,7 +31,8 @@ pub fn connect_with_deadline(addr: SocketAddr, deadline: Duration) -> TcpStream 
             Err(e) if start.elapsed() > deadline => {
                 panic!("{addr} not accepting after {deadline:?}: {e}")
             }
-            Err(_) => std::thread::yield_now(),
+            // Poll interval, not a wait for readiness: the loop ends as soon as a connect works.
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
 }
