@@ -193,8 +193,13 @@ async fn coredns_first_sync_writes_once_second_only_reads() {
     let f = first.findings.unwrap();
     assert!(f.has_reload && !f.imports_custom_override);
 
+    let change = first.change.unwrap();
+    assert_eq!(change.before.as_deref(), Some(original.as_str()));
+    assert_eq!(change.after.as_deref(), Some(spliced.as_str()));
+
     let second = w.apply(&want).await.unwrap();
     assert_eq!(second.outcome, Outcome::Unchanged);
+    assert_eq!(second.change, None);
     drop(w);
 
     let seen = task.await.unwrap();
@@ -721,4 +726,102 @@ async fn import_forbidden_create_names_the_unrestricted_resource() {
         calls(&task.await.unwrap()),
         [("GET", CUSTOM_PATH), ("POST", CONFIGMAPS_POST)]
     );
+}
+
+#[tokio::test]
+async fn coredns_dry_run_reads_and_reports_the_change_only() {
+    let original = corefile_fixture("k3s.Corefile");
+    let want = hosts(&["app.example.com"]);
+    let (client, task) = serve(vec![reply(200, coredns_cm("42", &original))]);
+    let w = coredns_writer(client).dry_run(true);
+    let applied = w.apply(&want).await.unwrap();
+    drop(w);
+    assert_eq!(applied.outcome, Outcome::DryRun);
+    let change = applied.change.unwrap();
+    assert_eq!(change.before.as_deref(), Some(original.as_str()));
+    assert_eq!(
+        change.after,
+        Some(corefile::splice(&original, &want, &proxy()).unwrap().text)
+    );
+    assert_eq!(calls(&task.await.unwrap()), [("GET", COREDNS_PATH)]);
+}
+
+#[tokio::test]
+async fn import_dry_run_never_creates() {
+    let want = hosts(&["app.example.com"]);
+    let (client, task) = serve(vec![reply(404, status(404, "NotFound", "not found"))]);
+    let w = import_writer(client).dry_run(true);
+    let applied = w.apply(&want).await.unwrap();
+    drop(w);
+    assert_eq!(applied.outcome, Outcome::DryRun);
+    let change = applied.change.unwrap();
+    assert_eq!(change.before, None);
+    assert_eq!(change.after, Some(coredns_import::render(&want, &proxy())));
+    assert_eq!(calls(&task.await.unwrap()), [("GET", CUSTOM_PATH)]);
+}
+
+#[tokio::test]
+async fn server_error_names_the_call_and_is_not_retried_here() {
+    let original = corefile_fixture("kubeadm.Corefile");
+    let (client, task) = serve(vec![
+        reply(200, coredns_cm("1", &original)),
+        reply(
+            500,
+            status(500, "InternalError", "etcdserver: request timed out"),
+        ),
+    ]);
+    let w = coredns_writer(client);
+    let err = w.apply(&hosts(&["a.example.com"])).await.unwrap_err();
+    drop(w);
+    assert_eq!(err.reason(), "api");
+    assert_eq!(*err.target(), ConfigMapKey::coredns_default());
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("update ConfigMap kube-system/coredns: "),
+        "{msg}"
+    );
+    assert!(msg.contains("etcdserver: request timed out"), "{msg}");
+    assert_eq!(
+        calls(&task.await.unwrap()),
+        [("GET", COREDNS_PATH), ("PUT", COREDNS_PUT)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn import_cleanup_delete_precondition_conflict_is_retried() {
+    let ours = |rv: &str, data: Value| {
+        configmap(
+            "coredns-custom",
+            rv,
+            json!({ "app.kubernetes.io/managed-by": "ouroboros" }),
+            data,
+        )
+    };
+    let (client, task) = serve(vec![
+        reply(200, ours("30", json!({ KEY: "x" }))),
+        reply(
+            409,
+            status(409, "Conflict", "Precondition failed: ResourceVersion in precondition: 30, ResourceVersion in object meta: 31"),
+        ),
+        // Someone added a key meanwhile: now it must be kept, so an update instead of a delete.
+        reply(200, ours("31", json!({ KEY: "x", "theirs.override": "log\n" }))),
+        echo("32"),
+    ]);
+    let w = import_writer(client);
+    let applied = w.cleanup().await.unwrap();
+    drop(w);
+    assert_eq!((applied.outcome, applied.conflicts), (Outcome::Written, 1));
+    let seen = task.await.unwrap();
+    assert_eq!(
+        calls(&seen),
+        [
+            ("GET", CUSTOM_PATH),
+            ("DELETE", CUSTOM_DELETE),
+            ("GET", CUSTOM_PATH),
+            ("PUT", CUSTOM_PUT)
+        ]
+    );
+    let put = seen[3].body.as_ref().unwrap();
+    assert_eq!(put["data"], json!({ "theirs.override": "log\n" }));
+    assert_eq!(put["metadata"]["resourceVersion"], "31");
 }

@@ -108,6 +108,8 @@ pub enum Outcome {
     Unchanged,
     /// The desired state was written (updated, or for the import mode created or deleted).
     Written,
+    /// Dry run: a write was needed and skipped (see `Applied::change`).
+    DryRun,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +119,14 @@ pub struct Applied {
     pub findings: Option<Findings>,
     /// 409 Conflicts met (and retried) on the way, for the write-conflict metric.
     pub conflicts: u32,
+    /// The key's text before and after (`None`: absent), unless `Unchanged`; for logging a diff.
+    pub change: Option<Change>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub before: Option<String>,
+    pub after: Option<String>,
 }
 
 /// An API verb, for error messages and RBAC hints.
@@ -187,7 +197,7 @@ pub enum ApplyError {
         verb: Verb,
         target: ConfigMapKey,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -239,6 +249,7 @@ pub struct CorefileWriter {
     target: ConfigMapKey,
     proxy: ProxyFqdn,
     retry: Retry,
+    dry_run: bool,
 }
 
 impl CorefileWriter {
@@ -248,7 +259,14 @@ impl CorefileWriter {
             target,
             proxy,
             retry,
+            dry_run: false,
         }
+    }
+
+    /// Read and compute, never write (`Outcome::DryRun` with the change).
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
     }
 
     pub fn target(&self) -> &ConfigMapKey {
@@ -257,42 +275,45 @@ impl CorefileWriter {
 
     /// Makes the block hold exactly `hosts` (an empty set removes it).
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
-        let ((outcome, findings), conflicts) =
-            with_conflict_retry(&self.target, self.retry, || async {
-                let cm = get(&self.api, &self.target, Mode::Coredns)
-                    .await?
-                    .ok_or_else(|| ApplyError::CorefileConfigMapMissing {
-                        target: self.target.clone(),
-                    })?;
-                let Some(text) = cm.data.as_ref().and_then(|d| d.get(&self.target.key)) else {
+        let t = &self.target;
+        converge(
+            &self.api,
+            t,
+            Mode::Coredns,
+            self.retry,
+            self.dry_run,
+            |cm| {
+                let cm =
+                    cm.ok_or_else(|| ApplyError::CorefileConfigMapMissing { target: t.clone() })?;
+                let Some(text) = cm.data.as_ref().and_then(|d| d.get(&t.key)) else {
                     return Err(ApplyError::KeyMissing {
-                        target: self.target.clone(),
+                        target: t.clone(),
                         present: data_keys(&cm),
                     });
                 };
                 let edit = corefile::splice(text, hosts, &self.proxy).map_err(|e| {
                     ApplyError::Unparseable {
-                        target: self.target.clone(),
+                        target: t.clone(),
                         line: e.line,
                         reason: e.reason,
                     }
                 })?;
+                let findings = Some(edit.findings);
                 if !edit.changed {
-                    return Ok((Outcome::Unchanged, edit.findings));
+                    return Ok((Step::Unchanged, findings));
                 }
+                let change = Change {
+                    before: Some(text.clone()),
+                    after: Some(edit.text.clone()),
+                };
                 let mut cm = cm;
-                if let Some(d) = cm.data.as_mut() {
-                    d.insert(self.target.key.clone(), edit.text);
-                }
-                replace(&self.api, &self.target, Mode::Coredns, cm).await?;
-                Ok((Outcome::Written, edit.findings))
-            })
-            .await?;
-        Ok(Applied {
-            outcome,
-            findings: Some(findings),
-            conflicts,
-        })
+                cm.data
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(t.key.clone(), edit.text);
+                Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
+            },
+        )
+        .await
     }
 
     /// Removes our block (for `ouroboros cleanup`).
@@ -308,6 +329,7 @@ pub struct ImportWriter {
     target: ConfigMapKey,
     proxy: ProxyFqdn,
     retry: Retry,
+    dry_run: bool,
 }
 
 impl ImportWriter {
@@ -317,7 +339,14 @@ impl ImportWriter {
             target,
             proxy,
             retry,
+            dry_run: false,
         }
+    }
+
+    /// Read and compute, never write (`Outcome::DryRun` with the change).
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
     }
 
     pub fn target(&self) -> &ConfigMapKey {
@@ -327,58 +356,54 @@ impl ImportWriter {
     /// Makes our key hold the snippet for `hosts`, creating the ConfigMap if absent. An empty
     /// set keeps the key with the marker lines only (CoreDNS imports nothing from it).
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
-        self.converge(Some(coredns_import::render(hosts, &self.proxy)))
+        self.set(Some(coredns_import::render(hosts, &self.proxy)))
             .await
     }
 
     /// Removes our key (for `ouroboros cleanup`); deletes the ConfigMap only when we created it
     /// (our managed-by label) and nothing else is left in it.
     pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
-        self.converge(None).await
+        self.set(None).await
     }
 
-    async fn converge(&self, snippet: Option<String>) -> Result<Applied, ApplyError> {
-        let snippet = snippet.as_ref();
-        let (outcome, conflicts) = with_conflict_retry(&self.target, self.retry, || async {
-            let mode = Mode::CorednsImport;
-            let key = &self.target.key;
-            let Some(mut cm) = get(&self.api, &self.target, mode).await? else {
-                let Some(snippet) = snippet else {
-                    return Ok(Outcome::Unchanged);
-                };
-                create(&self.api, &self.target, self.new_configmap(snippet)).await?;
-                return Ok(Outcome::Written);
-            };
-            let current = cm.data.as_ref().and_then(|d| d.get(key));
-            if current == snippet {
-                return Ok(Outcome::Unchanged);
+    async fn set(&self, snippet: Option<String>) -> Result<Applied, ApplyError> {
+        let t = &self.target;
+        let mode = Mode::CorednsImport;
+        converge(&self.api, t, mode, self.retry, self.dry_run, |cm| {
+            let current = cm
+                .as_ref()
+                .and_then(|cm| cm.data.as_ref())
+                .and_then(|d| d.get(&t.key));
+            if current == snippet.as_ref() {
+                return Ok((Step::Unchanged, None));
             }
-            match snippet {
-                Some(s) => {
+            let change = Change {
+                before: current.cloned(),
+                after: snippet.clone(),
+            };
+            let op = match (cm, &snippet) {
+                (None, Some(s)) => Op::Create(self.new_configmap(s)),
+                (None, None) => return Ok((Step::Unchanged, None)),
+                (Some(mut cm), Some(s)) => {
                     cm.data
                         .get_or_insert_with(BTreeMap::new)
-                        .insert(key.clone(), s.clone());
-                    replace(&self.api, &self.target, mode, cm).await?;
+                        .insert(t.key.clone(), s.clone());
+                    Op::Replace(cm)
                 }
-                None => {
+                (Some(mut cm), None) => {
                     if let Some(d) = cm.data.as_mut() {
-                        d.remove(key);
+                        d.remove(&t.key);
                     }
                     if created_by_us(&cm) && data_keys(&cm).is_empty() {
-                        delete(&self.api, &self.target, &cm).await?;
+                        Op::Delete(cm)
                     } else {
-                        replace(&self.api, &self.target, mode, cm).await?;
+                        Op::Replace(cm)
                     }
                 }
-            }
-            Ok(Outcome::Written)
+            };
+            Ok((Step::Write(Box::new(op), change), None))
         })
-        .await?;
-        Ok(Applied {
-            outcome,
-            findings: None,
-            conflicts,
-        })
+        .await
     }
 
     fn new_configmap(&self, snippet: &str) -> ConfigMap {
@@ -401,37 +426,62 @@ impl ImportWriter {
     }
 }
 
-fn created_by_us(cm: &ConfigMap) -> bool {
-    cm.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE)
+/// What one attempt decided from what it read.
+enum Step {
+    Unchanged,
+    Write(Box<Op>, Change),
 }
 
-fn data_keys(cm: &ConfigMap) -> Vec<String> {
-    let data = cm.data.iter().flat_map(|d| d.keys());
-    let binary = cm.binary_data.iter().flat_map(|d| d.keys());
-    data.chain(binary).cloned().collect()
+enum Op {
+    /// PUT the object as read, so its `resourceVersion` guards the write.
+    Replace(ConfigMap),
+    Create(ConfigMap),
+    /// DELETE with the read `resourceVersion` and uid as preconditions.
+    Delete(ConfigMap),
 }
 
-/// Runs `attempt` until it succeeds or fails with something other than a 409, at most
-/// `retry.attempts` times, backing off between conflicts. Returns its result and the number
-/// of conflicts met.
-async fn with_conflict_retry<T, F, Fut>(
+/// Read, decide (`plan`, pure), write if needed; on a 409 start again from the read, at most
+/// `retry.attempts` times, backing off between conflicts.
+async fn converge<P>(
+    api: &Api<ConfigMap>,
     target: &ConfigMapKey,
+    mode: Mode,
     retry: Retry,
-    mut attempt: F,
-) -> Result<(T, u32), ApplyError>
+    dry_run: bool,
+    plan: P,
+) -> Result<Applied, ApplyError>
 where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, ApplyError>>,
+    P: Fn(Option<ConfigMap>) -> Result<(Step, Option<Findings>), ApplyError>,
 {
     let attempts = retry.attempts.max(1);
     let mut delay = retry.backoff;
     let mut conflicts = 0;
     loop {
-        match attempt().await {
+        let current = get(api, target, mode).await?;
+        let (step, findings) = plan(current)?;
+        let applied = |outcome, change| Applied {
+            outcome,
+            findings,
+            conflicts,
+            change,
+        };
+        let (op, change) = match step {
+            Step::Unchanged => return Ok(applied(Outcome::Unchanged, None)),
+            Step::Write(_, change) if dry_run => {
+                return Ok(applied(Outcome::DryRun, Some(change)));
+            }
+            Step::Write(op, change) => (op, change),
+        };
+        match execute(api, target, mode, *op).await {
+            Ok(()) => {
+                tracing::info!(
+                    configmap = %format!("{}/{}", target.namespace, target.name),
+                    key = %target.key,
+                    mode = mode.as_str(),
+                    "wrote DNS configuration"
+                );
+                return Ok(applied(Outcome::Written, Some(change)));
+            }
             Err(ApplyError::Api { source, .. }) if is_conflict(&source) => {
                 conflicts += 1;
                 if conflicts >= attempts {
@@ -449,9 +499,36 @@ where
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(retry.max_backoff);
             }
-            other => return other.map(|o| (o, conflicts)),
+            Err(e) => return Err(e),
         }
     }
+}
+
+async fn execute(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    mode: Mode,
+    op: Op,
+) -> Result<(), ApplyError> {
+    match op {
+        Op::Replace(cm) => replace(api, target, mode, cm).await,
+        Op::Create(cm) => create(api, target, cm).await,
+        Op::Delete(cm) => delete(api, target, &cm).await,
+    }
+}
+
+fn created_by_us(cm: &ConfigMap) -> bool {
+    cm.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE)
+}
+
+fn data_keys(cm: &ConfigMap) -> Vec<String> {
+    let data = cm.data.iter().flat_map(|d| d.keys());
+    let binary = cm.binary_data.iter().flat_map(|d| d.keys());
+    data.chain(binary).cloned().collect()
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -469,7 +546,7 @@ fn api_error(mode: Mode, verb: Verb, target: &ConfigMapKey, e: kube::Error) -> A
         source => ApplyError::Api {
             verb,
             target: target.clone(),
-            source,
+            source: Box::new(source),
         },
     }
 }
