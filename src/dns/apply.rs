@@ -192,7 +192,10 @@ pub enum ApplyError {
          it); will retry"
     )]
     Conflicts { target: ConfigMapKey, attempts: u32 },
-    #[error("{} ConfigMap {}/{}: {source}", .verb.as_str(), .target.namespace, .target.name)]
+    #[error(
+        "{} ConfigMap {}/{}: {}",
+        .verb.as_str(), .target.namespace, .target.name, describe(.source)
+    )]
     Api {
         verb: Verb,
         target: ConfigMapKey,
@@ -224,6 +227,14 @@ impl ApplyError {
             | ApplyError::Conflicts { target, .. }
             | ApplyError::Api { target, .. } => target,
         }
+    }
+}
+
+/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        other => other.to_string(),
     }
 }
 
