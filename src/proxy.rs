@@ -234,6 +234,10 @@ impl Readiness {
             })
         });
         let results = futures_join_all(probes).await;
+        if self.shutting_down.load(Ordering::Relaxed) {
+            // A signal arrived while probing: shutdown wins, and is not a readiness change.
+            return Err("shutting-down: the proxy received a termination signal".into());
+        }
         let failures: Vec<_> = results.into_iter().filter_map(Result::err).collect();
         let key: Vec<String> = failures.iter().map(|(c, _)| c.to_string()).collect();
         let reason = failures
@@ -342,7 +346,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         })?;
         let local = listener.local_addr()?;
         let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout);
-        tracing::info!(listener = name, addr = %local, target = %target.describe(), proxy_protocol = ?args.proxy_protocol, header_port, "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = ?args.proxy_protocol, header_port, "listening");
         targets.push((
             name,
             DnsTarget::new(cfg.target_host.clone(), target_port, args.ready_timeout),

@@ -142,7 +142,7 @@ async fn handle<U: Upstream>(
             tracing::warn!(
                 listener = route.name,
                 client = %peer,
-                target = %e.target,
+                upstream = %e.target,
                 cause = %e.cause,
                 error = %e.detail,
                 "upstream unreachable; closed the client connection"
