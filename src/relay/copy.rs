@@ -7,7 +7,7 @@
 //! another strategy (e.g. splice(2)) can replace it in one place.
 
 use std::cell::RefCell;
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Read size: large enough that bulk transfers need few syscalls.
 const BUF_SIZE: usize = 64 * 1024;
@@ -62,8 +62,8 @@ pub struct Counters<'a> {
 #[derive(Default)]
 struct Half {
     buf: Option<Box<[u8]>>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
     eof: bool,
     done: bool,
     total: u64,
@@ -90,7 +90,8 @@ impl Half {
         loop {
             if let Some(buf) = &self.buf {
                 while self.start < self.end {
-                    let n = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.start..self.end]))
+                    let pending = &buf[self.start as usize..self.end as usize];
+                    let n = ready!(Pin::new(&mut *to).poll_write(cx, pending))
                         .map_err(|e| SideError(names.1, e))?;
                     if n == 0 {
                         return Poll::Ready(Err(SideError(
@@ -98,7 +99,7 @@ impl Half {
                             io::ErrorKind::WriteZero.into(),
                         )));
                     }
-                    self.start += n;
+                    self.start += n as u32;
                     self.total += n as u64;
                     counter.fetch_add(n as u64, Ordering::Relaxed);
                     *moved = true;
@@ -125,7 +126,7 @@ impl Half {
                     } else {
                         self.buf = Some(buf);
                         self.start = 0;
-                        self.end = n;
+                        self.end = n as u32;
                         *moved = true;
                     }
                 }
@@ -142,40 +143,61 @@ impl Half {
     }
 }
 
-/// Relays until both directions are finished, either side fails, or nothing moved for `idle`
-/// (`None` = no limit). Returns how it ended and the bytes moved (to upstream, to client).
-pub async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
+/// The relay as a plain struct rather than an `async` block: it is alive for the whole life of
+/// every connection, so its size is memory per idle connection.
+pub struct Relay<'a> {
+    client: &'a mut TcpStream,
+    upstream: &'a mut TcpStream,
+    counters: Counters<'a>,
+    up: Half,
+    down: Half,
     idle: Option<Duration>,
-    counters: Counters<'_>,
-) -> (End, u64, u64) {
-    let mut up = Half::default();
-    let mut down = Half::default();
-    let mut last = Instant::now();
-    // One timer per connection, re-armed lazily: activity only records a timestamp and the
-    // timer, when it fires, moves itself to `last + idle` if something happened meanwhile.
-    let timer = tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4));
-    tokio::pin!(timer);
-    let end = poll_fn(|cx| {
+    last: Instant,
+    /// Structurally pinned: never moved out of `Relay`.
+    timer: Sleep,
+}
+
+impl Future for Relay<'_> {
+    type Output = (End, u64, u64);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: only `timer` needs pinning and it is only ever used through `Pin::new_unchecked`
+        // below, never moved; every other field is Unpin.
+        let this = unsafe { self.get_unchecked_mut() };
+        let end = match this.step(cx) {
+            Poll::Ready(end) => end,
+            Poll::Pending => return Poll::Pending,
+        };
+        for buf in [this.up.buf.take(), this.down.buf.take()]
+            .into_iter()
+            .flatten()
+        {
+            give_buf(buf);
+        }
+        Poll::Ready((end, this.up.total, this.down.total))
+    }
+}
+
+impl Relay<'_> {
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         let mut moved = false;
-        let a = up.poll(
+        let a = self.up.poll(
             cx,
-            client,
-            upstream,
+            self.client,
+            self.upstream,
             ("client", "upstream"),
-            counters.to_upstream,
+            self.counters.to_upstream,
             &mut moved,
         );
         if let Poll::Ready(Err(SideError(side, e))) = a {
             return Poll::Ready(End::Error(side, e));
         }
-        let b = down.poll(
+        let b = self.down.poll(
             cx,
-            upstream,
-            client,
+            self.upstream,
+            self.client,
             ("upstream", "client"),
-            counters.to_client,
+            self.counters.to_client,
             &mut moved,
         );
         if let Poll::Ready(Err(SideError(side, e))) = b {
@@ -184,12 +206,16 @@ pub async fn relay(
         if a.is_ready() && b.is_ready() {
             return Poll::Ready(End::Done);
         }
-        if let Some(idle) = idle {
+        if let Some(idle) = self.idle {
             if moved {
-                last = Instant::now();
+                self.last = Instant::now();
             }
+            // SAFETY: see `poll`; `timer` stays in place inside the pinned `Relay`.
+            let mut timer = unsafe { Pin::new_unchecked(&mut self.timer) };
+            // Activity only records a timestamp; the timer, when it fires, moves itself to
+            // `last + idle` if something happened meanwhile.
             while timer.as_mut().poll(cx).is_ready() {
-                let due = last + idle;
+                let due = self.last + idle;
                 if due <= Instant::now() {
                     return Poll::Ready(End::Idle);
                 }
@@ -197,15 +223,28 @@ pub async fn relay(
             }
         }
         Poll::Pending
-    })
-    .await;
-    if let Some(buf) = up.buf.take() {
-        give_buf(buf);
     }
-    if let Some(buf) = down.buf.take() {
-        give_buf(buf);
+}
+
+/// Relays until both directions are finished, either side fails, or nothing moved for `idle`
+/// (`None` = no limit). Resolves to how it ended and the bytes moved (to upstream, to client).
+pub fn relay<'a>(
+    client: &'a mut TcpStream,
+    upstream: &'a mut TcpStream,
+    idle: Option<Duration>,
+    counters: Counters<'a>,
+) -> Relay<'a> {
+    Relay {
+        client,
+        upstream,
+        counters,
+        up: Half::default(),
+        down: Half::default(),
+        idle,
+        last: Instant::now(),
+        // Not polled (so never registered with the timer wheel) when `idle` is None.
+        timer: tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86400 * 365))),
     }
-    (end, up.total, down.total)
 }
 
 #[cfg(test)]
