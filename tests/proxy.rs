@@ -580,3 +580,99 @@ fn bad_flags_exit_64_naming_the_flag() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--proxy-protocol"));
 }
+
+/// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.
+fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, mpsc::Receiver<(TcpStream, Vec<u8>)>) {
+    use std::os::unix::process::CommandExt;
+    let (up, accepted) = tcp_upstream();
+    let port = up.port().to_string();
+    let mut cmd = Proxy::command(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+    ]);
+    // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let proxy = Proxy::spawn(cmd);
+    let http = port_of(proxy.http);
+    let clients: Vec<_> = (0..40).map(|_| TcpStream::connect(http).unwrap()).collect();
+    (proxy, clients, accepted)
+}
+
+#[test]
+fn running_out_of_file_descriptors_backs_off_and_recovers() {
+    // Whether accept(2) or the upstream socket(2) hits the limit first depends on the parity of
+    // the descriptors in use at start; one of two adjacent limits makes accept(2) fail.
+    let mut hit = None;
+    for limit in [40, 41] {
+        let (mut proxy, clients, accepted) = exhaust_fds(limit);
+        let wait = Instant::now() + Duration::from_secs(10);
+        let errors = r#"ouroboros_proxy_accept_errors_total{listener="http"}"#;
+        let mut seen = false;
+        // The health listener needs a descriptor too; poll the log instead of /metrics.
+        while Instant::now() < wait {
+            if proxy.logs().iter().any(|v| {
+                v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("accept failed"))
+            }) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if seen {
+            hit = Some((proxy, clients, accepted, errors));
+            break;
+        }
+        assert!(proxy.is_running());
+    }
+    let (mut proxy, clients, accepted, errors) = hit.expect("accept(2) never hit EMFILE");
+    let warn = proxy.wait_log(
+        |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("accept failed"))
+        },
+        Duration::from_secs(1),
+    );
+    assert_eq!(warn["level"], "WARN");
+    assert!(
+        warn["error"].as_str().unwrap().contains("os error 24"),
+        "{warn}"
+    );
+    // Free the descriptors: the listener picks up again and relays a new connection.
+    drop(clients);
+    let held: Vec<_> = accepted.try_iter().collect();
+    drop(held);
+    let mut fresh = TcpStream::connect(port_of(proxy.http)).unwrap();
+    fresh.write_all(b"fresh").unwrap();
+    let wait = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = wait.saturating_duration_since(Instant::now());
+        let (mut s, _) = accepted
+            .recv_timeout(left)
+            .expect("new connection never relayed");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 5];
+        if s.read_exact(&mut b).is_ok() && &b == b"fresh" {
+            break;
+        }
+    }
+    assert!(proxy.is_running());
+    assert!(proxy.metric(errors).unwrap() >= 1.0);
+}

@@ -283,6 +283,11 @@ impl Proxy {
     /// Starts `ouroboros proxy ARGS --listen-health 127.0.0.1:0` and waits until it listens.
     /// Listener flags default to port 0 on 127.0.0.1 unless given in `args`.
     pub fn start(args: &[&str]) -> Proxy {
+        Proxy::spawn(Proxy::command(args))
+    }
+
+    /// The command `start` runs, for tests that need to adjust it.
+    pub fn command(args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
         cmd.args([
             "--log-format",
@@ -304,7 +309,7 @@ impl Proxy {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        Proxy::spawn(cmd)
+        cmd
     }
 
     pub fn spawn(mut cmd: Command) -> Proxy {
@@ -369,6 +374,10 @@ impl Proxy {
             }
             logs = cv.wait_timeout(logs, deadline - now).unwrap().0;
         }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
     }
 
     pub fn signal(&self, sig: libc::c_int) {
