@@ -86,9 +86,12 @@ fn header_ports_follow_flags_and_dual_stack_listener_writes_ipv4() {
     }
 }
 
+/// Connections a [`tcp_upstream`] accepted, with the PROXY header read off.
+type Accepted = mpsc::Receiver<(TcpStream, Vec<u8>)>;
+
 /// A plain TCP upstream: returns its address and a receiver of accepted connections with the
 /// PROXY header already read off.
-fn tcp_upstream() -> (SocketAddr, mpsc::Receiver<(TcpStream, Vec<u8>)>) {
+fn tcp_upstream() -> (SocketAddr, Accepted) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -582,7 +585,7 @@ fn bad_flags_exit_64_naming_the_flag() {
 }
 
 /// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.
-fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, mpsc::Receiver<(TcpStream, Vec<u8>)>) {
+fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, Accepted) {
     use std::os::unix::process::CommandExt;
     let (up, accepted) = tcp_upstream();
     let port = up.port().to_string();
