@@ -214,6 +214,7 @@ impl Config {
 struct Readiness {
     targets: Vec<(&'static str, DnsTarget)>,
     version: Version,
+    timeout: Duration,
     shutting_down: AtomicBool,
     /// The last outcome as cause tokens (empty = ready), to log changes once.
     last: Mutex<Option<Vec<String>>>,
@@ -226,7 +227,16 @@ impl Readiness {
             return Err("shutting-down: the proxy received a termination signal".into());
         }
         let probes = self.targets.iter().map(|(name, t)| async move {
-            relay::probe(t, self.version).await.map_err(|e| {
+            // The target's own deadline bounds the dial; this one also bounds the header write.
+            let probe = tokio::time::timeout(self.timeout, relay::probe(t, self.version));
+            let result = probe.await.unwrap_or_else(|_| {
+                Err(relay::DialError {
+                    cause: relay::Cause::Timeout,
+                    target: t.describe().to_string(),
+                    detail: format!("no answer within {:?}", self.timeout),
+                })
+            });
+            result.map_err(|e| {
                 (
                     e.cause,
                     format!("{}: {name} target {}: {}", e.cause, e.target, e.detail),
@@ -371,6 +381,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let readiness = Arc::new(Readiness {
         targets,
         version: args.proxy_protocol,
+        timeout: args.ready_timeout,
         shutting_down: AtomicBool::new(false),
         last: Mutex::new(None),
         gauge: ready_gauge,

@@ -679,3 +679,38 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
     assert!(proxy.is_running());
     assert!(proxy.metric(errors).unwrap() >= 1.0);
 }
+
+#[test]
+fn environment_sets_flags_and_flags_override_it() {
+    let nginx = Nginx::start();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.args([
+        "--log-format",
+        "json",
+        "proxy",
+        "--listen-health",
+        "127.0.0.1:0",
+        "--listen-http",
+        "127.0.0.1:0",
+        "--header-http-port",
+        "8001",
+    ])
+    .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
+    .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
+    .env(
+        "OUROBOROS_PROXY_TARGET_HTTP_PORT",
+        nginx.http_port.to_string(),
+    )
+    .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    let proxy = Proxy::spawn(cmd);
+    assert!(
+        proxy.https.is_none(),
+        "empty env value disables the listener"
+    );
+    let (me, status, body) = http_get_via(port_of(proxy.http));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.trim(), format!("{} 127.0.0.1:8001", plain(me)));
+}
