@@ -714,3 +714,66 @@ fn environment_sets_flags_and_flags_override_it() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body.trim(), format!("{} 127.0.0.1:8001", plain(me)));
 }
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so connecting to it
+/// hangs until the caller's timeout. Returns the socket and the connections filling the queue.
+fn black_hole() -> (socket2::Socket, Vec<TcpStream>, u16) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((V4, 0)).into()).unwrap();
+    s.listen(0).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    let mut filled = Vec::new();
+    // Backlog 0 admits one connection; connect until one no longer completes quickly.
+    for _ in 0..4 {
+        match TcpStream::connect_timeout(&SocketAddr::from((V4, port)), Duration::from_millis(200))
+        {
+            Ok(c) => filled.push(c),
+            Err(_) => break,
+        }
+    }
+    (s, filled, port)
+}
+
+#[test]
+fn unanswered_dial_times_out_with_cause_timeout() {
+    let (_hole, _filled, port) = black_hole();
+    let port = port.to_string();
+    let mut proxy = Proxy::start(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+        "--dial-timeout",
+        "300ms",
+        "--ready-timeout",
+        "300ms",
+    ]);
+    let started = Instant::now();
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 503);
+    assert!(body.starts_with("timeout"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut c = TcpStream::connect(port_of(proxy.http)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut b = [0u8; 1];
+    assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    let warn = proxy.wait_log(
+        |v| v["level"] == "WARN" && v["cause"] == "timeout",
+        Duration::from_secs(2),
+    );
+    assert_eq!(warn["upstream"], format!("127.0.0.1:{port}"));
+}
