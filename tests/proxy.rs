@@ -381,6 +381,7 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = nginx.error_log().matches("broken header").count();
+    assert_eq!(before, 1, "{}", nginx.error_log());
     let stream = nginx.stream_port.to_string();
     let http = nginx.http_port.to_string();
     for version in ["v1", "v2"] {

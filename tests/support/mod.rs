@@ -164,7 +164,10 @@ stream {{
             for ip in [V4, V6] {
                 let deadline = Instant::now() + Duration::from_secs(15);
                 loop {
-                    if TcpStream::connect((ip, port)).is_ok() {
+                    // Say "no addresses" before closing, so the stream server does not log a
+                    // broken header for the readiness check itself.
+                    if let Ok(mut c) = TcpStream::connect((ip, port)) {
+                        let _ = c.write_all(b"PROXY UNKNOWN\r\n");
                         break;
                     }
                     if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
