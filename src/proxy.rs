@@ -304,6 +304,13 @@ async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>)
     slots.into_iter().filter_map(|(_, out)| out).collect()
 }
 
+fn version_name(v: Version) -> &'static str {
+    match v {
+        Version::V1 => "v1",
+        Version::V2 => "v2",
+    }
+}
+
 pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
@@ -356,7 +363,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         })?;
         let local = listener.local_addr()?;
         let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout);
-        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = ?args.proxy_protocol, header_port, "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = version_name(args.proxy_protocol), header_port, "listening");
         targets.push((
             name,
             DnsTarget::new(cfg.target_host.clone(), target_port, args.ready_timeout),
