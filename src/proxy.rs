@@ -21,6 +21,11 @@ use crate::relay::{self, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
 
+/// How long a resolution of the target serves new connections. Short enough to follow a moved
+/// target at once for practical purposes (and dropped whenever no address answers), long
+/// enough that a burst of connections does not cost a DNS query each.
+const DNS_CACHE: Duration = Duration::from_secs(1);
+
 /// A listen address flag value; empty disables the listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen(pub Option<ListenAddr>);
@@ -197,7 +202,9 @@ impl Config {
         let target_host = match (&args.target_service_name, &args.target_service_namespace) {
             (Some(name), Some(ns)) => {
                 let domain = crate::cluster_domain::resolve(args.cluster_domain.as_deref());
-                format!("{name}.{ns}.svc.{domain}")
+                // Fully qualified (trailing dot): the resolver skips the search list, which
+                // with Kubernetes' ndots:5 would cost three failed queries per lookup.
+                format!("{name}.{ns}.svc.{domain}.")
             }
             _ => args.target_host.clone(),
         };
@@ -362,7 +369,8 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
         })?;
         let local = listener.local_addr()?;
-        let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout);
+        let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout)
+            .with_cache(DNS_CACHE);
         tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = version_name(args.proxy_protocol), header_port, "listening");
         targets.push((
             name,
@@ -510,7 +518,7 @@ mod tests {
                     "--cluster-domain",
                     "corp.local.",
                 ][..],
-                Ok("ingress.infra.svc.corp.local"),
+                Ok("ingress.infra.svc.corp.local."),
             ),
             (&["--target-host", "[::1]"][..], Ok("::1")),
             (
