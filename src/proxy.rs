@@ -345,7 +345,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let stop_accepting = CancellationToken::new();
     let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
 
-    let listeners = [
+    let wanted = [
         (
             "http",
             "--listen-http",
@@ -362,8 +362,8 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         ),
     ];
     let mut targets = Vec::new();
-    let mut servers = Vec::new();
-    for (name, flag, addr, target_port, header_port) in listeners {
+    let mut listeners = Vec::new();
+    for (name, flag, addr, target_port, header_port) in wanted {
         let Some(addr) = addr else { continue };
         let listener = relay::bind(addr).await.map_err(|e| {
             anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
@@ -384,14 +384,14 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             idle_timeout: idle,
             metrics: relay_metrics.listener(name),
         });
-        servers.push(tokio::spawn(relay::serve(
-            listener,
-            route,
-            limit.clone(),
-            tracker.clone(),
-            stop_accepting.clone(),
-        )));
+        listeners.push((listener, route));
     }
+    let server = tokio::spawn(relay::serve(
+        listeners,
+        limit,
+        tracker.clone(),
+        stop_accepting.clone(),
+    ));
 
     let readiness = Arc::new(Readiness {
         targets,
@@ -434,9 +434,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     tokio::time::sleep(args.shutdown_delay).await;
     stop_accepting.cancel();
-    for s in servers {
-        let _ = s.await;
-    }
+    let _ = server.await;
     tracker.close();
     tracing::info!(
         in_flight = tracker.len(),

@@ -11,8 +11,10 @@ pub mod listen;
 pub mod metrics;
 pub mod upstream;
 
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -45,18 +47,23 @@ pub struct Route<U> {
     pub metrics: ListenerMetrics,
 }
 
-/// Accepts until `stop` is cancelled, then drops the listener (new connections are refused).
-/// Each connection runs as a task on `tracker`, so the caller can wait for them to drain.
-/// With `limit`, a permit is taken before accept(2): past the cap, clients wait in the kernel
-/// backlog instead of being accepted.
+/// Accepts on every listener until `stop` is cancelled, then drops them (new connections are
+/// refused). Each connection runs as a task on `tracker`, so the caller can wait for them to
+/// drain. With `limit`, a permit is taken before accept(2): past the cap, clients wait in the
+/// kernel backlog instead of being accepted. One loop serves all listeners so that a quiet
+/// listener does not sit on a permit another one could use.
 pub async fn serve<U: Upstream>(
-    listener: TcpListener,
-    route: Arc<Route<U>>,
+    listeners: Vec<(TcpListener, Arc<Route<U>>)>,
     limit: Option<Arc<Semaphore>>,
     tracker: TaskTracker,
     stop: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(5);
+    let mut next = 0;
+    let n = listeners.len();
+    if n == 0 {
+        return;
+    }
     loop {
         let permit = match &limit {
             Some(sem) => tokio::select! {
@@ -66,11 +73,23 @@ pub async fn serve<U: Upstream>(
             },
             None => None,
         };
-        let accepted = tokio::select! {
+        // Poll the listeners starting after the last one served, so none can starve another.
+        let accept_any = poll_fn(|cx| {
+            for i in 0..n {
+                let idx = (next + i) % n;
+                if let Poll::Ready(r) = listeners[idx].0.poll_accept(cx) {
+                    return Poll::Ready((idx, r));
+                }
+            }
+            Poll::Pending
+        });
+        let (idx, accepted) = tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            r = listener.accept() => r,
+            r = accept_any => r,
         };
+        let route = &listeners[idx].1;
+        next = (idx + 1) % n;
         match accepted {
             Ok((stream, peer)) => {
                 backoff = Duration::from_millis(5);
@@ -95,7 +114,9 @@ pub async fn serve<U: Upstream>(
             }
         }
     }
-    tracing::info!(listener = route.name, "stopped accepting connections");
+    for (_, route) in &listeners {
+        tracing::info!(listener = route.name, "stopped accepting connections");
+    }
 }
 
 fn per_connection(e: &std::io::Error) -> bool {
