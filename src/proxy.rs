@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::cli::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
-use crate::relay::{self, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
+use crate::relay::{self, CopyMode, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
@@ -162,6 +162,12 @@ pub struct ProxyArgs {
     /// Close a connection after no traffic either way for this long; 0 disables.
     #[arg(long, env = "OUROBOROS_PROXY_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Duration,
+
+    /// How bytes are copied between the sockets: `userspace` (read/write through a pooled
+    /// buffer) or `splice` (Linux splice(2) through a pooled pipe; bytes stay in the kernel, each
+    /// busy direction holds a pipe).
+    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Userspace)]
+    pub copy_mode: CopyMode,
 
     /// Connections relayed at once (both listeners together); past it new connections wait in
     /// the kernel's listen backlog. 0 = unlimited.
@@ -382,6 +388,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             version: args.proxy_protocol,
             header_port: Some(header_port),
             idle_timeout: idle,
+            copy: args.copy_mode,
             metrics: relay_metrics.listener(name),
         });
         listeners.push((listener, route));

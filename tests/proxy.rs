@@ -160,9 +160,18 @@ fn recv_all(s: &mut TcpStream) -> (usize, Fnv) {
 
 #[test]
 fn relays_64_mib_each_way_intact() {
+    relay_64_mib("userspace");
+}
+
+#[test]
+fn relays_64_mib_each_way_intact_with_splice() {
+    relay_64_mib("splice");
+}
+
+fn relay_64_mib(copy_mode: &str) {
     const LEN: usize = 64 << 20;
     let (up, accepted) = tcp_upstream();
-    let proxy = proxy_to(up, &["--proxy-protocol", "v2"]);
+    let proxy = proxy_to(up, &["--proxy-protocol", "v2", "--copy-mode", copy_mode]);
     let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
     let me = client.local_addr().unwrap();
     let (mut server, header) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -203,8 +212,14 @@ fn relays_64_mib_each_way_intact() {
 
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
+    for copy_mode in ["userspace", "splice"] {
+        half_close(copy_mode);
+    }
+}
+
+fn half_close(copy_mode: &str) {
     let (up, accepted) = tcp_upstream();
-    let proxy = proxy_to(up, &[]);
+    let proxy = proxy_to(up, &["--copy-mode", copy_mode]);
     let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
     client.write_all(b"question").unwrap();
     client.shutdown(Shutdown::Write).unwrap();

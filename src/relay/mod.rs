@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
-pub use copy::End;
+pub use copy::{CopyMode, End};
 pub use listen::{bind, parse_listen, ListenAddr};
 pub use metrics::{ListenerMetrics, RelayMetrics};
 pub use upstream::{Cause, DialError, DnsTarget, Upstream};
@@ -44,6 +44,7 @@ pub struct Route<U> {
     pub header_port: Option<u16>,
     /// Close a connection after this long without traffic either way; `None` = never.
     pub idle_timeout: Option<Duration>,
+    pub copy: CopyMode,
     pub metrics: ListenerMetrics,
 }
 
@@ -155,8 +156,14 @@ async fn handle<U: Upstream>(
         to_upstream: m.to_upstream.inner(),
         to_client: m.to_client.inner(),
     };
-    let (end, to_upstream, to_client) =
-        copy::relay(&mut client, &mut up, route.idle_timeout, counters).await;
+    let (end, to_upstream, to_client) = copy::relay(
+        &mut client,
+        &mut up,
+        route.copy,
+        route.idle_timeout,
+        counters,
+    )
+    .await;
     let elapsed = started.elapsed();
     m.duration_seconds.observe(elapsed.as_secs_f64());
     let (idx, result) = match &end {
@@ -285,6 +292,7 @@ mod tests {
             version: Version::V1,
             header_port: Some(80),
             idle_timeout: Some(Duration::from_secs(60)),
+            copy: CopyMode::Userspace,
             metrics: RelayMetrics::register(&mut registry).listener("http"),
         });
         let fut = handle(client, addr, route, None);
