@@ -794,3 +794,40 @@ fn unanswered_dial_times_out_with_cause_timeout() {
     );
     assert_eq!(warn["upstream"], format!("127.0.0.1:{port}"));
 }
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let (up, accepted) = tcp_upstream();
+    let proxy = proxy_to(up, &["--idle-timeout", "400ms"]);
+    let mut c = TcpStream::connect(port_of(proxy.http)).unwrap();
+    let (mut s, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Traffic keeps it open past the timeout...
+    let started = Instant::now();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(200));
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+    }
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    // ...silence closes both sides.
+    let quiet = Instant::now();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(c.read(&mut b).unwrap(), 0);
+    assert_eq!(s.read(&mut b).unwrap(), 0);
+    let waited = quiet.elapsed();
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    let wait = Instant::now() + Duration::from_secs(5);
+    while proxy.metric(
+        r#"ouroboros_proxy_connections_closed_total{listener="http",result="idle-timeout"}"#,
+    ) != Some(1.0)
+    {
+        assert!(Instant::now() < wait, "idle close not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
