@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod cluster_domain;
+pub mod controller;
 pub mod dns;
 pub mod hostname;
 pub mod proxy;
