@@ -666,7 +666,12 @@ mod tests {
         // (spec.ingressClassName, annotation, IngressClasses (name, default annotation, deleting),
         //  resolved class)
         type Classes<'a> = &'a [(&'a str, Option<&'a str>, bool)];
-        type Case<'a> = (Option<&'a str>, Option<&'a str>, Classes<'a>, Option<&'a str>);
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Classes<'a>,
+            Option<&'a str>,
+        );
         let cases: &[Case] = &[
             (Some("a"), None, &[], Some("a")),
             (Some("a"), Some("b"), &[], Some("a")),
