@@ -336,7 +336,7 @@ mod tests {
         // in running clusters.
         assert_eq!(
             object_name(DEFAULT_INSTANCE, &host("WWW.example.com.")),
-            "www-example-com-93dbf6365e4f609a"
+            "www-example-com-83c9f4f4d6e3c9e9"
         );
         assert_ne!(
             object_name("a", &host("www.example.com")),
