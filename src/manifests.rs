@@ -386,7 +386,7 @@ spec:
         std::fs::write(dir.join(".hidden.yaml"), "bad: [").unwrap();
         #[cfg(unix)]
         std::os::unix::fs::symlink(&dir, dir.join("b/loop")).unwrap();
-        let m = Manifests::read(&[dir.clone()]).unwrap();
+        let m = Manifests::read(std::slice::from_ref(&dir)).unwrap();
         let names: Vec<_> = m
             .ingresses
             .iter()

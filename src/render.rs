@@ -38,13 +38,13 @@ pub struct RenderArgs {
 #[derive(Subcommand, Debug)]
 pub enum Target {
     /// A Corefile with the ouroboros `rewrite` block spliced into its root server block.
-    Coredns(CorednsArgs),
+    Coredns(Box<CorednsArgs>),
     /// The rewrite rules alone, for a Corefile with `import /etc/coredns/custom/*.override`.
-    CorednsImport(CorednsImportArgs),
+    CorednsImport(Box<CorednsImportArgs>),
     /// A hosts file with the ouroboros block of `IP host` lines.
-    EtcHosts(EtcHostsArgs),
+    EtcHosts(Box<EtcHostsArgs>),
     /// external-dns DNSEndpoint objects (multi-document YAML), one per hostname.
-    ExternalDns(ExternalDnsArgs),
+    ExternalDns(Box<ExternalDnsArgs>),
 }
 
 /// What every target takes: the filter/policy flags and the manifests.
