@@ -58,7 +58,7 @@ impl Manifests {
                     .read_to_string(&mut text)
                     .context("reading manifests from stdin")?;
                 out.files += 1;
-                out.add_text(&text, Format::Yaml)
+                out.add_text(&text, Format::sniff(&text))
                     .with_context(|| "stdin".to_string())?;
                 continue;
             }
@@ -216,6 +216,14 @@ pub enum Format {
 }
 
 impl Format {
+    /// For stdin: JSON if the text starts like JSON (`kubectl get -o json`), else YAML.
+    pub fn sniff(text: &str) -> Self {
+        match text.trim_start().as_bytes().first() {
+            Some(b'{') => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+
     pub fn of(path: &Path) -> Self {
         match path.extension().and_then(|e| e.to_str()) {
             Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,

@@ -185,10 +185,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             let hosts = desired_hosts(&a.input, &[&a.corefile])?;
             let text = read_input(&a.corefile, "Corefile")?;
             let edit = dns::corefile::splice(&text, &hosts, &a.proxy.proxy_fqdn).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: {e}; fix the Corefile (nothing was written)",
-                    a.corefile.display()
-                )
+                anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
             })?;
             if !hosts.is_empty() && !edit.findings.has_reload {
                 tracing::warn!(
@@ -219,10 +216,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             let hosts = desired_hosts(&a.input, &[&a.hosts_file])?;
             let text = read_input(&a.hosts_file, "hosts file")?;
             let edit = dns::etc_hosts::splice(&text, &hosts, &a.proxy.proxy_ips).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: {e}; fix the hosts file (nothing was written)",
-                    a.hosts_file.display()
-                )
+                anyhow::anyhow!("{}: {e} (nothing was printed)", a.hosts_file.display())
             })?;
             for host in &edit.skipped_wildcards {
                 tracing::warn!(
