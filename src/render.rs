@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -180,6 +181,7 @@ pub struct ExternalDnsArgs {
 
 /// Runs synchronously: nothing here needs a runtime.
 pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
     let output = match args.target {
         Target::Coredns(a) => {
             let hosts = desired_hosts(&a.input, &[&a.corefile])?;
@@ -248,6 +250,10 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             text
         }
     };
+    tracing::debug!(
+        total_us = started.elapsed().as_micros() as u64,
+        "timings: render before writing"
+    );
     let mut out = std::io::stdout().lock();
     out.write_all(output.as_bytes())
         .and_then(|()| out.flush())
@@ -279,8 +285,16 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<BTreeS
     if input.manifests.is_empty() {
         tracing::info!("no MANIFEST given: the host set is empty");
     }
+    let started = Instant::now();
     let manifests = Manifests::read(&input.manifests)?;
+    let read = started.elapsed();
     let desired = hostnames::desired(&manifests.sources(), &filters, &policy);
+    tracing::debug!(
+        read_us = read.as_micros() as u64,
+        select_us = (started.elapsed() - read).as_micros() as u64,
+        hosts = desired.hosts.len(),
+        "timings: reading manifests, selecting hostnames"
+    );
     for r in &desired.rejected {
         tracing::warn!(
             kind = %r.object.kind,
