@@ -33,6 +33,7 @@ pub enum Command {
     /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
     Whoami(crate::whoami::WhoamiArgs),
     /// Print the CoreDNS, hosts-file or external-dns configuration for the hostnames in manifest files, offline.
+    #[command(long_about = crate::render::LONG_ABOUT)]
     Render(crate::render::RenderArgs),
 }
 

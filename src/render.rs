@@ -18,9 +18,9 @@ use crate::dns::{self, external, ProxyFqdn};
 use crate::hostname::Hostname;
 use crate::manifests::Manifests;
 
-#[derive(Args, Debug)]
-#[command(
-    long_about = "Print the DNS configuration the controller would write for the hostnames in \
+/// `render --help`: the long description (the subcommand's doc comment in cli.rs is the short one).
+pub const LONG_ABOUT: &str =
+    "Print the DNS configuration the controller would write for the hostnames in \
         the given manifests, without a cluster.\n\n\
         MANIFEST is a YAML or JSON file (several documents allowed), a directory (read \
         recursively: *.yaml, *.yml, *.json, in sorted order, hidden entries skipped) or `-` for \
@@ -29,8 +29,9 @@ use crate::manifests::Manifests;
         Objects without a namespace count as in `default`.\n\n\
         The result goes to stdout, warnings (rejected hostnames, Corefile findings) to stderr. \
         If the Corefile or hosts file cannot be parsed, the error names the file and line, \
-        nothing is printed to stdout and the exit code is 1 (64 for bad flags)."
-)]
+        nothing is printed to stdout and the exit code is 1 (64 for bad flags).";
+
+#[derive(Args, Debug)]
 pub struct RenderArgs {
     #[command(subcommand)]
     pub target: Target,
