@@ -33,6 +33,9 @@ pub enum Command {
     Proxy(crate::proxy::ProxyArgs),
     /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
     Whoami(crate::whoami::WhoamiArgs),
+    /// Print the CoreDNS, hosts-file or external-dns configuration for the hostnames in manifest files, offline.
+    #[command(long_about = crate::render::LONG_ABOUT)]
+    Render(crate::render::RenderArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -80,6 +83,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Proxy(args) => runtime()?.block_on(crate::proxy::run(args)),
         Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
+        Command::Render(args) => crate::render::run(args),
     }
 }
 

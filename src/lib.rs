@@ -6,11 +6,14 @@
 pub mod admin;
 pub mod cli;
 pub mod cluster_domain;
+pub mod controller;
 pub mod dns;
 pub mod hostname;
+pub mod manifests;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod relay;
+pub mod render;
 pub mod shutdown;
 pub mod telemetry;
 pub mod whoami;

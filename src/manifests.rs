@@ -1,0 +1,557 @@
+//! Kubernetes objects from manifest files for `render`: YAML or JSON files (several documents
+//! each), directories read recursively, or `-` for stdin. `List` objects are unwrapped; kinds that
+//! carry no hostnames are skipped.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::controller::hostnames::{Sources, GATEWAY_GROUP};
+
+/// Gateway-API versions whose Gateway/route fields that matter here match v1.
+const GATEWAY_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha2"];
+
+/// The objects read so far, by kind.
+#[derive(Clone, Debug, Default)]
+pub struct Manifests {
+    pub ingresses: Vec<Ingress>,
+    pub ingress_classes: Vec<IngressClass>,
+    pub gateways: Vec<Gateway>,
+    pub http_routes: Vec<HttpRoute>,
+    pub grpc_routes: Vec<GrpcRoute>,
+    pub tls_routes: Vec<TlsRoute>,
+    /// Objects of other kinds (or none), skipped.
+    pub skipped: usize,
+    /// Files read (stdin counts as one).
+    pub files: usize,
+}
+
+impl Manifests {
+    pub fn sources(&self) -> Sources<'_> {
+        Sources {
+            ingresses: self.ingresses.iter().collect(),
+            ingress_classes: self.ingress_classes.iter().collect(),
+            gateways: self.gateways.iter().collect(),
+            http_routes: self.http_routes.iter().collect(),
+            grpc_routes: self.grpc_routes.iter().collect(),
+            tls_routes: self.tls_routes.iter().collect(),
+        }
+    }
+
+    /// Reads every MANIFEST argument in order: a file, a directory or `-` for stdin.
+    pub fn read(args: &[PathBuf]) -> anyhow::Result<Self> {
+        let mut out = Self::default();
+        for arg in args {
+            if arg.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("reading manifests from stdin")?;
+                out.files += 1;
+                out.add_text(&text, Format::sniff(&text))
+                    .with_context(|| "stdin".to_string())?;
+                continue;
+            }
+            let meta = std::fs::metadata(arg)
+                .with_context(|| format!("{}: cannot read manifest path", arg.display()))?;
+            let files = if meta.is_dir() {
+                let mut files = Vec::new();
+                let mut seen = BTreeSet::new();
+                collect_dir(arg, &mut files, &mut seen)?;
+                files
+            } else {
+                vec![arg.clone()]
+            };
+            for file in files {
+                let text = std::fs::read_to_string(&file)
+                    .with_context(|| format!("{}: cannot read", file.display()))?;
+                out.files += 1;
+                out.add_text(&text, Format::of(&file))
+                    .with_context(|| file.display().to_string())?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds every object in `text` (pure: no I/O).
+    pub fn add_text(&mut self, text: &str, format: Format) -> anyhow::Result<()> {
+        match format {
+            Format::Json => {
+                let stream = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
+                for (i, doc) in stream.enumerate() {
+                    let doc = doc.map_err(|e| anyhow!("document {}: {e}", i + 1))?;
+                    self.add_json(doc, None)
+                        .with_context(|| format!("document {}", i + 1))?;
+                }
+            }
+            Format::Yaml => {
+                for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+                    let doc = Value::deserialize(doc)
+                        .map_err(|e| anyhow!("document {}: {}", i + 1, yaml_error(&e)))?;
+                    self.add_value(doc)
+                        .with_context(|| format!("document {}", i + 1))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// JSON fast path: the typed structs are parsed straight from the text, without building a
+    /// `Value` tree first (several times faster on `kubectl get -o json` dumps). Anything the fast
+    /// path cannot take (other API versions, fields to fix up) goes through [`Self::add_value`],
+    /// which also produces the error messages. `list_kind` is the (apiVersion, kind) a typed list
+    /// gives its items.
+    fn add_json(&mut self, raw: &RawValue, list_kind: Option<(&str, &str)>) -> anyhow::Result<()> {
+        #[derive(Deserialize)]
+        struct Probe<'a> {
+            #[serde(rename = "apiVersion", borrow)]
+            api_version: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow)]
+            items: Option<Vec<&'a RawValue>>,
+        }
+        let slow = |this: &mut Self| -> anyhow::Result<()> {
+            let mut doc: Value = serde_json::from_str(raw.get())?;
+            if let (Some((api_version, kind)), Some(obj)) = (list_kind, doc.as_object_mut()) {
+                obj.entry("apiVersion")
+                    .or_insert_with(|| Value::String(api_version.to_string()));
+                obj.entry("kind")
+                    .or_insert_with(|| Value::String(kind.to_string()));
+            }
+            this.add_value(doc)
+        };
+        let Ok(probe) = serde_json::from_str::<Probe>(raw.get()) else {
+            return slow(self);
+        };
+        let (api_version, kind) = match (&probe.api_version, &probe.kind, list_kind) {
+            (Some(a), Some(k), _) => (a.as_ref(), k.as_ref()),
+            (None, None, Some((a, k))) => (a, k),
+            _ => return slow(self),
+        };
+        if let (Some(item_kind), Some(items)) = (kind.strip_suffix("List"), &probe.items) {
+            let inherited = (!item_kind.is_empty()).then_some((api_version, item_kind));
+            for (i, item) in items.iter().enumerate() {
+                self.add_json(item, inherited)
+                    .with_context(|| format!("{kind} item {}", i + 1))?;
+            }
+            return Ok(());
+        }
+        let text = raw.get();
+        let parsed = match (api_version, kind) {
+            ("networking.k8s.io/v1", "Ingress") => {
+                serde_json::from_str(text).map(|mut o: Ingress| {
+                    o.metadata.managed_fields = None;
+                    self.ingresses.push(o)
+                })
+            }
+            ("networking.k8s.io/v1", "IngressClass") => {
+                serde_json::from_str(text).map(|mut o: IngressClass| {
+                    o.metadata.managed_fields = None;
+                    self.ingress_classes.push(o)
+                })
+            }
+            ("gateway.networking.k8s.io/v1", "Gateway") => {
+                serde_json::from_str(text).map(|mut o: Gateway| {
+                    o.metadata.managed_fields = None;
+                    self.gateways.push(o)
+                })
+            }
+            ("gateway.networking.k8s.io/v1", "HTTPRoute") => {
+                serde_json::from_str(text).map(|mut o: HttpRoute| {
+                    o.metadata.managed_fields = None;
+                    self.http_routes.push(o)
+                })
+            }
+            ("gateway.networking.k8s.io/v1", "GRPCRoute") => {
+                serde_json::from_str(text).map(|mut o: GrpcRoute| {
+                    o.metadata.managed_fields = None;
+                    self.grpc_routes.push(o)
+                })
+            }
+            ("gateway.networking.k8s.io/v1", "TLSRoute") => {
+                serde_json::from_str(text).map(|mut o: TlsRoute| {
+                    o.metadata.managed_fields = None;
+                    self.tls_routes.push(o)
+                })
+            }
+            _ => return slow(self),
+        };
+        // A typed parse that fails is retried through the tolerant path (status dropped,
+        // fix-ups applied), which reports the error if there really is one.
+        match parsed {
+            Ok(()) => Ok(()),
+            Err(_) => slow(self),
+        }
+    }
+
+    /// Sorts one object (or the items of a list) into its kind.
+    fn add_value(&mut self, mut doc: Value) -> anyhow::Result<()> {
+        let (api_version, kind) = match (&doc["apiVersion"], &doc["kind"]) {
+            (Value::String(a), Value::String(k)) => (a.clone(), k.clone()),
+            // Empty documents and YAML that is not a Kubernetes object.
+            _ => {
+                if !doc.is_null() {
+                    self.skipped += 1;
+                }
+                return Ok(());
+            }
+        };
+        if let Some(item_kind) = kind.strip_suffix("List") {
+            if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
+                for (i, mut item) in std::mem::take(items).into_iter().enumerate() {
+                    // Typed lists (`IngressList`) from the API omit each item's apiVersion/kind.
+                    if let Some(obj) = item.as_object_mut() {
+                        if !item_kind.is_empty() {
+                            obj.entry("apiVersion")
+                                .or_insert_with(|| Value::String(api_version.clone()));
+                            obj.entry("kind")
+                                .or_insert_with(|| Value::String(item_kind.to_string()));
+                        }
+                    }
+                    self.add_value(item)
+                        .with_context(|| format!("{kind} item {}", i + 1))?;
+                }
+                return Ok(());
+            }
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+        // Only spec and metadata matter; status and managedFields only cost time and can
+        // carry values newer or older than the typed structs know.
+        if let Some(obj) = doc.as_object_mut() {
+            obj.remove("status");
+            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+        }
+        match (group, kind.as_str()) {
+            ("networking.k8s.io", "Ingress") if version == "v1" => {
+                self.ingresses.push(typed(doc, &kind)?)
+            }
+            ("networking.k8s.io", "IngressClass") if version == "v1" => {
+                self.ingress_classes.push(typed(doc, &kind)?)
+            }
+            (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute")
+                if GATEWAY_VERSIONS.contains(&version) =>
+            {
+                match kind.as_str() {
+                    "Gateway" => self.gateways.push(typed(doc, &kind)?),
+                    "HTTPRoute" => self.http_routes.push(typed(doc, &kind)?),
+                    "GRPCRoute" => self.grpc_routes.push(typed(doc, &kind)?),
+                    _ => {
+                        // Before v1, TLSRoute's hostnames and rules were optional.
+                        if let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut) {
+                            spec.entry("hostnames")
+                                .or_insert_with(|| Value::Array(vec![]));
+                            spec.entry("rules").or_insert_with(|| Value::Array(vec![]));
+                        }
+                        self.tls_routes.push(typed(doc, &kind)?)
+                    }
+                }
+            }
+            ("networking.k8s.io" | "extensions", "Ingress")
+            | (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute") => {
+                tracing::warn!(
+                    api_version,
+                    kind,
+                    name = doc["metadata"]["name"].as_str().unwrap_or_default(),
+                    "skipping an object of an API version ouroboros does not read; convert it to networking.k8s.io/v1 (Ingress) or gateway.networking.k8s.io/v1"
+                );
+                self.skipped += 1;
+            }
+            _ => self.skipped += 1,
+        }
+        Ok(())
+    }
+}
+
+fn typed<T: DeserializeOwned>(doc: Value, kind: &str) -> anyhow::Result<T> {
+    let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let ns = doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    serde_json::from_value(doc).map_err(|e| {
+        let who = if ns.is_empty() {
+            name
+        } else {
+            format!("{ns}/{name}")
+        };
+        anyhow!("{kind} {who:?} is not a valid {kind}: {e}")
+    })
+}
+
+fn yaml_error(e: &serde_yaml::Error) -> String {
+    // serde_yaml's message already ends with "at line L column C" when it has a location.
+    e.to_string()
+}
+
+/// How to parse a file: JSON by extension, YAML otherwise (JSON read as YAML works too, but the
+/// JSON parser gives exact positions and is faster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+impl Format {
+    /// For stdin: JSON if the text starts like JSON (`kubectl get -o json`), else YAML.
+    pub fn sniff(text: &str) -> Self {
+        match text.trim_start().as_bytes().first() {
+            Some(b'{') => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+
+    pub fn of(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        ["yaml", "yml", "json"]
+            .iter()
+            .any(|x| e.eq_ignore_ascii_case(x))
+    })
+}
+
+/// Files under `dir` in sorted path order; hidden entries (`.git`, editor files) are skipped and
+/// a symlinked directory is read once.
+fn collect_dir(
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    seen: &mut BTreeSet<PathBuf>,
+) -> anyhow::Result<()> {
+    let real = std::fs::canonicalize(dir)
+        .with_context(|| format!("{}: cannot resolve directory", dir.display()))?;
+    if !seen.insert(real) {
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: cannot list directory", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{}: cannot list directory", dir.display()))?;
+    entries.sort();
+    for path in entries {
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        let meta =
+            std::fs::metadata(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+        if meta.is_dir() {
+            collect_dir(&path, files, seen)?;
+        } else if meta.is_file() && is_manifest(&path) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, format: Format) -> anyhow::Result<Manifests> {
+        let mut m = Manifests::default();
+        m.add_text(text, format)?;
+        Ok(m)
+    }
+
+    const INGRESS: &str = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web
+  namespace: shop
+spec:
+  tls:
+  - hosts: [shop.example.com]
+";
+
+    #[test]
+    fn yaml_documents_and_kinds() {
+        let text = format!(
+            "---\n# only a comment\n---\n{INGRESS}---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n---\n\
+             replicaCount: 3\n---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: nginx}}\nspec: {{}}\n---\n\
+             apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: g}}\nspec:\n  gatewayClassName: c\n  listeners:\n  - {{name: l, port: 443, protocol: HTTPS, hostname: g.example.com}}\n---\n\
+             apiVersion: gateway.networking.k8s.io/v1beta1\nkind: HTTPRoute\nmetadata: {{name: h}}\nspec: {{hostnames: [h.example.com]}}\n---\n\
+             apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {{name: r}}\nspec: {{}}\n---\n\
+             apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata: {{name: t}}\nspec: {{parentRefs: [{{name: g}}]}}\n---\n\
+             apiVersion: networking.k8s.io/v1beta1\nkind: Ingress\nmetadata: {{name: old}}\nspec: {{}}\n"
+        );
+        let m = parse(&text, Format::Yaml).unwrap();
+        assert_eq!(m.ingresses.len(), 1);
+        assert_eq!(m.ingresses[0].metadata.name.as_deref(), Some("web"));
+        assert_eq!(m.ingress_classes.len(), 1);
+        assert_eq!(m.gateways.len(), 1);
+        assert_eq!(m.http_routes.len(), 1);
+        assert_eq!(m.grpc_routes.len(), 1);
+        assert_eq!(m.tls_routes.len(), 1);
+        assert!(m.tls_routes[0].spec.hostnames.is_empty());
+        // Service, the values file and the v1beta1 Ingress.
+        assert_eq!(m.skipped, 3);
+    }
+
+    #[test]
+    fn lists_are_unwrapped() {
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "a"},
+             "spec": {"tls": [{"hosts": ["a.example.com"]}]}, "status": {"loadBalancer": {}}},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "IngressList", "items": [
+                {"metadata": {"name": "nested", "managedFields": [{"manager": "kubectl"}]}}]}
+        ]}
+        {"apiVersion": "networking.k8s.io/v1", "kind": "IngressList", "metadata": {}, "items": [
+            {"metadata": {"name": "b"}}, {"metadata": {"name": "c"}}]}"#;
+        let m = parse(list, Format::Json).unwrap();
+        let names: Vec<_> = m
+            .ingresses
+            .iter()
+            .map(|i| i.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "nested", "b", "c"]);
+        assert!(m.ingresses[1].metadata.managed_fields.is_none());
+        // A list with no items is just empty.
+        let m = parse("apiVersion: v1\nkind: List\nitems: []\n", Format::Yaml).unwrap();
+        assert!(m.ingresses.is_empty() && m.skipped == 0);
+    }
+
+    #[test]
+    fn errors_name_document_and_line() {
+        for (text, format, want) in [
+            (
+                format!("{INGRESS}---\napiVersion: v1\nkind: [unclosed\n"),
+                Format::Yaml,
+                vec!["document 2", "line 11"],
+            ),
+            (
+                "{\"apiVersion\": \"v1\",\n \"kind\": }".to_string(),
+                Format::Json,
+                vec!["document 1", "line 2"],
+            ),
+            (
+                format!("{INGRESS}---\n{}", INGRESS.replace("[shop.example.com]", "7")),
+                Format::Yaml,
+                vec!["document 2", "Ingress \"shop/web\" is not a valid Ingress"],
+            ),
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: gateway.networking.k8s.io/v1\n  kind: Gateway\n  metadata: {name: g}\n  spec: {}\n".to_string(),
+                Format::Yaml,
+                vec!["document 1", "List item 1", "Gateway \"g\""],
+            ),
+        ] {
+            let err = format!("{:#}", parse(&text, format).unwrap_err());
+            for w in want {
+                assert!(err.contains(w), "{err:?} lacks {w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn json_fast_path_falls_back() {
+        // v1alpha2 TLSRoute without hostnames/rules and a status the typed struct would reject:
+        // both need the tolerant path.
+        let text = r#"{"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+             "metadata": {"name": "t"}, "spec": {}},
+            {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+             "metadata": {"name": "g"}, "spec": {"gatewayClassName": "c", "listeners": []},
+             "status": {"conditions": "not-a-list"}},
+            {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+             "metadata": {"name": "h"}, "spec": {"hostnames": ["h.example.com"]}}
+        ]}"#;
+        let m = parse(text, Format::Json).unwrap();
+        assert_eq!(m.tls_routes.len(), 1);
+        assert_eq!(m.gateways.len(), 1);
+        assert_eq!(m.http_routes.len(), 1);
+        let bad = r#"{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "x", "namespace": "n"}, "spec": {"tls": "nope"}}"#;
+        let err = format!("{:#}", parse(bad, Format::Json).unwrap_err());
+        assert!(
+            err.contains("document 1") && err.contains("Ingress \"n/x\" is not a valid Ingress"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn formats() {
+        for (text, want) in [
+            ("{\"kind\": \"List\"}", Format::Json),
+            ("\n  {}", Format::Json),
+            ("apiVersion: v1\n", Format::Yaml),
+            ("---\n{}", Format::Yaml),
+            ("", Format::Yaml),
+        ] {
+            assert_eq!(Format::sniff(text), want, "{text:?}");
+        }
+        for (path, want) in [
+            ("a.json", Format::Json),
+            ("a.JSON", Format::Json),
+            ("a.yaml", Format::Yaml),
+            ("a.yml", Format::Yaml),
+            ("a", Format::Yaml),
+        ] {
+            assert_eq!(Format::of(Path::new(path)), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn reads_directories_recursively_in_order() {
+        let dir = std::env::temp_dir().join(format!("ouroboros-manifests-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("b/nested")).unwrap();
+        std::fs::create_dir_all(dir.join(".git")).unwrap();
+        let ing = |name: &str| INGRESS.replace("name: web", &format!("name: {name}"));
+        std::fs::write(dir.join("z.yaml"), ing("z")).unwrap();
+        std::fs::write(dir.join("a.yml"), ing("a")).unwrap();
+        std::fs::write(
+            dir.join("b/nested/c.json"),
+            serde_json::to_string(&serde_yaml::from_str::<Value>(&ing("c")).unwrap()).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.join("b/readme.md"), "not: [a manifest").unwrap();
+        std::fs::write(dir.join(".git/x.yaml"), "bad: [").unwrap();
+        std::fs::write(dir.join(".hidden.yaml"), "bad: [").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&dir, dir.join("b/loop")).unwrap();
+        let m = Manifests::read(std::slice::from_ref(&dir)).unwrap();
+        let names: Vec<_> = m
+            .ingresses
+            .iter()
+            .map(|i| i.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "c", "z"]);
+        assert_eq!(m.files, 3);
+        // An explicit file is read whatever its name; errors name the file.
+        std::fs::write(dir.join("bad.txt"), "a: [").unwrap();
+        let err = format!("{:#}", Manifests::read(&[dir.join("bad.txt")]).unwrap_err());
+        assert!(
+            err.contains("bad.txt") && err.contains("document 1"),
+            "{err}"
+        );
+        let err = format!(
+            "{:#}",
+            Manifests::read(&[dir.join("missing.yaml")]).unwrap_err()
+        );
+        assert!(err.contains("missing.yaml"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

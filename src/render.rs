@@ -1,0 +1,342 @@
+//! `ouroboros render`: what the controller would write, computed offline from manifest files by
+//! the same pure code. The result goes to stdout, warnings to stderr; on any error nothing is
+//! printed to stdout.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::cli::UsageError;
+use crate::controller::hostnames::{self, HostnameArgs};
+use crate::dns::{self, external, ProxyFqdn};
+use crate::hostname::Hostname;
+use crate::manifests::Manifests;
+
+/// `render --help`: the long description (the subcommand's doc comment in cli.rs is the short one).
+pub const LONG_ABOUT: &str =
+    "Print the DNS configuration the controller would write for the hostnames in \
+        the given manifests, without a cluster.\n\n\
+        MANIFEST is a YAML or JSON file (several documents allowed), a directory (read \
+        recursively: *.yaml, *.yml, *.json, in sorted order, hidden entries skipped) or `-` for \
+        stdin; `kind: List` is unwrapped and kinds without hostnames are ignored. With no \
+        MANIFEST the host set is empty (so `render coredns` removes the ouroboros block). \
+        Objects without a namespace count as in `default`.\n\n\
+        The result goes to stdout, warnings (rejected hostnames, Corefile findings) to stderr. \
+        If the Corefile or hosts file cannot be parsed, the error names the file and line, \
+        nothing is printed to stdout and the exit code is 1 (64 for bad flags).";
+
+#[derive(Args, Debug)]
+pub struct RenderArgs {
+    #[command(subcommand)]
+    pub target: Target,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Target {
+    /// A Corefile with the ouroboros `rewrite` block spliced into its root server block.
+    Coredns(Box<CorednsArgs>),
+    /// The rewrite rules alone, for a Corefile with `import /etc/coredns/custom/*.override`.
+    CorednsImport(Box<CorednsImportArgs>),
+    /// A hosts file with the ouroboros block of `IP host` lines.
+    EtcHosts(Box<EtcHostsArgs>),
+    /// external-dns DNSEndpoint objects (multi-document YAML), one per hostname.
+    ExternalDns(Box<ExternalDnsArgs>),
+}
+
+/// What every target takes: the filter/policy flags and the manifests.
+#[derive(Args, Debug, Clone)]
+pub struct Input {
+    #[command(flatten)]
+    pub hostnames: HostnameArgs,
+
+    /// Manifest files, directories, or `-` for stdin.
+    #[arg(value_name = "MANIFEST")]
+    pub manifests: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProxyFqdnArg {
+    /// The proxy Service's fully qualified name, with the trailing dot: the rewrite target.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_PROXY_FQDN",
+        value_name = "FQDN",
+        default_value = dns::DEFAULT_PROXY_FQDN,
+        value_parser = ProxyFqdn::parse
+    )]
+    pub proxy_fqdn: ProxyFqdn,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProxyIpArg {
+    /// The proxy Service's IP address (repeatable, IPv4 and IPv6; comma-separated in the
+    /// environment variable).
+    #[arg(
+        long = "proxy-ip",
+        env = "OUROBOROS_CONTROLLER_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub proxy_ips: Vec<IpAddr>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CorednsArgs {
+    /// The Corefile to edit (e.g. `kubectl -n kube-system get configmap coredns -o
+    /// jsonpath='{.data.Corefile}'`), or `-` for stdin.
+    #[arg(long, env = "OUROBOROS_RENDER_COREFILE", value_name = "FILE")]
+    pub corefile: PathBuf,
+    #[command(flatten)]
+    pub proxy: ProxyFqdnArg,
+    #[command(flatten)]
+    pub input: Input,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CorednsImportArgs {
+    #[command(flatten)]
+    pub proxy: ProxyFqdnArg,
+    #[command(flatten)]
+    pub input: Input,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EtcHostsArgs {
+    /// The hosts file to edit, or `-` for stdin.
+    #[arg(long, env = "OUROBOROS_RENDER_HOSTS_FILE", value_name = "FILE")]
+    pub hosts_file: PathBuf,
+    #[command(flatten)]
+    pub proxy: ProxyIpArg,
+    #[command(flatten)]
+    pub input: Input,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ExternalDnsArgs {
+    #[command(flatten)]
+    pub proxy: ProxyIpArg,
+
+    /// Namespace of the DNSEndpoint objects.
+    #[arg(
+        long,
+        env = "OUROBOROS_RENDER_NAMESPACE",
+        value_name = "NS",
+        default_value = "ouroboros"
+    )]
+    pub namespace: String,
+
+    /// Instance name, written as the `ouroboros.io/instance` label (tells several ouroboros
+    /// installations apart).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_INSTANCE",
+        value_name = "NAME",
+        default_value = external::DEFAULT_INSTANCE
+    )]
+    pub instance: String,
+
+    /// TTL of every record, in seconds [1, 86400].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+        value_name = "SECONDS",
+        default_value_t = external::DEFAULT_TTL,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
+    )]
+    pub external_dns_record_ttl: u32,
+
+    /// Label key=value added to every DNSEndpoint (repeatable; comma-separated in the
+    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
+    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-label",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
+        value_name = "KEY=VALUE",
+        value_delimiter = ',',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_labels: Vec<(String, String)>,
+
+    /// Annotation key=value added to every DNSEndpoint (repeatable; one per line in the
+    /// environment variable, since values may hold commas), e.g.
+    /// external-dns.alpha.kubernetes.io/cloudflare-proxied=false. Reserved: ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-annotation",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+        value_name = "KEY=VALUE",
+        value_delimiter = '\n',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_annotations: Vec<(String, String)>,
+
+    #[command(flatten)]
+    pub input: Input,
+}
+
+/// Runs synchronously: nothing here needs a runtime.
+pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let output = match args.target {
+        Target::Coredns(a) => {
+            let hosts = desired_hosts(&a.input, &[&a.corefile])?;
+            let text = read_input(&a.corefile, "Corefile")?;
+            let edit = dns::corefile::splice(&text, &hosts, &a.proxy.proxy_fqdn).map_err(|e| {
+                anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
+            })?;
+            if !hosts.is_empty() && !edit.findings.has_reload {
+                tracing::warn!(
+                    corefile = %a.corefile.display(),
+                    "the root server block has no `reload` plugin: CoreDNS reads its Corefile only at start, so restart CoreDNS after applying this (or add `reload`)"
+                );
+            }
+            if edit.findings.imports_custom_override {
+                tracing::warn!(
+                    corefile = %a.corefile.display(),
+                    "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
+                );
+            }
+            tracing::info!(
+                hosts = hosts.len(),
+                changed = edit.changed,
+                "rendered the Corefile"
+            );
+            edit.text
+        }
+        Target::CorednsImport(a) => {
+            let hosts = desired_hosts(&a.input, &[])?;
+            let text = dns::coredns_import::render(&hosts, &a.proxy.proxy_fqdn);
+            tracing::info!(hosts = hosts.len(), "rendered the CoreDNS import snippet");
+            text
+        }
+        Target::EtcHosts(a) => {
+            let hosts = desired_hosts(&a.input, &[&a.hosts_file])?;
+            let text = read_input(&a.hosts_file, "hosts file")?;
+            let edit = dns::etc_hosts::splice(&text, &hosts, &a.proxy.proxy_ips).map_err(|e| {
+                anyhow::anyhow!("{}: {e} (nothing was printed)", a.hosts_file.display())
+            })?;
+            for host in &edit.skipped_wildcards {
+                tracing::warn!(
+                    hostname = %host,
+                    "skipping a wildcard: hosts files cannot express wildcards; use the coredns or external-dns mode for it"
+                );
+            }
+            tracing::info!(
+                hosts = hosts.len(),
+                changed = edit.changed,
+                "rendered the hosts file"
+            );
+            edit.text
+        }
+        Target::ExternalDns(a) => {
+            let opts = external::Options::new(
+                &a.namespace,
+                &a.instance,
+                a.external_dns_record_ttl,
+                &a.proxy.proxy_ips,
+                &a.external_dns_labels,
+                &a.external_dns_annotations,
+            )
+            .map_err(UsageError::err)?;
+            let hosts = desired_hosts(&a.input, &[])?;
+            let objects = external::endpoints(&hosts, &opts);
+            let text = external::to_yaml(&objects).context("serialising DNSEndpoints")?;
+            tracing::info!(objects = objects.len(), "rendered DNSEndpoint objects");
+            text
+        }
+    };
+    tracing::debug!(
+        total_us = started.elapsed().as_micros() as u64,
+        "timings: render before writing"
+    );
+    let mut out = std::io::stdout().lock();
+    out.write_all(output.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
+/// are the files the target reads besides the manifests (stdin may feed only one of them).
+fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<BTreeSet<Hostname>> {
+    let filters = input.hostnames.filters().map_err(UsageError::err)?;
+    let cluster_domain = crate::cluster_domain::resolve(input.hostnames.cluster_domain.as_deref());
+    let policy = input
+        .hostnames
+        .policy(&cluster_domain)
+        .map_err(UsageError::err)?;
+    let stdin_uses = input
+        .manifests
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(other_inputs.iter().copied())
+        .filter(|p| p.as_os_str() == "-")
+        .count();
+    if stdin_uses > 1 {
+        return Err(UsageError::err(
+            "`-` (stdin) can be given only once across MANIFEST and the --corefile/--hosts-file flags",
+        ));
+    }
+    if input.manifests.is_empty() {
+        tracing::info!("no MANIFEST given: the host set is empty");
+    }
+    let started = Instant::now();
+    let manifests = Manifests::read(&input.manifests)?;
+    let read = started.elapsed();
+    let desired = hostnames::desired(&manifests.sources(), &filters, &policy);
+    tracing::debug!(
+        read_us = read.as_micros() as u64,
+        select_us = (started.elapsed() - read).as_micros() as u64,
+        hosts = desired.hosts.len(),
+        "timings: reading manifests, selecting hostnames"
+    );
+    for r in &desired.rejected {
+        tracing::warn!(
+            kind = %r.object.kind,
+            namespace = %r.object.namespace,
+            name = %r.object.name,
+            hostname = ?r.raw,
+            reason = %r.reason,
+            "skipping a hostname: {}",
+            r.reason.explain()
+        );
+    }
+    for e in &desired.excluded {
+        tracing::debug!(
+            kind = %e.object.kind,
+            namespace = %e.object.namespace,
+            name = %e.object.name,
+            why = %e.why,
+            "object skipped"
+        );
+    }
+    tracing::debug!(
+        files = manifests.files,
+        ingresses = manifests.ingresses.len(),
+        gateways = manifests.gateways.len(),
+        routes =
+            manifests.http_routes.len() + manifests.grpc_routes.len() + manifests.tls_routes.len(),
+        other_objects = manifests.skipped,
+        cluster_domain = policy.cluster_domain(),
+        "manifests read"
+    );
+    Ok(desired.hosts)
+}
+
+fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the {what} from stdin"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read the {what}", path.display()))
+}

@@ -1,0 +1,135 @@
+//! Runs the built binary for the `render` CLI tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests")
+}
+
+pub fn fixture(name: &str) -> String {
+    fixtures().join(name).display().to_string()
+}
+
+pub fn examples() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .display()
+        .to_string()
+}
+
+/// Runs `ouroboros render ARGS` with no OUROBOROS_* variables from the caller's environment
+/// except those in `env`, and the cluster domain pinned (the host's resolv.conf would otherwise
+/// decide it).
+pub fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("render").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning ouroboros");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().expect("waiting for ouroboros");
+    Output {
+        code: out
+            .status
+            .code()
+            .expect("exit code (not killed by a signal)"),
+        stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+    }
+}
+
+pub fn render(args: &[&str]) -> Output {
+    render_env(args, None, &[])
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(out: Output) -> String {
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    out.stdout
+}
+
+/// Asserts a failure with `code`, nothing on stdout, and returns stderr.
+pub fn fails(out: Output, code: i32) -> String {
+    assert_eq!(
+        out.code, code,
+        "stdout: {}\nstderr: {}",
+        out.stdout, out.stderr
+    );
+    assert_eq!(out.stdout, "", "nothing on stdout on failure");
+    out.stderr
+}
+
+/// The DNSEndpoint documents on stdout.
+pub fn endpoints(stdout: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(stdout)
+        .map(|d| serde_json::Value::deserialize(d).expect("DNSEndpoint YAML"))
+        .filter(|v| !v.is_null()) // an empty stdout parses as one empty document
+        .collect()
+}
+
+/// The dnsNames of the DNSEndpoints on stdout.
+pub fn dns_names(stdout: &str) -> BTreeSet<String> {
+    endpoints(stdout)
+        .iter()
+        .flat_map(|o| o["spec"]["endpoints"].as_array().unwrap().clone())
+        .map(|e| e["dnsName"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// What every hostile name in hostile.yaml carries; none may reach stdout.
+pub const HOSTILE_FRAGMENTS: &[&str] = &[
+    "newline",
+    "evil",
+    "attacker",
+    "brace",
+    "open.example",
+    "quoted",
+    "space inside",
+    "inside",
+    "192.0.2.10",
+    "2001:db8",
+    "kubernetes.default",
+    "*.svc",
+    "dot..dot",
+    "localhost",
+    "api.svc",
+    "10.in-addr",
+    "semi",
+    "under_score",
+    "caf",
+    "byte",
+    "*.*",
+    "*.com",
+];

@@ -1,0 +1,560 @@
+//! `ouroboros render` end to end: the built binary on manifest fixtures. The external-dns target
+//! is used to observe the host set (its output is parsed and asserted); the CoreDNS and hosts-file
+//! targets are covered in render_cli_editors.rs.
+
+mod common;
+
+use common::*;
+
+const IP: &str = "--proxy-ip=10.96.0.50";
+
+fn names(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut all = vec!["external-dns", IP];
+    all.extend_from_slice(args);
+    dns_names(&ok(render(&all)))
+}
+
+#[test]
+fn dns_endpoints_are_complete_objects() {
+    let out = ok(render(&[
+        "external-dns",
+        "--proxy-ip",
+        "10.96.0.50",
+        "--proxy-ip=fd00::50,10.96.0.51",
+        "--namespace",
+        "dns",
+        "--instance",
+        "blue",
+        "--external-dns-record-ttl",
+        "300",
+        "--external-dns-label",
+        "dns.example.com/filter=internal",
+        "--external-dns-annotation",
+        "external-dns.alpha.kubernetes.io/cloudflare-proxied=false",
+        &fixture("ingresses.yaml"),
+    ]));
+    let objs = endpoints(&out);
+    let names: Vec<&str> = objs
+        .iter()
+        .map(|o| o["spec"]["endpoints"][0]["dnsName"].as_str().unwrap())
+        .collect();
+    // One object per hostname, sorted; the wildcard stays a wildcard.
+    assert_eq!(
+        names,
+        [
+            "*.wild.example.com",
+            "a.example.com",
+            "b.example.com",
+            "c.example.com"
+        ]
+    );
+    let mut object_names = std::collections::BTreeSet::new();
+    for o in &objs {
+        assert_eq!(o["apiVersion"], "externaldns.k8s.io/v1alpha1");
+        assert_eq!(o["kind"], "DNSEndpoint");
+        assert_eq!(o["metadata"]["namespace"], "dns");
+        let name = o["metadata"]["name"].as_str().unwrap();
+        assert!(
+            name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "{name}"
+        );
+        object_names.insert(name.to_string());
+        let labels = &o["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "ouroboros");
+        assert_eq!(labels["ouroboros.io/instance"], "blue");
+        assert_eq!(labels["dns.example.com/filter"], "internal");
+        assert_eq!(
+            o["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/cloudflare-proxied"],
+            "false"
+        );
+        let eps = o["spec"]["endpoints"].as_array().unwrap();
+        assert_eq!(eps.len(), 2);
+        assert_eq!(eps[0]["recordType"], "A");
+        assert_eq!(
+            eps[0]["targets"],
+            serde_json::json!(["10.96.0.50", "10.96.0.51"])
+        );
+        assert_eq!(eps[0]["recordTTL"], 300);
+        assert_eq!(eps[1]["recordType"], "AAAA");
+        assert_eq!(eps[1]["targets"], serde_json::json!(["fd00::50"]));
+        assert_eq!(eps[0]["dnsName"], eps[1]["dnsName"]);
+    }
+    assert_eq!(object_names.len(), objs.len());
+    assert!(objs[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("wildcard-wild-example-com-"));
+}
+
+#[test]
+fn defaults_and_env() {
+    let out = ok(render_env(
+        &["external-dns", &fixture("ingresses.yaml")],
+        None,
+        &[("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1,2001:db8::1")],
+    ));
+    let objs = endpoints(&out);
+    assert_eq!(objs.len(), 4);
+    for o in &objs {
+        assert_eq!(o["metadata"]["namespace"], "ouroboros");
+        assert_eq!(
+            o["metadata"]["labels"]["ouroboros.io/instance"],
+            "ouroboros"
+        );
+        assert!(o["metadata"].get("annotations").is_none());
+        assert_eq!(o["spec"]["endpoints"][0]["recordTTL"], 60);
+        assert_eq!(
+            o["spec"]["endpoints"][0]["targets"],
+            serde_json::json!(["192.0.2.1"])
+        );
+        assert_eq!(
+            o["spec"]["endpoints"][1]["targets"],
+            serde_json::json!(["2001:db8::1"])
+        );
+    }
+    // A flag overrides its variable.
+    let out = ok(render_env(
+        &[
+            "external-dns",
+            "--external-dns-record-ttl=5",
+            &fixture("ingresses.yaml"),
+        ],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL", "86400"),
+            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL", "a=1,b=2"),
+            (
+                "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+                "note=x, y\nother=z",
+            ),
+        ],
+    ));
+    let o = &endpoints(&out)[0];
+    assert_eq!(o["spec"]["endpoints"][0]["recordTTL"], 5);
+    assert_eq!(o["metadata"]["labels"]["a"], "1");
+    assert_eq!(o["metadata"]["labels"]["b"], "2");
+    assert_eq!(o["metadata"]["annotations"]["note"], "x, y");
+    assert_eq!(o["metadata"]["annotations"]["other"], "z");
+}
+
+#[test]
+fn no_manifests_means_no_hosts() {
+    let out = render(&["external-dns", IP]);
+    assert_eq!(ok(out), "");
+}
+
+#[test]
+fn reads_stdin() {
+    let yaml = std::fs::read_to_string(fixtures().join("ingresses.yaml")).unwrap();
+    let out = ok(render_env(&["external-dns", IP, "-"], Some(&yaml), &[]));
+    assert_eq!(
+        dns_names(&out),
+        set(&[
+            "*.wild.example.com",
+            "a.example.com",
+            "b.example.com",
+            "c.example.com"
+        ])
+    );
+    // JSON on stdin too.
+    let json = std::fs::read_to_string(fixtures().join("ingress-list.json")).unwrap();
+    let out = ok(render_env(&["external-dns", IP, "-"], Some(&json), &[]));
+    assert_eq!(dns_names(&out).len(), 3);
+    // Stdin mixed with files.
+    let out = ok(render_env(
+        &["external-dns", IP, "-", &fixture("list.yaml")],
+        Some(&yaml),
+        &[],
+    ));
+    assert_eq!(dns_names(&out).len(), 6);
+}
+
+#[test]
+fn directories_are_read_recursively() {
+    assert_eq!(
+        names(&[&fixture("tree")]),
+        set(&[
+            "tree-one.example.com",
+            "tree-three.example.com",
+            "tree-two.example.com"
+        ])
+    );
+}
+
+#[test]
+fn lists_and_json() {
+    assert_eq!(
+        names(&[&fixture("list.yaml")]),
+        set(&["list-one.example.com", "list-two.example.com"])
+    );
+    assert_eq!(
+        names(&[&fixture("ingress-list.json")]),
+        set(&[
+            "json-one.example.com",
+            "json-three.example.com",
+            "json-two.example.com"
+        ])
+    );
+}
+
+#[test]
+fn hostile_names_never_reach_stdout() {
+    let out = render(&["external-dns", IP, &fixture("hostile.yaml")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(dns_names(&out.stdout), set(&["fine.example.com"]));
+    for fragment in HOSTILE_FRAGMENTS {
+        assert!(
+            !out.stdout.contains(fragment),
+            "{fragment:?} reached stdout:\n{}",
+            out.stdout
+        );
+    }
+    // Each rejection is a warning naming the object, the escaped name and the reason.
+    let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 21, "{}", out.stderr);
+    for w in &warnings {
+        assert!(
+            w.contains("kind=Ingress namespace=tenant name=hostile"),
+            "{w}"
+        );
+        assert!(w.contains("reason="), "{w}");
+    }
+    // Escaped: the newline in the name is shown as \n, never as a line break.
+    assert!(out.stderr.contains(
+        r#"hostname="newline.example.com\nrewrite name evil.example.com attacker.example.net.""#
+    ));
+    assert!(!out.stderr.lines().any(|l| l.starts_with("rewrite")));
+    for reason in [
+        "invalid-character",
+        "ip-literal",
+        "cluster-domain",
+        "bad-label",
+        "internal-zone",
+        "single-label",
+        "bad-wildcard",
+        "empty",
+    ] {
+        assert!(out.stderr.contains(&format!("reason={reason}")), "{reason}");
+    }
+}
+
+#[test]
+fn bad_manifests_fail_without_output() {
+    for (file, want) in [
+        (
+            "bad/syntax.yaml",
+            vec!["syntax.yaml", "document 2", "line 11"],
+        ),
+        (
+            "bad/syntax.json",
+            vec!["syntax.json", "document 1", "line 4"],
+        ),
+        (
+            "bad/type.yaml",
+            vec!["type.yaml", "document 1", "Ingress \\\"web/wrong-type\\\""],
+        ),
+        ("does-not-exist.yaml", vec!["does-not-exist.yaml"]),
+    ] {
+        let stderr = fails(render(&["external-dns", IP, &fixture(file)]), 1);
+        for w in want {
+            assert!(stderr.contains(w), "{file}: {w:?} not in {stderr}");
+        }
+    }
+    // A bad file anywhere fails the whole run, even after good input.
+    let stderr = fails(
+        render(&[
+            "external-dns",
+            IP,
+            &fixture("ingresses.yaml"),
+            &fixture("bad"),
+        ]),
+        1,
+    );
+    assert!(stderr.contains("syntax.json"), "{stderr}");
+}
+
+#[test]
+fn ingress_class_filter() {
+    let all = set(&[
+        "*.wild.example.com",
+        "a.example.com",
+        "b.example.com",
+        "c.example.com",
+    ]);
+    assert_eq!(names(&[&fixture("ingresses.yaml")]), all);
+    // spec.ingressClassName, or the default IngressClass for the classless one.
+    assert_eq!(
+        names(&["--ingress-class", "nginx", &fixture("ingresses.yaml")]),
+        set(&["*.wild.example.com", "a.example.com", "c.example.com"])
+    );
+    // The legacy annotation.
+    assert_eq!(
+        names(&["--ingress-class=traefik", &fixture("ingresses.yaml")]),
+        set(&["b.example.com"])
+    );
+    assert_eq!(
+        names(&["--ingress-class=none-such", &fixture("ingresses.yaml")]),
+        set(&[])
+    );
+    // Same through the controller's variable; empty means all.
+    let env = |v: &str| {
+        dns_names(&ok(render_env(
+            &["external-dns", IP, &fixture("ingresses.yaml")],
+            None,
+            &[("OUROBOROS_CONTROLLER_INGRESS_CLASS", v)],
+        )))
+    };
+    assert_eq!(env("traefik"), set(&["b.example.com"]));
+    assert_eq!(env(""), all);
+    // Without the IngressClass objects, the classless Ingress has no class and is dropped.
+    let only_ingresses: String = std::fs::read_to_string(fixtures().join("ingresses.yaml"))
+        .unwrap()
+        .split("\n---\n")
+        .filter(|d| !d.contains("kind: IngressClass"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let out = ok(render_env(
+        &["external-dns", IP, "--ingress-class", "nginx", "-"],
+        Some(&only_ingresses),
+        &[],
+    ));
+    assert_eq!(
+        dns_names(&out),
+        set(&["*.wild.example.com", "a.example.com"])
+    );
+}
+
+#[test]
+fn gateway_api_and_class_filter() {
+    let gw = fixture("gateway.yaml");
+    // Off by default.
+    assert_eq!(names(&[&gw]), set(&[]));
+    let all = set(&[
+        "*.gw.example.com",
+        "grpc-route.example.com",
+        "http-route.example.com",
+        "on-other.example.com",
+        "other-gw.example.com",
+        "plain.gw-listener.example.com",
+        "tls-route.example.com",
+        "wrong-namespace.example.com",
+    ]);
+    assert_eq!(names(&["--gateway-api", &gw]), all);
+    assert_eq!(
+        names(&["--gateway-api", "--gateway-class", "eg", &gw]),
+        set(&[
+            "*.gw.example.com",
+            "grpc-route.example.com",
+            "http-route.example.com",
+            "plain.gw-listener.example.com",
+            "tls-route.example.com",
+        ])
+    );
+    assert_eq!(
+        names(&["--gateway-api", "--gateway-class", "other-class", &gw]),
+        set(&["on-other.example.com", "other-gw.example.com"])
+    );
+    // The boolean variable.
+    let env = |v: &str| {
+        dns_names(&ok(render_env(
+            &["external-dns", IP, &gw],
+            None,
+            &[("OUROBOROS_CONTROLLER_GATEWAY_API", v)],
+        )))
+    };
+    assert_eq!(env("true"), all);
+    assert_eq!(env("false"), set(&[]));
+    // A class filter without --gateway-api is a usage error.
+    let stderr = fails(
+        render(&["external-dns", IP, "--gateway-class", "eg", &gw]),
+        64,
+    );
+    assert!(stderr.contains("--gateway-api"), "{stderr}");
+}
+
+#[test]
+fn allow_deny_and_cluster_domain() {
+    let f = fixture("ingresses.yaml");
+    assert_eq!(
+        names(&[
+            "--allow-domain",
+            "wild.example.com",
+            "--allow-domain=c.example.com",
+            &f
+        ]),
+        set(&["*.wild.example.com", "c.example.com"])
+    );
+    assert_eq!(
+        names(&[
+            "--deny-domain",
+            "a.example.com",
+            "--deny-domain",
+            "wild.example.com",
+            &f
+        ]),
+        set(&["b.example.com", "c.example.com"])
+    );
+    let env_out = ok(render_env(
+        &["external-dns", IP, &f],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_ALLOW_DOMAIN", "example.com"),
+            (
+                "OUROBOROS_CONTROLLER_DENY_DOMAIN",
+                "a.example.com,b.example.com",
+            ),
+        ],
+    ));
+    assert_eq!(
+        dns_names(&env_out),
+        set(&["*.wild.example.com", "c.example.com"])
+    );
+    // A cluster domain of example.com rejects them all, with warnings.
+    let out = render(&["external-dns", IP, "--cluster-domain", "example.com", &f]);
+    assert_eq!(
+        dns_names(&ok(render(&[
+            "external-dns",
+            IP,
+            "--cluster-domain",
+            "example.com",
+            &f
+        ]))),
+        set(&[])
+    );
+    assert!(
+        out.stderr.contains("reason=cluster-domain"),
+        "{}",
+        out.stderr
+    );
+    let stderr = fails(
+        render(&["external-dns", IP, "--allow-domain", "bad domain", &f]),
+        64,
+    );
+    assert!(stderr.contains("--allow-domain"), "{stderr}");
+}
+
+#[test]
+fn usage_errors() {
+    let f = fixture("ingresses.yaml");
+    for (args, want) in [
+        (vec!["external-dns", &f], "--proxy-ip"),
+        (
+            vec!["external-dns", "--proxy-ip", "not-an-ip", &f],
+            "not-an-ip",
+        ),
+        (
+            vec!["external-dns", IP, "--external-dns-record-ttl", "0", &f],
+            "0",
+        ),
+        (
+            vec!["external-dns", IP, "--external-dns-record-ttl", "86401", &f],
+            "86401",
+        ),
+        (
+            vec![
+                "external-dns",
+                IP,
+                "--external-dns-label",
+                "app.kubernetes.io/managed-by=me",
+                &f,
+            ],
+            "reserved",
+        ),
+        (
+            vec![
+                "external-dns",
+                IP,
+                "--external-dns-label",
+                "ouroboros.io/instance=x",
+                &f,
+            ],
+            "reserved",
+        ),
+        (
+            vec!["external-dns", IP, "--external-dns-label", "novalue", &f],
+            "key=value",
+        ),
+        (
+            vec![
+                "external-dns",
+                IP,
+                "--external-dns-label",
+                "k=bad value",
+                &f,
+            ],
+            "label",
+        ),
+        (
+            vec![
+                "external-dns",
+                IP,
+                "--external-dns-annotation",
+                "Bad Key=v",
+                &f,
+            ],
+            "Bad Key",
+        ),
+        (
+            vec!["external-dns", IP, "--namespace", "Not_A_Namespace", &f],
+            "namespace",
+        ),
+        (
+            vec!["external-dns", IP, "--instance", "two words", &f],
+            "instance",
+        ),
+        (vec!["external-dns", "--proxy-ip", "0.0.0.0", &f], "0.0.0.0"),
+        (vec!["external-dns", IP, "-", "-"], "stdin"),
+        (vec!["nonsense"], "nonsense"),
+    ] {
+        let stderr = fails(render(&args), 64);
+        assert!(stderr.contains(want), "{args:?}: {want:?} not in {stderr}");
+    }
+}
+
+#[test]
+fn examples_render() {
+    // The shipped examples: the tenant's hostile names are rejected, the rest come through.
+    let out = render(&["external-dns", IP, "--gateway-api", &examples()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        dns_names(&out.stdout),
+        set(&[
+            "*.apps.example.com",
+            "*.gw.example.com",
+            "api.example.com",
+            "db.example.com",
+            "docs.example.com",
+            "experiments.example.com",
+            "grpc.example.com",
+            "lab.example.com",
+            "shop.example.com",
+            "team.example.com",
+            "wiki.corp.example.com",
+            "www.example.com",
+        ])
+    );
+    assert_eq!(out.stderr.matches("WARN").count(), 3, "{}", out.stderr);
+    assert_eq!(
+        names(&[
+            "--ingress-class=nginx",
+            "--gateway-api",
+            "--gateway-class=eg",
+            &examples()
+        ]),
+        set(&[
+            "*.apps.example.com",
+            "*.gw.example.com",
+            "api.example.com",
+            "db.example.com",
+            "docs.example.com",
+            "grpc.example.com",
+            "shop.example.com",
+            "team.example.com",
+            "www.example.com",
+        ])
+    );
+}

@@ -1,0 +1,419 @@
+//! `ouroboros render coredns | coredns-import | etc-hosts` end to end: the built binary on the
+//! shipped examples and manifest fixtures, with Corefiles and hosts files written to a temp dir.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+const PROXY: &str = "ouroboros-proxy.ouroboros.svc.cluster.local.";
+const BEGIN: &str = "# === BEGIN ouroboros (do not edit by hand) ===";
+const END: &str = "# === END ouroboros ===";
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ouroboros-render-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn example_corefile() -> (String, String) {
+    let path = format!("{}/Corefile", examples());
+    let text = std::fs::read_to_string(&path).unwrap();
+    (path, text)
+}
+
+/// The lines between the markers (exclusive), and the text with the whole block removed.
+fn split_block(text: &str) -> (Vec<String>, String) {
+    let mut inside = false;
+    let mut block = Vec::new();
+    let mut rest = String::new();
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if t == BEGIN {
+            inside = true;
+        } else if t == END {
+            inside = false;
+        } else if inside {
+            block.push(t.to_string());
+        } else {
+            rest.push_str(line);
+        }
+    }
+    assert!(!inside, "unterminated block in {text}");
+    (block, rest)
+}
+
+#[test]
+fn quickstart_corefile_from_examples() {
+    let (path, input) = example_corefile();
+    let out = render(&["coredns", "--corefile", &path, &examples()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (block, rest) = split_block(&out.stdout);
+    // Everything outside the block is the input, byte for byte.
+    assert_eq!(rest, input);
+    let exact: Vec<&str> = block
+        .iter()
+        .filter(|l| !l.contains(" regex "))
+        .map(String::as_str)
+        .collect();
+    let want: Vec<String> = [
+        "api.example.com",
+        "shop.example.com",
+        "team.example.com",
+        "wiki.corp.example.com",
+        "www.example.com",
+    ]
+    .iter()
+    .map(|h| format!("rewrite name {h} {PROXY}"))
+    .collect();
+    assert_eq!(exact, want);
+    let wildcard: Vec<&String> = block.iter().filter(|l| l.contains(" regex ")).collect();
+    assert_eq!(wildcard.len(), 1, "{block:?}");
+    assert!(
+        wildcard[0].contains(r"apps\.example\.com"),
+        "{}",
+        wildcard[0]
+    );
+    for line in &block {
+        for fragment in HOSTILE_FRAGMENTS {
+            assert!(!line.contains(fragment), "{fragment:?} in {line:?}");
+        }
+    }
+    // The block sits inside the root server block, before its closing brace.
+    assert!(
+        out.stdout.ends_with(&format!("    {END}\n}}\n")),
+        "{}",
+        out.stdout
+    );
+    // The tenant's names were rejected with warnings; kubeadm's Corefile has `reload`.
+    assert_eq!(out.stderr.matches("WARN").count(), 3, "{}", out.stderr);
+    assert!(!out.stderr.contains("reload"), "{}", out.stderr);
+}
+
+#[test]
+fn corefile_round_trip_and_idempotence() {
+    let (path, input) = example_corefile();
+    let tmp = TempDir::new("roundtrip");
+    let with_block = ok(render(&[
+        "coredns",
+        "--corefile",
+        &path,
+        &fixture("ingresses.yaml"),
+    ]));
+    assert_ne!(with_block, input);
+    let edited = tmp.file("Corefile", &with_block);
+    // Same input again: unchanged.
+    let again = ok(render(&[
+        "coredns",
+        "--corefile",
+        &edited,
+        &fixture("ingresses.yaml"),
+    ]));
+    assert_eq!(again, with_block);
+    // No manifests: the block is removed and the original text restored exactly.
+    assert_eq!(ok(render(&["coredns", "--corefile", &edited])), input);
+    assert_eq!(ok(render(&["coredns", "--corefile", &path])), input);
+    // A different set replaces the block.
+    let other = ok(render(&[
+        "coredns",
+        "--corefile",
+        &edited,
+        &fixture("list.yaml"),
+    ]));
+    let (block, rest) = split_block(&other);
+    assert_eq!(rest, input);
+    assert_eq!(
+        block,
+        [
+            format!("rewrite name list-one.example.com {PROXY}"),
+            format!("rewrite name list-two.example.com {PROXY}"),
+        ]
+    );
+}
+
+#[test]
+fn corefile_from_stdin_crlf_and_custom_proxy() {
+    let input = ".:53 {\r\n\terrors\r\n\tforward . /etc/resolv.conf\r\n\treload\r\n}\r\n";
+    let out = ok(render_env(
+        &[
+            "coredns",
+            "--corefile",
+            "-",
+            "--proxy-fqdn",
+            "hairpin.edge.svc.corp.internal.",
+            &fixture("list.yaml"),
+        ],
+        Some(input),
+        &[],
+    ));
+    assert_eq!(
+        out,
+        format!(
+            ".:53 {{\r\n\terrors\r\n\tforward . /etc/resolv.conf\r\n\treload\r\n\t{BEGIN}\r\n\
+             \trewrite name list-one.example.com hairpin.edge.svc.corp.internal.\r\n\
+             \trewrite name list-two.example.com hairpin.edge.svc.corp.internal.\r\n\
+             \t{END}\r\n}}\r\n"
+        )
+    );
+    // The controller's variable sets it too.
+    let out = ok(render_env(
+        &["coredns", "--corefile", "-", &fixture("list.yaml")],
+        Some(input),
+        &[("OUROBOROS_CONTROLLER_PROXY_FQDN", "p.ns.svc.cluster.local.")],
+    ));
+    assert!(out.contains("rewrite name list-one.example.com p.ns.svc.cluster.local.\r\n"));
+    let stderr = fails(
+        render_env(
+            &[
+                "coredns",
+                "--corefile",
+                "-",
+                "--proxy-fqdn",
+                "no-trailing-dot.svc",
+            ],
+            Some(input),
+            &[],
+        ),
+        64,
+    );
+    assert!(stderr.contains("must end with a dot"), "{stderr}");
+    // stdin cannot feed both the Corefile and the manifests.
+    fails(
+        render_env(&["coredns", "--corefile", "-", "-"], Some(input), &[]),
+        64,
+    );
+}
+
+#[test]
+fn unparseable_corefile_fails_naming_file_and_line() {
+    let tmp = TempDir::new("bad-corefile");
+    for (name, text, line) in [
+        (
+            "unclosed.Corefile",
+            ".:53 {\n    errors\n    cache 30 {\n}\n",
+            "line ",
+        ),
+        (
+            "begin-without-end.Corefile",
+            &format!(
+                ".:53 {{\n    errors\n    {BEGIN}\n    rewrite name a.example.com {PROXY}\n}}\n"
+            ),
+            "line 3",
+        ),
+        ("empty.Corefile", "", "line 1"),
+        (
+            "no-root.Corefile",
+            "example.org:53 {\n    whoami\n}\n",
+            "line 1",
+        ),
+    ] {
+        let path = tmp.file(name, text);
+        let stderr = fails(
+            render(&["coredns", "--corefile", &path, &fixture("ingresses.yaml")]),
+            1,
+        );
+        assert!(stderr.contains(&path), "{name}: {stderr}");
+        assert!(stderr.contains(line), "{name}: {line:?} not in {stderr}");
+        // Also with no manifests (the removal path parses the file too).
+        fails(render(&["coredns", "--corefile", &path]), 1);
+    }
+    let stderr = fails(
+        render(&["coredns", "--corefile", "/nonexistent/Corefile"]),
+        1,
+    );
+    assert!(stderr.contains("/nonexistent/Corefile"), "{stderr}");
+    // --corefile is required.
+    let stderr = fails(render(&["coredns", &fixture("ingresses.yaml")]), 64);
+    assert!(stderr.contains("--corefile"), "{stderr}");
+}
+
+#[test]
+fn corefile_findings_are_warned() {
+    let tmp = TempDir::new("findings");
+    let no_reload = tmp.file("no-reload", ".:53 {\n    forward . /etc/resolv.conf\n}\n");
+    let out = render(&["coredns", "--corefile", &no_reload, &fixture("list.yaml")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("WARN")
+            && out.stderr.contains("reload")
+            && out.stderr.contains("restart"),
+        "{}",
+        out.stderr
+    );
+    let imports = tmp.file(
+        "imports",
+        ".:53 {\n    forward . /etc/resolv.conf\n    reload\n    import /etc/coredns/custom/*.override\n}\n",
+    );
+    let out = render(&["coredns", "--corefile", &imports, &fixture("list.yaml")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("coredns-import"), "{}", out.stderr);
+    assert!(!out.stderr.contains("restart"), "{}", out.stderr);
+}
+
+#[test]
+fn hostile_names_never_reach_a_corefile_or_hosts_file() {
+    let (path, input) = example_corefile();
+    let out = render(&["coredns", "--corefile", &path, &fixture("hostile.yaml")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (block, rest) = split_block(&out.stdout);
+    assert_eq!(rest, input);
+    assert_eq!(block, [format!("rewrite name fine.example.com {PROXY}")]);
+
+    let snippet = ok(render(&["coredns-import", &fixture("hostile.yaml")]));
+    assert_eq!(
+        snippet,
+        format!("{BEGIN}\nrewrite name fine.example.com {PROXY}\n{END}\n")
+    );
+
+    let tmp = TempDir::new("hostile-hosts");
+    let hosts = tmp.file("hosts", "127.0.0.1 localhost\n");
+    let out = ok(render(&[
+        "etc-hosts",
+        "--hosts-file",
+        &hosts,
+        "--proxy-ip",
+        "10.96.0.50",
+        &fixture("hostile.yaml"),
+    ]));
+    assert_eq!(
+        out,
+        format!("127.0.0.1 localhost\n{BEGIN}\n10.96.0.50 fine.example.com\n{END}\n")
+    );
+}
+
+#[test]
+fn coredns_import_snippet() {
+    let out = ok(render(&["coredns-import", &fixture("list.yaml")]));
+    assert_eq!(
+        out,
+        format!(
+            "{BEGIN}\nrewrite name list-one.example.com {PROXY}\nrewrite name list-two.example.com {PROXY}\n{END}\n"
+        )
+    );
+    let out = ok(render(&["coredns-import", &fixture("ingresses.yaml")]));
+    let (block, _) = split_block(&out);
+    assert_eq!(block.len(), 4);
+    assert!(block[0].contains(r"wild\.example\.com") && block[0].contains("regex"));
+    // No manifests: the markers only, so the ConfigMap key can stay.
+    assert_eq!(ok(render(&["coredns-import"])), format!("{BEGIN}\n{END}\n"));
+}
+
+#[test]
+fn hosts_file_block() {
+    let tmp = TempDir::new("hosts");
+    let input = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n";
+    let hosts = tmp.file("hosts", input);
+    let out = render_env(
+        &[
+            "etc-hosts",
+            "--hosts-file",
+            &hosts,
+            "--proxy-ip",
+            "10.96.0.50",
+            "--proxy-ip",
+            "fd00::50",
+            &fixture("ingresses.yaml"),
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let mut want = String::from(input);
+    want.push_str(BEGIN);
+    want.push('\n');
+    for h in ["a.example.com", "b.example.com", "c.example.com"] {
+        want.push_str(&format!("10.96.0.50 {h}\nfd00::50 {h}\n"));
+    }
+    want.push_str(END);
+    want.push('\n');
+    assert_eq!(out.stdout, want);
+    // The wildcard cannot be expressed: a warning, never a line.
+    assert!(
+        out.stderr.contains("WARN") && out.stderr.contains("*.wild.example.com"),
+        "{}",
+        out.stderr
+    );
+    // Round trip: same set unchanged, empty set restores the input.
+    let edited = tmp.file("edited", &out.stdout);
+    let ips = "--proxy-ip=10.96.0.50,fd00::50";
+    assert_eq!(
+        ok(render(&[
+            "etc-hosts",
+            "--hosts-file",
+            &edited,
+            ips,
+            &fixture("ingresses.yaml")
+        ])),
+        out.stdout
+    );
+    assert_eq!(
+        ok(render(&["etc-hosts", "--hosts-file", &edited, ips])),
+        input
+    );
+    // Proxy IPs from the controller's variable.
+    let env_out = ok(render_env(
+        &["etc-hosts", "--hosts-file", &hosts, &fixture("list.yaml")],
+        None,
+        &[("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.9")],
+    ));
+    assert!(
+        env_out.contains("192.0.2.9 list-one.example.com\n"),
+        "{env_out}"
+    );
+}
+
+#[test]
+fn unparseable_hosts_file_fails_naming_file_and_line() {
+    let tmp = TempDir::new("bad-hosts");
+    let bad = tmp.file(
+        "hosts",
+        &format!("127.0.0.1 localhost\n{BEGIN}\n10.0.0.1 www.example.com\n"),
+    );
+    let stderr = fails(
+        render(&[
+            "etc-hosts",
+            "--hosts-file",
+            &bad,
+            "--proxy-ip=10.96.0.50",
+            &fixture("list.yaml"),
+        ]),
+        1,
+    );
+    assert!(
+        stderr.contains(&bad) && stderr.contains("line 2"),
+        "{stderr}"
+    );
+    let stderr = fails(
+        render(&[
+            "etc-hosts",
+            "--hosts-file",
+            "/nonexistent/hosts",
+            "--proxy-ip=10.96.0.50",
+        ]),
+        1,
+    );
+    assert!(stderr.contains("/nonexistent/hosts"), "{stderr}");
+    // --proxy-ip is required.
+    let good = tmp.file("good", "127.0.0.1 localhost\n");
+    let stderr = fails(render(&["etc-hosts", "--hosts-file", &good]), 64);
+    assert!(stderr.contains("--proxy-ip"), "{stderr}");
+}
