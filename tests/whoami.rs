@@ -426,7 +426,6 @@ fn behind_haproxy_the_client_address_arrives() {
 #[test]
 fn behind_ouroboros_proxy_the_client_address_and_header_port_arrive() {
     let w = Whoami::start(":0", &["--proxy-protocol", "required"]);
-    let whoami_port = w.addr.port().to_string();
     for (version, number, header_ports) in [
         ("v1", 1, None),
         ("v2", 2, None),
@@ -434,32 +433,18 @@ fn behind_ouroboros_proxy_the_client_address_and_header_port_arrive() {
         ("v2", 2, Some((8000, 8444))),
     ] {
         for (ip, listen) in [(V4, "127.0.0.1:0"), (V6, "[::1]:0")] {
-            let target = ip.to_string();
             let (http_header, https_header) = header_ports.unwrap_or((80, 443));
             let (http_flag, https_flag) = (http_header.to_string(), https_header.to_string());
-            let mut args = vec![
-                "--listen-http",
-                listen,
-                "--listen-https",
-                listen,
-                "--target-host",
-                &target,
-                "--target-http-port",
-                &whoami_port,
-                "--target-https-port",
-                &whoami_port,
-                "--proxy-protocol",
-                version,
-            ];
+            let mut extra = vec!["--proxy-protocol", version];
             if header_ports.is_some() {
-                args.extend([
+                extra.extend([
                     "--header-http-port",
                     &http_flag,
                     "--header-https-port",
                     &https_flag,
                 ]);
             }
-            let proxy = Proxy::start(&args);
+            let proxy = Proxy::relaying(listen, ip, (w.addr.port(), w.addr.port()), &extra);
             for (listener, header_port) in [(proxy.http, http_header), (proxy.https, https_header)]
             {
                 let listener = listener.expect("listener address logged");

@@ -411,6 +411,26 @@ impl Proxy {
         Proxy::spawn(Proxy::command(args))
     }
 
+    /// Both listeners on `listen`, relaying to `target` (`--target-http-port`,
+    /// `--target-https-port` from `ports`), plus `extra` flags.
+    pub fn relaying(listen: &str, target: IpAddr, ports: (u16, u16), extra: &[&str]) -> Proxy {
+        let (target, http, https) = (target.to_string(), ports.0.to_string(), ports.1.to_string());
+        let mut args = vec![
+            "--listen-http",
+            listen,
+            "--listen-https",
+            listen,
+            "--target-host",
+            &target,
+            "--target-http-port",
+            &http,
+            "--target-https-port",
+            &https,
+        ];
+        args.extend_from_slice(extra);
+        Proxy::start(&args)
+    }
+
     /// The command `start` runs, for tests that need to adjust it.
     pub fn command(args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
