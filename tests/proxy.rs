@@ -673,28 +673,15 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
 #[test]
 fn environment_sets_flags_and_flags_override_it() {
     let nginx = Nginx::start();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.args([
-        "--log-format",
-        "json",
-        "proxy",
-        "--listen-health",
-        "127.0.0.1:0",
-        "--listen-http",
-        "127.0.0.1:0",
-        "--header-http-port",
-        "8001",
-    ])
-    .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
-    .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
-    .env(
-        "OUROBOROS_PROXY_TARGET_HTTP_PORT",
-        nginx.http_port.to_string(),
-    )
-    .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000")
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped());
+    let mut cmd = Proxy::bare_command();
+    cmd.args(["--listen-http", "127.0.0.1:0", "--header-http-port", "8001"])
+        .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
+        .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
+        .env(
+            "OUROBOROS_PROXY_TARGET_HTTP_PORT",
+            nginx.http_port.to_string(),
+        )
+        .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000");
     let proxy = Proxy::spawn(cmd);
     assert!(
         proxy.https.is_none(),

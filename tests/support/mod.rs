@@ -433,14 +433,7 @@ impl Proxy {
 
     /// The command `start` runs, for tests that need to adjust it.
     pub fn command(args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-        cmd.args([
-            "--log-format",
-            "json",
-            "proxy",
-            "--listen-health",
-            "127.0.0.1:0",
-        ]);
+        let mut cmd = Proxy::bare_command();
         for (flag, default) in [
             ("--listen-http", "127.0.0.1:0"),
             ("--listen-https", "127.0.0.1:0"),
@@ -449,11 +442,25 @@ impl Proxy {
                 cmd.args([flag, default]);
             }
         }
-        cmd.args(args)
-            .env_remove("OUROBOROS_LOG_LEVEL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args(args);
+        cmd
+    }
+
+    /// `ouroboros --log-format json proxy --listen-health 127.0.0.1:0` with no listener flags,
+    /// for tests that set them through the environment.
+    pub fn bare_command() -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+        cmd.args([
+            "--log-format",
+            "json",
+            "proxy",
+            "--listen-health",
+            "127.0.0.1:0",
+        ])
+        .env_remove("OUROBOROS_LOG_LEVEL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         cmd
     }
 
@@ -776,4 +783,24 @@ pub fn read_proxy_header(s: &mut TcpStream) -> Vec<u8> {
     s.read_exact(&mut rest).unwrap();
     head.extend_from_slice(&rest);
     head
+}
+
+/// The lines between ouroboros' BEGIN and END markers, trimmed (for the DNS editor tests).
+pub fn block_lines(text: &str) -> Vec<String> {
+    use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
+    let mut v = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t == END_MARKER {
+            inside = false;
+        }
+        if inside {
+            v.push(t.to_string());
+        }
+        if t == BEGIN_MARKER {
+            inside = true;
+        }
+    }
+    v
 }
