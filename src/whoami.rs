@@ -71,7 +71,7 @@ pub struct WhoamiArgs {
 
 pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
     let listen = relay::parse_listen(&args.listen)
-        .and_then(|l| l.ok_or_else(|| "the address is empty".to_string()))
+        .and_then(|l| l.ok_or_else(|| "the address is empty; use e.g. :8080".to_string()))
         .map_err(|e| UsageError::err(format!("invalid --listen {:?}: {e}", args.listen)))?;
     if args.read_timeout.is_zero() {
         return Err(UsageError::err(
