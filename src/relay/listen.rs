@@ -50,7 +50,7 @@ pub fn parse_listen(s: &str) -> Result<Option<ListenAddr>, String> {
     }
     if host.contains(':') || host.starts_with('[') {
         return Err(format!(
-            "{host:?} is not an IPv6 address; write IPv6 addresses in brackets, e.g. [::1]:{port}"
+            "{host:?} is neither a host name nor a bracketed IPv6 address; write IPv6 addresses in brackets, e.g. [::1]:{port}"
         ));
     }
     // A numeric last label is a mistyped IPv4 address, not a name.
