@@ -8,20 +8,21 @@
 //! answer never depends on them.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::cli::UsageError;
 use crate::proxy_protocol::{self, DecodeError, Header, Version};
+use crate::relay;
 
 /// How to treat a PROXY-protocol header at the start of each connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -68,53 +69,9 @@ pub struct WhoamiArgs {
     pub read_timeout: Duration,
 }
 
-/// The `--listen` value, parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAddr {
-    /// `:PORT`: every interface, IPv6 and IPv4 on one dual-stack socket where possible.
-    AllInterfaces(u16),
-    Socket(SocketAddr),
-    /// A name resolved at startup; the first address is bound.
-    Host(String, u16),
-}
-
-/// Parses `:PORT`, `HOST:PORT`, `IPv4:PORT` or `[IPv6]:PORT`.
-pub fn parse_listen(raw: &str) -> Result<ListenAddr, String> {
-    let raw = raw.trim();
-    if let Ok(sa) = raw.parse::<SocketAddr>() {
-        return Ok(ListenAddr::Socket(sa));
-    }
-    let Some((host, port)) = raw.rsplit_once(':') else {
-        return Err("expected :PORT, HOST:PORT or [IPv6]:PORT (the port is missing)".into());
-    };
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("port {port:?} is not a number in 0..65535"))?;
-    if host.is_empty() {
-        return Ok(ListenAddr::AllInterfaces(port));
-    }
-    if host.contains(':') || host.starts_with('[') {
-        return Err(format!(
-            "{host:?} is not a valid address; write IPv6 addresses in brackets, e.g. [::1]:{port}"
-        ));
-    }
-    // A numeric last label is a mistyped IPv4 address, not a name.
-    let numeric_tail = host
-        .rsplit('.')
-        .next()
-        .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
-    if numeric_tail
-        || !host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-    {
-        return Err(format!("{host:?} is neither an IP address nor a host name"));
-    }
-    Ok(ListenAddr::Host(host.to_string(), port))
-}
-
 pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
-    let listen = parse_listen(&args.listen)
+    let listen = relay::parse_listen(&args.listen)
+        .and_then(|l| l.ok_or_else(|| "the address is empty; use e.g. :8080".to_string()))
         .map_err(|e| UsageError::err(format!("invalid --listen {:?}: {e}", args.listen)))?;
     if args.read_timeout.is_zero() {
         return Err(UsageError::err(
@@ -122,7 +79,7 @@ pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let token = crate::shutdown::on_signal()?;
-    let listener = bind(&listen)
+    let listener = relay::bind(&listen)
         .await
         .with_context(|| format!("listening on {:?} (--listen)", args.listen))?;
     let local = listener.local_addr()?;
@@ -168,42 +125,6 @@ pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
     }
     info!("stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-async fn bind(listen: &ListenAddr) -> anyhow::Result<TcpListener> {
-    let addr = match listen {
-        ListenAddr::AllInterfaces(port) => {
-            let any6 = SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), *port);
-            match bind_socket(any6, true) {
-                Ok(l) => return Ok(l),
-                // No IPv6 in this kernel or namespace: IPv4 only.
-                Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-                    SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), *port)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        ListenAddr::Socket(sa) => *sa,
-        ListenAddr::Host(host, port) => tokio::net::lookup_host((host.as_str(), *port))
-            .await
-            .with_context(|| format!("resolving {host}"))?
-            .next()
-            .with_context(|| format!("{host} resolves to no address"))?,
-    };
-    Ok(bind_socket(addr, false)?)
-}
-
-fn bind_socket(addr: SocketAddr, dual_stack: bool) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    if dual_stack {
-        socket.set_only_v6(false)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
 }
 
 struct Context {
@@ -761,48 +682,24 @@ fn render_json(r: &Report) -> String {
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the pointer and length describe `buf`; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return String::from("unknown");
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| String::from("unknown"))
 }
 
 /// Addresses of this host's interfaces (the Pod IP in a cluster), loopback included.
 fn interface_ips() -> Vec<IpAddr> {
-    let mut ips = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list that stays valid until freeifaddrs; every
-    // address pointer is checked for null and read according to its sa_family.
-    unsafe {
-        if libc::getifaddrs(&mut head) != 0 {
-            return ips;
-        }
-        let mut cur = head;
-        while !cur.is_null() {
-            let addr = (*cur).ifa_addr;
-            if !addr.is_null() {
-                match i32::from((*addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*(addr as *const libc::sockaddr_in);
-                        ips.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                            sin.sin_addr.s_addr,
-                        ))));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(addr as *const libc::sockaddr_in6);
-                        ips.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-                    }
-                    _ => {}
-                }
-            }
-            cur = (*cur).ifa_next;
-        }
-        libc::freeifaddrs(head);
-    }
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut ips: Vec<IpAddr> = addrs
+        .filter_map(|a| {
+            let addr = a.address?;
+            addr.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| addr.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect();
     ips.dedup();
     ips
 }
@@ -811,39 +708,6 @@ fn interface_ips() -> Vec<IpAddr> {
 mod tests {
     use super::*;
     use crate::proxy_protocol::{Command, Destination, Source, Tlv, Transport};
-
-    #[test]
-    fn listen_addresses() {
-        let sa = |s: &str| ListenAddr::Socket(s.parse().unwrap());
-        for (raw, want) in [
-            (":8080", Ok(ListenAddr::AllInterfaces(8080))),
-            (":0", Ok(ListenAddr::AllInterfaces(0))),
-            ("127.0.0.1:80", Ok(sa("127.0.0.1:80"))),
-            ("[::1]:8080", Ok(sa("[::1]:8080"))),
-            ("[::]:0", Ok(sa("[::]:0"))),
-            (
-                "localhost:8080",
-                Ok(ListenAddr::Host("localhost".into(), 8080)),
-            ),
-            (
-                "whoami.example.com:1",
-                Ok(ListenAddr::Host("whoami.example.com".into(), 1)),
-            ),
-            ("8080", Err("the port is missing")),
-            (":http", Err("is not a number")),
-            (":65536", Err("is not a number")),
-            ("::1:8080", Err("in brackets")),
-            ("[::1:8080", Err("in brackets")),
-            ("1.2.3:80", Err("neither an IP address nor a host name")),
-            ("bad host:80", Err("neither an IP address nor a host name")),
-        ] {
-            match (parse_listen(raw), want) {
-                (Ok(got), Ok(want)) => assert_eq!(got, want, "{raw}"),
-                (Err(got), Err(want)) => assert!(got.contains(want), "{raw}: {got}"),
-                (got, want) => panic!("{raw}: got {got:?}, want {want:?}"),
-            }
-        }
-    }
 
     fn req(raw: &str) -> Request {
         let (r, len) = parse_head(raw.as_bytes()).unwrap().unwrap();

@@ -4,6 +4,8 @@
 //! `UPDATE_GOLDEN=1 cargo test --test editors` rewrites the golden files instead of comparing
 //! (review the diff before committing).
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::net::IpAddr;
@@ -13,6 +15,7 @@ use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use ouroboros::hostname::{HostPolicy, Hostname};
+use support::block_lines;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -106,25 +109,6 @@ fn outside(text: &str) -> String {
         }
     }
     out
-}
-
-/// The lines between the markers, trimmed.
-fn block_lines(text: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let t = line.trim();
-        if t == END_MARKER {
-            inside = false;
-        }
-        if inside {
-            v.push(t.to_string());
-        }
-        if t == BEGIN_MARKER {
-            inside = true;
-        }
-    }
-    v
 }
 
 #[test]

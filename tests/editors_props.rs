@@ -2,6 +2,8 @@
 //! markers is unchanged, applying twice equals applying once, and applying the empty set after
 //! any set restores the input.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -11,6 +13,7 @@ use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use ouroboros::hostname::{HostPolicy, Hostname};
+use support::block_lines;
 
 /// Every line from a BEGIN marker line to the next END marker line dropped (line-based, independent
 /// of the editors' own code). A block that ends the text without a final newline owns the line
@@ -41,24 +44,6 @@ fn outside(text: &str) -> String {
         }
     }
     out
-}
-
-fn block_lines(text: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let t = line.trim();
-        if t == END_MARKER {
-            inside = false;
-        }
-        if inside {
-            v.push(t.to_string());
-        }
-        if t == BEGIN_MARKER {
-            inside = true;
-        }
-    }
-    v
 }
 
 fn host_sets() -> impl Strategy<Value = BTreeSet<Hostname>> {

@@ -2,8 +2,7 @@
 //! compared with tests/fixtures/haproxy-2.6-proxy-headers.txt and with our encoder and decoder.
 //! `OUROBOROS_WRITE_FIXTURES=1` rewrites the fixture from the live capture.
 
-#[path = "support/whoami_peers.rs"]
-mod peers;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -91,7 +90,7 @@ fn capture_live() -> Vec<Capture> {
             }
             let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
             let backend = TcpListener::bind((lo, 0)).unwrap();
-            let front = SocketAddr::new(lo, peers::free_port(lo));
+            let front = SocketAddr::new(lo, support::free_port(lo));
             let extra = if options == "-" {
                 String::new()
             } else {
@@ -116,16 +115,16 @@ fn capture_live() -> Vec<Capture> {
         }
     }
     let fronts: Vec<SocketAddr> = jobs.iter().map(|j| j.5).collect();
-    let _haproxy = peers::Haproxy::start(&cfg, &fronts);
+    let _haproxy = support::Haproxy::with_config(&cfg, &fronts);
     jobs.into_iter()
         .map(|(case, version, src, dst, options, front, backend)| {
-            let mut client = peers::connect_with_deadline(front, peers::DEADLINE);
+            let mut client = support::connect_with_deadline(front, support::DEADLINE);
             client.write_all(b"X").unwrap();
             // The readiness probe connections reach the backend too, as empty connections:
             // take the one that carries the marker.
             let bytes = loop {
                 let (mut conn, _) = backend.accept().unwrap();
-                conn.set_read_timeout(Some(peers::DEADLINE)).unwrap();
+                conn.set_read_timeout(Some(support::DEADLINE)).unwrap();
                 let mut got = Vec::new();
                 let mut buf = [0u8; 512];
                 while !got.ends_with(b"X") {

@@ -21,22 +21,12 @@ fn client_address_arrives_at_nginx_and_haproxy() {
     let haproxy = Haproxy::start();
     for version in ["v1", "v2"] {
         for (ip, listen) in [(V4, "127.0.0.1:0"), (V6, "[::1]:0")] {
-            let target = ip.to_string();
-            let (http_port, https_port) = (nginx.http_port.to_string(), haproxy.port.to_string());
-            let proxy = Proxy::start(&[
-                "--listen-http",
+            let proxy = Proxy::relaying(
                 listen,
-                "--listen-https",
-                listen,
-                "--target-host",
-                &target,
-                "--target-http-port",
-                &http_port,
-                "--target-https-port",
-                &https_port,
-                "--proxy-protocol",
-                version,
-            ]);
+                ip,
+                (nginx.http_port, haproxy.port),
+                &["--proxy-protocol", version],
+            );
             // http listener -> nginx: source is our socket, destination port is 80.
             let http = port_of(proxy.http);
             let (me, status, body) = http_get_via(http);
@@ -113,17 +103,8 @@ fn tcp_upstream() -> (SocketAddr, Accepted) {
 }
 
 fn proxy_to(upstream: SocketAddr, extra: &[&str]) -> Proxy {
-    let port = upstream.port().to_string();
-    let mut args = vec![
-        "--target-host",
-        "127.0.0.1",
-        "--target-http-port",
-        &port,
-        "--target-https-port",
-        &port,
-    ];
-    args.extend_from_slice(extra);
-    Proxy::start(&args)
+    let port = upstream.port();
+    Proxy::relaying("127.0.0.1:0", upstream.ip(), (port, port), extra)
 }
 
 /// Sends `len` pattern bytes then shuts down the write side; returns the checksum sent.
@@ -311,15 +292,7 @@ fn a_thousand_concurrent_connections() {
 #[test]
 fn target_down_closes_clients_and_fails_readiness() {
     let closed = free_port(V4);
-    let port = closed.to_string();
-    let mut proxy = Proxy::start(&[
-        "--target-host",
-        "127.0.0.1",
-        "--target-http-port",
-        &port,
-        "--target-https-port",
-        &port,
-    ]);
+    let mut proxy = proxy_to((V4, closed).into(), &[]);
     let (status, body) = proxy.admin("/readyz");
     assert_eq!(status, 503);
     assert!(body.starts_with("connection-refused"), "{body}");
@@ -700,28 +673,15 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
 #[test]
 fn environment_sets_flags_and_flags_override_it() {
     let nginx = Nginx::start();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.args([
-        "--log-format",
-        "json",
-        "proxy",
-        "--listen-health",
-        "127.0.0.1:0",
-        "--listen-http",
-        "127.0.0.1:0",
-        "--header-http-port",
-        "8001",
-    ])
-    .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
-    .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
-    .env(
-        "OUROBOROS_PROXY_TARGET_HTTP_PORT",
-        nginx.http_port.to_string(),
-    )
-    .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000")
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped());
+    let mut cmd = Proxy::bare_command();
+    cmd.args(["--listen-http", "127.0.0.1:0", "--header-http-port", "8001"])
+        .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
+        .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
+        .env(
+            "OUROBOROS_PROXY_TARGET_HTTP_PORT",
+            nginx.http_port.to_string(),
+        )
+        .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000");
     let proxy = Proxy::spawn(cmd);
     assert!(
         proxy.https.is_none(),
@@ -755,19 +715,10 @@ fn black_hole() -> (socket2::Socket, Vec<TcpStream>, u16) {
 #[test]
 fn unanswered_dial_times_out_with_cause_timeout() {
     let (_hole, _filled, port) = black_hole();
-    let port = port.to_string();
-    let mut proxy = Proxy::start(&[
-        "--target-host",
-        "127.0.0.1",
-        "--target-http-port",
-        &port,
-        "--target-https-port",
-        &port,
-        "--dial-timeout",
-        "300ms",
-        "--ready-timeout",
-        "300ms",
-    ]);
+    let mut proxy = proxy_to(
+        (V4, port).into(),
+        &["--dial-timeout", "300ms", "--ready-timeout", "300ms"],
+    );
     let started = Instant::now();
     let (status, body) = proxy.admin("/readyz");
     assert_eq!(status, 503);

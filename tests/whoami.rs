@@ -1,14 +1,13 @@
 //! `ouroboros whoami` end to end: the real binary, raw clients sending PROXY headers, and real
 //! HAProxy 2.6 in front of it.
 
-#[path = "support/whoami_peers.rs"]
-mod peers;
+mod support;
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 
 use ouroboros::proxy_protocol::{encode_tcp, Destination, Source, Version};
-use peers::{closed_without_reply, exchange, Haproxy, Whoami};
+use support::{closed_without_reply, exchange, Haproxy, Proxy, Whoami, V4, V6};
 
 const GET_JSON: &[u8] = b"GET /?format=json HTTP/1.1\r\nHost: whoami.test\r\n\r\n";
 
@@ -185,7 +184,7 @@ fn all_interfaces_serve_ipv4_and_ipv6() {
     assert!(w.addr.ip().is_unspecified(), "{}", w.addr);
     for ip in ["127.0.0.1", "::1"] {
         let addr = SocketAddr::new(ip.parse().unwrap(), w.addr.port());
-        let mut s = peers::connect_with_deadline(addr, peers::DEADLINE);
+        let mut s = support::connect_with_deadline(addr, support::DEADLINE);
         let v = exchange(&mut s, GET_JSON).unwrap().json();
         assert_eq!(v["remote_addr"], local(&s), "{ip}");
         assert_eq!(v["local_addr"], addr.to_string(), "{ip}");
@@ -392,7 +391,7 @@ fn behind_haproxy_the_client_address_arrives() {
     .into_iter()
     .map(|(ip, kw, v)| {
         let ip: IpAddr = ip.parse().unwrap();
-        (SocketAddr::new(ip, peers::free_port(ip)), kw, v)
+        (SocketAddr::new(ip, support::free_port(ip)), kw, v)
     })
     .collect();
     let mut cfg = String::from(
@@ -405,9 +404,9 @@ fn behind_haproxy_the_client_address_arrives() {
         ));
     }
     let addrs: Vec<SocketAddr> = fronts.iter().map(|f| f.0).collect();
-    let _h = Haproxy::start(&cfg, &addrs);
+    let _h = Haproxy::with_config(&cfg, &addrs);
     for (addr, kw, version) in fronts {
-        let mut s = peers::connect_with_deadline(addr, peers::DEADLINE);
+        let mut s = support::connect_with_deadline(addr, support::DEADLINE);
         let v = exchange(&mut s, GET_JSON)
             .unwrap_or_else(|| panic!("{kw} {addr}: no reply"))
             .json();
@@ -421,6 +420,58 @@ fn behind_haproxy_the_client_address_arrives() {
     }
 }
 
+/// whoami behind `ouroboros proxy`, v1 and v2, over 127.0.0.1 and [::1]: the header whoami
+/// receives carries the client's socket address as source and the header port (80/443 by
+/// default, `--header-http(s)-port` when set) as destination port.
+#[test]
+fn behind_ouroboros_proxy_the_client_address_and_header_port_arrive() {
+    let w = Whoami::start(":0", &["--proxy-protocol", "required"]);
+    for (version, number, header_ports) in [
+        ("v1", 1, None),
+        ("v2", 2, None),
+        ("v1", 1, Some((8000, 8444))),
+        ("v2", 2, Some((8000, 8444))),
+    ] {
+        for (ip, listen) in [(V4, "127.0.0.1:0"), (V6, "[::1]:0")] {
+            let (http_header, https_header) = header_ports.unwrap_or((80, 443));
+            let (http_flag, https_flag) = (http_header.to_string(), https_header.to_string());
+            let mut extra = vec!["--proxy-protocol", version];
+            if header_ports.is_some() {
+                extra.extend([
+                    "--header-http-port",
+                    &http_flag,
+                    "--header-https-port",
+                    &https_flag,
+                ]);
+            }
+            let proxy = Proxy::relaying(listen, ip, (w.addr.port(), w.addr.port()), &extra);
+            for (listener, header_port) in [(proxy.http, http_header), (proxy.https, https_header)]
+            {
+                let listener = listener.expect("listener address logged");
+                let case = format!("{version} {listener} header port {header_port}");
+                let mut s = support::connect_with_deadline(listener, support::DEADLINE);
+                let v = exchange(&mut s, GET_JSON)
+                    .unwrap_or_else(|| panic!("{case}: no reply"))
+                    .json();
+                assert_eq!(v["proxy"]["version"], number, "{case}: {v}");
+                assert_eq!(v["proxy"]["command"], "PROXY", "{case}: {v}");
+                let transport = if ip.is_ipv4() { "TCP4" } else { "TCP6" };
+                assert_eq!(v["proxy"]["transport"], transport, "{case}: {v}");
+                assert_eq!(v["proxy"]["source"], local(&s), "{case}: {v}");
+                assert_eq!(
+                    v["proxy"]["destination"],
+                    SocketAddr::new(ip, header_port).to_string(),
+                    "{case}: {v}"
+                );
+                assert_ne!(listener.port(), header_port, "{case}");
+                assert_eq!(v["client_addr"], local(&s), "{case}: {v}");
+                // The socket peer is the proxy's outgoing connection, not the client.
+                assert_ne!(v["remote_addr"], local(&s), "{case}: {v}");
+            }
+        }
+    }
+}
+
 /// HAProxy in HTTP mode adds X-Forwarded-For and v2 TLVs (CRC32C, UNIQUE_ID): whoami shows both,
 /// and its CRC32C check agrees with HAProxy's.
 #[test]
@@ -428,7 +479,7 @@ fn behind_haproxy_http_mode_with_tlvs_and_forwarded_for() {
     let w = Whoami::start("[::1]:0", &["--proxy-protocol", "required"]);
     let front = SocketAddr::new(
         "::1".parse().unwrap(),
-        peers::free_port("::1".parse().unwrap()),
+        support::free_port("::1".parse().unwrap()),
     );
     let cfg = format!(
         "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
@@ -436,8 +487,8 @@ fn behind_haproxy_http_mode_with_tlvs_and_forwarded_for() {
          server whoami {} send-proxy-v2 proxy-v2-options crc32c,unique-id\n",
         w.addr
     );
-    let _h = Haproxy::start(&cfg, &[front]);
-    let mut s = peers::connect_with_deadline(front, peers::DEADLINE);
+    let _h = Haproxy::with_config(&cfg, &[front]);
+    let mut s = support::connect_with_deadline(front, support::DEADLINE);
     let v = exchange(&mut s, GET_JSON).unwrap().json();
     assert_eq!(v["client_addr"], local(&s));
     assert_eq!(v["proxy"]["transport"], "TCP6");
@@ -469,8 +520,8 @@ fn behind_haproxy_http_mode_with_tlvs_and_forwarded_for() {
 fn behind_haproxy_tls_termination_tlvs_are_named() {
     let w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", "required"]);
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
-    let plain = SocketAddr::new(lo, peers::free_port(lo));
-    let tls = SocketAddr::new(lo, peers::free_port(lo));
+    let plain = SocketAddr::new(lo, support::free_port(lo));
+    let tls = SocketAddr::new(lo, support::free_port(lo));
     let pem = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/whoami-test-tls.pem"
@@ -483,8 +534,8 @@ fn behind_haproxy_tls_termination_tlvs_are_named() {
          server whoami {} send-proxy-v2 proxy-v2-options ssl,ssl-cipher,cert-sig,cert-key,authority,crc32c\n",
         w.addr
     );
-    let _h = Haproxy::start(&cfg, &[plain, tls]);
-    let mut s = peers::connect_with_deadline(plain, peers::DEADLINE);
+    let _h = Haproxy::with_config(&cfg, &[plain, tls]);
+    let mut s = support::connect_with_deadline(plain, support::DEADLINE);
     let v = exchange(&mut s, GET_JSON).unwrap().json();
     let p = &v["proxy"];
     assert_eq!(p["destination"], tls.to_string(), "{v}");

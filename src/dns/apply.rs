@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -254,16 +255,31 @@ fn rbac_resource(verb: Verb, name: &str) -> String {
     }
 }
 
-/// The coredns mode: our block in the Corefile key of the CoreDNS ConfigMap.
-pub struct CorefileWriter {
+/// A writer for one ConfigMap key. `M` is the mode, which decides what `apply` puts there:
+/// [`CorefileWriter`] or [`ImportWriter`].
+pub struct Writer<M> {
     api: Api<ConfigMap>,
     target: ConfigMapKey,
     proxy: ProxyFqdn,
     retry: Retry,
     dry_run: bool,
+    mode: PhantomData<M>,
 }
 
-impl CorefileWriter {
+/// The coredns mode: our block in the Corefile key of the CoreDNS ConfigMap.
+pub type CorefileWriter = Writer<CorednsMode>;
+
+/// The coredns-import mode: the snippet under our key of the import ConfigMap (for a Corefile
+/// with `import /etc/coredns/custom/*.override`). Other keys are never touched.
+pub type ImportWriter = Writer<ImportMode>;
+
+/// Marks a [`CorefileWriter`].
+pub enum CorednsMode {}
+
+/// Marks an [`ImportWriter`].
+pub enum ImportMode {}
+
+impl<M> Writer<M> {
     pub fn new(client: Client, target: ConfigMapKey, proxy: ProxyFqdn, retry: Retry) -> Self {
         Self {
             api: Api::namespaced(client, &target.namespace),
@@ -271,6 +287,7 @@ impl CorefileWriter {
             proxy,
             retry,
             dry_run: false,
+            mode: PhantomData,
         }
     }
 
@@ -283,7 +300,9 @@ impl CorefileWriter {
     pub fn target(&self) -> &ConfigMapKey {
         &self.target
     }
+}
 
+impl CorefileWriter {
     /// Makes the block hold exactly `hosts` (an empty set removes it).
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
         let t = &self.target;
@@ -333,37 +352,7 @@ impl CorefileWriter {
     }
 }
 
-/// The coredns-import mode: the snippet under our key of the import ConfigMap (for a Corefile
-/// with `import /etc/coredns/custom/*.override`). Other keys are never touched.
-pub struct ImportWriter {
-    api: Api<ConfigMap>,
-    target: ConfigMapKey,
-    proxy: ProxyFqdn,
-    retry: Retry,
-    dry_run: bool,
-}
-
 impl ImportWriter {
-    pub fn new(client: Client, target: ConfigMapKey, proxy: ProxyFqdn, retry: Retry) -> Self {
-        Self {
-            api: Api::namespaced(client, &target.namespace),
-            target,
-            proxy,
-            retry,
-            dry_run: false,
-        }
-    }
-
-    /// Read and compute, never write (`Outcome::DryRun` with the change).
-    pub fn dry_run(mut self, on: bool) -> Self {
-        self.dry_run = on;
-        self
-    }
-
-    pub fn target(&self) -> &ConfigMapKey {
-        &self.target
-    }
-
     /// Makes our key hold the snippet for `hosts`, creating the ConfigMap if absent. An empty
     /// set keeps the key with the marker lines only (CoreDNS imports nothing from it).
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {

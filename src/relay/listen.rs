@@ -34,29 +34,38 @@ pub fn parse_listen(s: &str) -> Result<Option<ListenAddr>, String> {
     if s.is_empty() {
         return Ok(None);
     }
-    let bad = || {
-        format!("{s:?} is not a listen address (expected :PORT, HOST:PORT or [IPv6]:PORT, or empty to disable)")
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(Some(ListenAddr::Ip(addr)));
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "{s:?} has no port; expected :PORT, HOST:PORT or [IPv6]:PORT"
+        ));
     };
-    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} in {s:?} is not a number in 0..65535"))?;
     if host.is_empty() {
         return Ok(Some(ListenAddr::Any(port)));
     }
-    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        let ip: Ipv6Addr = v6.parse().map_err(|_| bad())?;
-        return Ok(Some(ListenAddr::Ip(SocketAddr::new(ip.into(), port))));
+    if host.contains(':') || host.starts_with('[') {
+        return Err(format!(
+            "{host:?} is neither a host name nor a bracketed IPv6 address; write IPv6 addresses in brackets, e.g. [::1]:{port}"
+        ));
     }
-    if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Ok(Some(ListenAddr::Ip(SocketAddr::new(ip.into(), port))));
-    }
+    // A numeric last label is a mistyped IPv4 address, not a name.
+    let numeric_tail = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
     let valid_name = host.len() <= 253
         && host.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
                 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         });
-    if !valid_name {
-        return Err(bad());
+    if numeric_tail || !valid_name {
+        return Err(format!("{host:?} is neither an IP address nor a host name"));
     }
     Ok(Some(ListenAddr::Host(host.to_string(), port)))
 }
@@ -114,29 +123,36 @@ mod tests {
 
     #[test]
     fn parses_listen_addresses() {
-        let ip = |s: &str| Some(ListenAddr::Ip(s.parse().unwrap()));
+        let ip = |s: &str| Ok(Some(ListenAddr::Ip(s.parse().unwrap())));
+        let host = |h: &str, port| Ok(Some(ListenAddr::Host(h.into(), port)));
         for (input, want) in [
             (":8080", Ok(Some(ListenAddr::Any(8080)))),
             (":0", Ok(Some(ListenAddr::Any(0)))),
             ("", Ok(None)),
             ("  ", Ok(None)),
-            ("127.0.0.1:80", Ok(ip("127.0.0.1:80"))),
-            ("0.0.0.0:8443", Ok(ip("0.0.0.0:8443"))),
-            ("[::1]:8080", Ok(ip("[::1]:8080"))),
-            ("[::]:1", Ok(ip("[::]:1"))),
-            (
-                "localhost:8080",
-                Ok(Some(ListenAddr::Host("localhost".into(), 8080))),
-            ),
-            ("8080", Err(())),
-            (":", Err(())),
-            (":65536", Err(())),
-            ("::1:80", Err(())),
-            ("[::1]", Err(())),
-            ("[nope]:80", Err(())),
-            ("bad host:80", Err(())),
+            ("127.0.0.1:80", ip("127.0.0.1:80")),
+            ("0.0.0.0:8443", ip("0.0.0.0:8443")),
+            ("[::1]:8080", ip("[::1]:8080")),
+            ("[::]:1", ip("[::]:1")),
+            ("localhost:8080", host("localhost", 8080)),
+            ("whoami.example.com:1", host("whoami.example.com", 1)),
+            ("8080", Err("has no port")),
+            (":", Err("is not a number")),
+            (":http", Err("is not a number")),
+            (":65536", Err("is not a number")),
+            ("::1:80", Err("in brackets")),
+            ("[::1:8080", Err("in brackets")),
+            ("[nope]:80", Err("in brackets")),
+            ("[::1]", Err("is not a number")),
+            ("1.2.3:80", Err("neither an IP address nor a host name")),
+            ("bad host:80", Err("neither an IP address nor a host name")),
+            ("a..b:80", Err("neither an IP address nor a host name")),
         ] {
-            assert_eq!(parse_listen(input).map_err(|_| ()), want, "{input:?}");
+            match (parse_listen(input), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{input:?}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{input:?}: {got}"),
+                (got, want) => panic!("{input:?}: got {got:?}, want {want:?}"),
+            }
         }
     }
 

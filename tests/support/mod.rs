@@ -1,6 +1,6 @@
 //! Real peers for integration tests: nginx and HAProxy speaking the PROXY protocol, the built
-//! `ouroboros` binary, temp dirs, free ports and poll-connect waits. Every process is killed
-//! when its handle drops.
+//! `ouroboros proxy` and `ouroboros whoami`, temp dirs, free ports, poll-connect waits and small
+//! HTTP clients. Every process is killed when its handle drops.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 pub const V4: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 pub const V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+
+/// How long a test waits for a server to come up, answer or log.
+pub const DEADLINE: Duration = Duration::from_secs(15);
 
 /// A directory removed on drop.
 pub struct TempDir(PathBuf);
@@ -47,30 +50,135 @@ impl Drop for TempDir {
 /// A port the OS just handed out on `ip` (for servers that take a port in their config).
 pub fn free_port(ip: IpAddr) -> u16 {
     TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("binding {ip}:0 for a free port: {e}"))
 }
 
-/// Polls connect until `addr` accepts or the deadline passes; fails early if `child` died.
-pub fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
+/// Connects, retrying until `addr` accepts or `deadline` passes; reads time out after
+/// [`DEADLINE`].
+pub fn connect_with_deadline(addr: SocketAddr, deadline: Duration) -> TcpStream {
+    let start = Instant::now();
     loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => {
+                s.set_read_timeout(Some(DEADLINE)).unwrap();
+                return s;
+            }
+            Err(e) if start.elapsed() > deadline => {
+                panic!("{addr} not accepting after {deadline:?}: {e}")
+            }
+            // Poll interval, not a wait for readiness: the loop ends as soon as a connect works.
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} exited with {status} before listening on {addr}");
+    }
+}
+
+/// Polls connect until `addr` accepts; `None` once `child` has exited or [`DEADLINE`] passed.
+fn poll_connect(addr: SocketAddr, child: &mut Child) -> Option<TcpStream> {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            return Some(s);
         }
-        assert!(Instant::now() < deadline, "{what} never listened on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
+        if child.try_wait().unwrap().is_some() || start.elapsed() > DEADLINE {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
+}
+
+fn send_signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: plain syscall on our own child's pid.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -{sig} {}: {}",
+        child.id(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A child's stderr, one JSON log line at a time, collected by a thread. Waiters are woken by
+/// each new line and by the child's exit (EOF).
+#[derive(Clone, Default)]
+pub struct Logs(Arc<(Mutex<LogState>, Condvar)>);
+
+#[derive(Default)]
+struct LogState {
+    lines: Vec<serde_json::Value>,
+    closed: bool,
+}
+
+impl Logs {
+    fn collect(child: &mut Child) -> Logs {
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let logs = Logs::default();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            let (lock, cv) = &*sink.0;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "message": line, "raw": true }));
+                lock.lock().unwrap().lines.push(v);
+                cv.notify_all();
+            }
+            lock.lock().unwrap().closed = true;
+            cv.notify_all();
+        });
+        logs
+    }
+
+    pub fn all(&self) -> Vec<serde_json::Value> {
+        self.0 .0.lock().unwrap().lines.clone()
+    }
+
+    /// Waits for a line matching `pred`; panics with every line on timeout or exit.
+    pub fn wait(
+        &self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+        timeout: Duration,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.0;
+        let mut state = lock.lock().unwrap();
+        loop {
+            if let Some(v) = state.lines.iter().find(|v| pred(v)) {
+                return v.clone();
+            }
+            let now = Instant::now();
+            if state.closed || now >= deadline {
+                let why = if state.closed { "exited" } else { "timed out" };
+                panic!(
+                    "{what} {why} before the expected log line; logs:\n{:#?}",
+                    state.lines
+                );
+            }
+            state = cv.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits until the child closed its stderr (it exited); false on timeout.
+    fn wait_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.0;
+        let mut state = lock.lock().unwrap();
+        while !state.closed {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = cv.wait_timeout(state, deadline - now).unwrap().0;
+        }
+        true
+    }
 }
 
 /// Raises this process's open-files limit (children inherit it).
@@ -162,15 +270,13 @@ stream {{
         let error_log = dir.path().join("error.log");
         for port in [http_port, stream_port] {
             for ip in [V4, V6] {
-                let deadline = Instant::now() + Duration::from_secs(15);
-                loop {
+                match poll_connect(SocketAddr::new(ip, port), &mut child) {
                     // Say "no addresses" before closing, so the stream server does not log a
                     // broken header for the readiness check itself.
-                    if let Ok(mut c) = TcpStream::connect((ip, port)) {
+                    Some(mut c) => {
                         let _ = c.write_all(b"PROXY UNKNOWN\r\n");
-                        break;
                     }
-                    if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                    None => {
                         // Most likely a port race: try again with new ports.
                         eprintln!(
                             "{}",
@@ -179,7 +285,6 @@ stream {{
                         kill(&mut child);
                         return None;
                     }
-                    std::thread::sleep(Duration::from_millis(20));
                 }
             }
         }
@@ -203,18 +308,19 @@ impl Drop for Nginx {
     }
 }
 
-/// HAProxy 2.6 in the foreground, `mode http`, `bind ... accept-proxy`, answering
-/// `%[src]:%[src_port] %[dst]:%[dst_port]` (addresses as taken from the PROXY header).
+/// HAProxy 2.6 (/usr/sbin/haproxy) in the foreground with its own config in a temp dir.
 pub struct Haproxy {
     child: Child,
+    /// The first address waited for at start-up.
     pub port: u16,
     _dir: TempDir,
 }
 
 impl Haproxy {
+    /// `mode http`, `bind ... accept-proxy` on 127.0.0.1 and [::1], answering
+    /// `%[src]:%[src_port] %[dst]:%[dst_port]` (addresses as taken from the PROXY header).
     pub fn start() -> Haproxy {
         for _ in 0..5 {
-            let dir = TempDir::new("haproxy");
             let port = free_port(V4);
             let conf = format!(
                 r#"global
@@ -230,40 +336,56 @@ frontend fe
   http-request return status 200 content-type text/plain lf-string "%[src]:%[src_port] %[dst]:%[dst_port]\n"
 "#
             );
-            let conf_path = dir.path().join("haproxy.cfg");
-            std::fs::write(&conf_path, conf).unwrap();
-            let mut child = Command::new("/usr/sbin/haproxy")
-                .arg("-db")
-                .arg("-f")
-                .arg(&conf_path)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("running /usr/sbin/haproxy (apt install haproxy)");
-            let deadline = Instant::now() + Duration::from_secs(15);
-            let up = loop {
-                if [V4, V6]
-                    .iter()
-                    .all(|ip| TcpStream::connect((*ip, port)).is_ok())
-                {
-                    break true;
-                }
-                if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
-                    break false;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            if up {
-                return Haproxy {
-                    child,
-                    port,
-                    _dir: dir,
-                };
+            // A port race makes haproxy exit: try again with a new port.
+            if let Some(h) = Haproxy::try_start(&conf, &[(V4, port).into(), (V6, port).into()]) {
+                return h;
             }
-            kill(&mut child);
         }
         panic!("haproxy did not start");
+    }
+
+    /// Starts haproxy with `config` (checked with `haproxy -c` first) and waits until every
+    /// address in `ready` accepts connections.
+    pub fn with_config(config: &str, ready: &[SocketAddr]) -> Haproxy {
+        Haproxy::try_start(config, ready)
+            .unwrap_or_else(|| panic!("haproxy did not listen on {ready:?} with:\n{config}"))
+    }
+
+    fn try_start(config: &str, ready: &[SocketAddr]) -> Option<Haproxy> {
+        let dir = TempDir::new("haproxy");
+        let cfg = dir.path().join("haproxy.cfg");
+        std::fs::write(&cfg, config).unwrap();
+        let check = Command::new("/usr/sbin/haproxy")
+            .arg("-c")
+            .arg("-f")
+            .arg(&cfg)
+            .output()
+            .expect("running /usr/sbin/haproxy -c (apt install haproxy)");
+        assert!(
+            check.status.success(),
+            "haproxy rejects the config:\n{config}\n{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let mut child = Command::new("/usr/sbin/haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running /usr/sbin/haproxy (apt install haproxy)");
+        for addr in ready {
+            if poll_connect(*addr, &mut child).is_none() {
+                kill(&mut child);
+                return None;
+            }
+        }
+        Some(Haproxy {
+            child,
+            port: ready.first().map_or(0, |a| a.port()),
+            _dir: dir,
+        })
     }
 }
 
@@ -279,7 +401,7 @@ pub struct Proxy {
     pub http: Option<SocketAddr>,
     pub https: Option<SocketAddr>,
     pub health: SocketAddr,
-    logs: Arc<(Mutex<Vec<serde_json::Value>>, Condvar)>,
+    logs: Logs,
 }
 
 impl Proxy {
@@ -289,16 +411,29 @@ impl Proxy {
         Proxy::spawn(Proxy::command(args))
     }
 
+    /// Both listeners on `listen`, relaying to `target` (`--target-http-port`,
+    /// `--target-https-port` from `ports`), plus `extra` flags.
+    pub fn relaying(listen: &str, target: IpAddr, ports: (u16, u16), extra: &[&str]) -> Proxy {
+        let (target, http, https) = (target.to_string(), ports.0.to_string(), ports.1.to_string());
+        let mut args = vec![
+            "--listen-http",
+            listen,
+            "--listen-https",
+            listen,
+            "--target-host",
+            &target,
+            "--target-http-port",
+            &http,
+            "--target-https-port",
+            &https,
+        ];
+        args.extend_from_slice(extra);
+        Proxy::start(&args)
+    }
+
     /// The command `start` runs, for tests that need to adjust it.
     pub fn command(args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-        cmd.args([
-            "--log-format",
-            "json",
-            "proxy",
-            "--listen-health",
-            "127.0.0.1:0",
-        ]);
+        let mut cmd = Proxy::bare_command();
         for (flag, default) in [
             ("--listen-http", "127.0.0.1:0"),
             ("--listen-https", "127.0.0.1:0"),
@@ -307,28 +442,31 @@ impl Proxy {
                 cmd.args([flag, default]);
             }
         }
-        cmd.args(args)
-            .env_remove("OUROBOROS_LOG_LEVEL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args(args);
+        cmd
+    }
+
+    /// `ouroboros --log-format json proxy --listen-health 127.0.0.1:0` with no listener flags,
+    /// for tests that set them through the environment.
+    pub fn bare_command() -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+        cmd.args([
+            "--log-format",
+            "json",
+            "proxy",
+            "--listen-health",
+            "127.0.0.1:0",
+        ])
+        .env_remove("OUROBOROS_LOG_LEVEL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         cmd
     }
 
     pub fn spawn(mut cmd: Command) -> Proxy {
         let mut child = cmd.spawn().expect("running the ouroboros binary");
-        let stderr = child.stderr.take().unwrap();
-        let logs: Arc<(Mutex<Vec<serde_json::Value>>, Condvar)> = Arc::default();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let v = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line, "raw": true }));
-                sink.0.lock().unwrap().push(v);
-                sink.1.notify_all();
-            }
-        });
+        let logs = Logs::collect(&mut child);
         let mut p = Proxy {
             child,
             http: None,
@@ -339,7 +477,7 @@ impl Proxy {
         let addr = |v: &serde_json::Value| v["addr"].as_str().unwrap().parse().unwrap();
         let health = p.wait_log(
             |v| v["message"] == "listening" && v["listener"] == "health",
-            Duration::from_secs(15),
+            DEADLINE,
         );
         p.health = addr(&health);
         for v in p.logs() {
@@ -355,7 +493,7 @@ impl Proxy {
     }
 
     pub fn logs(&self) -> Vec<serde_json::Value> {
-        self.logs.0.lock().unwrap().clone()
+        self.logs.all()
     }
 
     /// Waits for a log line matching `pred`; panics with the logs on timeout or exit.
@@ -364,19 +502,7 @@ impl Proxy {
         pred: impl Fn(&serde_json::Value) -> bool,
         timeout: Duration,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + timeout;
-        let (lock, cv) = &*self.logs;
-        let mut logs = lock.lock().unwrap();
-        loop {
-            if let Some(v) = logs.iter().find(|v| pred(v)) {
-                return v.clone();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                panic!("expected log line not seen; logs:\n{logs:#?}");
-            }
-            logs = cv.wait_timeout(logs, deadline - now).unwrap().0;
-        }
+        self.logs.wait("ouroboros proxy", pred, timeout)
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -384,26 +510,17 @@ impl Proxy {
     }
 
     pub fn signal(&self, sig: libc::c_int) {
-        // SAFETY: sends a signal to our own child.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, sig);
-        }
+        send_signal(&self.child, sig);
     }
 
     /// Waits for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "proxy still running after {timeout:?}; logs:\n{:#?}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            self.logs.wait_closed(timeout),
+            "proxy still running after {timeout:?}; logs:\n{:#?}",
+            self.logs()
+        );
+        self.child.wait().unwrap()
     }
 
     /// GET on the admin listener: (status, body).
@@ -422,6 +539,150 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         kill(&mut self.child);
+    }
+}
+
+/// `ouroboros whoami` as a child process, listening on the address its log announces.
+pub struct Whoami {
+    child: Child,
+    pub addr: SocketAddr,
+    logs: Logs,
+}
+
+impl Whoami {
+    /// Starts `ouroboros --log-format json --log-level debug whoami --listen LISTEN ARGS`.
+    pub fn start(listen: &str, args: &[&str]) -> Whoami {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ouroboros"))
+            .args([
+                "--log-format",
+                "json",
+                "--log-level",
+                "debug",
+                "whoami",
+                "--listen",
+                listen,
+            ])
+            .args(args)
+            .env_remove("OUROBOROS_WHOAMI_LISTEN")
+            .env_remove("OUROBOROS_WHOAMI_PROXY_PROTOCOL")
+            .env_remove("OUROBOROS_WHOAMI_READ_TIMEOUT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning ouroboros whoami");
+        let logs = Logs::collect(&mut child);
+        let mut me = Whoami {
+            child,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            logs,
+        };
+        let line = me.wait_for_log(|v| v["message"] == "listening");
+        me.addr = line["address"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line}"));
+        me
+    }
+
+    pub fn logs(&self) -> Vec<serde_json::Value> {
+        self.logs.all()
+    }
+
+    /// Waits (on the log pipe, no polling) for a log line matching `pred`.
+    pub fn wait_for_log(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        self.logs.wait("ouroboros whoami", pred, DEADLINE)
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        connect_with_deadline(self.addr, DEADLINE)
+    }
+
+    /// SIGTERM, then the exit status (killed if it does not exit within the deadline).
+    pub fn terminate(mut self) -> ExitStatus {
+        send_signal(&self.child, libc::SIGTERM);
+        if !self.logs.wait_closed(DEADLINE) {
+            kill(&mut self.child);
+            panic!("whoami still running {DEADLINE:?} after SIGTERM");
+        }
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Whoami {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+/// One HTTP/1.1 response read off a keep-alive connection.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+}
+
+/// Reads one response (Content-Length framed) from `stream`; `None` if it closes first.
+pub fn read_response(stream: &mut TcpStream) -> Option<Response> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(0) => return None,
+            Ok(_) => head.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+            Err(e) => panic!("reading a response: {e}"),
+        }
+    }
+    let head = String::from_utf8(head).unwrap();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    stream.read_exact(&mut body).unwrap();
+    Some(Response { status, head, body })
+}
+
+/// Sends `bytes` then reads one response.
+pub fn exchange(stream: &mut TcpStream, bytes: &[u8]) -> Option<Response> {
+    stream.write_all(bytes).unwrap();
+    read_response(stream)
+}
+
+/// True once the peer has closed: EOF or reset, with no response bytes.
+pub fn closed_without_reply(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
+        Err(e) => panic!("waiting for close: {e}"),
     }
 }
 
@@ -522,4 +783,24 @@ pub fn read_proxy_header(s: &mut TcpStream) -> Vec<u8> {
     s.read_exact(&mut rest).unwrap();
     head.extend_from_slice(&rest);
     head
+}
+
+/// The lines between ouroboros' BEGIN and END markers, trimmed (for the DNS editor tests).
+pub fn block_lines(text: &str) -> Vec<String> {
+    use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
+    let mut v = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t == END_MARKER {
+            inside = false;
+        }
+        if inside {
+            v.push(t.to_string());
+        }
+        if t == BEGIN_MARKER {
+            inside = true;
+        }
+    }
+    v
 }
