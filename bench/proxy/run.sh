@@ -12,6 +12,10 @@
 #   LOAD_CPU=1          CPU nginx, wrk, curl and the idle-connection client are pinned to
 #   VARIANTS="direct haproxy ouroboros"
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
+#   NICE=-10            niceness of everything the run starts (a negative value needs root): on a
+#                       shared box it keeps concurrent compiles from skewing one variant's turn
+#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros's runtime workers
+#                       (TOKIO_WORKER_THREADS); both would pick 1 by themselves on one pinned CPU
 #   KEEP_TMP=1          keep the temp dir (configs, logs, raw samples) after the run
 set -euo pipefail
 
@@ -30,6 +34,8 @@ LOAD_CPU=${LOAD_CPU:-1}
 VARIANTS=${VARIANTS:-"direct haproxy ouroboros"}
 OUROBOROS_BIN=${OUROBOROS_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
+NICE=${NICE:--10}
+PROXY_THREADS=${PROXY_THREADS:-1}
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -59,6 +65,9 @@ hard=$(ulimit -Hn)
 [[ $hard == unlimited ]] || ((hard >= need_fds)) ||
     die "open-file hard limit $hard < $need_fds needed for IDLE_CONNS=$IDLE_CONNS; raise it (ulimit -Hn) or lower IDLE_CONNS"
 ulimit -n "$hard"
+
+# children inherit it: nginx, the proxies, wrk and curl all run at the same priority
+renice -n "$NICE" -p $$ >/dev/null 2>&1 || log "warning: cannot renice to $NICE (not root?); running at $(nice)"
 
 CLK_TCK=$(getconf CLK_TCK)
 wrk_seconds=${WRK_DURATION%s}
@@ -149,7 +158,7 @@ PID[nginx]=$!
 start_haproxy() {
     cat >"$DIR/haproxy.cfg" <<EOF
 global
-    nbthread 2
+    nbthread $PROXY_THREADS
     maxconn $((IDLE_CONNS + 2000))
 defaults
     mode tcp
@@ -167,7 +176,7 @@ EOF
 }
 
 start_ouroboros() {
-    taskset -c "$PROXY_CPU" "$BIN" --log-level warn proxy \
+    TOKIO_WORKER_THREADS=$PROXY_THREADS taskset -c "$PROXY_CPU" "$BIN" --log-level warn proxy \
         --listen-http "127.0.0.1:$P_OURO" --listen-https '' --listen-health "127.0.0.1:$P_OURO_HEALTH" \
         --target-host 127.0.0.1 --target-http-port "$P_NGINX_PP" --proxy-protocol v1 \
         --max-connections $((IDLE_CONNS + 2000)) >"$DIR/logs/ouroboros.log" 2>&1 &
@@ -203,7 +212,9 @@ for v in "${VARS[@]}"; do
     got=$("${HELPER[@]}" wait-http "$(url_of "$v")/pp" 10) || die "$v did not come up: $(tail -5 "$DIR/logs/$v.log" 2>/dev/null)"
     if [[ $v == direct ]]; then want=""; else want=127.0.0.1; fi
     [[ $got == "$want" ]] || die "$v: nginx saw PROXY source '$got', expected '$want'"
-    log "$v up at $(url_of "$v") (PROXY source seen by nginx: '${got:-none}')"
+    threads=""
+    [[ $v != direct ]] && threads=", $(awk '/^Threads:/ {print $2}' "/proc/${PID[$v]}/status") threads"
+    log "$v up at $(url_of "$v") (PROXY source seen by nginx: '${got:-none}'$threads)"
 done
 
 RAW=$DIR/raw.tsv
@@ -217,7 +228,7 @@ ticks() { if [[ $1 == direct ]]; then echo 0; else "${HELPER[@]}" cpu-ticks $(pi
     printf 'machine\t%s\n' "$(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
     printf 'ouroboros_rev\t%s\n' "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo +dirty)"
     printf 'command\t%s\n' "bench/proxy/run.sh"
-    printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU; $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+    printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice); $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
     printf 'load_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf "bulk_mb\t%s\nidle_conns\t%s\nwrk_conns\t%s\n" "$BULK_MB" "$IDLE_CONNS" "$WRK_CONNS"
 } >"$META"
