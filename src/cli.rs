@@ -27,6 +27,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once at startup
 pub enum Command {
     /// Accept TCP, prepend a PROXY-protocol header with the real client address, relay to the ingress controller.
     Proxy(crate::proxy::ProxyArgs),

@@ -3,12 +3,14 @@
 //! Pure modules (`hostname`, `proxy_protocol`, `dns`) do no I/O; the subcommand modules wire
 //! them to sockets, files and the Kubernetes API.
 
+pub mod admin;
 pub mod cli;
 pub mod cluster_domain;
 pub mod dns;
 pub mod hostname;
 pub mod proxy;
 pub mod proxy_protocol;
+pub mod relay;
 pub mod shutdown;
 pub mod telemetry;
 pub mod whoami;

@@ -1,8 +1,549 @@
-//! `ouroboros proxy` (in progress).
+//! `ouroboros proxy`: accepts TCP on an http and an https listener, prepends a PROXY-protocol
+//! header carrying the real client address and relays to the ingress controller, whose name is
+//! re-resolved on every dial.
 
-#[derive(clap::Args, Debug)]
-pub struct ProxyArgs {}
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-pub async fn run(_args: ProxyArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admin::{AdminState, ReadyCheck};
+use crate::cli::{parse_duration, UsageError};
+use crate::proxy_protocol::Version;
+use crate::relay::{self, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
+
+/// Default upstream: the ingress-nginx controller Service.
+pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
+
+/// A listen address flag value; empty disables the listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<ListenAddr>);
+
+fn parse_listen_flag(s: &str) -> Result<Listen, String> {
+    relay::parse_listen(s).map(Listen)
+}
+
+/// An IP literal (IPv6 optionally in brackets) or a DNS name.
+fn parse_target_host(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let unbracketed = s
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(s);
+    if unbracketed.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(unbracketed.to_string());
+    }
+    let name = s.strip_suffix('.').unwrap_or(s);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if ok {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(format!(
+            "{s:?} is neither an IP address nor a DNS name (e.g. ingress-nginx-controller.ingress-nginx.svc.cluster.local)"
+        ))
+    }
+}
+
+/// A Kubernetes object name usable in a DNS label (RFC 1123).
+fn parse_dns_label(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid Service or namespace name (lowercase letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    about = "Accept TCP, prepend a PROXY-protocol header with the real client address, relay to the ingress controller",
+    long_about = "Accepts TCP on an http and an https listener, writes a PROXY-protocol header \
+        (v1 or v2) carrying the client's address and the port it dialled, then relays the \
+        connection to the ingress controller. The target name is resolved on every connection. \
+        Serves /healthz, /readyz and /metrics on --listen-health."
+)]
+pub struct ProxyArgs {
+    /// Listener for plain HTTP traffic: `:PORT` (all interfaces, IPv6 and IPv4), `HOST:PORT`
+    /// or `[IPv6]:PORT`; empty disables it.
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTP", default_value = ":8080", value_parser = parse_listen_flag, value_name = "ADDR")]
+    pub listen_http: Listen,
+
+    /// Listener for TLS traffic (relayed as is, never decrypted); same forms as --listen-http;
+    /// empty disables it.
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTPS", default_value = ":8443", value_parser = parse_listen_flag, value_name = "ADDR")]
+    pub listen_https: Listen,
+
+    /// Listener for /healthz, /readyz and /metrics; empty disables it.
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HEALTH", default_value = ":8081", value_parser = parse_listen_flag, value_name = "ADDR")]
+    pub listen_health: Listen,
+
+    /// Upstream host (DNS name or IP), resolved (A and AAAA) on every connection.
+    #[arg(long, env = "OUROBOROS_PROXY_TARGET_HOST", default_value = DEFAULT_TARGET_HOST, value_parser = parse_target_host, conflicts_with = "target_service_name", value_name = "HOST")]
+    pub target_host: String,
+
+    /// Upstream Service name; with --target-service-namespace it replaces --target-host by
+    /// NAME.NAMESPACE.svc.CLUSTER_DOMAIN.
+    #[arg(long, env = "OUROBOROS_PROXY_TARGET_SERVICE_NAME", value_parser = parse_dns_label, requires = "target_service_namespace", value_name = "NAME")]
+    pub target_service_name: Option<String>,
+
+    /// Namespace of --target-service-name.
+    #[arg(long, env = "OUROBOROS_PROXY_TARGET_SERVICE_NAMESPACE", value_parser = parse_dns_label, requires = "target_service_name", value_name = "NAMESPACE")]
+    pub target_service_namespace: Option<String>,
+
+    /// Cluster DNS domain used with --target-service-name [default: the svc.<domain> entry of
+    /// /etc/resolv.conf's search line, else cluster.local].
+    #[arg(long, env = "OUROBOROS_PROXY_CLUSTER_DOMAIN", value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+
+    /// Upstream port for connections accepted on --listen-http.
+    #[arg(long, env = "OUROBOROS_PROXY_TARGET_HTTP_PORT", default_value_t = 80, value_parser = clap::value_parser!(u16).range(1..), value_name = "PORT")]
+    pub target_http_port: u16,
+
+    /// Upstream port for connections accepted on --listen-https.
+    #[arg(long, env = "OUROBOROS_PROXY_TARGET_HTTPS_PORT", default_value_t = 443, value_parser = clap::value_parser!(u16).range(1..), value_name = "PORT")]
+    pub target_https_port: u16,
+
+    /// Destination port written in the header for --listen-http connections: the port clients
+    /// dialled on the proxy's Service (ingress controllers derive X-Forwarded-Port from it).
+    #[arg(long, env = "OUROBOROS_PROXY_HEADER_HTTP_PORT", default_value_t = 80, value_parser = clap::value_parser!(u16).range(1..), value_name = "PORT")]
+    pub header_http_port: u16,
+
+    /// Destination port written in the header for --listen-https connections.
+    #[arg(long, env = "OUROBOROS_PROXY_HEADER_HTTPS_PORT", default_value_t = 443, value_parser = clap::value_parser!(u16).range(1..), value_name = "PORT")]
+    pub header_https_port: u16,
+
+    /// PROXY-protocol version to send: v1 (text) or v2 (binary). Must match what the ingress
+    /// controller expects.
+    #[arg(long, env = "OUROBOROS_PROXY_PROXY_PROTOCOL", value_enum, default_value_t = Version::V1)]
+    pub proxy_protocol: Version,
+
+    /// Time allowed to resolve the target and connect to one of its addresses.
+    #[arg(long, env = "OUROBOROS_PROXY_DIAL_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub dial_timeout: Duration,
+
+    /// Time /readyz allows for dialling both targets.
+    #[arg(long, env = "OUROBOROS_PROXY_READY_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ready_timeout: Duration,
+
+    /// After SIGTERM/SIGINT, keep accepting for this long (with /readyz failing) so endpoint
+    /// removal propagates before clients are refused.
+    #[arg(long, env = "OUROBOROS_PROXY_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_delay: Duration,
+
+    /// After accepting stopped, how long in-flight connections may run before they are cut.
+    #[arg(long, env = "OUROBOROS_PROXY_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Duration,
+
+    /// Close a connection after no traffic either way for this long; 0 disables.
+    #[arg(long, env = "OUROBOROS_PROXY_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Duration,
+
+    /// Connections relayed at once (both listeners together); past it new connections wait in
+    /// the kernel's listen backlog. 0 = unlimited.
+    #[arg(
+        long,
+        env = "OUROBOROS_PROXY_MAX_CONNECTIONS",
+        default_value_t = 65536,
+        value_name = "N"
+    )]
+    pub max_connections: usize,
+}
+
+/// Checked settings derived from the flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen_http: Option<ListenAddr>,
+    pub listen_https: Option<ListenAddr>,
+    pub listen_health: Option<ListenAddr>,
+    pub target_host: String,
+}
+
+impl Config {
+    /// Flag combinations clap cannot check; errors name the flag.
+    pub fn from_args(args: &ProxyArgs) -> Result<Config, String> {
+        if args.listen_http.0.is_none() && args.listen_https.0.is_none() {
+            return Err(
+                "--listen-http and --listen-https are both empty: set at least one".to_string(),
+            );
+        }
+        for (flag, d) in [
+            ("--dial-timeout", args.dial_timeout),
+            ("--ready-timeout", args.ready_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{flag} must be greater than 0"));
+            }
+        }
+        let target_host = match (&args.target_service_name, &args.target_service_namespace) {
+            (Some(name), Some(ns)) => {
+                let domain = crate::cluster_domain::resolve(args.cluster_domain.as_deref());
+                format!("{name}.{ns}.svc.{domain}")
+            }
+            _ => args.target_host.clone(),
+        };
+        Ok(Config {
+            listen_http: args.listen_http.0.clone(),
+            listen_https: args.listen_https.0.clone(),
+            listen_health: args.listen_health.0.clone(),
+            target_host,
+        })
+    }
+}
+
+/// Readiness: both targets answer and no shutdown is under way. Logs changes only.
+struct Readiness {
+    targets: Vec<(&'static str, DnsTarget)>,
+    version: Version,
+    shutting_down: AtomicBool,
+    /// The last outcome as cause tokens (empty = ready), to log changes once.
+    last: Mutex<Option<Vec<String>>>,
+    gauge: Gauge,
+}
+
+impl Readiness {
+    async fn check(&self) -> Result<(), String> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err("shutting-down: the proxy received a termination signal".into());
+        }
+        let probes = self.targets.iter().map(|(name, t)| async move {
+            relay::probe(t, self.version).await.map_err(|e| {
+                (
+                    e.cause,
+                    format!("{}: {name} target {}: {}", e.cause, e.target, e.detail),
+                )
+            })
+        });
+        let results = futures_join_all(probes).await;
+        let failures: Vec<_> = results.into_iter().filter_map(Result::err).collect();
+        let key: Vec<String> = failures.iter().map(|(c, _)| c.to_string()).collect();
+        let reason = failures
+            .iter()
+            .map(|(_, r)| r.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let changed = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = last.as_ref() != Some(&key);
+            *last = Some(key.clone());
+            changed
+        };
+        if changed {
+            if key.is_empty() {
+                tracing::info!("ready: both targets answer");
+            } else {
+                tracing::warn!(reason = %reason, "not ready: a target does not answer");
+            }
+        }
+        self.gauge.set(i64::from(key.is_empty()));
+        if key.is_empty() {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    }
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut slots: Vec<_> = futs.map(|f| (Some(Box::pin(f)), None)).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (fut, out) in slots.iter_mut() {
+            if let Some(f) = fut {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *out = Some(v);
+                        *fut = None;
+                    }
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    slots.into_iter().filter_map(|(_, out)| out).collect()
+}
+
+pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let cfg = Config::from_args(&args).map_err(UsageError::err)?;
+    let signal = crate::shutdown::on_signal()?;
+    match relay::raise_fd_limit() {
+        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
+        Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
+    }
+
+    let mut registry = Registry::default();
+    let sub = registry.sub_registry_with_prefix("ouroboros_proxy");
+    let relay_metrics = RelayMetrics::register(sub);
+    let ready_gauge = Gauge::default();
+    sub.register(
+        "ready",
+        "1 when /readyz last found both targets answering, else 0",
+        ready_gauge.clone(),
+    );
+
+    let limit = (args.max_connections > 0).then(|| {
+        Arc::new(Semaphore::new(
+            args.max_connections.min(Semaphore::MAX_PERMITS),
+        ))
+    });
+    let tracker = TaskTracker::new();
+    let stop_accepting = CancellationToken::new();
+    let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
+
+    let listeners = [
+        (
+            "http",
+            "--listen-http",
+            &cfg.listen_http,
+            args.target_http_port,
+            args.header_http_port,
+        ),
+        (
+            "https",
+            "--listen-https",
+            &cfg.listen_https,
+            args.target_https_port,
+            args.header_https_port,
+        ),
+    ];
+    let mut targets = Vec::new();
+    let mut servers = Vec::new();
+    for (name, flag, addr, target_port, header_port) in listeners {
+        let Some(addr) = addr else { continue };
+        let listener = relay::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
+        })?;
+        let local = listener.local_addr()?;
+        let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout);
+        tracing::info!(listener = name, addr = %local, target = %target.describe(), proxy_protocol = ?args.proxy_protocol, header_port, "listening");
+        targets.push((
+            name,
+            DnsTarget::new(cfg.target_host.clone(), target_port, args.ready_timeout),
+        ));
+        let route = Arc::new(Route {
+            name,
+            upstream: target,
+            version: args.proxy_protocol,
+            header_port: Some(header_port),
+            idle_timeout: idle,
+            metrics: relay_metrics.listener(name),
+        });
+        servers.push(tokio::spawn(relay::serve(
+            listener,
+            route,
+            limit.clone(),
+            tracker.clone(),
+            stop_accepting.clone(),
+        )));
+    }
+
+    let readiness = Arc::new(Readiness {
+        targets,
+        version: args.proxy_protocol,
+        shutting_down: AtomicBool::new(false),
+        last: Mutex::new(None),
+        gauge: ready_gauge,
+    });
+    let admin_stop = CancellationToken::new();
+    let admin = match &cfg.listen_health {
+        Some(addr) => {
+            let listener = relay::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "binding --listen-health {addr}: {e}; is the port free and allowed?"
+                )
+            })?;
+            tracing::info!(listener = "health", addr = %listener.local_addr()?, "listening");
+            let r = readiness.clone();
+            let check: ReadyCheck = Arc::new(move || {
+                let r = r.clone();
+                Box::pin(async move { r.check().await })
+            });
+            let state = AdminState::new(Arc::new(registry), check);
+            Some(tokio::spawn(crate::admin::serve(
+                listener,
+                state,
+                admin_stop.clone(),
+            )))
+        }
+        None => None,
+    };
+
+    signal.cancelled().await;
+    readiness.shutting_down.store(true, Ordering::Relaxed);
+    readiness.gauge.set(0);
+    tracing::info!(
+        delay_ms = args.shutdown_delay.as_millis() as u64,
+        "shutting down: /readyz fails now; still accepting during the shutdown delay"
+    );
+    tokio::time::sleep(args.shutdown_delay).await;
+    stop_accepting.cancel();
+    for s in servers {
+        let _ = s.await;
+    }
+    tracker.close();
+    tracing::info!(
+        in_flight = tracker.len(),
+        grace_ms = args.shutdown_grace.as_millis() as u64,
+        "stopped accepting; waiting for in-flight connections"
+    );
+    if tokio::time::timeout(args.shutdown_grace, tracker.wait())
+        .await
+        .is_ok()
+    {
+        tracing::info!("all connections finished; exiting");
+    } else {
+        tracing::warn!(
+            open = tracker.len(),
+            "shutdown grace expired with connections still open; closing them"
+        );
+    }
+    admin_stop.cancel();
+    if let Some(a) = admin {
+        let _ = a.await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        args: ProxyArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<ProxyArgs, String> {
+        let mut full = vec!["t"];
+        full.extend_from_slice(argv);
+        T::try_parse_from(full)
+            .map(|t| t.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_match_the_reference_tool() {
+        let a = parse(&[]).unwrap();
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!(c.listen_http, Some(ListenAddr::Any(8080)));
+        assert_eq!(c.listen_https, Some(ListenAddr::Any(8443)));
+        assert_eq!(c.listen_health, Some(ListenAddr::Any(8081)));
+        assert_eq!(c.target_host, DEFAULT_TARGET_HOST);
+        assert_eq!((a.target_http_port, a.target_https_port), (80, 443));
+        assert_eq!((a.header_http_port, a.header_https_port), (80, 443));
+        assert_eq!(a.proxy_protocol, Version::V1);
+        assert_eq!(a.dial_timeout, Duration::from_secs(5));
+        assert_eq!(a.ready_timeout, Duration::from_secs(2));
+        assert_eq!(a.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(a.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(a.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(a.max_connections, 65536);
+    }
+
+    #[test]
+    fn flag_combinations() {
+        for (argv, want) in [
+            (
+                &["--listen-http", "", "--listen-https", ""][..],
+                Err("--listen-http and --listen-https"),
+            ),
+            (&["--listen-http", ""][..], Ok(DEFAULT_TARGET_HOST)),
+            (&["--dial-timeout", "0"][..], Err("--dial-timeout")),
+            (&["--ready-timeout", "0"][..], Err("--ready-timeout")),
+            (
+                &[
+                    "--target-service-name",
+                    "ingress",
+                    "--target-service-namespace",
+                    "infra",
+                    "--cluster-domain",
+                    "corp.local.",
+                ][..],
+                Ok("ingress.infra.svc.corp.local"),
+            ),
+            (&["--target-host", "[::1]"][..], Ok("::1")),
+            (
+                &["--target-host", "Ingress.Example."][..],
+                Ok("ingress.example."),
+            ),
+        ] {
+            let a = parse(argv).unwrap();
+            let got = Config::from_args(&a).map(|c| c.target_host);
+            match want {
+                Ok(host) => assert_eq!(got.as_deref(), Ok(host), "{argv:?}"),
+                Err(flag) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(flag)),
+                    "{argv:?}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn clap_rejects_bad_values_naming_the_flag() {
+        for (argv, flag) in [
+            (&["--proxy-protocol", "v3"][..], "--proxy-protocol"),
+            (&["--listen-http", "8080"][..], "--listen-http"),
+            (&["--target-http-port", "0"][..], "--target-http-port"),
+            (&["--header-https-port", "70000"][..], "--header-https-port"),
+            (&["--dial-timeout", "5"][..], "--dial-timeout"),
+            (&["--target-host", "bad host"][..], "--target-host"),
+            (
+                &["--target-service-name", "x"][..],
+                "--target-service-namespace",
+            ),
+            (
+                &[
+                    "--target-service-name",
+                    "x",
+                    "--target-service-namespace",
+                    "y",
+                    "--target-host",
+                    "z",
+                ][..],
+                "--target-host",
+            ),
+            (
+                &[
+                    "--target-service-name",
+                    "Bad_Name",
+                    "--target-service-namespace",
+                    "y",
+                ][..],
+                "--target-service-name",
+            ),
+        ] {
+            let err = parse(argv).unwrap_err();
+            assert!(err.contains(flag), "{argv:?}: {err}");
+        }
+    }
 }

@@ -1,0 +1,300 @@
+//! Where a relayed connection goes. `proxy` dials one DNS name re-resolved on every dial; `edge`
+//! can plug a balancer in behind the same trait.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Why a dial failed, as a stable token for metrics labels, logs and `/readyz` bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cause {
+    /// The name does not exist or has no address.
+    DnsNxdomain,
+    /// The resolver did not answer in time (or answered "try again").
+    DnsTimeout,
+    /// Any other resolver failure.
+    DnsError,
+    /// The target actively refused the connection (nothing listens there).
+    ConnectionRefused,
+    /// No answer within the dial timeout.
+    Timeout,
+    /// No route to the target.
+    Unreachable,
+    /// Anything else.
+    Error,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 7] = [
+        Cause::DnsNxdomain,
+        Cause::DnsTimeout,
+        Cause::DnsError,
+        Cause::ConnectionRefused,
+        Cause::Timeout,
+        Cause::Unreachable,
+        Cause::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::DnsNxdomain => "dns-nxdomain",
+            Cause::DnsTimeout => "dns-timeout",
+            Cause::DnsError => "dns-error",
+            Cause::ConnectionRefused => "connection-refused",
+            Cause::Timeout => "timeout",
+            Cause::Unreachable => "unreachable",
+            Cause::Error => "error",
+        }
+    }
+
+    /// Classifies a connect(2) error.
+    pub fn of_connect(e: &std::io::Error) -> Cause {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::ConnectionRefused => Cause::ConnectionRefused,
+            K::TimedOut => Cause::Timeout,
+            K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => Cause::Unreachable,
+            _ => Cause::Error,
+        }
+    }
+
+    /// Classifies a getaddrinfo(3) return code.
+    pub fn of_gai(code: libc::c_int) -> Cause {
+        match code {
+            libc::EAI_NONAME | libc::EAI_NODATA => Cause::DnsNxdomain,
+            libc::EAI_AGAIN => Cause::DnsTimeout,
+            _ => Cause::DnsError,
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed dial: the cause token, the target as configured and what went wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("dialling {target}: {cause}: {detail}")]
+pub struct DialError {
+    pub cause: Cause,
+    pub target: String,
+    pub detail: String,
+}
+
+/// A source of upstream connections for the relay.
+pub trait Upstream: Send + Sync + 'static {
+    /// Opens a connection to the upstream; the returned address is the peer actually reached.
+    fn dial(&self) -> impl Future<Output = Result<(TcpStream, SocketAddr), DialError>> + Send;
+
+    /// The target as configured, for logs.
+    fn describe(&self) -> &str;
+}
+
+/// A `host:port` target resolved at every dial (A and AAAA), so a Service whose ClusterIP
+/// changes or an ingress controller that moves is followed. Every address is tried within one
+/// dial timeout.
+#[derive(Clone, Debug)]
+pub struct DnsTarget {
+    host: String,
+    port: u16,
+    timeout: Duration,
+    label: String,
+}
+
+impl DnsTarget {
+    pub fn new(host: impl Into<String>, port: u16, timeout: Duration) -> Self {
+        let host = host.into();
+        let label = match host.parse::<IpAddr>() {
+            Ok(IpAddr::V6(_)) => format!("[{host}]:{port}"),
+            _ => format!("{host}:{port}"),
+        };
+        DnsTarget {
+            host,
+            port,
+            timeout,
+            label,
+        }
+    }
+
+    async fn dial_inner(&self) -> Result<(TcpStream, SocketAddr), DialError> {
+        let deadline = Instant::now() + self.timeout;
+        let addrs = match tokio::time::timeout_at(deadline, resolve(&self.host, self.port)).await {
+            Ok(Ok(addrs)) => addrs,
+            Ok(Err((cause, detail))) => return Err(self.error(cause, detail)),
+            Err(_) => {
+                return Err(self.error(
+                    Cause::DnsTimeout,
+                    format!("no DNS answer within {:?}", self.timeout),
+                ))
+            }
+        };
+        let mut last = None;
+        for (i, addr) in addrs.iter().enumerate() {
+            // Share what is left of the timeout among the addresses still to try, so a
+            // black-holed first address cannot starve the others.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = left / (addrs.len() - i) as u32;
+            match tokio::time::timeout(attempt, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => return Ok((stream, *addr)),
+                Ok(Err(e)) => last = Some((Cause::of_connect(&e), format!("{addr}: {e}"))),
+                Err(_) => {
+                    last = Some((
+                        Cause::Timeout,
+                        format!("{addr}: no answer within {attempt:?}"),
+                    ))
+                }
+            }
+        }
+        let (cause, detail) =
+            last.unwrap_or((Cause::DnsNxdomain, "the name has no addresses".into()));
+        Err(self.error(cause, detail))
+    }
+
+    fn error(&self, cause: Cause, detail: String) -> DialError {
+        DialError {
+            cause,
+            target: self.label.clone(),
+            detail,
+        }
+    }
+}
+
+impl Upstream for DnsTarget {
+    fn dial(&self) -> impl Future<Output = Result<(TcpStream, SocketAddr), DialError>> + Send {
+        self.dial_inner()
+    }
+
+    fn describe(&self) -> &str {
+        &self.label
+    }
+}
+
+/// Resolves `host` to every address (IPv4 and IPv6). getaddrinfo(3) is called directly, not
+/// through `lookup_host`, because its return code is what tells "no such name" from "resolver
+/// did not answer"; std folds both into one opaque error.
+pub async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, (Cause, String)> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let name = std::ffi::CString::new(host)
+        .map_err(|_| (Cause::DnsError, format!("{host:?} contains a NUL byte")))?;
+    tokio::task::spawn_blocking(move || getaddrinfo(&name, port))
+        .await
+        .map_err(|e| (Cause::DnsError, format!("resolver task failed: {e}")))?
+}
+
+fn getaddrinfo(name: &std::ffi::CStr, port: u16) -> Result<Vec<SocketAddr>, (Cause, String)> {
+    // SAFETY: hints is a zeroed addrinfo with only the documented input fields set; the result
+    // list is walked read-only and freed exactly once.
+    unsafe {
+        let mut hints: libc::addrinfo = std::mem::zeroed();
+        hints.ai_family = libc::AF_UNSPEC;
+        hints.ai_socktype = libc::SOCK_STREAM;
+        let mut res: *mut libc::addrinfo = std::ptr::null_mut();
+        let rc = libc::getaddrinfo(name.as_ptr(), std::ptr::null(), &hints, &mut res);
+        if rc != 0 {
+            let detail = if rc == libc::EAI_SYSTEM {
+                std::io::Error::last_os_error().to_string()
+            } else {
+                std::ffi::CStr::from_ptr(libc::gai_strerror(rc))
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            return Err((Cause::of_gai(rc), detail));
+        }
+        let mut out = Vec::new();
+        let mut cur = res;
+        while !cur.is_null() {
+            let ai = &*cur;
+            match ai.ai_family {
+                libc::AF_INET => {
+                    let sa = &*(ai.ai_addr as *const libc::sockaddr_in);
+                    let ip = std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr));
+                    out.push(SocketAddr::new(ip.into(), port));
+                }
+                libc::AF_INET6 => {
+                    let sa = &*(ai.ai_addr as *const libc::sockaddr_in6);
+                    let ip = std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr);
+                    out.push(SocketAddr::new(ip.into(), port));
+                }
+                _ => {}
+            }
+            cur = ai.ai_next;
+        }
+        libc::freeaddrinfo(res);
+        out.dedup();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cause_tokens() {
+        use std::io::{Error, ErrorKind};
+        for (cause, token) in [
+            (Cause::DnsNxdomain, "dns-nxdomain"),
+            (Cause::DnsTimeout, "dns-timeout"),
+            (Cause::ConnectionRefused, "connection-refused"),
+            (Cause::Timeout, "timeout"),
+        ] {
+            assert_eq!(cause.as_str(), token);
+        }
+        for (kind, want) in [
+            (ErrorKind::ConnectionRefused, Cause::ConnectionRefused),
+            (ErrorKind::TimedOut, Cause::Timeout),
+            (ErrorKind::NetworkUnreachable, Cause::Unreachable),
+            (ErrorKind::PermissionDenied, Cause::Error),
+        ] {
+            assert_eq!(Cause::of_connect(&Error::from(kind)), want, "{kind:?}");
+        }
+        for (code, want) in [
+            (libc::EAI_NONAME, Cause::DnsNxdomain),
+            (libc::EAI_NODATA, Cause::DnsNxdomain),
+            (libc::EAI_AGAIN, Cause::DnsTimeout),
+            (libc::EAI_FAIL, Cause::DnsError),
+        ] {
+            assert_eq!(Cause::of_gai(code), want, "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn resolves_literals_and_names() {
+        assert_eq!(
+            resolve("::1", 80).await.unwrap(),
+            vec!["[::1]:80".parse().unwrap()]
+        );
+        let local = resolve("localhost", 8080).await.unwrap();
+        assert!(
+            local
+                .iter()
+                .all(|a| a.ip().is_loopback() && a.port() == 8080),
+            "{local:?}"
+        );
+        // RFC 6761 reserves .invalid: it never resolves.
+        let err = resolve("no-such-host.invalid", 80).await.unwrap_err();
+        assert_eq!(err.0, Cause::DnsNxdomain, "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn refused_and_label() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let t = DnsTarget::new("127.0.0.1", port, Duration::from_secs(2));
+        let err = t.dial().await.unwrap_err();
+        assert_eq!(err.cause, Cause::ConnectionRefused, "{err}");
+        assert_eq!(
+            DnsTarget::new("::1", 443, Duration::ZERO).describe(),
+            "[::1]:443"
+        );
+    }
+}
