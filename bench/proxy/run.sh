@@ -4,15 +4,15 @@
 # 127.0.0.1. Prints a markdown table and writes it to bench/results/. See bench/README.md.
 #
 # Settings (environment):
-#   ROUNDS=3            rate/throughput rounds; variants run back to back, order rotated per round
-#   WRK_DURATION=10s    length of each wrk run      WRK_CONNS=50  wrk connections
-#   BULK_MB=1024        size of the large file      BULK_REPEAT=3 downloads per variant per round
+#   ROUNDS=5            rate/throughput rounds; variants run back to back, order rotated per round
+#   WRK_DURATION=6s     length of each wrk run      WRK_CONNS=50  wrk connections
+#   BULK_MB=1024        size of the large file      BULK_REPEAT=2 downloads per variant per round
 #   IDLE_CONNS=5000     idle connections held for the memory figure
 #   PROXY_CPU=0         CPU the proxy under test (HAProxy or ouroboros) is pinned to
 #   LOAD_CPU=1          CPU nginx, wrk, curl and the idle-connection client are pinned to
 #   VARIANTS="direct haproxy ouroboros"
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
-#   NICE=-10            niceness of everything the run starts (a negative value needs root): on a
+#   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
 #                       shared box it keeps concurrent compiles from skewing one variant's turn
 #   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros's runtime workers
 #                       (TOKIO_WORKER_THREADS); both would pick 1 by themselves on one pinned CPU
@@ -23,18 +23,18 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 HELPER=(python3 "$HERE/helper.py")
 
-ROUNDS=${ROUNDS:-3}
-WRK_DURATION=${WRK_DURATION:-10s}
+ROUNDS=${ROUNDS:-5}
+WRK_DURATION=${WRK_DURATION:-6s}
 WRK_CONNS=${WRK_CONNS:-50}
 BULK_MB=${BULK_MB:-1024}
-BULK_REPEAT=${BULK_REPEAT:-3}
+BULK_REPEAT=${BULK_REPEAT:-2}
 IDLE_CONNS=${IDLE_CONNS:-5000}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 VARIANTS=${VARIANTS:-"direct haproxy ouroboros"}
 OUROBOROS_BIN=${OUROBOROS_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
-NICE=${NICE:--10}
+NICE=${NICE:--19}
 PROXY_THREADS=${PROXY_THREADS:-1}
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
