@@ -68,6 +68,9 @@ ulimit -n "$hard"
 
 # children inherit it: nginx, the proxies, wrk and curl all run at the same priority
 renice -n "$NICE" -p $$ >/dev/null 2>&1 || log "warning: cannot renice to $NICE (not root?); running at $(nice)"
+if [[ ${SCHED:-other} == fifo ]]; then
+    chrt -f -p 1 $$ || die "cannot switch to SCHED_FIFO (needs root)"
+fi
 
 CLK_TCK=$(getconf CLK_TCK)
 wrk_seconds=${WRK_DURATION%s}
@@ -228,7 +231,7 @@ ticks() { if [[ $1 == direct ]]; then echo 0; else "${HELPER[@]}" cpu-ticks $(pi
     printf 'machine\t%s\n' "$(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
     printf 'ouroboros_rev\t%s\n' "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo +dirty)"
     printf 'command\t%s\n' "bench/proxy/run.sh"
-    printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice); $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+    printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice) SCHED=${SCHED:-other}; $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
     printf 'load_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf "bulk_mb\t%s\nidle_conns\t%s\nwrk_conns\t%s\n" "$BULK_MB" "$IDLE_CONNS" "$WRK_CONNS"
 } >"$META"
