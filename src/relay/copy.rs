@@ -18,9 +18,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-#[cfg(target_os = "linux")]
-mod splice;
-
 /// Read size: large enough that bulk transfers need few syscalls.
 const BUF_SIZE: usize = 64 * 1024;
 /// Buffers kept per worker thread for reuse.
@@ -70,9 +67,6 @@ struct Half {
     eof: bool,
     done: bool,
     total: u64,
-    /// Bulk mode: bytes go socket -> pipe -> socket with splice(2) (see `splice`).
-    #[cfg(target_os = "linux")]
-    pipe: splice::PipeState,
 }
 
 /// Which side failed, for the error report.
@@ -113,8 +107,6 @@ impl Half {
                     give_buf(buf);
                 }
             }
-            #[cfg(target_os = "linux")]
-            ready!(self.drain_pipe(cx, to, names.1, counter, moved))?;
             if self.eof {
                 ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(|e| SideError(names.1, e))?;
                 self.done = true;
@@ -122,11 +114,6 @@ impl Half {
             }
             // Only borrow a buffer once the socket says it has something.
             ready!(from.poll_read_ready(cx)).map_err(|e| SideError(names.0, e))?;
-            #[cfg(target_os = "linux")]
-            if self.pipe.bulk {
-                self.fill_pipe(from, names.0, moved)?;
-                continue;
-            }
             let mut buf = take_buf();
             let mut rb = ReadBuf::new(&mut buf);
             match Pin::new(&mut *from).poll_read(cx, &mut rb) {
@@ -140,8 +127,6 @@ impl Half {
                         self.start = 0;
                         self.end = n;
                         *moved = true;
-                        #[cfg(target_os = "linux")]
-                        self.pipe.saw_read(n);
                     }
                 }
                 Poll::Ready(Err(e)) => {
