@@ -16,10 +16,15 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::cli::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
-use crate::relay::{self, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
+use crate::relay::{self, CopyMode, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
+
+/// How long a resolution of the target serves new connections. Short enough to follow a moved
+/// target at once for practical purposes (and dropped whenever no address answers), long
+/// enough that a burst of connections does not cost a DNS query each.
+const DNS_CACHE: Duration = Duration::from_secs(1);
 
 /// A listen address flag value; empty disables the listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,6 +163,12 @@ pub struct ProxyArgs {
     #[arg(long, env = "OUROBOROS_PROXY_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Duration,
 
+    /// How bytes are copied between the sockets: `userspace` (read/write through a pooled
+    /// buffer) or `splice` (Linux splice(2) through a pooled pipe; bytes stay in the kernel, each
+    /// busy direction holds a pipe).
+    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Userspace)]
+    pub copy_mode: CopyMode,
+
     /// Connections relayed at once (both listeners together); past it new connections wait in
     /// the kernel's listen backlog. 0 = unlimited.
     #[arg(
@@ -197,7 +208,9 @@ impl Config {
         let target_host = match (&args.target_service_name, &args.target_service_namespace) {
             (Some(name), Some(ns)) => {
                 let domain = crate::cluster_domain::resolve(args.cluster_domain.as_deref());
-                format!("{name}.{ns}.svc.{domain}")
+                // Fully qualified (trailing dot): the resolver skips the search list, which
+                // with Kubernetes' ndots:5 would cost three failed queries per lookup.
+                format!("{name}.{ns}.svc.{domain}.")
             }
             _ => args.target_host.clone(),
         };
@@ -214,6 +227,7 @@ impl Config {
 struct Readiness {
     targets: Vec<(&'static str, DnsTarget)>,
     version: Version,
+    timeout: Duration,
     shutting_down: AtomicBool,
     /// The last outcome as cause tokens (empty = ready), to log changes once.
     last: Mutex<Option<Vec<String>>>,
@@ -226,7 +240,16 @@ impl Readiness {
             return Err("shutting-down: the proxy received a termination signal".into());
         }
         let probes = self.targets.iter().map(|(name, t)| async move {
-            relay::probe(t, self.version).await.map_err(|e| {
+            // The target's own deadline bounds the dial; this one also bounds the header write.
+            let probe = tokio::time::timeout(self.timeout, relay::probe(t, self.version));
+            let result = probe.await.unwrap_or_else(|_| {
+                Err(relay::DialError {
+                    cause: relay::Cause::Timeout,
+                    target: t.describe().to_string(),
+                    detail: format!("no answer within {:?}", self.timeout),
+                })
+            });
+            result.map_err(|e| {
                 (
                     e.cause,
                     format!("{}: {name} target {}: {}", e.cause, e.target, e.detail),
@@ -234,6 +257,10 @@ impl Readiness {
             })
         });
         let results = futures_join_all(probes).await;
+        if self.shutting_down.load(Ordering::Relaxed) {
+            // A signal arrived while probing: shutdown wins, and is not a readiness change.
+            return Err("shutting-down: the proxy received a termination signal".into());
+        }
         let failures: Vec<_> = results.into_iter().filter_map(Result::err).collect();
         let key: Vec<String> = failures.iter().map(|(c, _)| c.to_string()).collect();
         let reason = failures
@@ -290,6 +317,13 @@ async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>)
     slots.into_iter().filter_map(|(_, out)| out).collect()
 }
 
+fn version_name(v: Version) -> &'static str {
+    match v {
+        Version::V1 => "v1",
+        Version::V2 => "v2",
+    }
+}
+
 pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
@@ -317,7 +351,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let stop_accepting = CancellationToken::new();
     let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
 
-    let listeners = [
+    let wanted = [
         (
             "http",
             "--listen-http",
@@ -334,15 +368,16 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         ),
     ];
     let mut targets = Vec::new();
-    let mut servers = Vec::new();
-    for (name, flag, addr, target_port, header_port) in listeners {
+    let mut listeners = Vec::new();
+    for (name, flag, addr, target_port, header_port) in wanted {
         let Some(addr) = addr else { continue };
         let listener = relay::bind(addr).await.map_err(|e| {
             anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
         })?;
         let local = listener.local_addr()?;
-        let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout);
-        tracing::info!(listener = name, addr = %local, target = %target.describe(), proxy_protocol = ?args.proxy_protocol, header_port, "listening");
+        let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout)
+            .with_cache(DNS_CACHE);
+        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = version_name(args.proxy_protocol), header_port, "listening");
         targets.push((
             name,
             DnsTarget::new(cfg.target_host.clone(), target_port, args.ready_timeout),
@@ -353,20 +388,22 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             version: args.proxy_protocol,
             header_port: Some(header_port),
             idle_timeout: idle,
+            copy: args.copy_mode,
             metrics: relay_metrics.listener(name),
         });
-        servers.push(tokio::spawn(relay::serve(
-            listener,
-            route,
-            limit.clone(),
-            tracker.clone(),
-            stop_accepting.clone(),
-        )));
+        listeners.push((listener, route));
     }
+    let server = tokio::spawn(relay::serve(
+        listeners,
+        limit,
+        tracker.clone(),
+        stop_accepting.clone(),
+    ));
 
     let readiness = Arc::new(Readiness {
         targets,
         version: args.proxy_protocol,
+        timeout: args.ready_timeout,
         shutting_down: AtomicBool::new(false),
         last: Mutex::new(None),
         gauge: ready_gauge,
@@ -404,9 +441,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     tokio::time::sleep(args.shutdown_delay).await;
     stop_accepting.cancel();
-    for s in servers {
-        let _ = s.await;
-    }
+    let _ = server.await;
     tracker.close();
     tracing::info!(
         in_flight = tracker.len(),
@@ -488,7 +523,7 @@ mod tests {
                     "--cluster-domain",
                     "corp.local.",
                 ][..],
-                Ok("ingress.infra.svc.corp.local"),
+                Ok("ingress.infra.svc.corp.local."),
             ),
             (&["--target-host", "[::1]"][..], Ok("::1")),
             (

@@ -1,7 +1,23 @@
-//! The marked `rewrite` block inside the Corefile's root server block. (In progress.)
+//! The marked `rewrite` block inside the Corefile's root server block.
+//!
+//! The Corefile is read the way CoreDNS's lexer reads it: tokens split on whitespace, `#` starts a
+//! comment anywhere outside quotes, a `"` at the start of a token opens a quoted token (which may
+//! span lines and escapes `\"`), and only a bare `{` or `}` token opens or closes a block, so
+//! braces in comments, quotes or words such as `{$ENV}` do not count.
+//!
+//! Rules written (accepted by CoreDNS 1.10 and later):
+//! - an exact name: `rewrite name HOST PROXY`. CoreDNS always maps the answer of an exact
+//!   rewrite back to the name asked, so clients see `HOST A <proxy ClusterIP>`.
+//! - a wildcard `*.BASE`: `rewrite name regex ^[a-z0-9-]+\.BASE\.$ PROXY answer auto`. The regex
+//!   matches exactly one LDH label (CoreDNS matches the lowercased name with its trailing dot),
+//!   so `_acme-challenge.BASE` and `a.b.BASE` are left alone, as a wildcard certificate would
+//!   leave them; `answer auto` maps the proxy's name in the answer back to the name asked. The
+//!   regex has no braces or quotes so the Corefile lexer keeps it one token.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use super::block::{self, Writer};
 use super::ProxyFqdn;
 use crate::hostname::Hostname;
 
@@ -10,7 +26,8 @@ use crate::hostname::Hostname;
 pub struct Findings {
     /// The root server block has the `reload` plugin (otherwise CoreDNS needs a restart).
     pub has_reload: bool,
-    /// The root server block already has `import /etc/coredns/custom/*.override`.
+    /// The root server block already has `import /etc/coredns/custom/*.override` (or the relative
+    /// `import custom/*.override` that AKS writes next to `/etc/coredns/Corefile`).
     pub imports_custom_override: bool,
 }
 
@@ -31,13 +48,639 @@ pub struct CorefileError {
     pub reason: String,
 }
 
+/// The import paths that pull `*.override` snippets from the `coredns-custom` mount.
+const CUSTOM_OVERRIDE_IMPORTS: [&str; 3] = [
+    "/etc/coredns/custom/*.override",
+    "custom/*.override",
+    "./custom/*.override",
+];
+
+/// The one-label pattern used for wildcards (see the module docs).
+const WILDCARD_LABEL: &str = "^[a-z0-9-]+\\.";
+
 /// Replaces (or inserts, or with an empty set removes) our block. Text outside the markers is
 /// preserved byte for byte.
+///
+/// An existing block directly inside a root server block stays where it is; one anywhere else
+/// (another server block, a nested block, top level) is moved to the end of the root block.
 pub fn splice(
     corefile: &str,
     hosts: &BTreeSet<Hostname>,
     proxy: &ProxyFqdn,
 ) -> Result<Edit, CorefileError> {
-    let _ = (corefile, hosts, proxy);
-    todo!("issue 3: coredns editor")
+    if corefile.is_empty() {
+        return Err(CorefileError {
+            line: 1,
+            reason: "the Corefile is empty; pass the whole Corefile (the 'Corefile' key of the \
+                     kube-system/coredns ConfigMap)"
+                .into(),
+        });
+    }
+    let span = block::find(corefile, "Corefile").map_err(|e| CorefileError {
+        line: e.line,
+        reason: e.reason,
+    })?;
+    let base: Cow<str> = match &span {
+        Some(s) => Cow::Owned(block::remove(corefile, s)),
+        None => Cow::Borrowed(corefile),
+    };
+    // Offsets in `base` map back to the input for error lines.
+    let line_in_input = |off: usize| match &span {
+        Some(s) if off >= s.removal_start => {
+            block::line_of(corefile, off + (s.end - s.removal_start))
+        }
+        _ => block::line_of(corefile, off),
+    };
+    let parsed =
+        parse(&base, span.map(|s| s.removal_start)).map_err(|(off, reason)| CorefileError {
+            line: line_in_input(off),
+            reason,
+        })?;
+
+    // The root block holding the existing block keeps it; otherwise the first root block.
+    let in_place = match parsed.at_p {
+        Some(At::Depth(1, Some(i))) if parsed.blocks[i].root => Some(i),
+        _ => None,
+    };
+    let Some(root_idx) = in_place.or_else(|| parsed.blocks.iter().position(|b| b.root)) else {
+        return Err(no_root_error(&parsed.blocks, &line_in_input));
+    };
+    let root = &parsed.blocks[root_idx];
+    let findings = Findings {
+        has_reload: root.has_reload,
+        imports_custom_override: root.imports_override,
+    };
+
+    let text = if hosts.is_empty() {
+        base.into_owned()
+    } else {
+        let eol = block::eol(&base, span.as_ref());
+        let indent: Cow<str> = match (root.first_directive, in_place, &span) {
+            (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(&base, off)..off]),
+            (None, Some(_), Some(s)) => Cow::Borrowed(s.indent(corefile)),
+            _ => {
+                let ls = block::line_start(&base, root.close);
+                Cow::Owned(format!("{}    ", &base[ls..root.close]))
+            }
+        };
+        match (in_place, span) {
+            (Some(_), Some(s)) => write(
+                &corefile[..s.start],
+                &corefile[s.end..],
+                &indent,
+                eol,
+                hosts,
+                proxy,
+            ),
+            _ => {
+                if !root.close_line_first {
+                    return Err(CorefileError {
+                        line: line_in_input(root.close),
+                        reason: format!(
+                            "the closing '}}' of the root server block '{}' shares its line with \
+                             other text; CoreDNS expects it on its own line, so move it there",
+                            root.keys
+                        ),
+                    });
+                }
+                let at = block::line_start(&base, root.close);
+                write(&base[..at], &base[at..], &indent, eol, hosts, proxy)
+            }
+        }
+    };
+    Ok(Edit {
+        changed: text != corefile,
+        text,
+        findings,
+    })
+}
+
+fn write(
+    prefix: &str,
+    suffix: &str,
+    indent: &str,
+    eol: &str,
+    hosts: &BTreeSet<Hostname>,
+    proxy: &ProxyFqdn,
+) -> String {
+    let per_line = indent.len() + eol.len() + proxy.as_str().len() + 80;
+    let mut w = Writer::new(
+        &[prefix],
+        indent,
+        eol,
+        hosts.len() * per_line + suffix.len() + 128,
+    );
+    write_rules(&mut w, hosts, proxy);
+    w.finish(true, suffix)
+}
+
+/// One rule per host, in the set's order. Shared with the import snippet.
+pub(crate) fn write_rules(w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, proxy: &ProxyFqdn) {
+    let mut escaped = String::new();
+    for h in hosts {
+        if h.is_wildcard() {
+            escaped.clear();
+            for (i, label) in h.base().split('.').enumerate() {
+                if i > 0 {
+                    escaped.push_str("\\.");
+                }
+                escaped.push_str(label);
+            }
+            w.line(&[
+                "rewrite name regex ",
+                WILDCARD_LABEL,
+                &escaped,
+                "\\.$ ",
+                proxy.as_str(),
+                " answer auto",
+            ]);
+        } else {
+            w.line(&["rewrite name ", h.as_str(), " ", proxy.as_str()]);
+        }
+    }
+}
+
+fn no_root_error(blocks: &[ServerBlock], line_in_input: &dyn Fn(usize) -> usize) -> CorefileError {
+    let found = if blocks.is_empty() {
+        "it has no server blocks at all".to_string()
+    } else {
+        let list: Vec<String> = blocks
+            .iter()
+            .map(|b| format!("{} (line {})", b.keys, line_in_input(b.open)))
+            .collect();
+        format!("its server blocks are {}", list.join(", "))
+    };
+    CorefileError {
+        line: 1,
+        reason: format!(
+            "no root server block ('.:53 {{', '. {{' or 'dns://.:53 {{') to add the rewrite rules \
+             to; {found}. Add the root block, or use coredns-import or external-dns mode"
+        ),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Open,
+    Close,
+    Word,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Tok {
+    start: usize,
+    end: usize,
+    kind: Kind,
+    quoted: bool,
+    /// No other token before it on its line.
+    line_first: bool,
+}
+
+impl Tok {
+    fn text<'a>(&self, s: &'a str) -> &'a str {
+        if self.quoted {
+            &s[self.start + 1..self.end - 1]
+        } else {
+            &s[self.start..self.end]
+        }
+    }
+}
+
+/// Splits a Corefile into tokens; an error carries the offending offset.
+fn tokenize(s: &str) -> Result<Vec<Tok>, (usize, String)> {
+    let bytes = s.as_bytes();
+    let mut toks = Vec::new();
+    let mut i = 0;
+    let mut line_first = true;
+    while i < s.len() {
+        let c = s[i..].chars().next().unwrap_or(' ');
+        if c == '\n' {
+            line_first = true;
+            i += 1;
+            continue;
+        }
+        if c.is_whitespace() {
+            i += c.len_utf8();
+            continue;
+        }
+        if c == '#' {
+            i = s[i..].find('\n').map_or(s.len(), |j| i + j);
+            continue;
+        }
+        let start = i;
+        let (end, quoted) = if c == '"' {
+            let mut j = i + 1;
+            let mut escaped = false;
+            loop {
+                match bytes.get(j) {
+                    None => {
+                        return Err((
+                            start,
+                            "this quoted string is never closed; add the missing '\"'".into(),
+                        ))
+                    }
+                    Some(_) if escaped => escaped = false,
+                    Some(b'\\') => escaped = true,
+                    Some(b'"') => break,
+                    Some(_) => {}
+                }
+                j += 1;
+            }
+            (j + 1, true)
+        } else {
+            let mut j = i;
+            for ch in s[i..].chars() {
+                if ch.is_whitespace() || ch == '#' {
+                    break;
+                }
+                j += ch.len_utf8();
+            }
+            (j, false)
+        };
+        let kind = match (quoted, &s[start..end]) {
+            (false, "{") => Kind::Open,
+            (false, "}") => Kind::Close,
+            _ => Kind::Word,
+        };
+        toks.push(Tok {
+            start,
+            end,
+            kind,
+            quoted,
+            line_first,
+        });
+        line_first = false;
+        i = end;
+    }
+    Ok(toks)
+}
+
+#[derive(Clone, Debug)]
+struct ServerBlock {
+    root: bool,
+    /// The keys as written, for messages.
+    keys: String,
+    open: usize,
+    close: usize,
+    close_line_first: bool,
+    /// Offset of the first directive that starts its own line.
+    first_directive: Option<usize>,
+    has_reload: bool,
+    imports_override: bool,
+}
+
+/// Nesting at the probed offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    /// Depth and the server block it is in.
+    Depth(usize, Option<usize>),
+    /// Inside a token (a quoted string spanning lines).
+    InToken,
+}
+
+struct Parsed {
+    blocks: Vec<ServerBlock>,
+    at_p: Option<At>,
+}
+
+fn is_root_key(key: &str) -> bool {
+    let key = key.trim_end_matches(',').to_ascii_lowercase();
+    let zone = key.strip_prefix("dns://").unwrap_or(&key);
+    if zone.contains("://") {
+        return false;
+    }
+    zone == "."
+        || zone
+            .strip_prefix(".:")
+            .is_some_and(|port| !port.is_empty() && !port.contains(':'))
+}
+
+fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
+    let toks = tokenize(s)?;
+    let mut blocks: Vec<ServerBlock> = Vec::new();
+    let mut pending: Vec<Tok> = Vec::new();
+    let mut stack: Vec<usize> = Vec::new();
+    let mut cur: Option<usize> = None;
+    let mut at_p = None;
+    for (k, t) in toks.iter().enumerate() {
+        if let Some(p) = probe {
+            if at_p.is_none() && t.end > p {
+                at_p = Some(if t.start < p {
+                    At::InToken
+                } else {
+                    At::Depth(stack.len(), cur)
+                });
+            }
+        }
+        match t.kind {
+            Kind::Open => {
+                if stack.is_empty() {
+                    let keys: Vec<&str> = pending.iter().map(|k| k.text(s)).collect();
+                    blocks.push(ServerBlock {
+                        root: keys.iter().any(|k| is_root_key(k)),
+                        keys: if keys.is_empty() {
+                            "a block without keys".into()
+                        } else {
+                            keys.join(" ")
+                        },
+                        open: t.start,
+                        close: t.start,
+                        close_line_first: false,
+                        first_directive: None,
+                        has_reload: false,
+                        imports_override: false,
+                    });
+                    cur = Some(blocks.len() - 1);
+                    pending.clear();
+                }
+                stack.push(t.start);
+            }
+            Kind::Close => {
+                if stack.pop().is_none() {
+                    return Err((
+                        t.start,
+                        "this '}' has no matching '{'; remove it or add the missing '{'".into(),
+                    ));
+                }
+                if stack.is_empty() {
+                    if let Some(b) = cur.take().map(|i| &mut blocks[i]) {
+                        b.close = t.start;
+                        b.close_line_first = t.line_first;
+                    }
+                }
+            }
+            Kind::Word => {
+                if stack.is_empty() {
+                    let continued = pending.last().is_some_and(|p| p.text(s).ends_with(','));
+                    if t.line_first && !continued {
+                        pending.clear();
+                    }
+                    pending.push(*t);
+                } else if stack.len() == 1 && t.line_first {
+                    if let Some(b) = cur.map(|i| &mut blocks[i]) {
+                        b.first_directive.get_or_insert(t.start);
+                        match t.text(s) {
+                            "reload" => b.has_reload = true,
+                            "import" => {
+                                if let Some(arg) = toks.get(k + 1) {
+                                    if arg.kind == Kind::Word
+                                        && !arg.line_first
+                                        && CUSTOM_OVERRIDE_IMPORTS.contains(&arg.text(s))
+                                    {
+                                        b.imports_override = true;
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(&open) = stack.last() {
+        return Err((
+            open,
+            "this '{' is never closed; add the missing '}' (in this block or one nested in it)"
+                .into(),
+        ));
+    }
+    if probe.is_some() && at_p.is_none() {
+        at_p = Some(At::Depth(0, None));
+    }
+    Ok(Parsed { blocks, at_p })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dns::{BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER};
+    use crate::hostname::HostPolicy;
+
+    fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
+        let p = HostPolicy::new("cluster.local", &[], &[]);
+        names.iter().map(|n| p.check(n).unwrap()).collect()
+    }
+
+    fn proxy() -> ProxyFqdn {
+        ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap()
+    }
+
+    fn splice_ok(text: &str, names: &[&str]) -> Edit {
+        splice(text, &hosts(names), &proxy()).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    fn err(text: &str) -> CorefileError {
+        splice(text, &hosts(&["a.example.com"]), &proxy()).unwrap_err()
+    }
+
+    const KUBEADM: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+
+    #[test]
+    fn inserts_before_the_root_closing_brace() {
+        let e = splice_ok(KUBEADM, &["b.example.com", "a.example.com"]);
+        let want = format!(
+            ".:53 {{\n    errors\n    health {{\n       lameduck 5s\n    }}\n    ready\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n    {BEGIN_MARKER}\n    rewrite name a.example.com {DEFAULT_PROXY_FQDN}\n    rewrite name b.example.com {DEFAULT_PROXY_FQDN}\n    {END_MARKER}\n}}\n"
+        );
+        assert_eq!(e.text, want);
+        assert!(e.changed);
+        assert_eq!(
+            e.findings,
+            Findings {
+                has_reload: true,
+                imports_custom_override: false
+            }
+        );
+        let again = splice_ok(&e.text, &["a.example.com", "b.example.com"]);
+        assert_eq!(again.text, e.text);
+        assert!(!again.changed);
+        let removed = splice_ok(&e.text, &[]);
+        assert_eq!(removed.text, KUBEADM);
+        assert!(removed.changed);
+        assert!(!splice_ok(KUBEADM, &[]).changed);
+    }
+
+    #[test]
+    fn wildcard_rule() {
+        let e = splice_ok(". {\n\tforward . 1.1.1.1\n}", &["*.apps.example.com"]);
+        assert_eq!(
+            e.text,
+            format!(
+                ". {{\n\tforward . 1.1.1.1\n\t{BEGIN_MARKER}\n\trewrite name regex ^[a-z0-9-]+\\.apps\\.example\\.com\\.$ {DEFAULT_PROXY_FQDN} answer auto\n\t{END_MARKER}\n}}"
+            )
+        );
+    }
+
+    #[test]
+    fn tokens_follow_the_corefile_lexer() {
+        let words = |s: &str| -> Vec<(String, Kind, bool)> {
+            tokenize(s)
+                .unwrap()
+                .iter()
+                .map(|t| (t.text(s).to_string(), t.kind, t.line_first))
+                .collect()
+        };
+        let w = |t: &str, k: Kind, first: bool| (t.to_string(), k, first);
+        assert_eq!(
+            words("a{ b#c }\n\"x \\\" {\" y\"z\n}"),
+            vec![
+                w("a{", Kind::Word, true),
+                w("b", Kind::Word, false),
+                w("x \\\" {", Kind::Word, true),
+                w("y\"z", Kind::Word, false),
+                w("}", Kind::Close, true),
+            ]
+        );
+        // A quoted string spanning lines is one token; NBSP separates tokens as in CoreDNS.
+        assert_eq!(
+            words("log \"a\n}\" {\u{a0}}"),
+            vec![
+                w("log", Kind::Word, true),
+                w("a\n}", Kind::Word, false),
+                w("{", Kind::Open, false),
+                w("}", Kind::Close, false),
+            ]
+        );
+        assert_eq!(words("\"{\" \"}\"")[0].1, Kind::Word);
+        assert!(tokenize("\"a\\\"").is_err());
+    }
+
+    #[test]
+    fn root_keys() {
+        for k in [".", ".:53", ".:5353", "dns://.:53", "DNS://.", ".:53,"] {
+            assert!(is_root_key(k), "{k}");
+        }
+        for k in [
+            "example.org",
+            "cluster.local:53",
+            "tls://.:853",
+            ".:",
+            "..",
+            ":53",
+            "(snip)",
+        ] {
+            assert!(!is_root_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn braces_in_comments_quotes_and_words_do_not_count() {
+        let t = ".:53 { # not a block {\n    log . \"{remote} }\"\n    template IN A x {$ENV}\n    forward . 1.1.1.1 # }\n}\n";
+        let e = splice_ok(t, &["a.example.com"]);
+        assert!(
+            e.text.ends_with(&format!("    {END_MARKER}\n}}\n")),
+            "{}",
+            e.text
+        );
+        assert_eq!(splice_ok(&e.text, &[]).text, t);
+    }
+
+    #[test]
+    fn crlf_and_no_final_newline() {
+        let t = ".:53 {\r\n    forward . 1.1.1.1\r\n}";
+        let e = splice_ok(t, &["a.example.com"]);
+        assert_eq!(
+            e.text,
+            format!(".:53 {{\r\n    forward . 1.1.1.1\r\n    {BEGIN_MARKER}\r\n    rewrite name a.example.com {DEFAULT_PROXY_FQDN}\r\n    {END_MARKER}\r\n}}")
+        );
+        assert_eq!(splice_ok(&e.text, &[]).text, t);
+    }
+
+    #[test]
+    fn picks_the_root_block_after_zone_blocks() {
+        let t = "example.org:53 {\n  forward . 10.0.0.1\n}\n\n.:53 {\n  errors\n}\nfoo.bar {\n  whoami\n}\n";
+        let e = splice_ok(t, &["a.example.com"]);
+        assert_eq!(
+            e.text,
+            format!("example.org:53 {{\n  forward . 10.0.0.1\n}}\n\n.:53 {{\n  errors\n  {BEGIN_MARKER}\n  rewrite name a.example.com {DEFAULT_PROXY_FQDN}\n  {END_MARKER}\n}}\nfoo.bar {{\n  whoami\n}}\n")
+        );
+        assert!(!e.findings.has_reload);
+    }
+
+    #[test]
+    fn existing_block_is_replaced_in_place() {
+        let t = format!(
+            ".:53 {{\n    errors\n{BEGIN_MARKER}\nrewrite name old.example.com x.\n# hand edit\n{END_MARKER}\n    reload\n}}\n"
+        );
+        let e = splice_ok(&t, &["new.example.com"]);
+        assert_eq!(
+            e.text,
+            format!(".:53 {{\n    errors\n    {BEGIN_MARKER}\n    rewrite name new.example.com {DEFAULT_PROXY_FQDN}\n    {END_MARKER}\n    reload\n}}\n")
+        );
+        assert_eq!(
+            splice_ok(&t, &[]).text,
+            ".:53 {\n    errors\n    reload\n}\n"
+        );
+    }
+
+    #[test]
+    fn block_outside_the_root_block_moves_into_it() {
+        let t = format!(
+            "example.org {{\n    {BEGIN_MARKER}\n    rewrite name a.example.com x.\n    {END_MARKER}\n}}\n.:53 {{\n    reload\n}}\n"
+        );
+        let e = splice_ok(&t, &["a.example.com"]);
+        assert_eq!(
+            e.text,
+            format!("example.org {{\n}}\n.:53 {{\n    reload\n    {BEGIN_MARKER}\n    rewrite name a.example.com {DEFAULT_PROXY_FQDN}\n    {END_MARKER}\n}}\n")
+        );
+        // Nested inside a plugin block of the root block: moved too.
+        let t =
+            format!(".:53 {{\n    hosts {{\n    {BEGIN_MARKER}\n    {END_MARKER}\n    }}\n}}\n");
+        let e = splice_ok(&t, &["a.example.com"]);
+        assert_eq!(
+            e.text,
+            format!(".:53 {{\n    hosts {{\n    }}\n    {BEGIN_MARKER}\n    rewrite name a.example.com {DEFAULT_PROXY_FQDN}\n    {END_MARKER}\n}}\n")
+        );
+    }
+
+    #[test]
+    fn empty_root_block_gets_default_indent() {
+        let e = splice_ok(".:53 {\n}\n", &["a.example.com"]);
+        assert_eq!(
+            e.text,
+            format!(".:53 {{\n    {BEGIN_MARKER}\n    rewrite name a.example.com {DEFAULT_PROXY_FQDN}\n    {END_MARKER}\n}}\n")
+        );
+        assert_eq!(splice_ok(&e.text, &["a.example.com"]).text, e.text);
+    }
+
+    #[test]
+    fn findings() {
+        let t = ".:53 {\n    hosts /etc/coredns/NodeHosts {\n      reload 15s\n    }\n    import /etc/coredns/custom/*.override\n}\nimport /etc/coredns/custom/*.server\n";
+        let f = splice_ok(t, &[]).findings;
+        assert!(!f.has_reload, "nested reload does not count");
+        assert!(f.imports_custom_override);
+        let f = splice_ok(".:53 {\n    import custom/*.override\n    reload\n}\n", &[]).findings;
+        assert!(f.has_reload && f.imports_custom_override);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        assert_eq!(err("").line, 1);
+        let e = err(".:53 {\n    errors\n");
+        assert_eq!(e.line, 1);
+        assert!(e.reason.contains("never closed"), "{e}");
+        let e = err(".:53 {\n}\n}\n");
+        assert_eq!(e.line, 3);
+        assert!(e.reason.contains("no matching"), "{e}");
+        let e = err("example.org {\n    whoami\n}\n");
+        assert!(e.reason.contains("no root server block"), "{e}");
+        assert!(e.reason.contains("example.org (line 1)"), "{e}");
+        let e = err("# only a comment\n");
+        assert!(e.reason.contains("no root server block"), "{e}");
+        let e = err(".:53 {\n    log \"unterminated\n}\n");
+        assert_eq!(e.line, 2);
+        let e = err(". { }\n");
+        assert!(e.reason.contains("own line"), "{e}");
+        let e = err(&format!(".:53 {{\n{BEGIN_MARKER}\n}}\n"));
+        assert_eq!(e.line, 2);
+        let e = err(&format!(
+            ".:53 {{\n{BEGIN_MARKER}\n{END_MARKER}\n{BEGIN_MARKER}\n{END_MARKER}\n}}\n"
+        ));
+        assert_eq!(e.line, 4);
+        // Line numbers after a removed block refer to the input.
+        let e = err(&format!(
+            ".:53 {{\n{BEGIN_MARKER}\n{{\n{END_MARKER}\n}}\n}}\n"
+        ));
+        assert_eq!(e.line, 6);
+    }
 }

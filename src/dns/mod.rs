@@ -1,7 +1,10 @@
 //! PURE renderers of the DNS configuration that points hairpinned names at the proxy: the
 //! CoreDNS Corefile block, the CoreDNS import snippet, the hosts-file block and external-dns
 //! DNSEndpoint objects. Text in, text out (or a typed error); no I/O.
+//! The one exception is `apply`, the Kubernetes write path that runs them on live objects.
 
+pub mod apply;
+mod block;
 pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;

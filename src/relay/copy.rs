@@ -7,7 +7,7 @@
 //! another strategy (e.g. splice(2)) can replace it in one place.
 
 use std::cell::RefCell;
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Read size: large enough that bulk transfers need few syscalls.
 const BUF_SIZE: usize = 64 * 1024;
@@ -41,6 +41,73 @@ fn give_buf(buf: Box<[u8]>) {
     });
 }
 
+/// How bytes are moved from one socket to the other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CopyMode {
+    /// read(2) into a pooled 64 KiB buffer, write(2) out of it.
+    #[default]
+    Userspace,
+    /// splice(2) through a pooled pipe: the bytes never enter this process.
+    Splice,
+}
+
+/// Empty pipes kept per worker thread for reuse (each holds two descriptors, no data pages).
+const PIPE_POOL_CAP: usize = 32;
+
+type Pipe = (std::os::fd::OwnedFd, std::os::fd::OwnedFd);
+
+thread_local! {
+    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_pipe() -> io::Result<Pipe> {
+    use std::os::fd::FromRawFd;
+    if let Some(p) = PIPES.with(|p| p.borrow_mut().pop()) {
+        return Ok(p);
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array, which we then own.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
+/// Only empty pipes may be given back.
+fn give_pipe(pipe: Pipe) {
+    PIPES.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < PIPE_POOL_CAP {
+            p.push(pipe);
+        }
+    });
+}
+
+fn splice(from: std::os::fd::RawFd, to: std::os::fd::RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: both descriptors are open for the duration of the call; null offsets mean "use
+    // the file position", as required for sockets and pipes.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// How a relayed connection ended.
 #[derive(Debug)]
 pub enum End {
@@ -62,8 +129,10 @@ pub struct Counters<'a> {
 #[derive(Default)]
 struct Half {
     buf: Option<Box<[u8]>>,
-    start: usize,
-    end: usize,
+    /// Splice mode: the pipe holding `end` bytes not yet written out.
+    pipe: Option<Pipe>,
+    start: u32,
+    end: u32,
     eof: bool,
     done: bool,
     total: u64,
@@ -90,7 +159,8 @@ impl Half {
         loop {
             if let Some(buf) = &self.buf {
                 while self.start < self.end {
-                    let n = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.start..self.end]))
+                    let pending = &buf[self.start as usize..self.end as usize];
+                    let n = ready!(Pin::new(&mut *to).poll_write(cx, pending))
                         .map_err(|e| SideError(names.1, e))?;
                     if n == 0 {
                         return Poll::Ready(Err(SideError(
@@ -98,7 +168,7 @@ impl Half {
                             io::ErrorKind::WriteZero.into(),
                         )));
                     }
-                    self.start += n;
+                    self.start += n as u32;
                     self.total += n as u64;
                     counter.fetch_add(n as u64, Ordering::Relaxed);
                     *moved = true;
@@ -125,7 +195,7 @@ impl Half {
                     } else {
                         self.buf = Some(buf);
                         self.start = 0;
-                        self.end = n;
+                        self.end = n as u32;
                         *moved = true;
                     }
                 }
@@ -142,40 +212,143 @@ impl Half {
     }
 }
 
-/// Relays until both directions are finished, either side fails, or nothing moved for `idle`
-/// (`None` = no limit). Returns how it ended and the bytes moved (to upstream, to client).
-pub async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
+impl Half {
+    /// [`Half::poll`] for [`CopyMode::Splice`]: the same states, with a pipe instead of a buffer
+    /// (`end` = bytes in the pipe).
+    fn poll_splice(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &mut TcpStream,
+        to: &mut TcpStream,
+        names: (&'static str, &'static str),
+        counter: &AtomicU64,
+        moved: &mut bool,
+    ) -> Poll<Result<(), SideError>> {
+        use std::os::fd::AsRawFd;
+        use tokio::io::Interest;
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if let Some((r, _)) = &self.pipe {
+                while self.end > 0 {
+                    ready!(to.poll_write_ready(cx)).map_err(|e| SideError(names.1, e))?;
+                    let (src, dst) = (r.as_raw_fd(), to.as_raw_fd());
+                    let len = self.end as usize;
+                    match to.try_io(Interest::WRITABLE, || splice(src, dst, len)) {
+                        Ok(0) => {
+                            return Poll::Ready(Err(SideError(
+                                names.1,
+                                io::ErrorKind::WriteZero.into(),
+                            )))
+                        }
+                        Ok(n) => {
+                            self.end -= n as u32;
+                            self.total += n as u64;
+                            counter.fetch_add(n as u64, Ordering::Relaxed);
+                            *moved = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Poll::Ready(Err(SideError(names.1, e))),
+                    }
+                }
+                if let Some(p) = self.pipe.take() {
+                    give_pipe(p);
+                }
+            }
+            if self.eof {
+                ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(|e| SideError(names.1, e))?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            ready!(from.poll_read_ready(cx)).map_err(|e| SideError(names.0, e))?;
+            let pipe = take_pipe().map_err(|e| SideError(names.0, e))?;
+            let (src, dst) = (from.as_raw_fd(), pipe.1.as_raw_fd());
+            match from.try_io(Interest::READABLE, || splice(src, dst, BUF_SIZE)) {
+                Ok(0) => {
+                    give_pipe(pipe);
+                    self.eof = true;
+                }
+                Ok(n) => {
+                    self.pipe = Some(pipe);
+                    self.end = n as u32;
+                    *moved = true;
+                }
+                // Readiness was cleared: the next poll_read_ready registers for more.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => give_pipe(pipe),
+                Err(e) => {
+                    give_pipe(pipe);
+                    return Poll::Ready(Err(SideError(names.0, e)));
+                }
+            }
+        }
+    }
+}
+
+/// The relay as a plain struct rather than an `async` block: it is alive for the whole life of
+/// every connection, so its size is memory per idle connection.
+pub struct Relay<'a> {
+    client: &'a mut TcpStream,
+    upstream: &'a mut TcpStream,
+    counters: Counters<'a>,
+    up: Half,
+    down: Half,
+    mode: CopyMode,
     idle: Option<Duration>,
-    counters: Counters<'_>,
-) -> (End, u64, u64) {
-    let mut up = Half::default();
-    let mut down = Half::default();
-    let mut last = Instant::now();
-    // One timer per connection, re-armed lazily: activity only records a timestamp and the
-    // timer, when it fires, moves itself to `last + idle` if something happened meanwhile.
-    let timer = tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4));
-    tokio::pin!(timer);
-    let end = poll_fn(|cx| {
+    last: Instant,
+    /// Structurally pinned: never moved out of `Relay`.
+    timer: Sleep,
+}
+
+impl Future for Relay<'_> {
+    type Output = (End, u64, u64);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: only `timer` needs pinning and it is only ever used through `Pin::new_unchecked`
+        // below, never moved; every other field is Unpin.
+        let this = unsafe { self.get_unchecked_mut() };
+        let end = match this.step(cx) {
+            Poll::Ready(end) => end,
+            Poll::Pending => return Poll::Pending,
+        };
+        for buf in [this.up.buf.take(), this.down.buf.take()]
+            .into_iter()
+            .flatten()
+        {
+            give_buf(buf);
+        }
+        // A pipe still holding data is closed, never pooled.
+        drop((this.up.pipe.take(), this.down.pipe.take()));
+        Poll::Ready((end, this.up.total, this.down.total))
+    }
+}
+
+impl Relay<'_> {
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         let mut moved = false;
-        let a = up.poll(
+        let poll = match self.mode {
+            CopyMode::Userspace => Half::poll,
+            CopyMode::Splice => Half::poll_splice,
+        };
+        let a = poll(
+            &mut self.up,
             cx,
-            client,
-            upstream,
+            self.client,
+            self.upstream,
             ("client", "upstream"),
-            counters.to_upstream,
+            self.counters.to_upstream,
             &mut moved,
         );
         if let Poll::Ready(Err(SideError(side, e))) = a {
             return Poll::Ready(End::Error(side, e));
         }
-        let b = down.poll(
+        let b = poll(
+            &mut self.down,
             cx,
-            upstream,
-            client,
+            self.upstream,
+            self.client,
             ("upstream", "client"),
-            counters.to_client,
+            self.counters.to_client,
             &mut moved,
         );
         if let Poll::Ready(Err(SideError(side, e))) = b {
@@ -184,12 +357,16 @@ pub async fn relay(
         if a.is_ready() && b.is_ready() {
             return Poll::Ready(End::Done);
         }
-        if let Some(idle) = idle {
+        if let Some(idle) = self.idle {
             if moved {
-                last = Instant::now();
+                self.last = Instant::now();
             }
+            // SAFETY: see `poll`; `timer` stays in place inside the pinned `Relay`.
+            let mut timer = unsafe { Pin::new_unchecked(&mut self.timer) };
+            // Activity only records a timestamp; the timer, when it fires, moves itself to
+            // `last + idle` if something happened meanwhile.
             while timer.as_mut().poll(cx).is_ready() {
-                let due = last + idle;
+                let due = self.last + idle;
                 if due <= Instant::now() {
                     return Poll::Ready(End::Idle);
                 }
@@ -197,15 +374,30 @@ pub async fn relay(
             }
         }
         Poll::Pending
-    })
-    .await;
-    if let Some(buf) = up.buf.take() {
-        give_buf(buf);
     }
-    if let Some(buf) = down.buf.take() {
-        give_buf(buf);
+}
+
+/// Relays until both directions are finished, either side fails, or nothing moved for `idle`
+/// (`None` = no limit). Resolves to how it ended and the bytes moved (to upstream, to client).
+pub fn relay<'a>(
+    client: &'a mut TcpStream,
+    upstream: &'a mut TcpStream,
+    mode: CopyMode,
+    idle: Option<Duration>,
+    counters: Counters<'a>,
+) -> Relay<'a> {
+    Relay {
+        client,
+        upstream,
+        counters,
+        up: Half::default(),
+        down: Half::default(),
+        mode,
+        idle,
+        last: Instant::now(),
+        // Not polled (so never registered with the timer wheel) when `idle` is None.
+        timer: tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86400 * 365))),
     }
-    (end, up.total, down.total)
 }
 
 #[cfg(test)]
@@ -227,9 +419,18 @@ mod tests {
     }
 
     fn spawn_relay(
+        c: TcpStream,
+        u: TcpStream,
+        idle: Option<Duration>,
+    ) -> tokio::task::JoinHandle<(End, u64, u64)> {
+        spawn_relay_mode(c, u, idle, CopyMode::Userspace)
+    }
+
+    fn spawn_relay_mode(
         mut c: TcpStream,
         mut u: TcpStream,
         idle: Option<Duration>,
+        mode: CopyMode,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
         tokio::spawn(async move {
             let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -237,7 +438,7 @@ mod tests {
                 to_upstream: &a,
                 to_client: &b,
             };
-            let r = relay(&mut c, &mut u, idle, counters).await;
+            let r = relay(&mut c, &mut u, mode, idle, counters).await;
             assert_eq!(a.load(Ordering::Relaxed), r.1);
             assert_eq!(b.load(Ordering::Relaxed), r.2);
             r
@@ -258,8 +459,14 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bulk_both_ways_in_order() {
+        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+            bulk_both_ways_in_order_with(mode).await;
+        }
+    }
+
+    async fn bulk_both_ways_in_order_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay(rc, ru, Some(Duration::from_secs(30)));
+        let task = spawn_relay_mode(rc, ru, Some(Duration::from_secs(30)), mode);
         let up = pattern(1, 8 << 20);
         let down = pattern(2, 5 << 20);
         let (up2, down2) = (up.clone(), down.clone());
@@ -291,8 +498,14 @@ mod tests {
 
     #[tokio::test]
     async fn half_close_delivers_reply_after_client_eof() {
+        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+            half_close_delivers_reply_after_client_eof_with(mode).await;
+        }
+    }
+
+    async fn half_close_delivers_reply_after_client_eof_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay(rc, ru, None);
+        let task = spawn_relay_mode(rc, ru, None, mode);
         client.write_all(b"request").await.unwrap();
         client.shutdown().await.unwrap();
         // The upstream sees EOF only after the request, and answers after that.
@@ -310,8 +523,14 @@ mod tests {
 
     #[tokio::test]
     async fn upstream_half_close_still_takes_client_data() {
+        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+            upstream_half_close_still_takes_client_data_with(mode).await;
+        }
+    }
+
+    async fn upstream_half_close_still_takes_client_data_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay(rc, ru, None);
+        let task = spawn_relay_mode(rc, ru, None, mode);
         server.write_all(b"banner").await.unwrap();
         server.shutdown().await.unwrap();
         let mut got = Vec::new();
@@ -361,8 +580,14 @@ mod tests {
 
     #[tokio::test]
     async fn reset_on_one_side_closes_the_other() {
+        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+            reset_on_one_side_closes_the_other_with(mode).await;
+        }
+    }
+
+    async fn reset_on_one_side_closes_the_other_with(mode: CopyMode) {
         let ((client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay(rc, ru, None);
+        let task = spawn_relay_mode(rc, ru, None, mode);
         // SO_LINGER 0 makes close send RST.
         socket2::SockRef::from(&client)
             .set_linger(Some(Duration::ZERO))

@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -95,18 +97,23 @@ pub trait Upstream: Send + Sync + 'static {
     fn describe(&self) -> &str;
 }
 
-/// A `host:port` target resolved at every dial (A and AAAA), so a Service whose ClusterIP
+/// A `host:port` target resolved at dial time (A and AAAA), so a Service whose ClusterIP
 /// changes or an ingress controller that moves is followed. Every address is tried within one
-/// dial timeout.
-#[derive(Clone, Debug)]
+/// dial timeout. An optional short cache spares the resolver a query per connection (with the
+/// usual `ndots:5` a cluster name costs several); it is dropped whenever no address answers.
+#[derive(Debug)]
 pub struct DnsTarget {
     host: String,
     port: u16,
     timeout: Duration,
     label: String,
+    cache_ttl: Duration,
+    cache: Mutex<Option<(Instant, Arc<[SocketAddr]>)>>,
+    resolutions: AtomicU64,
 }
 
 impl DnsTarget {
+    /// A target resolved on every dial.
     pub fn new(host: impl Into<String>, port: u16, timeout: Duration) -> Self {
         let host = host.into();
         let label = match host.parse::<IpAddr>() {
@@ -118,21 +125,60 @@ impl DnsTarget {
             port,
             timeout,
             label,
+            cache_ttl: Duration::ZERO,
+            cache: Mutex::new(None),
+            resolutions: AtomicU64::new(0),
+        }
+    }
+
+    /// Reuses a successful resolution for `ttl`.
+    pub fn with_cache(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
+        self
+    }
+
+    /// How many times the name was looked up (not served from the cache).
+    pub fn resolutions(&self) -> u64 {
+        self.resolutions.load(Ordering::Relaxed)
+    }
+
+    fn cached(&self) -> Option<Arc<[SocketAddr]>> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((at, addrs)) if at.elapsed() < self.cache_ttl => Some(addrs.clone()),
+            _ => None,
+        }
+    }
+
+    fn store(&self, addrs: Option<Arc<[SocketAddr]>>) {
+        if !self.cache_ttl.is_zero() {
+            *self.cache.lock().unwrap_or_else(|e| e.into_inner()) =
+                addrs.map(|a| (Instant::now(), a));
+        }
+    }
+
+    async fn addresses(&self, deadline: Instant) -> Result<Arc<[SocketAddr]>, DialError> {
+        if let Some(addrs) = self.cached() {
+            return Ok(addrs);
+        }
+        self.resolutions.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout_at(deadline, resolve(&self.host, self.port)).await {
+            Ok(Ok(addrs)) => {
+                let addrs: Arc<[SocketAddr]> = addrs.into();
+                self.store(Some(addrs.clone()));
+                Ok(addrs)
+            }
+            Ok(Err((cause, detail))) => Err(self.error(cause, detail)),
+            Err(_) => Err(self.error(
+                Cause::DnsTimeout,
+                format!("no DNS answer within {:?}", self.timeout),
+            )),
         }
     }
 
     async fn dial_inner(&self) -> Result<(TcpStream, SocketAddr), DialError> {
         let deadline = Instant::now() + self.timeout;
-        let addrs = match tokio::time::timeout_at(deadline, resolve(&self.host, self.port)).await {
-            Ok(Ok(addrs)) => addrs,
-            Ok(Err((cause, detail))) => return Err(self.error(cause, detail)),
-            Err(_) => {
-                return Err(self.error(
-                    Cause::DnsTimeout,
-                    format!("no DNS answer within {:?}", self.timeout),
-                ))
-            }
-        };
+        let addrs = self.addresses(deadline).await?;
         let mut last = None;
         for (i, addr) in addrs.iter().enumerate() {
             // Share what is left of the timeout among the addresses still to try, so a
@@ -150,6 +196,8 @@ impl DnsTarget {
                 }
             }
         }
+        // Nothing answered: the target may have moved, look it up again next time.
+        self.store(None);
         let (cause, detail) =
             last.unwrap_or((Cause::DnsNxdomain, "the name has no addresses".into()));
         Err(self.error(cause, detail))
@@ -296,5 +344,26 @@ mod tests {
             DnsTarget::new("::1", 443, Duration::ZERO).describe(),
             "[::1]:443"
         );
+    }
+
+    #[tokio::test]
+    async fn cache_spares_lookups_and_is_dropped_when_nothing_answers() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let uncached = DnsTarget::new("localhost", port, Duration::from_secs(2));
+        let cached = DnsTarget::new("localhost", port, Duration::from_secs(2))
+            .with_cache(Duration::from_secs(60));
+        for _ in 0..3 {
+            uncached.dial().await.unwrap();
+            cached.dial().await.unwrap();
+        }
+        assert_eq!((uncached.resolutions(), cached.resolutions()), (3, 1));
+        drop(l);
+        for _ in 0..3 {
+            let err = cached.dial().await.unwrap_err();
+            assert_eq!(err.cause, Cause::ConnectionRefused, "{err}");
+        }
+        // The first failure came from the cache and dropped it; the next two looked up again.
+        assert_eq!(cached.resolutions(), 3);
     }
 }

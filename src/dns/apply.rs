@@ -1,0 +1,626 @@
+//! The Kubernetes write path for the coredns and coredns-import modes: the only place that
+//! writes these ConfigMaps. Each call reads the live object, runs the pure editor on it and
+//! writes only when the text changed, guarded by the `resourceVersion` it read (optimistic
+//! concurrency). A 409 Conflict starts again from the read, a bounded number of times.
+//!
+//! API calls (this list is the RBAC matrix in the docs; keep them equal):
+//! - coredns: `get`, `update` on `configmaps/<name>` in its namespace.
+//! - coredns-import: `get`, `update` on `configmaps/<name>`, `create` on `configmaps` in its
+//!   namespace (only when the ConfigMap is absent), `delete` on `configmaps/<name>` (cleanup only,
+//!   only when we created it and our key was its last one).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Api, Client};
+
+use super::corefile::{self, Findings};
+use super::{coredns_import, ProxyFqdn};
+use crate::hostname::Hostname;
+
+/// The field manager recorded for our writes (`metadata.managedFields`).
+pub const FIELD_MANAGER: &str = "ouroboros";
+/// Label put on a ConfigMap we create; cleanup deletes only ConfigMaps that carry it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "ouroboros";
+
+/// One data key of one ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapKey {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl ConfigMapKey {
+    pub fn new(namespace: &str, name: &str, key: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    /// `kube-system/coredns`, `Corefile`.
+    pub fn coredns_default() -> Self {
+        Self::new("kube-system", "coredns", "Corefile")
+    }
+
+    /// `kube-system/coredns-custom`, `ouroboros.override`.
+    pub fn import_default() -> Self {
+        Self::new("kube-system", "coredns-custom", "ouroboros.override")
+    }
+}
+
+impl fmt::Display for ConfigMapKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ConfigMap {}/{} key {:?}",
+            self.namespace, self.name, self.key
+        )
+    }
+}
+
+/// Which mode a write belongs to (names the chart's Role in RBAC errors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Coredns,
+    CorednsImport,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Coredns => "coredns",
+            Mode::CorednsImport => "coredns-import",
+        }
+    }
+}
+
+/// How often and how patiently a 409 Conflict is retried from the read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    /// Total attempts (read + write), at least 1.
+    pub attempts: u32,
+    /// Delay after the first conflict; doubles after each further one, up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            attempts: 5,
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The object already held the desired state: only a read was made.
+    Unchanged,
+    /// The desired state was written (updated, or for the import mode created or deleted).
+    Written,
+    /// Dry run: a write was needed and skipped (see `Applied::change`).
+    DryRun,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub outcome: Outcome,
+    /// What the Corefile says about `reload` and imports (coredns mode only).
+    pub findings: Option<Findings>,
+    /// 409 Conflicts met (and retried) on the way, for the write-conflict metric.
+    pub conflicts: u32,
+    /// The key's text before and after (`None`: absent), unless `Unchanged`; for logging a diff.
+    pub change: Option<Change>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+/// An API verb, for error messages and RBAC hints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Update,
+    Create,
+    Delete,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Update => "update",
+            Verb::Create => "create",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The Corefile cannot be parsed; nothing was written.
+    #[error(
+        "{target}: cannot edit the Corefile, line {line}: {reason}; nothing was written \
+         (fix the Corefile, then ouroboros retries on its own)"
+    )]
+    Unparseable {
+        target: ConfigMapKey,
+        line: usize,
+        reason: String,
+    },
+    #[error(
+        "ConfigMap {}/{} not found: check --coredns-namespace and --coredns-configmap (the \
+         ConfigMap holding CoreDNS's Corefile: `kubectl get configmaps -n {} | grep -i dns`)",
+        .target.namespace, .target.name, .target.namespace
+    )]
+    CorefileConfigMapMissing { target: ConfigMapKey },
+    #[error(
+        "ConfigMap {}/{} has no key {:?} (it has: {}): check --coredns-key",
+        .target.namespace, .target.name, .target.key, list_or_none(.present)
+    )]
+    KeyMissing {
+        target: ConfigMapKey,
+        present: Vec<String>,
+    },
+    #[error(
+        "{} configmaps/{} in {}: forbidden ({message}); grant the controller's ServiceAccount \
+         `{}` on {} in namespace {} (the chart's {}-mode Role does)",
+        .verb.as_str(), .target.name, .target.namespace, .verb.as_str(),
+        rbac_resource(*.verb, &.target.name), .target.namespace, .mode.as_str()
+    )]
+    Forbidden {
+        mode: Mode,
+        verb: Verb,
+        target: ConfigMapKey,
+        message: String,
+    },
+    #[error(
+        "{target}: still conflicting after {attempts} attempts (409: someone else keeps writing \
+         it); will retry"
+    )]
+    Conflicts { target: ConfigMapKey, attempts: u32 },
+    #[error(
+        "{} ConfigMap {}/{}: {}",
+        .verb.as_str(), .target.namespace, .target.name, describe(.source)
+    )]
+    Api {
+        verb: Verb,
+        target: ConfigMapKey,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl ApplyError {
+    /// Short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::Unparseable { .. } => "unparseable",
+            ApplyError::CorefileConfigMapMissing { .. } => "not_found",
+            ApplyError::KeyMissing { .. } => "key_missing",
+            ApplyError::Forbidden { .. } => "forbidden",
+            ApplyError::Conflicts { .. } => "conflict",
+            ApplyError::Api { .. } => "api",
+        }
+    }
+
+    /// The ConfigMap the error is about (for an Event on it).
+    pub fn target(&self) -> &ConfigMapKey {
+        match self {
+            ApplyError::Unparseable { target, .. }
+            | ApplyError::CorefileConfigMapMissing { target }
+            | ApplyError::KeyMissing { target, .. }
+            | ApplyError::Forbidden { target, .. }
+            | ApplyError::Conflicts { target, .. }
+            | ApplyError::Api { target, .. } => target,
+        }
+    }
+}
+
+/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        other => other.to_string(),
+    }
+}
+
+fn list_or_none(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "no keys".into()
+    } else {
+        keys.join(", ")
+    }
+}
+
+fn rbac_resource(verb: Verb, name: &str) -> String {
+    match verb {
+        // RBAC cannot restrict create by resourceNames.
+        Verb::Create => "configmaps".into(),
+        _ => format!("configmaps (resourceNames: [{name}])"),
+    }
+}
+
+/// The coredns mode: our block in the Corefile key of the CoreDNS ConfigMap.
+pub struct CorefileWriter {
+    api: Api<ConfigMap>,
+    target: ConfigMapKey,
+    proxy: ProxyFqdn,
+    retry: Retry,
+    dry_run: bool,
+}
+
+impl CorefileWriter {
+    pub fn new(client: Client, target: ConfigMapKey, proxy: ProxyFqdn, retry: Retry) -> Self {
+        Self {
+            api: Api::namespaced(client, &target.namespace),
+            target,
+            proxy,
+            retry,
+            dry_run: false,
+        }
+    }
+
+    /// Read and compute, never write (`Outcome::DryRun` with the change).
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
+    pub fn target(&self) -> &ConfigMapKey {
+        &self.target
+    }
+
+    /// Makes the block hold exactly `hosts` (an empty set removes it).
+    pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
+        let t = &self.target;
+        converge(
+            &self.api,
+            t,
+            Mode::Coredns,
+            self.retry,
+            self.dry_run,
+            |cm| {
+                let cm =
+                    cm.ok_or_else(|| ApplyError::CorefileConfigMapMissing { target: t.clone() })?;
+                let Some(text) = cm.data.as_ref().and_then(|d| d.get(&t.key)) else {
+                    return Err(ApplyError::KeyMissing {
+                        target: t.clone(),
+                        present: data_keys(&cm),
+                    });
+                };
+                let edit = corefile::splice(text, hosts, &self.proxy).map_err(|e| {
+                    ApplyError::Unparseable {
+                        target: t.clone(),
+                        line: e.line,
+                        reason: e.reason,
+                    }
+                })?;
+                let findings = Some(edit.findings);
+                if !edit.changed {
+                    return Ok((Step::Unchanged, findings));
+                }
+                let change = Change {
+                    before: Some(text.clone()),
+                    after: Some(edit.text.clone()),
+                };
+                let mut cm = cm;
+                cm.data
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(t.key.clone(), edit.text);
+                Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
+            },
+        )
+        .await
+    }
+
+    /// Removes our block (for `ouroboros cleanup`).
+    pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
+        self.apply(&BTreeSet::new()).await
+    }
+}
+
+/// The coredns-import mode: the snippet under our key of the import ConfigMap (for a Corefile
+/// with `import /etc/coredns/custom/*.override`). Other keys are never touched.
+pub struct ImportWriter {
+    api: Api<ConfigMap>,
+    target: ConfigMapKey,
+    proxy: ProxyFqdn,
+    retry: Retry,
+    dry_run: bool,
+}
+
+impl ImportWriter {
+    pub fn new(client: Client, target: ConfigMapKey, proxy: ProxyFqdn, retry: Retry) -> Self {
+        Self {
+            api: Api::namespaced(client, &target.namespace),
+            target,
+            proxy,
+            retry,
+            dry_run: false,
+        }
+    }
+
+    /// Read and compute, never write (`Outcome::DryRun` with the change).
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
+    pub fn target(&self) -> &ConfigMapKey {
+        &self.target
+    }
+
+    /// Makes our key hold the snippet for `hosts`, creating the ConfigMap if absent. An empty
+    /// set keeps the key with the marker lines only (CoreDNS imports nothing from it).
+    pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
+        self.set(Some(coredns_import::render(hosts, &self.proxy)))
+            .await
+    }
+
+    /// Removes our key (for `ouroboros cleanup`); deletes the ConfigMap only when we created it
+    /// (our managed-by label) and nothing else is left in it.
+    pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
+        self.set(None).await
+    }
+
+    async fn set(&self, snippet: Option<String>) -> Result<Applied, ApplyError> {
+        let t = &self.target;
+        let mode = Mode::CorednsImport;
+        converge(&self.api, t, mode, self.retry, self.dry_run, |cm| {
+            let current = cm
+                .as_ref()
+                .and_then(|cm| cm.data.as_ref())
+                .and_then(|d| d.get(&t.key));
+            if current == snippet.as_ref() {
+                return Ok((Step::Unchanged, None));
+            }
+            let change = Change {
+                before: current.cloned(),
+                after: snippet.clone(),
+            };
+            let op = match (cm, &snippet) {
+                (None, Some(s)) => Op::Create(self.new_configmap(s)),
+                (None, None) => return Ok((Step::Unchanged, None)),
+                (Some(mut cm), Some(s)) => {
+                    cm.data
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(t.key.clone(), s.clone());
+                    Op::Replace(cm)
+                }
+                (Some(mut cm), None) => {
+                    if let Some(d) = cm.data.as_mut() {
+                        d.remove(&t.key);
+                    }
+                    if created_by_us(&cm) && data_keys(&cm).is_empty() {
+                        Op::Delete(cm)
+                    } else {
+                        Op::Replace(cm)
+                    }
+                }
+            };
+            Ok((Step::Write(Box::new(op), change), None))
+        })
+        .await
+    }
+
+    fn new_configmap(&self, snippet: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.target.name.clone()),
+                namespace: Some(self.target.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY_LABEL.to_string(),
+                    MANAGED_BY_VALUE.to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                self.target.key.clone(),
+                snippet.to_string(),
+            )])),
+            ..ConfigMap::default()
+        }
+    }
+}
+
+/// What one attempt decided from what it read.
+enum Step {
+    Unchanged,
+    Write(Box<Op>, Change),
+}
+
+enum Op {
+    /// PUT the object as read, so its `resourceVersion` guards the write.
+    Replace(ConfigMap),
+    Create(ConfigMap),
+    /// DELETE with the read `resourceVersion` and uid as preconditions.
+    Delete(ConfigMap),
+}
+
+/// Read, decide (`plan`, pure), write if needed; on a 409 start again from the read, at most
+/// `retry.attempts` times, backing off between conflicts.
+async fn converge<P>(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    mode: Mode,
+    retry: Retry,
+    dry_run: bool,
+    plan: P,
+) -> Result<Applied, ApplyError>
+where
+    P: Fn(Option<ConfigMap>) -> Result<(Step, Option<Findings>), ApplyError>,
+{
+    let attempts = retry.attempts.max(1);
+    let mut delay = retry.backoff;
+    let mut conflicts = 0;
+    loop {
+        let current = get(api, target, mode).await?;
+        let (step, findings) = plan(current)?;
+        let applied = |outcome, change| Applied {
+            outcome,
+            findings,
+            conflicts,
+            change,
+        };
+        let (op, change) = match step {
+            Step::Unchanged => return Ok(applied(Outcome::Unchanged, None)),
+            Step::Write(_, change) if dry_run => {
+                return Ok(applied(Outcome::DryRun, Some(change)));
+            }
+            Step::Write(op, change) => (op, change),
+        };
+        match execute(api, target, mode, *op).await {
+            Ok(()) => {
+                tracing::info!(
+                    configmap = %format!("{}/{}", target.namespace, target.name),
+                    key = %target.key,
+                    mode = mode.as_str(),
+                    "wrote DNS configuration"
+                );
+                return Ok(applied(Outcome::Written, Some(change)));
+            }
+            Err(ApplyError::Api { source, .. }) if is_conflict(&source) => {
+                conflicts += 1;
+                if conflicts >= attempts {
+                    return Err(ApplyError::Conflicts {
+                        target: target.clone(),
+                        attempts,
+                    });
+                }
+                tracing::info!(
+                    configmap = %format!("{}/{}", target.namespace, target.name),
+                    conflicts,
+                    delay_ms = delay.as_millis() as u64,
+                    "write conflict (the ConfigMap changed since it was read); reading it again"
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(retry.max_backoff);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn execute(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    mode: Mode,
+    op: Op,
+) -> Result<(), ApplyError> {
+    match op {
+        Op::Replace(cm) => replace(api, target, mode, cm).await,
+        Op::Create(cm) => create(api, target, cm).await,
+        Op::Delete(cm) => delete(api, target, &cm).await,
+    }
+}
+
+fn created_by_us(cm: &ConfigMap) -> bool {
+    cm.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE)
+}
+
+fn data_keys(cm: &ConfigMap) -> Vec<String> {
+    let data = cm.data.iter().flat_map(|d| d.keys());
+    let binary = cm.binary_data.iter().flat_map(|d| d.keys());
+    data.chain(binary).cloned().collect()
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn api_error(mode: Mode, verb: Verb, target: &ConfigMapKey, e: kube::Error) -> ApplyError {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => ApplyError::Forbidden {
+            mode,
+            verb,
+            target: target.clone(),
+            message: s.message,
+        },
+        source => ApplyError::Api {
+            verb,
+            target: target.clone(),
+            source: Box::new(source),
+        },
+    }
+}
+
+async fn get(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    mode: Mode,
+) -> Result<Option<ConfigMap>, ApplyError> {
+    api.get_opt(&target.name)
+        .await
+        .map_err(|e| api_error(mode, Verb::Get, target, e))
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.into()),
+    }
+}
+
+/// PUT the object as read (so its `resourceVersion` guards the write) with its new data.
+async fn replace(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    mode: Mode,
+    mut cm: ConfigMap,
+) -> Result<(), ApplyError> {
+    // Left out, the server keeps and updates them; sending them back adds nothing.
+    cm.metadata.managed_fields = None;
+    api.replace(&target.name, &post_params(), &cm)
+        .await
+        .map(drop)
+        .map_err(|e| api_error(mode, Verb::Update, target, e))
+}
+
+async fn create(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    cm: ConfigMap,
+) -> Result<(), ApplyError> {
+    // A 409 AlreadyExists (created by someone else since our read) is retried from the read.
+    api.create(&post_params(), &cm)
+        .await
+        .map(drop)
+        .map_err(|e| api_error(Mode::CorednsImport, Verb::Create, target, e))
+}
+
+async fn delete(
+    api: &Api<ConfigMap>,
+    target: &ConfigMapKey,
+    cm: &ConfigMap,
+) -> Result<(), ApplyError> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: cm.metadata.resource_version.clone(),
+            uid: cm.metadata.uid.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&target.name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(api_error(Mode::CorednsImport, Verb::Delete, target, e)),
+    }
+}

@@ -1,0 +1,403 @@
+//! Table and golden tests for the DNS editors over real-world Corefiles and hosts files.
+//!
+//! Inputs live in `tests/fixtures/{corefiles,hosts}/`, expected outputs in `tests/fixtures/golden/`.
+//! `UPDATE_GOLDEN=1 cargo test --test editors` rewrites the golden files instead of comparing
+//! (review the diff before committing).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ouroboros::dns::{
+    coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
+};
+use ouroboros::hostname::{HostPolicy, Hostname};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Sorted files directly in `dir` with the extension `ext`.
+fn inputs(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no *.{ext} fixtures in {}", dir.display());
+    v
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Compares `actual` with the golden file, or writes it when UPDATE_GOLDEN=1.
+fn golden(rel: &str, actual: &str) {
+    let path = fixtures().join("golden").join(rel);
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, actual).unwrap();
+        return;
+    }
+    let want = fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert!(
+        want == actual,
+        "{} differs from the output (UPDATE_GOLDEN=1 rewrites it)\n--- golden\n{want}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+fn stem(p: &Path) -> String {
+    p.file_stem().unwrap().to_string_lossy().into_owned()
+}
+
+fn host_set(names: &[&str]) -> BTreeSet<Hostname> {
+    let policy = HostPolicy::new("cluster.local", &[], &[]);
+    names
+        .iter()
+        .map(|n| policy.check(n).unwrap_or_else(|r| panic!("{n}: {r}")))
+        .collect()
+}
+
+/// The host set every golden output is rendered with.
+fn sample_hosts() -> BTreeSet<Hostname> {
+    host_set(&[
+        "www.example.com",
+        "API.example.com.",
+        "*.apps.example.org",
+        "shop.example.net",
+    ])
+}
+
+fn proxy() -> ProxyFqdn {
+    ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap()
+}
+
+fn proxy_ips() -> Vec<IpAddr> {
+    vec![
+        "fd00:10:43::53".parse().unwrap(),
+        "10.43.0.53".parse().unwrap(),
+    ]
+}
+
+/// The text with every line from a BEGIN marker line to the next END marker line dropped: an
+/// independent, line-based view of "everything outside the markers".
+fn outside(text: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if t == BEGIN_MARKER {
+            inside = true;
+        }
+        if !inside {
+            out.push_str(line);
+        }
+        if t == END_MARKER {
+            inside = false;
+        }
+    }
+    out
+}
+
+/// The lines between the markers, trimmed.
+fn block_lines(text: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t == END_MARKER {
+            inside = false;
+        }
+        if inside {
+            v.push(t.to_string());
+        }
+        if t == BEGIN_MARKER {
+            inside = true;
+        }
+    }
+    v
+}
+
+#[test]
+fn corefile_golden_outputs() {
+    let hosts = sample_hosts();
+    for path in inputs(&fixtures().join("corefiles"), "Corefile") {
+        let name = stem(&path);
+        let input = read(&path);
+        let edit =
+            corefile::splice(&input, &hosts, &proxy()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        golden(&format!("coredns/{name}.Corefile"), &edit.text);
+        assert!(edit.changed, "{name}");
+
+        // Outside the markers nothing moved, our rules are exactly the expected ones.
+        assert_eq!(outside(&edit.text), outside(&input), "{name}");
+        assert_eq!(
+            block_lines(&edit.text),
+            coredns_import::render(&hosts, &proxy())
+                .lines()
+                .filter(|l| *l != BEGIN_MARKER && *l != END_MARKER)
+                .collect::<Vec<_>>(),
+            "{name}"
+        );
+        assert_eq!(edit.text.matches(BEGIN_MARKER).count(), 1, "{name}");
+
+        // Idempotent, and the empty set restores the input without the block.
+        let again = corefile::splice(&edit.text, &hosts, &proxy()).unwrap();
+        assert_eq!(again.text, edit.text, "{name}: second run");
+        assert!(!again.changed, "{name}");
+        let removed = corefile::splice(&edit.text, &BTreeSet::new(), &proxy()).unwrap();
+        let stripped = corefile::splice(&input, &BTreeSet::new(), &proxy()).unwrap();
+        assert_eq!(removed.text, stripped.text, "{name}: removal");
+        assert_eq!(removed.text, outside(&input), "{name}: removal");
+        if !input.contains(BEGIN_MARKER) {
+            assert_eq!(
+                removed.text, input,
+                "{name}: insert + remove is the identity"
+            );
+            assert!(!stripped.changed, "{name}");
+        }
+        // The file's own line endings, and its (missing) final newline.
+        assert_eq!(
+            edit.text.contains("\r\n"),
+            input.contains("\r\n"),
+            "{name}: line endings"
+        );
+        assert_eq!(edit.text.ends_with('\n'), input.ends_with('\n'), "{name}");
+    }
+}
+
+#[test]
+fn corefile_findings() {
+    // (fixture, has reload, imports the coredns-custom *.override files)
+    for (name, reload, import) in [
+        ("kubeadm", true, false),
+        ("k3s", true, true),
+        ("rke2", true, false),
+        ("eks", true, false),
+        ("aks", true, true),
+        ("microk8s", true, false),
+        ("zones-before-root", true, false),
+        ("comments-and-quotes", true, false),
+        ("crlf", true, false),
+        ("tabs-no-final-newline", true, false),
+        ("no-reload", false, false),
+        ("stale-block", true, false),
+        ("user-rewrites", true, false),
+        ("reference-tool-block", true, false),
+        ("dns-scheme-port", true, false),
+        ("empty-root", false, false),
+    ] {
+        let input = read(&fixtures().join(format!("corefiles/{name}.Corefile")));
+        let f = corefile::splice(&input, &sample_hosts(), &proxy())
+            .unwrap()
+            .findings;
+        assert_eq!(
+            (f.has_reload, f.imports_custom_override),
+            (reload, import),
+            "{name}"
+        );
+    }
+    // Every fixture is in the table above.
+    assert_eq!(inputs(&fixtures().join("corefiles"), "Corefile").len(), 16);
+}
+
+#[test]
+fn corefile_errors() {
+    for path in inputs(&fixtures().join("corefiles/bad"), "Corefile") {
+        let name = stem(&path);
+        let input = read(&path);
+        for hosts in [sample_hosts(), BTreeSet::new()] {
+            match corefile::splice(&input, &hosts, &proxy()) {
+                Ok(e) if hosts.is_empty() && name == "closing-brace-shares-line" => {
+                    // Nothing to insert, so the brace position does not matter.
+                    assert_eq!(e.text, input);
+                }
+                Ok(e) => panic!("{name}: accepted:\n{}", e.text),
+                Err(e) if !hosts.is_empty() => {
+                    golden(&format!("coredns/bad/{name}.err"), &format!("{e}\n"))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn coredns_import_golden() {
+    let snippet = coredns_import::render(&sample_hosts(), &proxy());
+    golden("coredns-import/sample.override", &snippet);
+    golden(
+        "coredns-import/empty.override",
+        &coredns_import::render(&BTreeSet::new(), &proxy()),
+    );
+    // The snippet is the Corefile block, unindented.
+    let edit = corefile::splice(".:53 {\n}\n", &sample_hosts(), &proxy()).unwrap();
+    let block: String = edit
+        .text
+        .lines()
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    assert_eq!(snippet, block);
+}
+
+#[test]
+fn etc_hosts_golden_outputs() {
+    let hosts = sample_hosts();
+    for path in inputs(&fixtures().join("hosts"), "hosts") {
+        let name = stem(&path);
+        let input = read(&path);
+        let edit = etc_hosts::splice(&input, &hosts, &proxy_ips())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        golden(&format!("etc-hosts/{name}.hosts"), &edit.text);
+        assert_eq!(
+            edit.skipped_wildcards,
+            host_set(&["*.apps.example.org"])
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            block_lines(&edit.text),
+            [
+                "10.43.0.53 api.example.com",
+                "fd00:10:43::53 api.example.com",
+                "10.43.0.53 shop.example.net",
+                "fd00:10:43::53 shop.example.net",
+                "10.43.0.53 www.example.com",
+                "fd00:10:43::53 www.example.com",
+            ],
+            "{name}"
+        );
+        let again = etc_hosts::splice(&edit.text, &hosts, &proxy_ips()).unwrap();
+        assert_eq!(again.text, edit.text, "{name}: second run");
+        let removed = etc_hosts::splice(&edit.text, &BTreeSet::new(), &[]).unwrap();
+        let stripped = etc_hosts::splice(&input, &BTreeSet::new(), &[]).unwrap();
+        assert_eq!(removed.text, stripped.text, "{name}: removal");
+        if !input.contains(BEGIN_MARKER) {
+            assert_eq!(
+                removed.text, input,
+                "{name}: insert + remove is the identity"
+            );
+        }
+        assert_eq!(
+            edit.text.ends_with('\n'),
+            input.is_empty() || input.ends_with('\n'),
+            "{name}: final newline"
+        );
+    }
+}
+
+#[test]
+fn etc_hosts_errors() {
+    for path in inputs(&fixtures().join("hosts/bad"), "hosts") {
+        let name = stem(&path);
+        let input = read(&path);
+        let e = etc_hosts::splice(&input, &sample_hosts(), &proxy_ips()).unwrap_err();
+        golden(&format!("etc-hosts/bad/{name}.err"), &format!("{e}\n"));
+        assert!(etc_hosts::splice(&input, &BTreeSet::new(), &[]).is_err());
+    }
+}
+
+/// Names a tenant can put in an Ingress or Gateway: none of them may reach any output.
+#[test]
+fn hostile_names_never_reach_an_output() {
+    let policy = HostPolicy::new("cluster.local", &[], &[]);
+    let hostile: &[(&str, &str)] = &[
+        (
+            "evil.example.com\nrewrite name a.b c.d",
+            "rewrite name a.b c.d",
+        ),
+        ("evil.example.com\r\n}\n. {\n", "evil.example.com\r"),
+        ("x.example.com }", "x.example.com }"),
+        ("{.example.com", "{.example.com"),
+        ("\"quoted\".example.com", "\"quoted\""),
+        ("sp ace.example.com", "sp ace"),
+        ("tab\t.example.com", "tab\t"),
+        ("10.0.0.1", "10.0.0.1 "),
+        ("::1", "::1 "),
+        ("fd00::53", "fd00::53 "),
+        ("kubernetes.default.svc.cluster.local", "kubernetes.default"),
+        ("*.svc.cluster.local", "*.svc"),
+        ("foo..example.com", "foo..example"),
+        ("..", ".."),
+        ("a.example.com # ", "a.example.com #"),
+        (
+            "x.example.com\n# === END ouroboros ===\nrewrite name y z.",
+            "rewrite name y",
+        ),
+        ("a.example.com\u{0}", "\u{0}"),
+        ("*.*.example.com", "*.*"),
+        ("ex\u{e4}mple.com", "\u{e4}"),
+        ("localhost", "localhost"),
+        ("x.in-addr.arpa", "in-addr.arpa"),
+        ("regex.example.com$ x.", "$ x."),
+    ];
+    let good = ["good.example.com", "*.wild.example.com"];
+    let mut hosts = BTreeSet::new();
+    for (raw, _) in hostile {
+        assert!(policy.check(raw).is_err(), "{raw:?} passed the policy");
+        if let Ok(h) = policy.check(raw) {
+            hosts.insert(h);
+        }
+    }
+    for g in good {
+        hosts.insert(policy.check(g).unwrap());
+    }
+    assert_eq!(hosts.len(), good.len());
+
+    let mut outputs = Vec::new();
+    for path in inputs(&fixtures().join("corefiles"), "Corefile") {
+        let input = read(&path);
+        let out = corefile::splice(&input, &hosts, &proxy()).unwrap().text;
+        // Only our block is new text; the rest is the fixture's own.
+        assert_eq!(outside(&out), outside(&input));
+        outputs.push(block_lines(&out).join("\n"));
+    }
+    outputs.push(coredns_import::render(&hosts, &proxy()));
+    outputs.push(
+        block_lines(
+            &etc_hosts::splice("127.0.0.1 localhost\n", &hosts, &proxy_ips())
+                .unwrap()
+                .text,
+        )
+        .join("\n"),
+    );
+    for out in &outputs {
+        assert!(out.contains("good.example.com"), "{out}");
+        assert!(out.matches(END_MARKER).count() <= 1, "{out}");
+        for (raw, payload) in hostile {
+            assert!(!out.contains(payload), "{raw:?}: {payload:?} in\n{out}");
+        }
+        // Every rule line has exactly the shape we write.
+        for line in out.lines().map(str::trim) {
+            let words: Vec<&str> = line.split(' ').collect();
+            let ok = line == BEGIN_MARKER
+                || line == END_MARKER
+                || line.is_empty()
+                || words == ["rewrite", "name", "good.example.com", DEFAULT_PROXY_FQDN]
+                || words
+                    == [
+                        "rewrite",
+                        "name",
+                        "regex",
+                        "^[a-z0-9-]+\\.wild\\.example\\.com\\.$",
+                        DEFAULT_PROXY_FQDN,
+                        "answer",
+                        "auto",
+                    ]
+                || words == ["10.43.0.53", "good.example.com"]
+                || words == ["fd00:10:43::53", "good.example.com"];
+            assert!(ok, "unexpected line {line:?}");
+        }
+    }
+}

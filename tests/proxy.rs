@@ -1,0 +1,833 @@
+//! `ouroboros proxy` end to end: the built binary between real clients and real nginx / HAProxy
+//! (or a plain TCP peer where the test needs control over the upstream's timing).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn port_of(addr: Option<SocketAddr>) -> SocketAddr {
+    addr.expect("listener address logged")
+}
+
+#[test]
+fn client_address_arrives_at_nginx_and_haproxy() {
+    let nginx = Nginx::start();
+    let haproxy = Haproxy::start();
+    for version in ["v1", "v2"] {
+        for (ip, listen) in [(V4, "127.0.0.1:0"), (V6, "[::1]:0")] {
+            let target = ip.to_string();
+            let (http_port, https_port) = (nginx.http_port.to_string(), haproxy.port.to_string());
+            let proxy = Proxy::start(&[
+                "--listen-http",
+                listen,
+                "--listen-https",
+                listen,
+                "--target-host",
+                &target,
+                "--target-http-port",
+                &http_port,
+                "--target-https-port",
+                &https_port,
+                "--proxy-protocol",
+                version,
+            ]);
+            // http listener -> nginx: source is our socket, destination port is 80.
+            let http = port_of(proxy.http);
+            let (me, status, body) = http_get_via(http);
+            assert_eq!(status, 200, "{version} {ip}: {body}");
+            assert_eq!(
+                body.trim(),
+                format!("{} {}:80", plain(me), ip),
+                "{version} {ip} via nginx"
+            );
+            // https listener -> HAProxy: destination port 443, not the listener's own port.
+            let https = port_of(proxy.https);
+            let (me, status, body) = http_get_via(https);
+            assert_eq!(status, 200, "{version} {ip}: {body}");
+            assert_eq!(
+                body.trim(),
+                format!("{} {}:443", plain(me), ip),
+                "{version} {ip} via haproxy"
+            );
+            assert_ne!(https.port(), 443);
+        }
+    }
+}
+
+#[test]
+fn header_ports_follow_flags_and_dual_stack_listener_writes_ipv4() {
+    let nginx = Nginx::start();
+    let port = nginx.http_port.to_string();
+    let proxy = Proxy::start(&[
+        "--listen-http",
+        ":0",
+        "--listen-https",
+        "",
+        "--target-host",
+        "localhost",
+        "--target-http-port",
+        &port,
+        "--header-http-port",
+        "8000",
+    ]);
+    let any = port_of(proxy.http);
+    assert!(proxy.https.is_none());
+    for ip in [V4, V6] {
+        let (me, status, body) = http_get_via(SocketAddr::new(ip, any.port()));
+        assert_eq!(status, 200, "{body}");
+        // An IPv4 client on the dual-stack socket is written as IPv4, not ::ffff:127.0.0.1.
+        assert_eq!(body.trim(), format!("{} {ip}:8000", plain(me)));
+    }
+}
+
+/// Connections a [`tcp_upstream`] accepted, with the PROXY header read off.
+type Accepted = mpsc::Receiver<(TcpStream, Vec<u8>)>;
+
+/// A plain TCP upstream: returns its address and a receiver of accepted connections with the
+/// PROXY header already read off.
+fn tcp_upstream() -> (SocketAddr, Accepted) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let header = read_proxy_header(&mut s);
+                // Readiness probes (v1 UNKNOWN, v2 LOCAL) are not relayed connections.
+                let probe = header == b"PROXY UNKNOWN\r\n" || header.get(12) == Some(&0x20);
+                if !probe {
+                    let _ = tx.send((s, header));
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+fn proxy_to(upstream: SocketAddr, extra: &[&str]) -> Proxy {
+    let port = upstream.port().to_string();
+    let mut args = vec![
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+    ];
+    args.extend_from_slice(extra);
+    Proxy::start(&args)
+}
+
+/// Sends `len` pattern bytes then shuts down the write side; returns the checksum sent.
+fn send_all(s: &mut TcpStream, seed: u64, len: usize) -> Fnv {
+    let mut p = Pattern::new(seed);
+    let mut sum = Fnv::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len());
+        p.fill(&mut buf[..n]);
+        sum.update(&buf[..n]);
+        s.write_all(&buf[..n]).unwrap();
+        left -= n;
+    }
+    s.shutdown(Shutdown::Write).unwrap();
+    sum
+}
+
+/// Reads to EOF; returns (bytes, checksum).
+fn recv_all(s: &mut TcpStream) -> (usize, Fnv) {
+    let mut sum = Fnv::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            return (total, sum);
+        }
+        sum.update(&buf[..n]);
+        total += n;
+    }
+}
+
+#[test]
+fn relays_64_mib_each_way_intact() {
+    relay_64_mib("userspace");
+}
+
+#[test]
+fn relays_64_mib_each_way_intact_with_splice() {
+    relay_64_mib("splice");
+}
+
+fn relay_64_mib(copy_mode: &str) {
+    const LEN: usize = 64 << 20;
+    let (up, accepted) = tcp_upstream();
+    let proxy = proxy_to(up, &["--proxy-protocol", "v2", "--copy-mode", copy_mode]);
+    let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
+    let me = client.local_addr().unwrap();
+    let (mut server, header) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    // v2 PROXY TCP4 with our address as source.
+    assert_eq!(&header[12..14], &[0x21, 0x11]);
+    assert_eq!(&header[16..20], &[127, 0, 0, 1]);
+    assert_eq!(u16::from_be_bytes([header[24], header[25]]), me.port());
+
+    let mut server2 = server.try_clone().unwrap();
+    let server_send = std::thread::spawn(move || send_all(&mut server2, 2, LEN));
+    let server_recv = std::thread::spawn(move || recv_all(&mut server));
+    let mut client2 = client.try_clone().unwrap();
+    let client_send = std::thread::spawn(move || send_all(&mut client2, 1, LEN));
+    let (got_len, got_sum) = recv_all(&mut client);
+
+    let sent_down = server_send.join().unwrap();
+    let sent_up = client_send.join().unwrap();
+    let (up_len, up_sum) = server_recv.join().unwrap();
+    assert_eq!((got_len, got_sum), (LEN, sent_down), "upstream -> client");
+    assert_eq!((up_len, up_sum), (LEN, sent_up), "client -> upstream");
+
+    let wait = Instant::now() + Duration::from_secs(10);
+    while proxy.metric(r#"ouroboros_proxy_connections_closed_total{listener="http",result="done"}"#)
+        != Some(1.0)
+    {
+        assert!(Instant::now() < wait, "connection close not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bytes = |dir: &str| {
+        proxy.metric(&format!(
+            r#"ouroboros_proxy_transferred_bytes_total{{listener="http",direction="{dir}"}}"#
+        ))
+    };
+    // The upstream also received the 28-byte header, which is not relayed client data.
+    assert_eq!(bytes("to_upstream"), Some(LEN as f64));
+    assert_eq!(bytes("to_client"), Some(LEN as f64));
+}
+
+#[test]
+fn half_close_client_still_gets_the_whole_reply() {
+    for copy_mode in ["userspace", "splice"] {
+        half_close(copy_mode);
+    }
+}
+
+fn half_close(copy_mode: &str) {
+    let (up, accepted) = tcp_upstream();
+    let proxy = proxy_to(up, &["--copy-mode", copy_mode]);
+    let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
+    client.write_all(b"question").unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let (mut server, header) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(header.starts_with(b"PROXY TCP4 127.0.0.1 127.0.0.1 "));
+    // The upstream answers only after it saw the client's EOF.
+    let mut req = Vec::new();
+    server.read_to_end(&mut req).unwrap();
+    assert_eq!(req, b"question");
+    let sent = send_all(&mut server, 7, 3 << 20);
+    drop(server);
+    assert_eq!(recv_all(&mut client), (3 << 20, sent));
+}
+
+#[test]
+fn a_thousand_concurrent_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const N: usize = 1000;
+    raise_fd_limit();
+    let nginx = Nginx::start();
+    let port = nginx.http_port.to_string();
+    let proxy = Proxy::start(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--listen-https",
+        "",
+    ]);
+    let addr = port_of(proxy.http);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let streams = rt.block_on(async {
+        let tasks: Vec<_> = (0..N)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                    let me = s.local_addr().unwrap();
+                    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                        .await
+                        .unwrap();
+                    // Keep-alive: read exactly one response, keep the connection open.
+                    let mut resp = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        let n = s.read(&mut buf).await.unwrap();
+                        assert!(n > 0, "connection closed early");
+                        resp.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&resp);
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let len: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("Content-Length: "))
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            if body.len() >= len {
+                                assert_eq!(body.trim(), format!("{} 127.0.0.1:80", plain(me)));
+                                break;
+                            }
+                        }
+                    }
+                    s
+                })
+            })
+            .collect();
+        let mut streams = Vec::new();
+        for t in tasks {
+            streams.push(t.await.unwrap());
+        }
+        streams
+    });
+    assert_eq!(streams.len(), N);
+    assert_eq!(
+        proxy.metric(r#"ouroboros_proxy_connections_active{listener="http"}"#),
+        Some(N as f64)
+    );
+    drop(streams);
+    let wait = Instant::now() + Duration::from_secs(10);
+    while proxy.metric(r#"ouroboros_proxy_connections_active{listener="http"}"#) != Some(0.0) {
+        assert!(Instant::now() < wait, "connections not released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn target_down_closes_clients_and_fails_readiness() {
+    let closed = free_port(V4);
+    let port = closed.to_string();
+    let mut proxy = Proxy::start(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+    ]);
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 503);
+    assert!(body.starts_with("connection-refused"), "{body}");
+    for round in 1..=2 {
+        let mut c = TcpStream::connect(port_of(proxy.http)).unwrap();
+        let me = c.local_addr().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let started = Instant::now();
+        let mut b = [0u8; 1];
+        let r = c.read(&mut b);
+        assert!(
+            matches!(r, Ok(0))
+                || r.is_err() && r.as_ref().unwrap_err().kind() != std::io::ErrorKind::WouldBlock,
+            "{r:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "closed after {:?}",
+            started.elapsed()
+        );
+        let client = me.to_string();
+        let line = proxy.wait_log(
+            |v| v["level"] == "WARN" && v["client"] == client.as_str(),
+            Duration::from_secs(5),
+        );
+        assert_eq!(line["upstream"], format!("127.0.0.1:{closed}"));
+        assert_eq!(line["cause"], "connection-refused");
+        assert_eq!(
+            proxy.metric(r#"ouroboros_proxy_connections_failed_total{listener="http",cause="connection-refused"}"#),
+            Some(f64::from(round))
+        );
+    }
+    // Readiness changes are logged once, not per probe.
+    for _ in 0..3 {
+        assert_eq!(proxy.admin("/readyz").0, 503);
+    }
+    let not_ready = proxy
+        .logs()
+        .iter()
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("not ready"))
+        })
+        .count();
+    assert_eq!(not_ready, 1);
+    assert_eq!(proxy.admin("/healthz").0, 200);
+}
+
+#[test]
+fn unknown_target_name_reports_dns_nxdomain() {
+    let proxy = Proxy::start(&["--target-host", "no-such-ingress.invalid"]);
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 503);
+    assert!(body.starts_with("dns-nxdomain"), "{body}");
+    let mut c = TcpStream::connect(port_of(proxy.https)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+}
+
+#[test]
+fn readiness_probe_leaves_nginx_error_log_clean() {
+    let nginx = Nginx::start();
+    // Negative control: a bare connect-and-close makes nginx's stream module log a broken header.
+    drop(TcpStream::connect((V4, nginx.stream_port)).unwrap());
+    let wait = Instant::now() + Duration::from_secs(10);
+    while !nginx.error_log().contains("broken header") {
+        assert!(
+            Instant::now() < wait,
+            "nginx did not log the bare connection:\n{}",
+            nginx.error_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = nginx.error_log().matches("broken header").count();
+    assert_eq!(before, 1, "{}", nginx.error_log());
+    let stream = nginx.stream_port.to_string();
+    let http = nginx.http_port.to_string();
+    for version in ["v1", "v2"] {
+        let mut proxy = Proxy::start(&[
+            "--target-host",
+            "127.0.0.1",
+            "--target-http-port",
+            &http,
+            "--target-https-port",
+            &stream,
+            "--proxy-protocol",
+            version,
+        ]);
+        for _ in 0..5 {
+            let (status, body) = proxy.admin("/readyz");
+            assert_eq!(status, 200, "{body}");
+        }
+        proxy.wait_log(
+            |v| v["message"] == "ready: both targets answer",
+            Duration::from_secs(1),
+        );
+        let ready_lines = proxy
+            .logs()
+            .iter()
+            .filter(|v| v["message"] == "ready: both targets answer")
+            .count();
+        assert_eq!(ready_lines, 1, "readiness change logged once");
+    }
+    // A sentinel connection through nginx's stream server: by the time it is answered, nginx
+    // has handled the probes' connections that closed before it.
+    let mut s = TcpStream::connect((V4, nginx.stream_port)).unwrap();
+    s.write_all(b"PROXY TCP4 192.0.2.1 192.0.2.2 1234 80\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer.trim(), "192.0.2.1:1234 192.0.2.2:80");
+    let log = nginx.error_log();
+    assert_eq!(log.matches("broken header").count(), before, "{log}");
+    assert!(
+        !log.contains("[error]") || log.matches("[error]").count() == before,
+        "{log}"
+    );
+}
+
+#[test]
+fn graceful_shutdown_drains_in_flight_connections() {
+    let (up, accepted) = tcp_upstream();
+    let mut proxy = proxy_to(up, &["--shutdown-delay", "2s", "--shutdown-grace", "30s"]);
+    let http = port_of(proxy.http);
+    let mut inflight = TcpStream::connect(http).unwrap();
+    let (mut server, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    server.write_all(b"first part|").unwrap();
+    let mut first = [0u8; 11];
+    inflight.read_exact(&mut first).unwrap();
+
+    let signalled = Instant::now();
+    proxy.signal(libc::SIGTERM);
+    // Readiness fails at once.
+    let wait = Instant::now() + Duration::from_secs(2);
+    loop {
+        let (status, body) = proxy.admin("/readyz");
+        if status == 503 {
+            assert!(body.starts_with("shutting-down"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < wait, "readyz still {status}");
+    }
+    // During the delay new connections are still relayed.
+    let mut late = TcpStream::connect(http).unwrap();
+    let (mut late_server, _) = accepted.recv_timeout(Duration::from_secs(5)).unwrap();
+    late.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    late_server.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"ping");
+    drop((late, late_server));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(2),
+        "test too slow for the delay"
+    );
+    // After the delay, new connections are refused.
+    let refused_at = loop {
+        match TcpStream::connect(http) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                break signalled.elapsed()
+            }
+            _ => {}
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "still accepting"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        refused_at >= Duration::from_secs(2),
+        "refused after {refused_at:?}"
+    );
+    // Close the upstream side of the probing connections accepted while polling.
+    while let Ok(probe) = accepted.recv_timeout(Duration::from_millis(300)) {
+        drop(probe);
+    }
+    // The in-flight transfer still completes.
+    let sent = send_all(&mut server, 9, 4 << 20);
+    drop(server);
+    assert_eq!(recv_all(&mut inflight), (4 << 20, sent));
+    drop(inflight);
+    let status = proxy.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(30),
+        "waited for the grace instead of the drain"
+    );
+    proxy.wait_log(
+        |v| v["message"] == "all connections finished; exiting",
+        Duration::from_secs(1),
+    );
+}
+
+#[test]
+fn shutdown_grace_expiry_warns_and_exits_zero() {
+    let (up, accepted) = tcp_upstream();
+    let mut proxy = proxy_to(up, &["--shutdown-delay", "0", "--shutdown-grace", "300ms"]);
+    let _held = TcpStream::connect(port_of(proxy.http)).unwrap();
+    let _server = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    proxy.signal(libc::SIGINT);
+    let status = proxy.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0));
+    let warn = proxy.wait_log(
+        |v| {
+            v["level"] == "WARN"
+                && v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("grace expired"))
+        },
+        Duration::from_secs(1),
+    );
+    assert_eq!(warn["open"], 1);
+}
+
+#[test]
+fn max_connections_leaves_excess_clients_in_the_backlog() {
+    let (up, accepted) = tcp_upstream();
+    // The https listener stays enabled (and idle): it must not hold one of the two slots.
+    let proxy = proxy_to(up, &["--max-connections", "2"]);
+    let http = port_of(proxy.http);
+    let a = TcpStream::connect(http).unwrap();
+    let _b = TcpStream::connect(http).unwrap();
+    let _ = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    let _ = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    // The third handshake completes in the kernel, but the proxy does not take it yet.
+    let mut c = TcpStream::connect(http).unwrap();
+    assert!(
+        accepted.recv_timeout(Duration::from_millis(500)).is_err(),
+        "third connection relayed past the cap"
+    );
+    assert_eq!(
+        proxy.metric(r#"ouroboros_proxy_connections_accepted_total{listener="http"}"#),
+        Some(2.0)
+    );
+    drop(a);
+    let (mut s, _) = accepted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("waiting client served once a slot freed");
+    c.write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hi");
+}
+
+#[test]
+fn bad_flags_exit_64_naming_the_flag() {
+    for (args, flag) in [
+        (&["--proxy-protocol", "v3"][..], "--proxy-protocol"),
+        (
+            &["--listen-http", "", "--listen-https", ""][..],
+            "--listen-http",
+        ),
+        (&["--dial-timeout", "soon"][..], "--dial-timeout"),
+        (&["--target-http-port", "0"][..], "--target-http-port"),
+        (&["--listen-health", "nope"][..], "--listen-health"),
+        (
+            &["--target-service-name", "ingress"][..],
+            "--target-service-namespace",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ouroboros"))
+            .arg("proxy")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+    // Environment variables go through the same checks.
+    let out = Command::new(env!("CARGO_BIN_EXE_ouroboros"))
+        .arg("proxy")
+        .env("OUROBOROS_PROXY_PROXY_PROTOCOL", "v9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--proxy-protocol"));
+}
+
+/// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.
+fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, Accepted) {
+    use std::os::unix::process::CommandExt;
+    let (up, accepted) = tcp_upstream();
+    let port = up.port().to_string();
+    let mut cmd = Proxy::command(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+    ]);
+    // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let proxy = Proxy::spawn(cmd);
+    let http = port_of(proxy.http);
+    let clients: Vec<_> = (0..40).map(|_| TcpStream::connect(http).unwrap()).collect();
+    (proxy, clients, accepted)
+}
+
+#[test]
+fn running_out_of_file_descriptors_backs_off_and_recovers() {
+    // Whether accept(2) or the upstream socket(2) hits the limit first depends on the parity of
+    // the descriptors in use at start; one of two adjacent limits makes accept(2) fail.
+    let mut hit = None;
+    for limit in [40, 41] {
+        let (mut proxy, clients, accepted) = exhaust_fds(limit);
+        let wait = Instant::now() + Duration::from_secs(10);
+        let errors = r#"ouroboros_proxy_accept_errors_total{listener="http"}"#;
+        let mut seen = false;
+        // The health listener needs a descriptor too; poll the log instead of /metrics.
+        while Instant::now() < wait {
+            if proxy.logs().iter().any(|v| {
+                v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("accept failed"))
+            }) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if seen {
+            hit = Some((proxy, clients, accepted, errors));
+            break;
+        }
+        assert!(proxy.is_running());
+    }
+    let (mut proxy, clients, accepted, errors) = hit.expect("accept(2) never hit EMFILE");
+    let warn = proxy.wait_log(
+        |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("accept failed"))
+        },
+        Duration::from_secs(1),
+    );
+    assert_eq!(warn["level"], "WARN");
+    assert!(
+        warn["error"].as_str().unwrap().contains("os error 24"),
+        "{warn}"
+    );
+    // Free the descriptors: the listener picks up again and relays a new connection.
+    drop(clients);
+    let held: Vec<_> = accepted.try_iter().collect();
+    drop(held);
+    let mut fresh = TcpStream::connect(port_of(proxy.http)).unwrap();
+    fresh.write_all(b"fresh").unwrap();
+    let wait = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = wait.saturating_duration_since(Instant::now());
+        let (mut s, _) = accepted
+            .recv_timeout(left)
+            .expect("new connection never relayed");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 5];
+        if s.read_exact(&mut b).is_ok() && &b == b"fresh" {
+            break;
+        }
+    }
+    assert!(proxy.is_running());
+    assert!(proxy.metric(errors).unwrap() >= 1.0);
+}
+
+#[test]
+fn environment_sets_flags_and_flags_override_it() {
+    let nginx = Nginx::start();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.args([
+        "--log-format",
+        "json",
+        "proxy",
+        "--listen-health",
+        "127.0.0.1:0",
+        "--listen-http",
+        "127.0.0.1:0",
+        "--header-http-port",
+        "8001",
+    ])
+    .env("OUROBOROS_PROXY_LISTEN_HTTPS", "")
+    .env("OUROBOROS_PROXY_TARGET_HOST", "127.0.0.1")
+    .env(
+        "OUROBOROS_PROXY_TARGET_HTTP_PORT",
+        nginx.http_port.to_string(),
+    )
+    .env("OUROBOROS_PROXY_HEADER_HTTP_PORT", "8000")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    let proxy = Proxy::spawn(cmd);
+    assert!(
+        proxy.https.is_none(),
+        "empty env value disables the listener"
+    );
+    let (me, status, body) = http_get_via(port_of(proxy.http));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.trim(), format!("{} 127.0.0.1:8001", plain(me)));
+}
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so connecting to it
+/// hangs until the caller's timeout. Returns the socket and the connections filling the queue.
+fn black_hole() -> (socket2::Socket, Vec<TcpStream>, u16) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((V4, 0)).into()).unwrap();
+    s.listen(0).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    let mut filled = Vec::new();
+    // Backlog 0 admits one connection; connect until one no longer completes quickly.
+    for _ in 0..4 {
+        match TcpStream::connect_timeout(&SocketAddr::from((V4, port)), Duration::from_millis(200))
+        {
+            Ok(c) => filled.push(c),
+            Err(_) => break,
+        }
+    }
+    (s, filled, port)
+}
+
+#[test]
+fn unanswered_dial_times_out_with_cause_timeout() {
+    let (_hole, _filled, port) = black_hole();
+    let port = port.to_string();
+    let mut proxy = Proxy::start(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--target-https-port",
+        &port,
+        "--dial-timeout",
+        "300ms",
+        "--ready-timeout",
+        "300ms",
+    ]);
+    let started = Instant::now();
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 503);
+    assert!(body.starts_with("timeout"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut c = TcpStream::connect(port_of(proxy.http)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut b = [0u8; 1];
+    assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    let warn = proxy.wait_log(
+        |v| v["level"] == "WARN" && v["cause"] == "timeout",
+        Duration::from_secs(2),
+    );
+    assert_eq!(warn["upstream"], format!("127.0.0.1:{port}"));
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let (up, accepted) = tcp_upstream();
+    let proxy = proxy_to(up, &["--idle-timeout", "400ms"]);
+    let mut c = TcpStream::connect(port_of(proxy.http)).unwrap();
+    let (mut s, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Traffic keeps it open past the timeout...
+    let started = Instant::now();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(200));
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+    }
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    // ...silence closes both sides.
+    let quiet = Instant::now();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(c.read(&mut b).unwrap(), 0);
+    assert_eq!(s.read(&mut b).unwrap(), 0);
+    let waited = quiet.elapsed();
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    let wait = Instant::now() + Duration::from_secs(5);
+    while proxy.metric(
+        r#"ouroboros_proxy_connections_closed_total{listener="http",result="idle-timeout"}"#,
+    ) != Some(1.0)
+    {
+        assert!(Instant::now() < wait, "idle close not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
