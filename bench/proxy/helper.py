@@ -202,8 +202,13 @@ def idle(args):
 
 # ---- report -------------------------------------------------------------------------------
 
-VARIANTS = ("direct", "haproxy", "ouroboros")
-LABEL = {"direct": "direct (no proxy)", "haproxy": "HAProxy 2.6", "ouroboros": "ouroboros"}
+VARIANTS = ("direct", "haproxy", "ouroboros", "ouroboros_splice")
+LABEL = {
+    "direct": "direct (no proxy)",
+    "haproxy": "HAProxy 2.6",
+    "ouroboros": "ouroboros",
+    "ouroboros_splice": "ouroboros --copy-mode splice",
+}
 
 # metric key, label, unit format, better ("high"|"low"), target ratio or None, aggregate
 ROWS = [
@@ -253,12 +258,19 @@ def report(raw_path, meta_path):
     out.append("")
     out.append(f"Command: `{meta.get('command', 'bench/proxy/run.sh')}`; {meta.get('settings', '')}")
     out.append("")
-    out.append("| Metric | direct (no proxy) | HAProxy 2.6 | ouroboros | ouroboros / HAProxy | target | met |")
-    out.append("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    splice = any(v == "ouroboros_splice" for v, _ in samples)
+    head = "| Metric | direct (no proxy) | HAProxy 2.6 | ouroboros | ouroboros / HAProxy |"
+    rule = "| --- | ---: | ---: | ---: | ---: |"
+    if splice:
+        head += " ouroboros --copy-mode splice | splice / HAProxy |"
+        rule += " ---: | ---: |"
+    out.append(head + " target | met |")
+    out.append(rule + " --- | --- |")
     for key, label, fmt, better, target in ROWS:
         vals = {v: med(v, key) for v in VARIANTS}
-        h, o = vals["haproxy"], vals["ouroboros"]
+        h, o, sp = vals["haproxy"], vals["ouroboros"], vals["ouroboros_splice"]
         ratio = o / h if (h and o is not None) else None
+        sratio = sp / h if (h and sp is not None) else None
         if target is None:
             tgt, met = "—", ""
         else:
@@ -269,9 +281,12 @@ def report(raw_path, meta_path):
                 met = "yes"
             else:
                 met = "**no**"
-        cells = [_fmt(fmt, vals[v]) for v in VARIANTS]
-        rtxt = f"{ratio:.2f}×" if ratio is not None else "—"
-        out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {rtxt} | {tgt} | {met} |")
+        cells = [_fmt(fmt, vals[v]) for v in VARIANTS[:3]]
+        cells.append(f"{ratio:.2f}×" if ratio is not None else "—")
+        if splice:
+            cells.append(_fmt(fmt, sp))
+            cells.append(f"{sratio:.2f}×" if sratio is not None else "—")
+        out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
     out.append("")
     # per-round samples, so the spread is visible
     out.append("<details><summary>All samples (rounds in run order)</summary>")

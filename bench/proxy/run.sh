@@ -4,13 +4,14 @@
 # 127.0.0.1. Prints a markdown table and writes it to bench/results/. See bench/README.md.
 #
 # Settings (environment):
-#   ROUNDS=5            rate/throughput rounds; variants run back to back, order rotated per round
+#   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
 #   WRK_DURATION=6s     length of each wrk run      WRK_CONNS=50  wrk connections
 #   BULK_MB=1024        size of the large file      BULK_REPEAT=2 downloads per variant per round
 #   IDLE_CONNS=5000     idle connections held for the memory figure
 #   PROXY_CPU=0         CPU the proxy under test (HAProxy or ouroboros) is pinned to
 #   LOAD_CPU=1          CPU nginx, wrk, curl and the idle-connection client are pinned to
-#   VARIANTS="direct haproxy ouroboros"
+#   VARIANTS="direct haproxy ouroboros ouroboros_splice"
+#                       ouroboros = default --copy-mode (userspace), ouroboros_splice = --copy-mode splice
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
 #   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
 #                       shared box it keeps concurrent compiles from skewing one variant's turn
@@ -23,7 +24,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 HELPER=(python3 "$HERE/helper.py")
 
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-4}
 WRK_DURATION=${WRK_DURATION:-6s}
 WRK_CONNS=${WRK_CONNS:-50}
 BULK_MB=${BULK_MB:-1024}
@@ -31,7 +32,7 @@ BULK_REPEAT=${BULK_REPEAT:-2}
 IDLE_CONNS=${IDLE_CONNS:-5000}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
-VARIANTS=${VARIANTS:-"direct haproxy ouroboros"}
+VARIANTS=${VARIANTS:-"direct haproxy ouroboros ouroboros_splice"}
 OUROBOROS_BIN=${OUROBOROS_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
 NICE=${NICE:--19}
@@ -114,7 +115,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-read -r P_NGINX_PP P_NGINX_PLAIN P_HAPROXY P_OURO P_OURO_HEALTH < <("${HELPER[@]}" free-ports 5)
+read -r P_NGINX_PP P_NGINX_PLAIN P_HAPROXY P_OURO P_OURO_HEALTH P_SPLICE P_SPLICE_HEALTH < <("${HELPER[@]}" free-ports 7)
 
 # ---- content ------------------------------------------------------------------------------------
 head -c 1024 /dev/urandom >"$DIR/www/1k.bin"
@@ -178,12 +179,14 @@ EOF
     PID[haproxy]=$!
 }
 
-start_ouroboros() {
+start_ouroboros() { # variant port health-port extra-args...
+    local v=$1 port=$2 health=$3
+    shift 3
     TOKIO_WORKER_THREADS=$PROXY_THREADS taskset -c "$PROXY_CPU" "$BIN" --log-level warn proxy \
-        --listen-http "127.0.0.1:$P_OURO" --listen-https '' --listen-health "127.0.0.1:$P_OURO_HEALTH" \
+        --listen-http "127.0.0.1:$port" --listen-https '' --listen-health "127.0.0.1:$health" \
         --target-host 127.0.0.1 --target-http-port "$P_NGINX_PP" --proxy-protocol v1 \
-        --max-connections $((IDLE_CONNS + 2000)) >"$DIR/logs/ouroboros.log" 2>&1 &
-    PID[ouroboros]=$!
+        --max-connections $((IDLE_CONNS + 2000)) "$@" >"$DIR/logs/$v.log" 2>&1 &
+    PID[$v]=$!
 }
 
 url_of() {
@@ -191,6 +194,7 @@ url_of() {
         direct) echo "http://127.0.0.1:$P_NGINX_PLAIN" ;;
         haproxy) echo "http://127.0.0.1:$P_HAPROXY" ;;
         ouroboros) echo "http://127.0.0.1:$P_OURO" ;;
+        ouroboros_splice) echo "http://127.0.0.1:$P_SPLICE" ;;
     esac
 }
 
@@ -206,8 +210,9 @@ for v in "${VARS[@]}"; do
     case $v in
         direct) ;;
         haproxy) start_haproxy ;;
-        ouroboros) start_ouroboros ;;
-        *) die "unknown variant $v (known: direct haproxy ouroboros)" ;;
+        ouroboros) start_ouroboros ouroboros "$P_OURO" "$P_OURO_HEALTH" ;;
+        ouroboros_splice) start_ouroboros ouroboros_splice "$P_SPLICE" "$P_SPLICE_HEALTH" --copy-mode splice ;;
+        *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice)" ;;
     esac
 done
 for v in "${VARS[@]}"; do
@@ -241,8 +246,8 @@ ticks() { if [[ $1 == direct ]]; then echo 0; else "${HELPER[@]}" cpu-ticks $(pi
 for v in "${VARS[@]}"; do
     [[ $v == direct ]] && continue
     log "$v: holding $IDLE_CONNS idle keep-alive connections"
-    port=${P_HAPROXY}
-    [[ $v == ouroboros ]] && port=$P_OURO
+    port=$(url_of "$v")
+    port=${port##*:}
     out=$(taskset -c "$LOAD_CPU" "${HELPER[@]}" idle "$port" "$IDLE_CONNS" "$P_NGINX_PP" 2 /1k.bin $(pids_of "$v")) ||
         die "$v: idle-connection phase failed"
     log "$v: $out"
