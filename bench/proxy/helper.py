@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Small stdlib-only helpers for bench/proxy/run.sh.
+
+Subcommands:
+  free-ports N                 print N distinct free TCP ports on 127.0.0.1
+  wait-http URL SECONDS        poll GET URL until it answers 200 or the deadline passes
+  cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
+  wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
+  idle ...                     hold many idle keep-alive connections, report RSS per connection
+  report RAW.tsv META.tsv      render the markdown result table
+"""
+
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+import urllib.request
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    print(" ".join(map(str, ports)))
+
+
+def wait_http(url, seconds):
+    deadline = time.monotonic() + float(seconds)
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    sys.stdout.write(r.read().decode(errors="replace"))
+                    return 0
+                last = f"HTTP {r.status}"
+        except Exception as e:  # connection refused until the server listens
+            last = repr(e)
+        time.sleep(0.05)
+    print(f"error: {url} did not answer 200 within {seconds}s (last: {last})", file=sys.stderr)
+    return 1
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            # comm may contain spaces; fields after the closing paren are fixed
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total
+
+
+def rss_kib(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def _to_us(text):
+    for unit, mult in (("us", 1.0), ("ms", 1e3), ("s", 1e6), ("m", 60e6)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * mult
+    raise ValueError(f"unknown latency unit in {text!r}")
+
+
+def wrk_parse(path):
+    rps = p99 = requests = None
+    errors = 0
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and parts[1] == "requests" and parts[2] == "in":
+                requests = int(parts[0])
+            elif line.startswith("Requests/sec:"):
+                rps = float(parts[1])
+            elif len(parts) == 2 and parts[0] == "99%":
+                p99 = _to_us(parts[1])
+            elif line.strip().startswith("Socket errors:"):
+                # Socket errors: connect 0, read 0, write 0, timeout 0
+                nums = [int(p.rstrip(",")) for p in parts[2:] if p.rstrip(",").isdigit()]
+                errors += sum(nums)
+            elif line.strip().startswith("Non-2xx or 3xx responses:"):
+                errors += int(parts[-1])
+    if rps is None or p99 is None or not requests:
+        print(f"error: cannot parse wrk output {path}", file=sys.stderr)
+        return 1
+    print(f"{rps:.2f} {p99:.1f} {errors} {requests}")
+    return 0
+
+
+def _established_on_port(port):
+    """Count ESTABLISHED TCP sockets whose local port is `port` (the backend's side)."""
+    n = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "01" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def _read_response(sock):
+    """Read one HTTP/1.1 response with Content-Length; return the status code."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("peer closed before response headers")
+        buf += chunk
+    head, body = buf.split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    length = 0
+    for h in lines[1:]:
+        k, _, v = h.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v.strip())
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("peer closed mid-body")
+        body += chunk
+    return status
+
+
+def idle(args):
+    """idle PORT COUNT BACKEND_PORT SETTLE_S PATH PID...
+
+    Opens COUNT connections to 127.0.0.1:PORT one after the other; on each sends one keep-alive
+    GET PATH and reads the full response (so the connection is established end to end and the
+    proxy has relayed both ways), then leaves it idle. After SETTLE_S seconds it samples VmRSS of
+    PIDs and the number of ESTABLISHED sockets on BACKEND_PORT, prints a JSON line, closes all.
+    """
+    port, count, backend_port = int(args[0]), int(args[1]), int(args[2])
+    settle, path, pids = float(args[3]), args[4], [int(p) for p in args[5:]]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < count + 64:
+        print(f"error: RLIMIT_NOFILE hard limit {hard} < {count + 64}; raise it (ulimit -Hn)", file=sys.stderr)
+        return 1
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    backend_before = _established_on_port(backend_port)
+    rss_before = rss_kib(pids)
+    req = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    socks = []
+    t0 = time.monotonic()
+    try:
+        for i in range(count):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(req)
+            status = _read_response(s)
+            if status != 200:
+                raise RuntimeError(f"connection {i}: HTTP {status}")
+            socks.append(s)
+        opened_s = time.monotonic() - t0
+        time.sleep(settle)  # let the proxy finish any deferred frees before sampling
+        rss_after = rss_kib(pids)
+        backend_after = _established_on_port(backend_port)
+        # every connection must still be alive: a second request on a sample would change
+        # what we measure, so only check that none was closed by the peer meanwhile
+        alive = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                alive += 0 if s.recv(1) == b"" else 1
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+    finally:
+        for s in socks:
+            s.close()
+    out = {
+        "connections": count,
+        "alive": alive,
+        "backend_established_delta": backend_after - backend_before,
+        "rss_before_kib": rss_before,
+        "rss_after_kib": rss_after,
+        "kib_per_conn": (rss_after - rss_before) / count,
+        "open_seconds": round(opened_s, 2),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+# ---- report -------------------------------------------------------------------------------
+
+VARIANTS = ("direct", "haproxy", "ouroboros", "ouroboros_splice")
+LABEL = {
+    "direct": "direct (no proxy)",
+    "haproxy": "HAProxy 2.6",
+    "ouroboros": "ouroboros",
+    "ouroboros_splice": "ouroboros --copy-mode splice",
+}
+
+# metric key, label, unit format, better ("high"|"low"), target ratio or None, aggregate
+ROWS = [
+    ("bulk_mbps", "Bulk throughput, {bulk_mb} MiB file (MB/s)", "{:.0f}", "high", 1.0),
+    ("cpu_s_per_gb", "Proxy CPU seconds per GB relayed", "{:.3f}", "low", None),
+    ("ka_rps", "Keep-alive requests/s (wrk -c{wrk_conns})", "{:.0f}", "high", 1.0),
+    ("ka_p99_us", "Keep-alive p99 latency (ms)", "ms", "low", 1.0),
+    ("ka_cpu_us_per_req", "Proxy CPU µs per keep-alive request", "{:.1f}", "low", None),
+    ("close_rps", "New connection per request, requests/s", "{:.0f}", "high", 1.0),
+    ("close_p99_us", "New connection per request, p99 latency (ms)", "ms", "low", 1.0),
+    ("close_cpu_us_per_req", "Proxy CPU µs per new-connection request", "{:.1f}", "low", None),
+    ("idle_kib_per_conn", "RSS per idle connection (KiB, {idle_conns} held)", "{:.1f}", "low", 1.0),
+]
+
+
+def _fmt(fmt, v):
+    if v is None:
+        return "—"
+    if fmt == "ms":
+        return f"{v / 1000:.2f}"
+    return fmt.format(v)
+
+
+def report(raw_path, meta_path):
+    samples = {}
+    errors = {}
+    with open(raw_path) as f:
+        for line in f:
+            variant, metric, value = line.rstrip("\n").split("\t")[:3]
+            if metric.endswith("_errors"):
+                errors[(variant, metric)] = errors.get((variant, metric), 0) + int(float(value))
+                continue
+            samples.setdefault((variant, metric), []).append(float(value))
+    meta = {}
+    with open(meta_path) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition("\t")
+            meta[k] = v
+
+    def med(v, m):
+        s = samples.get((v, m))
+        return statistics.median(s) if s else None
+
+    out = []
+    out.append(f"Run {meta.get('date', '?')} on {meta.get('machine', '?')}; "
+               f"ouroboros {meta.get('ouroboros_rev', '?')}.")
+    out.append("")
+    out.append(f"Command: `{meta.get('command', 'bench/proxy/run.sh')}`; {meta.get('settings', '')}")
+    out.append("")
+    splice = any(v == "ouroboros_splice" for v, _ in samples)
+    head = "| Metric | direct (no proxy) | HAProxy 2.6 | ouroboros | ouroboros / HAProxy |"
+    rule = "| --- | ---: | ---: | ---: | ---: |"
+    if splice:
+        head += " ouroboros --copy-mode splice | splice / HAProxy |"
+        rule += " ---: | ---: |"
+    out.append(head + " target | met |")
+    out.append(rule + " --- | --- |")
+    for key, label, fmt, better, target in ROWS:
+        vals = {v: med(v, key) for v in VARIANTS}
+        h, o, sp = vals["haproxy"], vals["ouroboros"], vals["ouroboros_splice"]
+        ratio = o / h if (h and o is not None) else None
+        sratio = sp / h if (h and sp is not None) else None
+        if target is None:
+            tgt, met = "—", ""
+        else:
+            tgt = f"≥ {target:.1f}×" if better == "high" else f"≤ {target:.1f}×"
+            if ratio is None:
+                met = "n/a"
+            elif (better == "high" and ratio >= target) or (better == "low" and ratio <= target):
+                met = "yes"
+            else:
+                met = "**no**"
+        cells = [_fmt(fmt, vals[v]) for v in VARIANTS[:3]]
+        cells.append(f"{ratio:.2f}×" if ratio is not None else "—")
+        if splice:
+            cells.append(_fmt(fmt, sp))
+            cells.append(f"{sratio:.2f}×" if sratio is not None else "—")
+        out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
+    out.append("")
+    # per-round samples, so the spread is visible
+    out.append("<details><summary>All samples (rounds in run order)</summary>")
+    out.append("")
+    out.append("| Metric | Variant | samples |")
+    out.append("| --- | --- | --- |")
+    for key, label, fmt, _, _ in ROWS:
+        for v in VARIANTS:
+            s = samples.get((v, key))
+            if s:
+                out.append(f"| {label.format(**meta)} | {LABEL[v]} | {', '.join(_fmt(fmt, x) for x in s)} |")
+    out.append("")
+    out.append("</details>")
+    out.append("")
+    bad = {k: n for k, n in errors.items() if n}
+    if bad:
+        out.append("**Errors during the run** (wrk socket errors / non-2xx, idle connections lost):")
+        for (v, m), n in sorted(bad.items()):
+            out.append(f"- {v} {m}: {n}")
+    else:
+        out.append("No request errors in any phase (wrk socket errors and non-2xx responses: 0; "
+                   "all idle connections alive and established at the backend).")
+    for k in ("load_start", "load_end", "notes"):
+        if meta.get(k):
+            out.append(f"\n{k.replace('_', ' ')}: {meta[k]}")
+    print("\n".join(out))
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, args = argv[1], argv[2:]
+    if cmd == "free-ports":
+        free_ports(int(args[0]))
+        return 0
+    if cmd == "wait-http":
+        return wait_http(args[0], args[1])
+    if cmd == "cpu-ticks":
+        print(cpu_ticks(args))
+        return 0
+    if cmd == "rss-kib":
+        print(rss_kib(args))
+        return 0
+    if cmd == "wrk-parse":
+        return wrk_parse(args[0])
+    if cmd == "idle":
+        return idle(args)
+    if cmd == "report":
+        return report(args[0], args[1])
+    print(f"unknown subcommand {cmd!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
