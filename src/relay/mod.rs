@@ -226,13 +226,26 @@ async fn connect<U: Upstream>(
     let _ = up.set_nodelay(true);
     let dst = SocketAddr::new(local.ip(), route.header_port.unwrap_or(local.port()));
     let header = encode_tcp(route.version, Source(peer), Destination(dst));
-    if let Err(e) = up.write_all(header.as_bytes()).await {
+    // Send the header together with whatever the client already sent (an HTTP request, a TLS
+    // ClientHello): one segment instead of two, so the ingress controller is woken once per
+    // new connection. Only bytes already queued are taken; nothing waits for the client.
+    let mut first = [0u8; FIRST_WRITE];
+    let hlen = header.as_bytes().len();
+    first[..hlen].copy_from_slice(header.as_bytes());
+    // 0 bytes: nothing queued yet (WouldBlock), the client already shut its write side, or an
+    // error; the relay meets the EOF or error again on its first read.
+    let early = client.try_read(&mut first[hlen..]).unwrap_or_default();
+    if let Err(e) = up.write_all(&first[..hlen + early]).await {
         m.closed[2].inc();
         tracing::debug!(listener = route.name, client = %peer, upstream = %up_addr, error = %e, "writing the PROXY header failed");
         return None;
     }
+    m.to_upstream.inc_by(early as u64);
     Some(up)
 }
+
+/// Header plus the client's first bytes, written in one call before the relay starts.
+const FIRST_WRITE: usize = 16 * 1024;
 
 /// Dials `upstream`, sends a LOCAL (v2) / UNKNOWN (v1) header and closes: proves the target
 /// answers without making it log a broken PROXY header.
