@@ -33,6 +33,8 @@ pub enum Command {
     Proxy(crate::proxy::ProxyArgs),
     /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
     Whoami(crate::whoami::WhoamiArgs),
+    /// Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header.
+    Edge(crate::edge::EdgeArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -80,6 +82,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Proxy(args) => runtime()?.block_on(crate::proxy::run(args)),
         Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
+        Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
     }
 }
 

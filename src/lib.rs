@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cli;
 pub mod cluster_domain;
 pub mod dns;
+pub mod edge;
 pub mod hostname;
 pub mod proxy;
 pub mod proxy_protocol;
