@@ -98,15 +98,26 @@ pub struct Nginx {
 impl Nginx {
     /// Listens on 127.0.0.1 and [::1] (same port numbers).
     pub fn start() -> Nginx {
+        Nginx::start_tagged("")
+    }
+
+    /// Like [`Nginx::start`], with `tag` (plus a space) before every answer, to tell several
+    /// instances apart.
+    pub fn start_tagged(tag: &str) -> Nginx {
+        let prefix = if tag.is_empty() {
+            String::new()
+        } else {
+            format!("{tag} ")
+        };
         for _ in 0..5 {
-            if let Some(n) = Nginx::try_start() {
+            if let Some(n) = Nginx::try_start(&prefix) {
                 return n;
             }
         }
         panic!("nginx did not start (see the error log printed above)");
     }
 
-    fn try_start() -> Option<Nginx> {
+    fn try_start(prefix: &str) -> Option<Nginx> {
         let dir = TempDir::new("nginx");
         let d = dir.path().display().to_string();
         std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
@@ -117,7 +128,8 @@ impl Nginx {
         } else {
             ""
         };
-        let answer = "$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port\\n";
+        let answer = "{prefix}$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port\\n"
+            .replace("{prefix}", prefix);
         let conf = format!(
             r#"load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 master_process off;
