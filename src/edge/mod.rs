@@ -4,6 +4,7 @@
 
 pub mod backends;
 pub mod balance;
+pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -389,8 +390,20 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
     }
 
     let background = CancellationToken::new();
-    if let Source::Service(_svc) = &source {
-        anyhow::bail!("--service is not available in this build");
+    if let Source::Service(svc) = &source {
+        let client = watch::client(args.kubeconfig.as_deref()).await?;
+        let targets = args
+            .listen
+            .iter()
+            .zip(&balancers)
+            .filter_map(|(l, b)| Some((l.port.clone()?, b.clone())))
+            .collect();
+        tokio::spawn(watch::follow(
+            client,
+            svc.clone(),
+            targets,
+            background.clone(),
+        ));
     }
     if !args.health_interval.is_zero() {
         let bs = balancers.clone();
