@@ -621,7 +621,7 @@ impl Balancer {
             .await;
             (b, r)
         });
-        for (b, r) in join_all(checks).await {
+        for (b, r) in futures::future::join_all(checks).await {
             let cause = match r {
                 Ok(Ok(())) => {
                     if b.succeed() {
@@ -640,33 +640,6 @@ impl Balancer {
             }
         }
     }
-}
-
-/// Runs the futures concurrently and returns their outputs in order.
-pub async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    use std::task::Poll;
-    let mut slots: Vec<_> = futs.map(|f| (Some(Box::pin(f)), None)).collect();
-    std::future::poll_fn(|cx| {
-        let mut all = true;
-        for (fut, out) in slots.iter_mut() {
-            if let Some(f) = fut {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
-                        *out = Some(v);
-                        *fut = None;
-                    }
-                    Poll::Pending => all = false,
-                }
-            }
-        }
-        if all {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-    slots.into_iter().filter_map(|(_, out)| out).collect()
 }
 
 impl Upstream for Balancer {

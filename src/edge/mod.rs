@@ -420,7 +420,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                balance::join_all(bs.iter().map(|b| b.check_all(version))).await;
+                futures::future::join_all(bs.iter().map(|b| b.check_all(version))).await;
             }
         });
     }

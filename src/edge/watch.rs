@@ -49,7 +49,9 @@ impl<K: kube::Resource> Objects<K> {
             }
             Event::InitApply(o) => {
                 let name = o.name_any();
-                self.pending.get_or_insert_with(BTreeMap::new).insert(name, o);
+                self.pending
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name, o);
                 false
             }
             Event::InitDone => {
@@ -134,9 +136,7 @@ pub async fn follow(
         watcher::watcher(slices_api, watcher::Config::default().labels(&selector))
             .default_backoff(),
     );
-    let need_service = targets
-        .iter()
-        .any(|(p, _)| matches!(p, PortRef::Number(_)));
+    let need_service = targets.iter().any(|(p, _)| matches!(p, PortRef::Number(_)));
     let mut service_events: Option<Events<Service>> = need_service.then(|| {
         let api: Api<Service> = Api::namespaced(client.clone(), &svc.namespace);
         let fields = format!("metadata.name={}", svc.name);
@@ -260,8 +260,7 @@ mod tests {
         slices.apply(Event::Apply(slice("a", "10.0.0.1", 8443)));
         let mut svc = Objects::<Service>::default();
         let n443 = PortRef::Number(443);
-        assert!(desired(&slices, Some(&svc), &n443)
-            .is_err_and(|e| e.contains("not known yet")));
+        assert!(desired(&slices, Some(&svc), &n443).is_err_and(|e| e.contains("not known yet")));
         svc.apply(Event::Init);
         svc.apply(Event::InitApply(Service {
             metadata: ObjectMeta {
@@ -279,7 +278,10 @@ mod tests {
             ..Default::default()
         }));
         svc.apply(Event::InitDone);
-        assert_eq!(desired(&slices, Some(&svc), &n443), Ok(set(&["10.0.0.1:8443"])));
+        assert_eq!(
+            desired(&slices, Some(&svc), &n443),
+            Ok(set(&["10.0.0.1:8443"]))
+        );
         assert!(desired(&slices, Some(&svc), &PortRef::Number(80))
             .is_err_and(|e| e.contains("no TCP port 80")));
         // The Service deleted: listed, but no ports.
