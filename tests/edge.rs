@@ -18,9 +18,9 @@ fn three() -> Vec<Nginx> {
     NAMES.iter().map(|n| Nginx::start_tagged(n)).collect()
 }
 
-/// Starts `ouroboros edge` with `--backend` for every nginx http port and the given listeners
-/// (`--listen` values) and extra flags; returns it and each listener's bound address.
-fn edge(backends: &[&Nginx], listen: &[&str], extra: &[&str]) -> (Proxy, Vec<SocketAddr>) {
+/// `ouroboros edge` with `--backend` for every nginx http port, the given listeners (`--listen`
+/// values) and extra flags.
+fn edge_command(backends: &[&Nginx], listen: &[&str], extra: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
     cmd.args([
         "--log-format",
@@ -42,6 +42,11 @@ fn edge(backends: &[&Nginx], listen: &[&str], extra: &[&str]) -> (Proxy, Vec<Soc
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+/// Starts `cmd` and returns it with the bound address of each of the `listen` listeners.
+fn spawn(cmd: Command, listen: &[&str]) -> (Proxy, Vec<SocketAddr>) {
     let p = Proxy::spawn(cmd);
     let logs = p.logs();
     let addrs = listen
@@ -55,6 +60,10 @@ fn edge(backends: &[&Nginx], listen: &[&str], extra: &[&str]) -> (Proxy, Vec<Soc
         })
         .collect();
     (p, addrs)
+}
+
+fn edge(backends: &[&Nginx], listen: &[&str], extra: &[&str]) -> (Proxy, Vec<SocketAddr>) {
+    spawn(edge_command(backends, listen, extra), listen)
 }
 
 /// One request through `addr`: (backend name, client socket, rest of the answer).
@@ -274,6 +283,39 @@ fn ipv6_listener_forwards_to_ipv4_backends() {
             "{version}"
         );
     }
+}
+
+#[test]
+fn environment_configures_and_flags_override() {
+    let ngx = three();
+    let list = format!(
+        "127.0.0.1:{},127.0.0.1:{}",
+        ngx[0].http_port, ngx[2].http_port
+    );
+    let mut cmd = edge_command(&[], &[], &["--balance", "round-robin"]);
+    cmd.env("OUROBOROS_EDGE_BACKEND", &list)
+        .env("OUROBOROS_EDGE_LISTEN", "127.0.0.1:0=8080,[::1]:0=8080")
+        .env("OUROBOROS_EDGE_BALANCE", "source-hash")
+        .env("OUROBOROS_EDGE_PROXY_PROTOCOL", "v2");
+    let (_p, addrs) = spawn(cmd, &["127.0.0.1:0=8080", "[::1]:0=8080"]);
+    for addr in addrs {
+        // Round-robin from the flag, not source-hash from the environment.
+        let seen = tally(addr, 4);
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            ["alpha", "charlie"],
+            "{seen:?}"
+        );
+        assert!(seen.values().all(|c| *c == 2), "{seen:?}");
+    }
+    // A bad value in the environment is a usage error naming the variable's flag.
+    let out = edge_command(&ngx.iter().collect::<Vec<_>>(), &["127.0.0.1:0"], &[])
+        .env("OUROBOROS_EDGE_BALANCE", "random")
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--balance"));
 }
 
 /// The balancer under the relay engine: a connection established to a backend keeps flowing
