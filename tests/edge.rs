@@ -410,3 +410,131 @@ async fn removed_backend_drains_its_connections() {
     }
     stop.cancel();
 }
+
+/// A minimal Kubernetes API over plain HTTP for the built binary: answers EndpointSlice lists
+/// with `list` and holds watches open without events. Returns its address and the request
+/// lines it saw.
+fn fake_api(
+    list: serde_json::Value,
+) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(conn) = conn else { return };
+            let (record, list) = (record.clone(), list.clone());
+            std::thread::spawn(move || {
+                let mut r = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut w = conn;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let target = line.split(' ').nth(1).unwrap_or("").to_string();
+                    record.lock().unwrap().push(target.clone());
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                    }
+                    if target.contains("watch=true") {
+                        // Headers only: a watch with nothing to report; held until the client goes.
+                        let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                        let mut sink = Vec::new();
+                        let _ = r.read_to_end(&mut sink);
+                        return;
+                    }
+                    let body = serde_json::to_vec(&list).unwrap();
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = w.write_all(head.as_bytes());
+                    let _ = w.write_all(&body);
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `--service` end to end: a kubeconfig pointing at a fake API whose EndpointSlices list the
+/// three nginx (one slice each, each with its own target port for `websecure`, plus a
+/// terminating endpoint that must not be used).
+#[test]
+fn service_mode_balances_over_the_endpointslices() {
+    use serde_json::json;
+    let ngx = three();
+    let slice = |name: &str, port: u16, endpoints: serde_json::Value| {
+        json!({
+            "metadata": { "name": name, "namespace": "kube-system", "resourceVersion": "10",
+                          "labels": { "kubernetes.io/service-name": "traefik" } },
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [ { "name": "websecure", "port": port, "protocol": "TCP" } ]
+        })
+    };
+    let ready = json!([{ "addresses": ["127.0.0.1"], "conditions": { "ready": true } }]);
+    let mut items: Vec<serde_json::Value> = ngx
+        .iter()
+        .enumerate()
+        .map(|(i, n)| slice(&format!("traefik-{i}"), n.http_port, ready.clone()))
+        .collect();
+    let dead_port = free_port(V4);
+    items.push(slice(
+        "traefik-old",
+        dead_port,
+        json!([{ "addresses": ["127.0.0.1"], "conditions": { "ready": false, "serving": true, "terminating": true } }]),
+    ));
+    let list = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
+        "metadata": { "resourceVersion": "11" }, "items": items
+    });
+    let (api, seen) = fake_api(list);
+    let dir = TempDir::new("edge-kubeconfig");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{api}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n"
+        ),
+    )
+    .unwrap();
+    let listen = "127.0.0.1:0=websecure";
+    let mut cmd = edge_command(&[], &[listen], &["--service", "kube-system/traefik"]);
+    cmd.arg("--kubeconfig").arg(&kubeconfig);
+    let (p, addrs) = spawn(cmd, &[listen]);
+    wait_until("readiness from the EndpointSlices", || {
+        p.admin("/readyz").0 == 200
+    });
+    let seen_backends = tally(addrs[0], 30);
+    assert_eq!(
+        seen_backends.keys().collect::<Vec<_>>(),
+        NAMES,
+        "{seen_backends:?}"
+    );
+    assert!(
+        seen_backends.values().all(|c| *c == 10),
+        "{seen_backends:?}"
+    );
+    assert_eq!(metric_sum(&p, "ouroboros_edge_backends", &[]), 3.0);
+    assert_eq!(
+        metric_sum(&p, "ouroboros_edge_backend_failures_total", &[]),
+        0.0
+    );
+    let requests = seen.lock().unwrap().clone();
+    assert!(
+        requests.iter().any(|r| r
+            .starts_with("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?")
+            && r.contains("labelSelector=kubernetes.io%2Fservice-name%3Dtraefik")),
+        "{requests:#?}"
+    );
+}
