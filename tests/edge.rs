@@ -318,6 +318,29 @@ fn environment_configures_and_flags_override() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--balance"));
 }
 
+/// The reference's dual-stack layout: an IPv6 and an IPv4 listener on the same port, each
+/// taking its own family (`:PORT` would be one dual-stack socket instead).
+#[test]
+fn ipv6_and_ipv4_listeners_share_a_port() {
+    let ngx = three();
+    let port = free_port(V4);
+    let (v6, v4) = (format!("[::]:{port}=443"), format!("0.0.0.0:{port}=443"));
+    let (p, addrs) = edge(&ngx.iter().collect::<Vec<_>>(), &[&v6, &v4], &[]);
+    assert_eq!(addrs[0].port(), addrs[1].port());
+    for ip in [V6, V4, V6] {
+        let (_, me, rest) = ask(SocketAddr::new(ip, port));
+        assert_eq!(rest, format!("{} {ip}:{port}", plain(me)));
+    }
+    let accepted = |l: &str| {
+        metric_sum(
+            &p,
+            "ouroboros_edge_connections_accepted_total",
+            &[&format!("listener=\"{l}\"")],
+        )
+    };
+    assert_eq!((accepted(&v6), accepted(&v4)), (2.0, 1.0));
+}
+
 /// The balancer under the relay engine: a connection established to a backend keeps flowing
 /// after that backend leaves the set; new connections go elsewhere (or fail when none is left).
 #[tokio::test]

@@ -568,13 +568,15 @@ impl Balancer {
         let mut errors = Vec::new();
         let mut last = Cause::Error;
         for b in order {
+            // Counted from the dial on, so a burst of connections spreads under least-conn
+            // instead of piling onto the backend that was idle when the burst began.
+            b.active.fetch_add(1, Ordering::Relaxed);
             let result = tokio::time::timeout(self.dial_timeout, TcpStream::connect(b.addr)).await;
             let (cause, detail) = match result {
                 Ok(Ok(stream)) => {
                     if b.succeed() {
                         tracing::info!(listener = %self.listener, backend = %b.label, "backend answers again");
                     }
-                    b.active.fetch_add(1, Ordering::Relaxed);
                     b.m.active.inc();
                     b.m.connections.inc();
                     return Ok((stream, b.addr, BackendLease(b)));
@@ -585,6 +587,7 @@ impl Balancer {
                     format!("no answer within {:?}", self.dial_timeout),
                 ),
             };
+            b.active.fetch_sub(1, Ordering::Relaxed);
             self.metrics.failed(&self.listener, &b.label, cause);
             let ejected = b.fail(self.eject_base, Instant::now());
             tracing::warn!(

@@ -119,7 +119,8 @@ pub struct EdgeArgs {
     pub service: Option<ServiceRef>,
 
     /// Listener and the Service port it forwards to, as BIND=PORT (repeatable): BIND is
-    /// `[::]:443`, `0.0.0.0:80`, `:443` (dual stack) or `HOST:PORT`; PORT a Service port name
+    /// `[::]:443` (IPv6 only), `0.0.0.0:80`, `:443` (one dual-stack socket) or `HOST:PORT`, so
+    /// `[::]:443` and `0.0.0.0:443` can be given together; PORT a Service port name
     /// (`websecure`) or number (`443`, the Service's port, not the target port). With --backend,
     /// PORT is optional and must be a number: the port for bare-IP backends.
     #[arg(long, env = "OUROBOROS_EDGE_LISTEN", value_parser = parse_listen_spec, value_name = "BIND=PORT", required = true, value_delimiter = ',')]
@@ -349,7 +350,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
     let mut balancers = Vec::new();
     let mut listeners = Vec::new();
     for (i, l) in args.listen.iter().enumerate() {
-        let listener = relay::bind(&l.bind).await.map_err(|e| {
+        let listener = relay::bind_v6only(&l.bind).await.map_err(|e| {
             anyhow::anyhow!(
                 "binding --listen {}: {e}; is the port free and allowed?",
                 l.spec

@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
-pub use listen::{bind, parse_listen, ListenAddr};
+pub use listen::{bind, bind_v6only, parse_listen, ListenAddr};
 pub use metrics::{ListenerMetrics, RelayMetrics};
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
 
