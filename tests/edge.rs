@@ -341,6 +341,60 @@ fn ipv6_and_ipv4_listeners_share_a_port() {
     assert_eq!((accepted(&v6), accepted(&v4)), (2.0, 1.0));
 }
 
+#[test]
+fn unanswering_backend_times_out_and_the_client_is_served_by_another() {
+    let ngx = three();
+    let (_hole, _filled, hole_port) = black_hole();
+    let mut cmd = edge_command(&[&ngx[0]], &["127.0.0.1:0"], &["--dial-timeout", "300ms"]);
+    cmd.args(["--backend", &format!("127.0.0.1:{hole_port}")]);
+    let (p, addrs) = spawn(cmd, &["127.0.0.1:0"]);
+    let started = Instant::now();
+    let seen = tally(addrs[0], 4);
+    assert_eq!(seen.keys().collect::<Vec<_>>(), ["alpha"], "{seen:?}");
+    // One connection waited out one dial timeout; the rest skipped the ejected backend.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(280) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let hole = format!("backend=\"127.0.0.1:{hole_port}\"");
+    assert_eq!(
+        metric_sum(
+            &p,
+            "ouroboros_edge_backend_failures_total",
+            &[&hole, "cause=\"timeout\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&p, "ouroboros_edge_backend_ejections_total", &[&hole]),
+        1.0
+    );
+}
+
+#[test]
+fn active_checks_eject_without_client_traffic() {
+    let mut ngx = three();
+    let (p, _addrs) = edge(&[&ngx[0]], &["127.0.0.1:0"], &["--health-interval", "50ms"]);
+    assert_eq!(p.admin("/readyz").0, 200);
+    drop(ngx.remove(0));
+    wait_until("readiness to fail", || p.admin("/readyz").0 == 503);
+    let (_, body) = p.admin("/readyz");
+    assert!(body.contains("all 1 backends ejected"), "{body}");
+    // Found by the checks alone: no client connection was made.
+    assert_eq!(
+        metric_sum(&p, "ouroboros_edge_connections_accepted_total", &[]),
+        0.0
+    );
+    assert!(
+        metric_sum(
+            &p,
+            "ouroboros_edge_backend_failures_total",
+            &["connection-refused"]
+        ) >= 1.0
+    );
+}
+
 /// The balancer under the relay engine: a connection established to a backend keeps flowing
 /// after that backend leaves the set; new connections go elsewhere (or fail when none is left).
 #[tokio::test]
