@@ -371,6 +371,8 @@ pub struct Balancer {
     dial_timeout: Duration,
     eject_base: Duration,
     set: RwLock<Arc<Set>>,
+    /// Serialises set changes, so the Maglev table is built without blocking dials.
+    writer: Mutex<()>,
     turn: AtomicUsize,
     metrics: BackendMetrics,
     listener_backends: Gauge,
@@ -397,6 +399,7 @@ impl Balancer {
             algorithm,
             dial_timeout,
             eject_base,
+            writer: Mutex::new(()),
             set: RwLock::new(Arc::new(Set {
                 backends: Vec::new(),
                 table: Vec::new(),
@@ -417,8 +420,8 @@ impl Balancer {
         let mut addrs = addrs.to_vec();
         addrs.sort();
         addrs.dedup();
-        let mut guard = self.set.write().unwrap_or_else(|e| e.into_inner());
-        let old = guard.clone();
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.snapshot();
         if old
             .backends
             .iter()
@@ -472,7 +475,7 @@ impl Balancer {
             "backend set changed"
         );
         self.listener_backends.set(backends.len() as i64);
-        *guard = Arc::new(Set { backends, table });
+        *self.set.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Set { backends, table });
     }
 
     /// The current set, sorted.
