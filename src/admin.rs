@@ -74,3 +74,18 @@ pub async fn serve(
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }
+
+/// Binds `addr` (when set) and serves the admin endpoint on it until `stop` is cancelled; logs
+/// the bound address as listener `health`.
+pub async fn start(
+    addr: Option<&crate::relay::ListenAddr>,
+    state: AdminState,
+    stop: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = crate::relay::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!("binding --listen-health {addr}: {e}; is the port free and allowed?")
+    })?;
+    tracing::info!(listener = "health", addr = %listener.local_addr()?, "listening");
+    Ok(Some(tokio::spawn(serve(listener, state, stop))))
+}

@@ -36,6 +36,8 @@ pub enum Command {
     /// Print the CoreDNS, hosts-file or external-dns configuration for the hostnames in manifest files, offline.
     #[command(long_about = crate::render::LONG_ABOUT)]
     Render(crate::render::RenderArgs),
+    /// Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header.
+    Edge(crate::edge::EdgeArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -84,6 +86,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Proxy(args) => runtime()?.block_on(crate::proxy::run(args)),
         Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
+        Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
     }
 }
 

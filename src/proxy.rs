@@ -409,56 +409,29 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         gauge: ready_gauge,
     });
     let admin_stop = CancellationToken::new();
-    let admin = match &cfg.listen_health {
-        Some(addr) => {
-            let listener = relay::bind(addr).await.map_err(|e| {
-                anyhow::anyhow!(
-                    "binding --listen-health {addr}: {e}; is the port free and allowed?"
-                )
-            })?;
-            tracing::info!(listener = "health", addr = %listener.local_addr()?, "listening");
-            let r = readiness.clone();
-            let check: ReadyCheck = Arc::new(move || {
-                let r = r.clone();
-                Box::pin(async move { r.check().await })
-            });
-            let state = AdminState::new(Arc::new(registry), check);
-            Some(tokio::spawn(crate::admin::serve(
-                listener,
-                state,
-                admin_stop.clone(),
-            )))
-        }
-        None => None,
-    };
+    let r = readiness.clone();
+    let check: ReadyCheck = Arc::new(move || {
+        let r = r.clone();
+        Box::pin(async move { r.check().await })
+    });
+    let admin = crate::admin::start(
+        cfg.listen_health.as_ref(),
+        AdminState::new(Arc::new(registry), check),
+        admin_stop.clone(),
+    )
+    .await?;
 
     signal.cancelled().await;
     readiness.shutting_down.store(true, Ordering::Relaxed);
     readiness.gauge.set(0);
-    tracing::info!(
-        delay_ms = args.shutdown_delay.as_millis() as u64,
-        "shutting down: /readyz fails now; still accepting during the shutdown delay"
-    );
-    tokio::time::sleep(args.shutdown_delay).await;
-    stop_accepting.cancel();
-    let _ = server.await;
-    tracker.close();
-    tracing::info!(
-        in_flight = tracker.len(),
-        grace_ms = args.shutdown_grace.as_millis() as u64,
-        "stopped accepting; waiting for in-flight connections"
-    );
-    if tokio::time::timeout(args.shutdown_grace, tracker.wait())
-        .await
-        .is_ok()
-    {
-        tracing::info!("all connections finished; exiting");
-    } else {
-        tracing::warn!(
-            open = tracker.len(),
-            "shutdown grace expired with connections still open; closing them"
-        );
-    }
+    relay::drain(
+        server,
+        &stop_accepting,
+        &tracker,
+        args.shutdown_delay,
+        args.shutdown_grace,
+    )
+    .await;
     admin_stop.cancel();
     if let Some(a) = admin {
         let _ = a.await;

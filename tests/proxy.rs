@@ -692,26 +692,6 @@ fn environment_sets_flags_and_flags_override_it() {
     assert_eq!(body.trim(), format!("{} 127.0.0.1:8001", plain(me)));
 }
 
-/// A listener whose accept queue is full: the kernel drops further SYNs, so connecting to it
-/// hangs until the caller's timeout. Returns the socket and the connections filling the queue.
-fn black_hole() -> (socket2::Socket, Vec<TcpStream>, u16) {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::from((V4, 0)).into()).unwrap();
-    s.listen(0).unwrap();
-    let port = s.local_addr().unwrap().as_socket().unwrap().port();
-    let mut filled = Vec::new();
-    // Backlog 0 admits one connection; connect until one no longer completes quickly.
-    for _ in 0..4 {
-        match TcpStream::connect_timeout(&SocketAddr::from((V4, port)), Duration::from_millis(200))
-        {
-            Ok(c) => filled.push(c),
-            Err(_) => break,
-        }
-    }
-    (s, filled, port)
-}
-
 #[test]
 fn unanswered_dial_times_out_with_cause_timeout() {
     let (_hole, _filled, port) = black_hole();

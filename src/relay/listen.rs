@@ -98,6 +98,23 @@ pub async fn bind(addr: &ListenAddr) -> std::io::Result<TcpListener> {
     bind_one(target, false)
 }
 
+/// Like [`bind`], but an explicit IPv6 address (`[::]:443`) takes IPv6 only, so an IPv4
+/// listener on the same port (`0.0.0.0:443`) can sit beside it; `:PORT` stays dual-stack.
+pub async fn bind_v6only(addr: &ListenAddr) -> std::io::Result<TcpListener> {
+    match addr {
+        ListenAddr::Ip(a) if a.is_ipv6() => {
+            let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+            socket.set_only_v6(true)?;
+            socket.set_reuse_address(true)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&(*a).into())?;
+            socket.listen(BACKLOG)?;
+            TcpListener::from_std(socket.into())
+        }
+        _ => bind(addr).await,
+    }
+}
+
 fn ipv6_unavailable(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),

@@ -26,9 +26,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
-pub use listen::{bind, parse_listen, ListenAddr};
+pub use listen::{bind, bind_v6only, parse_listen, ListenAddr};
 pub use metrics::{ListenerMetrics, RelayMetrics};
-pub use upstream::{Cause, DialError, DnsTarget, Upstream};
+pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
 
 /// Longest pause after an accept(2) failure such as EMFILE.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -149,7 +149,7 @@ async fn handle<U: Upstream>(
     m.active.inc();
     let _active = Active(&m.active);
     let started = Instant::now();
-    let Some(mut up) = Box::pin(connect(&client, peer, &route)).await else {
+    let Some((mut up, lease)) = Box::pin(connect(&client, peer, &route)).await else {
         return;
     };
     let counters = copy::Counters {
@@ -164,6 +164,8 @@ async fn handle<U: Upstream>(
         counters,
     )
     .await;
+    lease.record(to_upstream, to_client);
+    drop(lease);
     let elapsed = started.elapsed();
     m.duration_seconds.observe(elapsed.as_secs_f64());
     let (idx, result) = match &end {
@@ -196,7 +198,7 @@ async fn connect<U: Upstream>(
     client: &TcpStream,
     peer: SocketAddr,
     route: &Route<U>,
-) -> Option<TcpStream> {
+) -> Option<(TcpStream, U::Lease)> {
     let m = &route.metrics;
     let started = Instant::now();
     let _ = client.set_nodelay(true);
@@ -207,7 +209,7 @@ async fn connect<U: Upstream>(
             return None;
         }
     };
-    let (mut up, up_addr) = match route.upstream.dial().await {
+    let (mut up, up_addr, lease) = match route.upstream.dial(peer).await {
         Ok(x) => x,
         Err(e) => {
             m.failed(e.cause);
@@ -241,7 +243,40 @@ async fn connect<U: Upstream>(
         return None;
     }
     m.to_upstream.inc_by(early as u64);
-    Some(up)
+    Some((up, lease))
+}
+
+/// The end of a graceful shutdown, once readiness already fails: keep accepting for `delay`
+/// (so endpoint removal propagates), stop accepting, then give in-flight connections up to
+/// `grace` to finish.
+pub async fn drain(
+    server: tokio::task::JoinHandle<()>,
+    stop_accepting: &CancellationToken,
+    tracker: &TaskTracker,
+    delay: Duration,
+    grace: Duration,
+) {
+    tracing::info!(
+        delay_ms = delay.as_millis() as u64,
+        "shutting down: /readyz fails now; still accepting during the shutdown delay"
+    );
+    tokio::time::sleep(delay).await;
+    stop_accepting.cancel();
+    let _ = server.await;
+    tracker.close();
+    tracing::info!(
+        in_flight = tracker.len(),
+        grace_ms = grace.as_millis() as u64,
+        "stopped accepting; waiting for in-flight connections"
+    );
+    if tokio::time::timeout(grace, tracker.wait()).await.is_ok() {
+        tracing::info!("all connections finished; exiting");
+    } else {
+        tracing::warn!(
+            open = tracker.len(),
+            "shutdown grace expired with connections still open; closing them"
+        );
+    }
 }
 
 /// Header plus the client's first bytes, written in one call before the relay starts.
@@ -250,7 +285,8 @@ const FIRST_WRITE: usize = 16 * 1024;
 /// Dials `upstream`, sends a LOCAL (v2) / UNKNOWN (v1) header and closes: proves the target
 /// answers without making it log a broken PROXY header.
 pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), DialError> {
-    let (mut stream, addr) = upstream.dial().await?;
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let (mut stream, addr, _lease) = upstream.dial(unspecified).await?;
     let header = crate::proxy_protocol::encode_local(version);
     stream
         .write_all(header.as_bytes())

@@ -25,18 +25,21 @@ pub enum Cause {
     Timeout,
     /// No route to the target.
     Unreachable,
+    /// A balancer had no backend to try (none known yet, or the set is empty).
+    NoBackend,
     /// Anything else.
     Error,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 7] = [
+    pub const ALL: [Cause; 8] = [
         Cause::DnsNxdomain,
         Cause::DnsTimeout,
         Cause::DnsError,
         Cause::ConnectionRefused,
         Cause::Timeout,
         Cause::Unreachable,
+        Cause::NoBackend,
         Cause::Error,
     ];
 
@@ -48,6 +51,7 @@ impl Cause {
             Cause::ConnectionRefused => "connection-refused",
             Cause::Timeout => "timeout",
             Cause::Unreachable => "unreachable",
+            Cause::NoBackend => "no-backend",
             Cause::Error => "error",
         }
     }
@@ -88,10 +92,24 @@ pub struct DialError {
     pub detail: String,
 }
 
+/// Held by a relayed connection for its whole life and told its byte counts when it closes
+/// (a balancer counts per-backend connections and bytes with it).
+pub trait Lease: Send + 'static {
+    fn record(&self, _to_upstream: u64, _to_client: u64) {}
+}
+
+impl Lease for () {}
+
 /// A source of upstream connections for the relay.
 pub trait Upstream: Send + Sync + 'static {
-    /// Opens a connection to the upstream; the returned address is the peer actually reached.
-    fn dial(&self) -> impl Future<Output = Result<(TcpStream, SocketAddr), DialError>> + Send;
+    type Lease: Lease;
+
+    /// Opens a connection to the upstream for a client at `client` (a balancer may hash it);
+    /// the returned address is the peer actually reached.
+    fn dial(
+        &self,
+        client: SocketAddr,
+    ) -> impl Future<Output = Result<(TcpStream, SocketAddr, Self::Lease), DialError>> + Send;
 
     /// The target as configured, for logs.
     fn describe(&self) -> &str;
@@ -213,8 +231,11 @@ impl DnsTarget {
 }
 
 impl Upstream for DnsTarget {
-    fn dial(&self) -> impl Future<Output = Result<(TcpStream, SocketAddr), DialError>> + Send {
-        self.dial_inner()
+    type Lease = ();
+
+    async fn dial(&self, _client: SocketAddr) -> Result<(TcpStream, SocketAddr, ()), DialError> {
+        let (s, a) = self.dial_inner().await?;
+        Ok((s, a, ()))
     }
 
     fn describe(&self) -> &str {
@@ -284,6 +305,8 @@ fn getaddrinfo(name: &std::ffi::CStr, port: u16) -> Result<Vec<SocketAddr>, (Cau
 mod tests {
     use super::*;
 
+    const ANY: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
     #[test]
     fn cause_tokens() {
         use std::io::{Error, ErrorKind};
@@ -338,7 +361,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let t = DnsTarget::new("127.0.0.1", port, Duration::from_secs(2));
-        let err = t.dial().await.unwrap_err();
+        let err = t.dial(ANY).await.unwrap_err();
         assert_eq!(err.cause, Cause::ConnectionRefused, "{err}");
         assert_eq!(
             DnsTarget::new("::1", 443, Duration::ZERO).describe(),
@@ -354,13 +377,13 @@ mod tests {
         let cached = DnsTarget::new("localhost", port, Duration::from_secs(2))
             .with_cache(Duration::from_secs(60));
         for _ in 0..3 {
-            uncached.dial().await.unwrap();
-            cached.dial().await.unwrap();
+            uncached.dial(ANY).await.unwrap();
+            cached.dial(ANY).await.unwrap();
         }
         assert_eq!((uncached.resolutions(), cached.resolutions()), (3, 1));
         drop(l);
         for _ in 0..3 {
-            let err = cached.dial().await.unwrap_err();
+            let err = cached.dial(ANY).await.unwrap_err();
             assert_eq!(err.cause, Cause::ConnectionRefused, "{err}");
         }
         // The first failure came from the cache and dropped it; the next two looked up again.

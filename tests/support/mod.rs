@@ -206,15 +206,26 @@ pub struct Nginx {
 impl Nginx {
     /// Listens on 127.0.0.1 and [::1] (same port numbers).
     pub fn start() -> Nginx {
+        Nginx::start_tagged("")
+    }
+
+    /// Like [`Nginx::start`], with `tag` (plus a space) before every answer, to tell several
+    /// instances apart.
+    pub fn start_tagged(tag: &str) -> Nginx {
+        let prefix = if tag.is_empty() {
+            String::new()
+        } else {
+            format!("{tag} ")
+        };
         for _ in 0..5 {
-            if let Some(n) = Nginx::try_start() {
+            if let Some(n) = Nginx::try_start(&prefix) {
                 return n;
             }
         }
         panic!("nginx did not start (see the error log printed above)");
     }
 
-    fn try_start() -> Option<Nginx> {
+    fn try_start(prefix: &str) -> Option<Nginx> {
         let dir = TempDir::new("nginx");
         let d = dir.path().display().to_string();
         std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
@@ -225,7 +236,8 @@ impl Nginx {
         } else {
             ""
         };
-        let answer = "$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port\\n";
+        let answer = "{prefix}$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port\\n"
+            .replace("{prefix}", prefix);
         let conf = format!(
             r#"load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 master_process off;
@@ -803,4 +815,24 @@ pub fn block_lines(text: &str) -> Vec<String> {
         }
     }
     v
+}
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so connecting to it
+/// hangs until the caller's timeout. Returns the socket and the connections filling the queue.
+pub fn black_hole() -> (socket2::Socket, Vec<TcpStream>, u16) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((V4, 0)).into()).unwrap();
+    s.listen(0).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    let mut filled = Vec::new();
+    // Backlog 0 admits one connection; connect until one no longer completes quickly.
+    for _ in 0..4 {
+        match TcpStream::connect_timeout(&SocketAddr::from((V4, port)), Duration::from_millis(200))
+        {
+            Ok(c) => filled.push(c),
+            Err(_) => break,
+        }
+    }
+    (s, filled, port)
 }

@@ -1,0 +1,709 @@
+//! `ouroboros edge`: a PROXY-protocol TCP load balancer for edge hosts. Each `--listen BIND=PORT`
+//! relays to the ready endpoints of a Service port (from its EndpointSlices) or to a static
+//! `--backend` set, balanced per connection, with passive (and optional active) health.
+
+pub mod backends;
+pub mod balance;
+pub mod watch;
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admin::{AdminState, ReadyCheck};
+use crate::cli::{parse_duration, UsageError};
+use crate::proxy_protocol::Version;
+use crate::relay::{self, CopyMode, ListenAddr, RelayMetrics, Route};
+use backends::PortRef;
+use balance::{Algorithm, BackendMetrics, Balancer};
+
+/// One `--listen BIND[=PORT]` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenSpec {
+    /// As written, used as the listener's name in logs and metrics.
+    pub spec: String,
+    pub bind: ListenAddr,
+    pub port: Option<PortRef>,
+}
+
+fn parse_listen_spec(s: &str) -> Result<ListenSpec, String> {
+    let s = s.trim();
+    let (bind, port) = match s.split_once('=') {
+        Some((b, p)) => (b, Some(PortRef::parse(p.trim())?)),
+        None => (s, None),
+    };
+    let bind = relay::parse_listen(bind)?
+        .ok_or_else(|| format!("{s:?}: the address before '=' is empty"))?;
+    Ok(ListenSpec {
+        spec: s.to_string(),
+        bind,
+        port,
+    })
+}
+
+/// One `--backend` value: an address with a port, or a bare IP that takes each listener's
+/// numeric PORT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaticBackend {
+    Addr(SocketAddr),
+    Ip(IpAddr),
+}
+
+fn parse_backend(s: &str) -> Result<StaticBackend, String> {
+    let s = s.trim();
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        if a.port() == 0 {
+            return Err(format!("{s:?}: port 0 cannot be dialled"));
+        }
+        return Ok(StaticBackend::Addr(a));
+    }
+    let bare = s
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(s);
+    bare.parse::<IpAddr>().map(StaticBackend::Ip).map_err(|_| {
+        format!("{s:?} is not a backend address (expected IP:PORT, [IPv6]:PORT or a bare IP that takes the listener's PORT)")
+    })
+}
+
+/// A `NAMESPACE/NAME` Service reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn parse_service(s: &str) -> Result<ServiceRef, String> {
+    match s.trim().split_once('/') {
+        Some((ns, name)) if is_dns_label(ns) && is_dns_label(name) => Ok(ServiceRef {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        }),
+        _ => Err(format!(
+            "{s:?} is not NAMESPACE/NAME (e.g. kube-system/traefik; lowercase letters, digits, '-')"
+        )),
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    about = "Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header",
+    long_about = "Accepts TCP on every --listen address and relays each connection to one \
+        backend, writing a PROXY-protocol header (v1 or v2) with the client's address first. \
+        Backends are the ready endpoints of a Service port, followed live from its \
+        EndpointSlices (--service), or a static --backend list. A backend that refuses or times \
+        out is ejected for a growing backoff and the connection is retried on another one \
+        before any byte is sent. Serves /healthz, /readyz and /metrics on --listen-health."
+)]
+pub struct EdgeArgs {
+    /// Service whose EndpointSlices give the backends, as NAMESPACE/NAME (the slices labelled
+    /// kubernetes.io/service-name=NAME). Exactly one of --service and --backend.
+    #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = parse_service, value_name = "NAMESPACE/NAME", required_unless_present = "backend", conflicts_with = "backend")]
+    pub service: Option<ServiceRef>,
+
+    /// Listener and the Service port it forwards to, as BIND=PORT (repeatable): BIND is
+    /// `[::]:443` (IPv6 only), `0.0.0.0:80`, `:443` (one dual-stack socket) or `HOST:PORT`, so
+    /// `[::]:443` and `0.0.0.0:443` can be given together; PORT a Service port name
+    /// (`websecure`) or number (`443`, the Service's port, not the target port). With --backend,
+    /// PORT is optional and must be a number: the port for bare-IP backends.
+    #[arg(long, env = "OUROBOROS_EDGE_LISTEN", value_parser = parse_listen_spec, value_name = "BIND=PORT", required = true, value_delimiter = ',')]
+    pub listen: Vec<ListenSpec>,
+
+    /// Static backend instead of --service (repeatable): IP:PORT, [IPv6]:PORT, or a bare IP
+    /// dialled at each listener's PORT.
+    #[arg(long, env = "OUROBOROS_EDGE_BACKEND", value_parser = parse_backend, value_name = "ADDR", value_delimiter = ',')]
+    pub backend: Vec<StaticBackend>,
+
+    /// Kubeconfig file for running outside the cluster [default: in-cluster service account,
+    /// else $KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "OUROBOROS_EDGE_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
+    /// Balancing algorithm: round-robin, least-conn (fewest open connections) or source-hash
+    /// (Maglev consistent hashing of the client IP).
+    #[arg(long, env = "OUROBOROS_EDGE_BALANCE", value_enum, default_value_t = Algorithm::RoundRobin)]
+    pub balance: Algorithm,
+
+    /// PROXY-protocol version to send: v1 (text) or v2 (binary). Must match what the backends
+    /// expect.
+    #[arg(long, env = "OUROBOROS_EDGE_PROXY_PROTOCOL", value_enum, default_value_t = Version::V1)]
+    pub proxy_protocol: Version,
+
+    /// Time allowed to connect to one backend before it counts as failed and the next one is
+    /// tried.
+    #[arg(long, env = "OUROBOROS_EDGE_DIAL_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub dial_timeout: Duration,
+
+    /// Interval of active TCP health checks of every backend (connect, send a LOCAL header,
+    /// close); a failure ejects, a success reinstates. 0 = passive health only.
+    #[arg(long, env = "OUROBOROS_EDGE_HEALTH_INTERVAL", default_value = "0", value_parser = parse_duration, value_name = "DURATION")]
+    pub health_interval: Duration,
+
+    /// Ejection after a backend's first failure; doubles with each consecutive failure, up to
+    /// 60s (or this value if larger).
+    #[arg(long, env = "OUROBOROS_EDGE_EJECT_BACKOFF", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub eject_backoff: Duration,
+
+    /// Listener for /healthz, /readyz and /metrics; empty disables it.
+    #[arg(long, env = "OUROBOROS_EDGE_LISTEN_HEALTH", default_value = ":8081", value_parser = parse_health_listen, value_name = "ADDR")]
+    pub listen_health: crate::proxy::Listen,
+
+    /// After SIGTERM/SIGINT, keep accepting for this long (with /readyz failing) so load
+    /// balancers in front stop sending before clients are refused.
+    #[arg(long, env = "OUROBOROS_EDGE_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_delay: Duration,
+
+    /// After accepting stopped, how long in-flight connections may run before they are cut.
+    #[arg(long, env = "OUROBOROS_EDGE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Duration,
+
+    /// Close a connection after no traffic either way for this long; 0 disables.
+    #[arg(long, env = "OUROBOROS_EDGE_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Duration,
+
+    /// How bytes are copied: `userspace` (pooled buffer) or `splice` (Linux splice(2)).
+    #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", value_enum, default_value_t = CopyMode::Userspace)]
+    pub copy_mode: CopyMode,
+
+    /// Connections relayed at once (all listeners together); past it new connections wait in
+    /// the kernel's listen backlog. 0 = unlimited.
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_MAX_CONNECTIONS",
+        default_value_t = 65536,
+        value_name = "N"
+    )]
+    pub max_connections: usize,
+}
+
+fn parse_health_listen(s: &str) -> Result<crate::proxy::Listen, String> {
+    relay::parse_listen(s).map(crate::proxy::Listen)
+}
+
+/// Where the backends come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Per listener (in `--listen` order), the fixed backend set.
+    Static(Vec<Vec<SocketAddr>>),
+    Service(ServiceRef),
+}
+
+/// Flag combinations clap cannot check; errors name the flag.
+pub fn source(args: &EdgeArgs) -> Result<Source, String> {
+    let mut seen = std::collections::HashSet::new();
+    for l in &args.listen {
+        if !seen.insert(l.bind.to_string()) {
+            return Err(format!(
+                "--listen {}: the address {} is given twice",
+                l.spec, l.bind
+            ));
+        }
+    }
+    if args.dial_timeout.is_zero() {
+        return Err("--dial-timeout must be greater than 0".into());
+    }
+    if args.eject_backoff.is_zero() {
+        return Err("--eject-backoff must be greater than 0".into());
+    }
+    if let Some(svc) = &args.service {
+        if let Some(l) = args.listen.iter().find(|l| l.port.is_none()) {
+            return Err(format!(
+                "--listen {}: with --service, name the Service port to forward to as BIND=PORT (e.g. {}=websecure)",
+                l.spec, l.bind
+            ));
+        }
+        return Ok(Source::Service(svc.clone()));
+    }
+    let mut sets = Vec::new();
+    for l in &args.listen {
+        let port = match &l.port {
+            None => None,
+            Some(PortRef::Number(n)) => Some(*n),
+            Some(PortRef::Name(n)) => {
+                return Err(format!(
+                "--listen {}: port name {n:?} needs --service; with --backend, PORT is a number",
+                l.spec
+            ))
+            }
+        };
+        let mut set = Vec::new();
+        for b in &args.backend {
+            set.push(match (b, port) {
+                (StaticBackend::Addr(a), _) => *a,
+                (StaticBackend::Ip(ip), Some(p)) => SocketAddr::new(*ip, p),
+                (StaticBackend::Ip(ip), None) => {
+                    return Err(format!(
+                        "--backend {ip} has no port and --listen {} gives none: write {}=PORT or IP:PORT",
+                        l.spec, l.bind
+                    ))
+                }
+            });
+        }
+        set.sort();
+        set.dedup();
+        sets.push(set);
+    }
+    Ok(Source::Static(sets))
+}
+
+/// Readiness: every listener has at least one backend not ejected, and no shutdown is under
+/// way. Logs changes only.
+struct Readiness {
+    balancers: Vec<Arc<Balancer>>,
+    shutting_down: AtomicBool,
+    last: Mutex<Option<bool>>,
+    gauge: Gauge,
+}
+
+impl Readiness {
+    fn check(&self) -> Result<(), String> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err("shutting-down: the edge received a termination signal".into());
+        }
+        let down: Vec<String> = self
+            .balancers
+            .iter()
+            .filter_map(|b| {
+                let (up, total) = b.health_counts();
+                (up == 0).then(|| match total {
+                    0 => format!("listener {}: no backends", b.listener()),
+                    n => format!("listener {}: all {n} backends ejected", b.listener()),
+                })
+            })
+            .collect();
+        let ready = down.is_empty();
+        let reason = format!("no-backend: {}", down.join("; "));
+        let changed = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = *last != Some(ready);
+            *last = Some(ready);
+            changed
+        };
+        if changed {
+            if ready {
+                tracing::info!("ready: every listener has a healthy backend");
+            } else {
+                tracing::warn!(reason = %reason, "not ready");
+            }
+        }
+        self.gauge.set(i64::from(ready));
+        if ready {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    }
+}
+
+fn version_name(v: Version) -> &'static str {
+    match v {
+        Version::V1 => "v1",
+        Version::V2 => "v2",
+    }
+}
+
+pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
+    let source = source(&args).map_err(UsageError::err)?;
+    let signal = crate::shutdown::on_signal()?;
+    match relay::raise_fd_limit() {
+        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
+        Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
+    }
+
+    let mut registry = Registry::default();
+    let sub = registry.sub_registry_with_prefix("ouroboros_edge");
+    let relay_metrics = RelayMetrics::register(sub);
+    let backend_metrics = BackendMetrics::register(sub);
+    let ready_gauge = Gauge::default();
+    sub.register(
+        "ready",
+        "1 when /readyz last found a healthy backend for every listener, else 0",
+        ready_gauge.clone(),
+    );
+
+    let limit = (args.max_connections > 0).then(|| {
+        Arc::new(Semaphore::new(
+            args.max_connections.min(Semaphore::MAX_PERMITS),
+        ))
+    });
+    let tracker = TaskTracker::new();
+    let stop_accepting = CancellationToken::new();
+    let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
+
+    let mut balancers = Vec::new();
+    let mut listeners = Vec::new();
+    for (i, l) in args.listen.iter().enumerate() {
+        let listener = relay::bind_v6only(&l.bind).await.map_err(|e| {
+            anyhow::anyhow!(
+                "binding --listen {}: {e}; is the port free and allowed?",
+                l.spec
+            )
+        })?;
+        let local = listener.local_addr()?;
+        // Metric labels and logs name the listener as given; leaked once per listener.
+        let name: &'static str = Box::leak(l.spec.clone().into_boxed_str());
+        let label = match (&source, &l.port) {
+            (Source::Service(s), Some(p)) => format!("{}/{} port {p}", s.namespace, s.name),
+            _ => "static backends".to_string(),
+        };
+        let balancer = Arc::new(Balancer::new(
+            name,
+            label,
+            args.balance,
+            args.dial_timeout,
+            args.eject_backoff,
+            backend_metrics.clone(),
+        ));
+        if let Source::Static(sets) = &source {
+            balancer.set_backends(&sets[i]);
+        }
+        tracing::info!(listener = name, addr = %local, upstream = %relay::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = version_name(args.proxy_protocol), "listening");
+        balancers.push(balancer.clone());
+        listeners.push((
+            listener,
+            Arc::new(Route {
+                name,
+                upstream: balancer,
+                version: args.proxy_protocol,
+                header_port: None,
+                idle_timeout: idle,
+                copy: args.copy_mode,
+                metrics: relay_metrics.listener(name),
+            }),
+        ));
+    }
+
+    let background = CancellationToken::new();
+    if let Source::Service(svc) = &source {
+        let client = watch::client(args.kubeconfig.as_deref()).await?;
+        let targets = args
+            .listen
+            .iter()
+            .zip(&balancers)
+            .filter_map(|(l, b)| Some((l.port.clone()?, b.clone())))
+            .collect();
+        tokio::spawn(watch::follow(
+            client,
+            svc.clone(),
+            targets,
+            background.clone(),
+        ));
+    }
+    if !args.health_interval.is_zero() {
+        let bs = balancers.clone();
+        let (every, version, stop) = (
+            args.health_interval,
+            args.proxy_protocol,
+            background.clone(),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                futures::future::join_all(bs.iter().map(|b| b.check_all(version))).await;
+            }
+        });
+    }
+
+    let server = tokio::spawn(relay::serve(
+        listeners,
+        limit,
+        tracker.clone(),
+        stop_accepting.clone(),
+    ));
+
+    let readiness = Arc::new(Readiness {
+        balancers,
+        shutting_down: AtomicBool::new(false),
+        last: Mutex::new(None),
+        gauge: ready_gauge,
+    });
+    let admin_stop = CancellationToken::new();
+    let r = readiness.clone();
+    let check: ReadyCheck = Arc::new(move || {
+        let r = r.clone();
+        Box::pin(async move { r.check() })
+    });
+    let admin = crate::admin::start(
+        args.listen_health.0.as_ref(),
+        AdminState::new(Arc::new(registry), check),
+        admin_stop.clone(),
+    )
+    .await?;
+
+    signal.cancelled().await;
+    readiness.shutting_down.store(true, Ordering::Relaxed);
+    readiness.gauge.set(0);
+    relay::drain(
+        server,
+        &stop_accepting,
+        &tracker,
+        args.shutdown_delay,
+        args.shutdown_grace,
+    )
+    .await;
+    background.cancel();
+    admin_stop.cancel();
+    if let Some(a) = admin {
+        let _ = a.await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        args: EdgeArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<EdgeArgs, String> {
+        let mut full = vec!["t"];
+        full.extend_from_slice(argv);
+        T::try_parse_from(full)
+            .map(|t| t.args)
+            .map_err(|e| e.to_string())
+    }
+
+    fn addrs(v: &[&str]) -> Vec<SocketAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let a = parse(&["--backend", "10.0.0.1:80", "--listen", ":80"]).unwrap();
+        assert_eq!(a.balance, Algorithm::RoundRobin);
+        assert_eq!(a.proxy_protocol, Version::V1);
+        assert_eq!(a.dial_timeout, Duration::from_secs(2));
+        assert_eq!(a.health_interval, Duration::ZERO);
+        assert_eq!(a.eject_backoff, Duration::from_secs(1));
+        assert_eq!(a.listen_health.0, Some(ListenAddr::Any(8081)));
+        assert_eq!(a.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(a.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(a.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(a.max_connections, 65536);
+    }
+
+    #[test]
+    fn listen_specs_and_backends_parse() {
+        let l = parse_listen_spec("[::]:443=websecure").unwrap();
+        assert_eq!(l.bind, ListenAddr::Ip("[::]:443".parse().unwrap()));
+        assert_eq!(l.port, Some(PortRef::Name("websecure".into())));
+        assert_eq!(l.spec, "[::]:443=websecure");
+        let l = parse_listen_spec("0.0.0.0:80=80").unwrap();
+        assert_eq!(l.port, Some(PortRef::Number(80)));
+        assert_eq!(parse_listen_spec(":8443").unwrap().port, None);
+        for bad in [
+            "=web",
+            "443=web",
+            "[::]:443=",
+            "[::]:443=Web",
+            "0.0.0.0:80=0",
+        ] {
+            assert!(parse_listen_spec(bad).is_err(), "{bad:?}");
+        }
+        for (input, want) in [
+            (
+                "10.0.0.1:8443",
+                Some(StaticBackend::Addr("10.0.0.1:8443".parse().unwrap())),
+            ),
+            (
+                "[fd00::1]:443",
+                Some(StaticBackend::Addr("[fd00::1]:443".parse().unwrap())),
+            ),
+            (
+                "10.0.0.1",
+                Some(StaticBackend::Ip("10.0.0.1".parse().unwrap())),
+            ),
+            (
+                "fd00::1",
+                Some(StaticBackend::Ip("fd00::1".parse().unwrap())),
+            ),
+            (
+                "[fd00::1]",
+                Some(StaticBackend::Ip("fd00::1".parse().unwrap())),
+            ),
+            ("10.0.0.1:0", None),
+            ("ingress:443", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_backend(input).ok(), want, "{input:?}");
+        }
+        assert_eq!(
+            parse_service("kube-system/traefik"),
+            Ok(ServiceRef {
+                namespace: "kube-system".into(),
+                name: "traefik".into()
+            })
+        );
+        for bad in ["traefik", "/traefik", "kube-system/", "a/b/c", "Kube/x"] {
+            assert!(parse_service(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sources_from_flag_combinations() {
+        for (argv, want) in [
+            (
+                &[
+                    "--backend",
+                    "10.0.0.2:81",
+                    "--backend",
+                    "10.0.0.1:81",
+                    "--listen",
+                    ":80",
+                ][..],
+                Ok(Source::Static(vec![addrs(&["10.0.0.1:81", "10.0.0.2:81"])])),
+            ),
+            (
+                // Bare IPs take each listener's port; IP:PORT backends keep theirs.
+                &[
+                    "--backend",
+                    "10.0.0.1",
+                    "--backend",
+                    "10.0.0.9:9000",
+                    "--listen",
+                    "[::]:443=443",
+                    "--listen",
+                    "0.0.0.0:80=80",
+                ][..],
+                Ok(Source::Static(vec![
+                    addrs(&["10.0.0.1:443", "10.0.0.9:9000"]),
+                    addrs(&["10.0.0.1:80", "10.0.0.9:9000"]),
+                ])),
+            ),
+            (
+                &["--backend", "10.0.0.1", "--listen", ":80"][..],
+                Err("--backend 10.0.0.1 has no port"),
+            ),
+            (
+                &["--backend", "10.0.0.1:80", "--listen", ":80=web"][..],
+                Err("needs --service"),
+            ),
+            (
+                &["--service", "ns/svc", "--listen", ":80"][..],
+                Err("name the Service port"),
+            ),
+            (
+                &[
+                    "--service",
+                    "ns/svc",
+                    "--listen",
+                    "[::]:443=websecure",
+                    "--listen",
+                    "0.0.0.0:443=websecure",
+                ][..],
+                Ok(Source::Service(ServiceRef {
+                    namespace: "ns".into(),
+                    name: "svc".into(),
+                })),
+            ),
+            (
+                &[
+                    "--service",
+                    "ns/svc",
+                    "--listen",
+                    ":80=web",
+                    "--listen",
+                    ":80=web",
+                ][..],
+                Err("given twice"),
+            ),
+            (
+                &[
+                    "--backend",
+                    "10.0.0.1:80",
+                    "--listen",
+                    ":80",
+                    "--dial-timeout",
+                    "0",
+                ][..],
+                Err("--dial-timeout"),
+            ),
+            (
+                &[
+                    "--backend",
+                    "10.0.0.1:80",
+                    "--listen",
+                    ":80",
+                    "--eject-backoff",
+                    "0",
+                ][..],
+                Err("--eject-backoff"),
+            ),
+        ] {
+            let a = parse(argv).unwrap();
+            let got = source(&a);
+            match want {
+                Ok(w) => assert_eq!(got, Ok(w), "{argv:?}"),
+                Err(msg) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(msg)),
+                    "{argv:?}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn clap_rejects_bad_combinations_naming_the_flag() {
+        for (argv, flag) in [
+            (&["--listen", ":80"][..], "--service"),
+            (&["--service", "ns/svc"][..], "--listen"),
+            (
+                &[
+                    "--service",
+                    "ns/svc",
+                    "--backend",
+                    "10.0.0.1:1",
+                    "--listen",
+                    ":1=1",
+                ][..],
+                "--backend",
+            ),
+            (&["--backend", "x", "--listen", ":1"][..], "--backend"),
+            (
+                &[
+                    "--backend",
+                    "10.0.0.1:1",
+                    "--listen",
+                    ":1",
+                    "--balance",
+                    "random",
+                ][..],
+                "--balance",
+            ),
+            (
+                &["--backend", "10.0.0.1:1", "--listen", "1"][..],
+                "--listen",
+            ),
+        ] {
+            let err = parse(argv).unwrap_err();
+            assert!(err.contains(flag), "{argv:?}: {err}");
+        }
+    }
+}
