@@ -2,9 +2,12 @@
 //! each), directories read recursively, or `-` for stdin. `List` objects are unwrapped; kinds that
 //! carry no hostnames are skipped.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{anyhow, Context};
 use gateway_api::apis::standard::gateways::Gateway;
@@ -50,35 +53,57 @@ impl Manifests {
     }
 
     /// Reads every MANIFEST argument in order: a file, a directory or `-` for stdin.
+    ///
+    /// Files are read and parsed by the fast path on all cores; the results (and any error,
+    /// the first in argument order) are then taken in order, so the outcome does not depend on
+    /// the threads.
     pub fn read(args: &[PathBuf]) -> anyhow::Result<Self> {
-        let mut out = Self::default();
+        let mut inputs: Vec<Input> = Vec::new();
         for arg in args {
             if arg.as_os_str() == "-" {
                 let mut text = String::new();
-                std::io::stdin()
+                let read = std::io::stdin()
                     .read_to_string(&mut text)
-                    .context("reading manifests from stdin")?;
-                out.files += 1;
-                out.add_text(&text, Format::sniff(&text))
-                    .with_context(|| "stdin".to_string())?;
+                    .context("reading manifests from stdin")
+                    .map(|_| {
+                        let format = Format::sniff(&text);
+                        (text, format)
+                    });
+                inputs.push(Input::Stdin(read));
                 continue;
             }
-            let meta = std::fs::metadata(arg)
-                .with_context(|| format!("{}: cannot read manifest path", arg.display()))?;
-            let files = if meta.is_dir() {
-                let mut files = Vec::new();
-                let mut seen = BTreeSet::new();
-                collect_dir(arg, &mut files, &mut seen)?;
-                files
-            } else {
-                vec![arg.clone()]
+            let files = std::fs::metadata(arg)
+                .with_context(|| format!("{}: cannot read manifest path", arg.display()))
+                .and_then(|meta| {
+                    if meta.is_dir() {
+                        let mut files = Vec::new();
+                        let mut seen = BTreeSet::new();
+                        collect_dir(arg, &mut files, &mut seen)?;
+                        Ok(files)
+                    } else {
+                        Ok(vec![arg.clone()])
+                    }
+                });
+            match files {
+                Ok(files) => inputs.extend(files.into_iter().map(Input::File)),
+                Err(e) => inputs.push(Input::Failed(e)),
+            }
+        }
+        let parsed = parse_all(&inputs);
+        let mut out = Self::default();
+        for (input, parsed) in inputs.into_iter().zip(parsed) {
+            let (name, parsed) = match (input, parsed) {
+                (Input::Failed(e), _) => return Err(e),
+                (Input::Stdin(Err(e)), _) => return Err(e),
+                (Input::Stdin(Ok(_)), p) => ("stdin".to_string(), p),
+                (Input::File(path), p) => (path.display().to_string(), p),
             };
-            for file in files {
-                let text = std::fs::read_to_string(&file)
-                    .with_context(|| format!("{}: cannot read", file.display()))?;
-                out.files += 1;
-                out.add_text(&text, Format::of(&file))
-                    .with_context(|| file.display().to_string())?;
+            out.files += 1;
+            match parsed {
+                Parsed::Fast(fast, warnings) => out.append_fast(fast, warnings),
+                Parsed::Full(text, format) => out.add_text_full(&text, format).context(name)?,
+                Parsed::Failed(e) => return Err(e),
+                Parsed::Nothing => {}
             }
         }
         Ok(out)
@@ -86,6 +111,59 @@ impl Manifests {
 
     /// Adds every object in `text` (pure: no I/O).
     pub fn add_text(&mut self, text: &str, format: Format) -> anyhow::Result<()> {
+        if let Some((fast, warnings)) = Self::read_slim(text, format) {
+            self.append_fast(fast, warnings);
+            return Ok(());
+        }
+        self.add_text_full(text, format)
+    }
+
+    fn append_fast(&mut self, fast: Self, warnings: slim::Warnings) {
+        for (api_version, kind, name) in warnings {
+            warn_unread(&api_version, &kind, name.as_deref().unwrap_or_default());
+        }
+        self.append(fast);
+    }
+
+    /// The fast path over a whole file (see [`slim`]); `None` if the full path must read it.
+    fn read_slim(text: &str, format: Format) -> Option<(Self, slim::Warnings)> {
+        let mut out = Self::default();
+        let mut warnings = Vec::new();
+        match format {
+            Format::Json => {
+                let stream =
+                    serde_json::Deserializer::from_str(text).into_iter::<Option<slim::Doc>>();
+                for doc in stream {
+                    if let Some(doc) = doc.ok()? {
+                        slim::add(&mut out, &mut warnings, doc, None).ok()?;
+                    }
+                }
+            }
+            Format::Yaml => {
+                for doc in serde_yaml::Deserializer::from_str(text) {
+                    if let Some(doc) = Option::<slim::Doc>::deserialize(doc).ok()? {
+                        slim::add(&mut out, &mut warnings, doc, None).ok()?;
+                    }
+                }
+            }
+        }
+        Some((out, warnings))
+    }
+
+    fn append(&mut self, mut other: Self) {
+        self.ingresses.append(&mut other.ingresses);
+        self.ingress_classes.append(&mut other.ingress_classes);
+        self.gateways.append(&mut other.gateways);
+        self.http_routes.append(&mut other.http_routes);
+        self.grpc_routes.append(&mut other.grpc_routes);
+        self.tls_routes.append(&mut other.tls_routes);
+        self.skipped += other.skipped;
+        self.files += other.files;
+    }
+
+    /// The full path: every document becomes a `Value` and then a typed object, with fix-ups
+    /// and error messages naming the document, line and object.
+    fn add_text_full(&mut self, text: &str, format: Format) -> anyhow::Result<()> {
         match format {
             Format::Json => {
                 let stream = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
@@ -262,11 +340,10 @@ impl Manifests {
             }
             ("networking.k8s.io" | "extensions", "Ingress")
             | (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute") => {
-                tracing::warn!(
-                    api_version,
-                    kind,
-                    name = doc["metadata"]["name"].as_str().unwrap_or_default(),
-                    "skipping an object of an API version ouroboros does not read; convert it to networking.k8s.io/v1 (Ingress) or gateway.networking.k8s.io/v1"
+                warn_unread(
+                    &api_version,
+                    &kind,
+                    doc["metadata"]["name"].as_str().unwrap_or_default(),
                 );
                 self.skipped += 1;
             }
@@ -274,6 +351,82 @@ impl Manifests {
         }
         Ok(())
     }
+}
+
+/// One manifest source, in argument order.
+enum Input {
+    Stdin(anyhow::Result<(String, Format)>),
+    File(PathBuf),
+    /// A path that could not be listed; reported when its turn comes.
+    Failed(anyhow::Error),
+}
+
+enum Parsed {
+    /// Taken by the fast path.
+    Fast(Manifests, slim::Warnings),
+    /// For the full path (on the calling thread, in order).
+    Full(String, Format),
+    Failed(anyhow::Error),
+    /// Nothing to parse (the input already failed).
+    Nothing,
+}
+
+fn parse_one(input: &Input) -> Parsed {
+    let (text, format) = match input {
+        Input::Stdin(Ok((text, format))) => (Cow::Borrowed(text.as_str()), *format),
+        Input::Stdin(Err(_)) | Input::Failed(_) => return Parsed::Nothing,
+        Input::File(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (Cow::Owned(text), Format::of(path)),
+            Err(e) => {
+                return Parsed::Failed(
+                    anyhow::Error::new(e).context(format!("{}: cannot read", path.display())),
+                )
+            }
+        },
+    };
+    match Manifests::read_slim(&text, format) {
+        Some((fast, warnings)) => Parsed::Fast(fast, warnings),
+        None => Parsed::Full(text.into_owned(), format),
+    }
+}
+
+/// [`parse_one`] for every input, on up to one thread per core; results in input order.
+fn parse_all(inputs: &[Input]) -> Vec<Parsed> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(inputs.len());
+    if threads <= 1 {
+        return inputs.iter().map(parse_one).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Parsed>>> = inputs.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(input) = inputs.get(i) else { break };
+                let parsed = parse_one(input);
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(parsed);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|s| {
+            s.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Parsed::Failed(anyhow!("a manifest file was not parsed")))
+        })
+        .collect()
+}
+
+fn warn_unread(api_version: &str, kind: &str, name: &str) {
+    tracing::warn!(
+        api_version,
+        kind,
+        name,
+        "skipping an object of an API version ouroboros does not read; convert it to networking.k8s.io/v1 (Ingress) or gateway.networking.k8s.io/v1"
+    );
 }
 
 fn typed<T: DeserializeOwned>(doc: Value, kind: &str) -> anyhow::Result<T> {
@@ -365,6 +518,255 @@ fn collect_dir(
         }
     }
     Ok(())
+}
+
+/// The fast path: each document is deserialized once into [`Slim`], which keeps only the fields
+/// the host selection reads and skips everything else (rules, status, managedFields, labels)
+/// without building it, and the typed objects are then assembled from those fields. A file the
+/// fast path cannot take whole (non-mapping documents, missing required fields, type mismatches)
+/// is read again by the full path, which applies the fix-ups and produces the error messages.
+mod slim {
+    use std::collections::BTreeMap;
+
+    use gateway_api::apis::standard::gateways::{Gateway, GatewayListeners, GatewaySpec};
+    use gateway_api::apis::standard::grpcroutes::{GrpcRoute, GrpcRouteParentRefs, GrpcRouteSpec};
+    use gateway_api::apis::standard::httproutes::{HttpRoute, HttpRouteParentRefs, HttpRouteSpec};
+    use gateway_api::apis::standard::tlsroutes::{TlsRoute, TlsRouteParentRefs, TlsRouteSpec};
+    use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressSpec, IngressTLS};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use serde::Deserialize;
+
+    use super::{Manifests, GATEWAY_GROUP, GATEWAY_VERSIONS};
+
+    #[derive(Deserialize)]
+    pub(super) struct Doc {
+        #[serde(rename = "apiVersion")]
+        api_version: Option<String>,
+        kind: Option<String>,
+        #[serde(default)]
+        metadata: Meta,
+        spec: Option<Spec>,
+        items: Option<Vec<Doc>>,
+    }
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        annotations: Option<BTreeMap<String, String>>,
+        deletion_timestamp: Option<Time>,
+    }
+
+    /// The union of the spec fields of every kind read.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Spec {
+        ingress_class_name: Option<String>,
+        tls: Option<Tls>,
+        gateway_class_name: Option<String>,
+        listeners: Option<Vec<Listener>>,
+        hostnames: Option<Vec<String>>,
+        parent_refs: Option<Vec<ParentRef>>,
+    }
+
+    /// Ingress `spec.tls` (a list) or Gateway `spec.tls` (an object, not read here).
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tls {
+        Ingress(Vec<IngressTls>),
+        Other(serde::de::IgnoredAny),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct IngressTls {
+        hosts: Option<Vec<String>>,
+        secret_name: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    struct Listener {
+        name: String,
+        port: i32,
+        protocol: String,
+        hostname: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    struct ParentRef {
+        group: Option<String>,
+        kind: Option<String>,
+        namespace: Option<String>,
+        name: String,
+    }
+
+    /// Objects of an API version not read, warned about once the whole file is accepted.
+    pub(super) type Warnings = Vec<(String, String, Option<String>)>;
+
+    impl Meta {
+        fn typed(self) -> ObjectMeta {
+            ObjectMeta {
+                name: self.name,
+                namespace: self.namespace,
+                annotations: self.annotations,
+                deletion_timestamp: self.deletion_timestamp,
+                ..ObjectMeta::default()
+            }
+        }
+    }
+
+    macro_rules! parent_refs {
+        ($refs:expr, $ty:ident) => {
+            $refs.map(|refs| {
+                refs.into_iter()
+                    .map(|p| $ty {
+                        group: p.group,
+                        kind: p.kind,
+                        namespace: p.namespace,
+                        name: p.name,
+                        ..$ty::default()
+                    })
+                    .collect()
+            })
+        };
+    }
+
+    /// Adds one document (or a list's items). `Err(())`: the full path must read the file.
+    pub(super) fn add(
+        out: &mut Manifests,
+        warnings: &mut Warnings,
+        doc: Doc,
+        inherited: Option<(&str, &str)>,
+    ) -> Result<(), ()> {
+        let Doc {
+            api_version,
+            kind,
+            metadata,
+            spec,
+            items,
+        } = doc;
+        let (api_version, kind) = match (api_version, kind, inherited) {
+            (Some(a), Some(k), _) => (a, k),
+            (a, k, Some((ia, ik))) => (
+                a.unwrap_or_else(|| ia.to_string()),
+                k.unwrap_or_else(|| ik.to_string()),
+            ),
+            _ => {
+                out.skipped += 1;
+                return Ok(());
+            }
+        };
+        if let (Some(item_kind), Some(items)) = (kind.strip_suffix("List"), items) {
+            let inherited = (!item_kind.is_empty()).then_some((api_version.as_str(), item_kind));
+            for item in items {
+                add(out, warnings, item, inherited)?;
+            }
+            return Ok(());
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+        let gateway_version = GATEWAY_VERSIONS.contains(&version);
+        match (group, kind.as_str()) {
+            ("networking.k8s.io", "Ingress") if version == "v1" => {
+                let spec = match spec {
+                    Some(s) => {
+                        let tls = match s.tls {
+                            Some(Tls::Ingress(tls)) => Some(
+                                tls.into_iter()
+                                    .map(|t| IngressTLS {
+                                        hosts: t.hosts,
+                                        secret_name: t.secret_name,
+                                    })
+                                    .collect(),
+                            ),
+                            Some(Tls::Other(_)) => return Err(()),
+                            None => None,
+                        };
+                        Some(IngressSpec {
+                            ingress_class_name: s.ingress_class_name,
+                            tls,
+                            ..IngressSpec::default()
+                        })
+                    }
+                    None => None,
+                };
+                out.ingresses.push(Ingress {
+                    metadata: metadata.typed(),
+                    spec,
+                    status: None,
+                });
+            }
+            ("networking.k8s.io", "IngressClass") if version == "v1" => {
+                out.ingress_classes.push(IngressClass {
+                    metadata: metadata.typed(),
+                    spec: None,
+                });
+            }
+            (GATEWAY_GROUP, "Gateway") if gateway_version => {
+                let s = spec.ok_or(())?;
+                let listeners = s
+                    .listeners
+                    .ok_or(())?
+                    .into_iter()
+                    .map(|l| GatewayListeners {
+                        name: l.name,
+                        port: l.port,
+                        protocol: l.protocol,
+                        hostname: l.hostname,
+                        ..GatewayListeners::default()
+                    })
+                    .collect();
+                let spec = GatewaySpec {
+                    gateway_class_name: s.gateway_class_name.ok_or(())?,
+                    listeners,
+                    ..GatewaySpec::default()
+                };
+                let mut gw = Gateway::new("", spec);
+                gw.metadata = metadata.typed();
+                out.gateways.push(gw);
+            }
+            (GATEWAY_GROUP, "HTTPRoute") if gateway_version => {
+                let s = spec.ok_or(())?;
+                let spec = HttpRouteSpec {
+                    hostnames: s.hostnames,
+                    parent_refs: parent_refs!(s.parent_refs, HttpRouteParentRefs),
+                    ..HttpRouteSpec::default()
+                };
+                let mut r = HttpRoute::new("", spec);
+                r.metadata = metadata.typed();
+                out.http_routes.push(r);
+            }
+            (GATEWAY_GROUP, "GRPCRoute") if gateway_version => {
+                let s = spec.ok_or(())?;
+                let spec = GrpcRouteSpec {
+                    hostnames: s.hostnames,
+                    parent_refs: parent_refs!(s.parent_refs, GrpcRouteParentRefs),
+                    ..GrpcRouteSpec::default()
+                };
+                let mut r = GrpcRoute::new("", spec);
+                r.metadata = metadata.typed();
+                out.grpc_routes.push(r);
+            }
+            (GATEWAY_GROUP, "TLSRoute") if gateway_version => {
+                let s = spec.ok_or(())?;
+                let spec = TlsRouteSpec {
+                    hostnames: s.hostnames.unwrap_or_default(),
+                    parent_refs: parent_refs!(s.parent_refs, TlsRouteParentRefs),
+                    ..TlsRouteSpec::default()
+                };
+                let mut r = TlsRoute::new("", spec);
+                r.metadata = metadata.typed();
+                out.tls_routes.push(r);
+            }
+            ("networking.k8s.io" | "extensions", "Ingress")
+            | (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute") => {
+                warnings.push((api_version.clone(), kind.clone(), metadata.name));
+                out.skipped += 1;
+            }
+            _ => out.skipped += 1,
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -489,6 +891,62 @@ spec:
             err.contains("document 1") && err.contains("Ingress \"n/x\" is not a valid Ingress"),
             "{err}"
         );
+    }
+
+    /// The slim fast path selects exactly what the full path selects, on every shipped
+    /// manifest, with and without filters.
+    #[test]
+    fn fast_path_matches_full_path() {
+        use crate::controller::hostnames::{desired, Filters};
+        use crate::hostname::HostPolicy;
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        let mut seen = BTreeSet::new();
+        collect_dir(&root.join("examples"), &mut files, &mut seen).unwrap();
+        collect_dir(
+            &root.join("tests/fixtures/manifests"),
+            &mut files,
+            &mut seen,
+        )
+        .unwrap();
+        let policy = HostPolicy::new("cluster.local", &[], &[]);
+        let filters = [
+            Filters::default(),
+            Filters {
+                gateway_api: true,
+                ..Filters::default()
+            },
+            Filters {
+                gateway_api: true,
+                ingress_class: Some("nginx".into()),
+                gateway_class: Some("eg".into()),
+            },
+        ];
+        let mut fast_files = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let format = Format::of(&file);
+            let mut full = Manifests::default();
+            let full_result = full.add_text_full(&text, format);
+            let Some((fast, _)) = Manifests::read_slim(&text, format) else {
+                continue;
+            };
+            fast_files += 1;
+            assert!(
+                full_result.is_ok(),
+                "{}: only the fast path took it",
+                file.display()
+            );
+            assert_eq!(fast.skipped, full.skipped, "{}", file.display());
+            for f in &filters {
+                let (a, b) = (
+                    desired(&fast.sources(), f, &policy),
+                    desired(&full.sources(), f, &policy),
+                );
+                assert_eq!(a, b, "{} {f:?}", file.display());
+            }
+        }
+        assert!(fast_files >= 8, "{fast_files}");
     }
 
     #[test]
