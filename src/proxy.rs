@@ -3,20 +3,17 @@
 //! re-resolved on every dial.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminState, ReadyCheck};
+use crate::admin::ReadyCheck;
 use crate::cli::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
-use crate::relay::{self, CopyMode, DnsTarget, ListenAddr, RelayMetrics, Route, Upstream};
+use crate::relay::{
+    self, CopyMode, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
+};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
@@ -228,15 +225,12 @@ struct Readiness {
     targets: Vec<(&'static str, DnsTarget)>,
     version: Version,
     timeout: Duration,
-    shutting_down: AtomicBool,
-    /// The last outcome as cause tokens (empty = ready), to log changes once.
-    last: Mutex<Option<Vec<String>>>,
-    gauge: Gauge,
+    state: ReadyState,
 }
 
 impl Readiness {
     async fn check(&self) -> Result<(), String> {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.state.shutting_down() {
             return Err("shutting-down: the proxy received a termination signal".into());
         }
         let probes = self.targets.iter().map(|(name, t)| async move {
@@ -256,8 +250,8 @@ impl Readiness {
                 )
             })
         });
-        let results = futures_join_all(probes).await;
-        if self.shutting_down.load(Ordering::Relaxed) {
+        let results = futures::future::join_all(probes).await;
+        if self.state.shutting_down() {
             // A signal arrived while probing: shutdown wins, and is not a readiness change.
             return Err("shutting-down: the proxy received a termination signal".into());
         }
@@ -268,21 +262,15 @@ impl Readiness {
             .map(|(_, r)| r.as_str())
             .collect::<Vec<_>>()
             .join("; ");
-        let changed = {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            let changed = last.as_ref() != Some(&key);
-            *last = Some(key.clone());
-            changed
-        };
-        if changed {
-            if key.is_empty() {
-                tracing::info!("ready: both targets answer");
-            } else {
-                tracing::warn!(reason = %reason, "not ready: a target does not answer");
-            }
-        }
-        self.gauge.set(i64::from(key.is_empty()));
-        if key.is_empty() {
+        let ready = key.is_empty();
+        self.state.record(
+            key.join(","),
+            ready,
+            "ready: both targets answer",
+            "not ready: a target does not answer",
+            &reason,
+        );
+        if ready {
             Ok(())
         } else {
             Err(reason)
@@ -290,65 +278,19 @@ impl Readiness {
     }
 }
 
-/// Runs the futures concurrently and returns their outputs in order.
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    use std::task::Poll;
-    let mut slots: Vec<_> = futs.map(|f| (Some(Box::pin(f)), None)).collect();
-    std::future::poll_fn(|cx| {
-        let mut all = true;
-        for (fut, out) in slots.iter_mut() {
-            if let Some(f) = fut {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
-                        *out = Some(v);
-                        *fut = None;
-                    }
-                    Poll::Pending => all = false,
-                }
-            }
-        }
-        if all {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-    slots.into_iter().filter_map(|(_, out)| out).collect()
-}
-
-fn version_name(v: Version) -> &'static str {
-    match v {
-        Version::V1 => "v1",
-        Version::V2 => "v2",
-    }
-}
-
 pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
-    match relay::raise_fd_limit() {
-        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
-        Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
-    }
+    let lifecycle = Lifecycle::new(args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_proxy");
     let relay_metrics = RelayMetrics::register(sub);
-    let ready_gauge = Gauge::default();
-    sub.register(
-        "ready",
+    let ready_state = ReadyState::register(
+        sub,
         "1 when /readyz last found both targets answering, else 0",
-        ready_gauge.clone(),
     );
 
-    let limit = (args.max_connections > 0).then(|| {
-        Arc::new(Semaphore::new(
-            args.max_connections.min(Semaphore::MAX_PERMITS),
-        ))
-    });
-    let tracker = TaskTracker::new();
-    let stop_accepting = CancellationToken::new();
     let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
 
     let wanted = [
@@ -377,7 +319,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         let local = listener.local_addr()?;
         let target = DnsTarget::new(cfg.target_host.clone(), target_port, args.dial_timeout)
             .with_cache(DNS_CACHE);
-        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = version_name(args.proxy_protocol), header_port, "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %target.describe(), proxy_protocol = args.proxy_protocol.as_str(), header_port, "listening");
         targets.push((
             name,
             DnsTarget::new(cfg.target_host.clone(), target_port, args.ready_timeout),
@@ -393,49 +335,31 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         });
         listeners.push((listener, route));
     }
-    let server = tokio::spawn(relay::serve(
-        listeners,
-        limit,
-        tracker.clone(),
-        stop_accepting.clone(),
-    ));
+    let server = lifecycle.serve(listeners);
 
     let readiness = Arc::new(Readiness {
         targets,
         version: args.proxy_protocol,
         timeout: args.ready_timeout,
-        shutting_down: AtomicBool::new(false),
-        last: Mutex::new(None),
-        gauge: ready_gauge,
+        state: ready_state,
     });
-    let admin_stop = CancellationToken::new();
     let r = readiness.clone();
     let check: ReadyCheck = Arc::new(move || {
         let r = r.clone();
         Box::pin(async move { r.check().await })
     });
-    let admin = crate::admin::start(
-        cfg.listen_health.as_ref(),
-        AdminState::new(Arc::new(registry), check),
-        admin_stop.clone(),
-    )
-    .await?;
-
-    signal.cancelled().await;
-    readiness.shutting_down.store(true, Ordering::Relaxed);
-    readiness.gauge.set(0);
-    relay::drain(
-        server,
-        &stop_accepting,
-        &tracker,
-        args.shutdown_delay,
-        args.shutdown_grace,
-    )
-    .await;
-    admin_stop.cancel();
-    if let Some(a) = admin {
-        let _ = a.await;
-    }
+    lifecycle
+        .run_until_signal(
+            server,
+            signal,
+            cfg.listen_health.as_ref(),
+            registry,
+            &readiness.state,
+            check,
+            args.shutdown_delay,
+            args.shutdown_grace,
+        )
+        .await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -664,23 +664,6 @@ impl Upstream for Balancer {
     }
 }
 
-/// Routes own the balancer the watch, readiness and health checks also hold.
-impl Upstream for Arc<Balancer> {
-    type Lease = BackendLease;
-
-    fn dial(
-        &self,
-        client: SocketAddr,
-    ) -> impl std::future::Future<Output = Result<(TcpStream, SocketAddr, BackendLease), DialError>> + Send
-    {
-        self.dial_inner(client)
-    }
-
-    fn describe(&self) -> &str {
-        &self.label
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

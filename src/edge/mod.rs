@@ -8,20 +8,16 @@ pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminState, ReadyCheck};
+use crate::admin::ReadyCheck;
 use crate::cli::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
-use crate::relay::{self, CopyMode, ListenAddr, RelayMetrics, Route};
+use crate::relay::{self, CopyMode, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
 use backends::PortRef;
 use balance::{Algorithm, BackendMetrics, Balancer};
 
@@ -267,14 +263,12 @@ pub fn source(args: &EdgeArgs) -> Result<Source, String> {
 /// way. Logs changes only.
 struct Readiness {
     balancers: Vec<Arc<Balancer>>,
-    shutting_down: AtomicBool,
-    last: Mutex<Option<bool>>,
-    gauge: Gauge,
+    state: ReadyState,
 }
 
 impl Readiness {
     fn check(&self) -> Result<(), String> {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.state.shutting_down() {
             return Err("shutting-down: the edge received a termination signal".into());
         }
         let down: Vec<String> = self
@@ -290,20 +284,13 @@ impl Readiness {
             .collect();
         let ready = down.is_empty();
         let reason = format!("no-backend: {}", down.join("; "));
-        let changed = {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            let changed = *last != Some(ready);
-            *last = Some(ready);
-            changed
-        };
-        if changed {
-            if ready {
-                tracing::info!("ready: every listener has a healthy backend");
-            } else {
-                tracing::warn!(reason = %reason, "not ready");
-            }
-        }
-        self.gauge.set(i64::from(ready));
+        self.state.record(
+            ready.to_string(),
+            ready,
+            "ready: every listener has a healthy backend",
+            "not ready",
+            &reason,
+        );
         if ready {
             Ok(())
         } else {
@@ -312,39 +299,20 @@ impl Readiness {
     }
 }
 
-fn version_name(v: Version) -> &'static str {
-    match v {
-        Version::V1 => "v1",
-        Version::V2 => "v2",
-    }
-}
-
 pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
     let source = source(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
-    match relay::raise_fd_limit() {
-        Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
-        Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
-    }
+    let lifecycle = Lifecycle::new(args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_edge");
     let relay_metrics = RelayMetrics::register(sub);
     let backend_metrics = BackendMetrics::register(sub);
-    let ready_gauge = Gauge::default();
-    sub.register(
-        "ready",
+    let ready_state = ReadyState::register(
+        sub,
         "1 when /readyz last found a healthy backend for every listener, else 0",
-        ready_gauge.clone(),
     );
 
-    let limit = (args.max_connections > 0).then(|| {
-        Arc::new(Semaphore::new(
-            args.max_connections.min(Semaphore::MAX_PERMITS),
-        ))
-    });
-    let tracker = TaskTracker::new();
-    let stop_accepting = CancellationToken::new();
     let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);
 
     let mut balancers = Vec::new();
@@ -374,7 +342,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
         if let Source::Static(sets) = &source {
             balancer.set_backends(&sets[i]);
         }
-        tracing::info!(listener = name, addr = %local, upstream = %relay::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = version_name(args.proxy_protocol), "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %relay::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
         balancers.push(balancer.clone());
         listeners.push((
             listener,
@@ -426,48 +394,30 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
         });
     }
 
-    let server = tokio::spawn(relay::serve(
-        listeners,
-        limit,
-        tracker.clone(),
-        stop_accepting.clone(),
-    ));
+    let server = lifecycle.serve(listeners);
 
     let readiness = Arc::new(Readiness {
         balancers,
-        shutting_down: AtomicBool::new(false),
-        last: Mutex::new(None),
-        gauge: ready_gauge,
+        state: ready_state,
     });
-    let admin_stop = CancellationToken::new();
     let r = readiness.clone();
     let check: ReadyCheck = Arc::new(move || {
         let r = r.clone();
         Box::pin(async move { r.check() })
     });
-    let admin = crate::admin::start(
-        args.listen_health.0.as_ref(),
-        AdminState::new(Arc::new(registry), check),
-        admin_stop.clone(),
-    )
-    .await?;
-
-    signal.cancelled().await;
-    readiness.shutting_down.store(true, Ordering::Relaxed);
-    readiness.gauge.set(0);
-    relay::drain(
-        server,
-        &stop_accepting,
-        &tracker,
-        args.shutdown_delay,
-        args.shutdown_grace,
-    )
-    .await;
+    lifecycle
+        .run_until_signal(
+            server,
+            signal,
+            args.listen_health.0.as_ref(),
+            registry,
+            &readiness.state,
+            check,
+            args.shutdown_delay,
+            args.shutdown_grace,
+        )
+        .await?;
     background.cancel();
-    admin_stop.cancel();
-    if let Some(a) = admin {
-        let _ = a.await;
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,6 +23,16 @@ pub enum Version {
     V2,
 }
 
+impl Version {
+    /// `v1` / `v2`, as the flag takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }
+    }
+}
+
 /// The client end of the proxied connection (the accepted socket's peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Source(pub SocketAddr);

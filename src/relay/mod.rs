@@ -7,6 +7,7 @@
 //! ```
 
 pub mod copy;
+pub mod lifecycle;
 pub mod listen;
 pub mod metrics;
 pub mod upstream;
@@ -26,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
+pub use lifecycle::{Lifecycle, ReadyState};
 pub use listen::{bind, bind_v6only, parse_listen, ListenAddr};
 pub use metrics::{ListenerMetrics, RelayMetrics};
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
@@ -249,7 +251,7 @@ async fn connect<U: Upstream>(
 /// The end of a graceful shutdown, once readiness already fails: keep accepting for `delay`
 /// (so endpoint removal propagates), stop accepting, then give in-flight connections up to
 /// `grace` to finish.
-pub async fn drain(
+async fn drain(
     server: tokio::task::JoinHandle<()>,
     stop_accepting: &CancellationToken,
     tracker: &TaskTracker,

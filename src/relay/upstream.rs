@@ -115,6 +115,22 @@ pub trait Upstream: Send + Sync + 'static {
     fn describe(&self) -> &str;
 }
 
+/// A shared upstream (e.g. a balancer that the watch, readiness and health checks also hold).
+impl<U: Upstream> Upstream for Arc<U> {
+    type Lease = U::Lease;
+
+    fn dial(
+        &self,
+        client: SocketAddr,
+    ) -> impl Future<Output = Result<(TcpStream, SocketAddr, Self::Lease), DialError>> + Send {
+        (**self).dial(client)
+    }
+
+    fn describe(&self) -> &str {
+        (**self).describe()
+    }
+}
+
 /// A `host:port` target resolved at dial time (A and AAAA), so a Service whose ClusterIP
 /// changes or an ingress controller that moves is followed. Every address is tried within one
 /// dial timeout. An optional short cache spares the resolver a query per connection (with the
