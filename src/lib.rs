@@ -10,6 +10,7 @@ pub mod controller;
 pub mod dns;
 pub mod edge;
 pub mod hostname;
+pub mod kube_client;
 pub mod manifests;
 pub mod proxy;
 pub mod proxy_protocol;

@@ -136,7 +136,7 @@ pub struct ExternalDnsArgs {
     /// installations apart).
     #[arg(
         long,
-        env = "OUROBOROS_CONTROLLER_INSTANCE",
+        env = "OUROBOROS_INSTANCE",
         value_name = "NAME",
         default_value = external::DEFAULT_INSTANCE
     )]

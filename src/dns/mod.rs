@@ -9,6 +9,7 @@ pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
+pub mod sink;
 
 use std::fmt;
 

@@ -360,7 +360,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
 
     let background = CancellationToken::new();
     if let Source::Service(svc) = &source {
-        let client = watch::client(args.kubeconfig.as_deref()).await?;
+        let client = crate::kube_client::client(args.kubeconfig.as_deref()).await?;
         let targets = args
             .listen
             .iter()

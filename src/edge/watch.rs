@@ -101,26 +101,6 @@ pub fn desired(
 
 type Events<K> = Pin<Box<dyn Stream<Item = Result<Event<K>, watcher::Error>> + Send>>;
 
-/// Builds the client: `--kubeconfig` when given, else in-cluster or the default kubeconfig.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                anyhow::anyhow!("reading --kubeconfig {}: {e}", path.display())
-            })?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| anyhow::anyhow!("loading --kubeconfig {}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| {
-            anyhow::anyhow!(
-                "no Kubernetes configuration (in-cluster service account or kubeconfig): {e}; pass --kubeconfig"
-            )
-        })?,
-    };
-    Client::try_from(config).map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
-}
-
 /// Watches until `stop`, updating every balancer whenever its backend set changes. Watch
 /// errors are logged and retried with kube-runtime's default backoff; the last known set
 /// stays in force meanwhile.

@@ -1,0 +1,324 @@
+//! Where and how the DNS configuration is written: the flags `controller` and `cleanup` share,
+//! so `cleanup` finds exactly what `controller` wrote.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
+use crate::dns::external;
+use crate::dns::sink::AnySink;
+use crate::dns::ProxyFqdn;
+
+/// Where the hairpinned names are published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A marked `rewrite name` block in the CoreDNS Corefile ConfigMap.
+    Coredns,
+    /// A snippet under one key of the ConfigMap a Corefile imports
+    /// (`import /etc/coredns/custom/*.override`).
+    CorednsImport,
+    /// A marked block in each node's hosts file (one controller per node, no lease).
+    EtcHosts,
+    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
+    ExternalDns,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Coredns => "coredns",
+            Mode::CorednsImport => "coredns-import",
+            Mode::EtcHosts => "etc-hosts",
+            Mode::ExternalDns => "external-dns",
+        }
+    }
+}
+
+/// What external-dns mode writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExternalDnsOutput {
+    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`).
+    Dnsendpoint,
+    /// Annotated headless Services (external-dns `--source=service`).
+    Service,
+}
+
+pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
+pub const DEFAULT_NAMESPACE: &str = "ouroboros";
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+#[derive(Args, Clone, Debug)]
+pub struct DnsArgs {
+    /// Where to publish the names: coredns, coredns-import, etc-hosts or external-dns.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_MODE", value_enum, default_value_t = Mode::Coredns)]
+    pub mode: Mode,
+
+    /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Write nothing: log the change each sync would make.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_DRY_RUN")]
+    pub dry_run: bool,
+
+    /// coredns: namespace of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub coredns_namespace: String,
+
+    /// coredns: name of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "coredns"
+    )]
+    pub coredns_configmap: String,
+
+    /// coredns: data key holding the Corefile.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_KEY",
+        value_name = "KEY",
+        default_value = "Corefile"
+    )]
+    pub coredns_key: String,
+
+    /// coredns-import: namespace of the ConfigMap the Corefile imports.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub coredns_import_namespace: String,
+
+    /// coredns-import: name of that ConfigMap (created if absent).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "coredns-custom"
+    )]
+    pub coredns_import_configmap: String,
+
+    /// coredns-import: our key in it; must match the import glob (`*.override`).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_KEY",
+        value_name = "KEY",
+        default_value = "ouroboros.override"
+    )]
+    pub coredns_import_key: String,
+
+    /// coredns, coredns-import: the rewrite target, the proxy Service's FQDN with its trailing
+    /// dot [default: PROXY_SERVICE_NAME.PROXY_SERVICE_NAMESPACE.svc.CLUSTER_DOMAIN.].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_FQDN", value_name = "FQDN", value_parser = ProxyFqdn::parse)]
+    pub proxy_fqdn: Option<ProxyFqdn>,
+
+    /// The proxy Service's name (for the default --proxy-fqdn and, without --proxy-ip, for
+    /// reading its ClusterIPs).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_SERVICE_NAME", value_name = "NAME", default_value = DEFAULT_PROXY_SERVICE)]
+    pub proxy_service_name: String,
+
+    /// The proxy Service's namespace [default: this pod's namespace, else `ouroboros`].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_PROXY_SERVICE_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub proxy_service_namespace: Option<String>,
+
+    /// etc-hosts: the host's hosts file, mounted into the pod.
+    #[arg(
+        long = "etc-hosts",
+        env = "OUROBOROS_CONTROLLER_ETC_HOSTS",
+        value_name = "PATH",
+        default_value = "/host/etc/hosts"
+    )]
+    pub etc_hosts: PathBuf,
+
+    /// etc-hosts: the proxy's IP addresses (repeatable; comma-separated in the environment
+    /// variable) [default: the proxy Service's ClusterIPs, read from the API].
+    #[arg(
+        long = "proxy-ip",
+        env = "OUROBOROS_CONTROLLER_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ','
+    )]
+    pub proxy_ips: Vec<IpAddr>,
+
+    /// external-dns: namespace of the objects written [default: this pod's namespace, else
+    /// `ouroboros`].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub external_dns_namespace: Option<String>,
+
+    /// external-dns: TTL of every record, in seconds [1, 86400].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+        value_name = "SECONDS",
+        default_value_t = external::DEFAULT_TTL,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
+    )]
+    pub external_dns_record_ttl: u32,
+
+    /// external-dns: record targets (repeatable; comma-separated in the environment variable)
+    /// [default: the proxy Service's ClusterIPs, A and AAAA for dual-stack].
+    #[arg(
+        long = "external-dns-proxy-ip",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ','
+    )]
+    pub external_dns_proxy_ips: Vec<IpAddr>,
+
+    /// external-dns: the Service whose ClusterIPs are the record targets, in
+    /// --proxy-service-namespace [default: --proxy-service-name].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_SERVICE",
+        value_name = "NAME"
+    )]
+    pub external_dns_proxy_service: Option<String>,
+
+    /// external-dns: label key=value added to every object (repeatable; comma-separated in the
+    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
+    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-label",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
+        value_name = "KEY=VALUE",
+        value_delimiter = ',',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_labels: Vec<(String, String)>,
+
+    /// external-dns: annotation key=value added to every object (repeatable; one per line in
+    /// the environment variable, since values may hold commas). Reserved: ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-annotation",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+        value_name = "KEY=VALUE",
+        value_delimiter = '\n',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_annotations: Vec<(String, String)>,
+
+    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
+    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
+    pub external_dns_output: ExternalDnsOutput,
+
+    /// Instance name: the `ouroboros.io/instance` label on what external-dns mode writes, so
+    /// two installations never delete each other's records.
+    #[arg(long, env = "OUROBOROS_INSTANCE", value_name = "NAME", default_value = external::DEFAULT_INSTANCE)]
+    pub instance: String,
+}
+
+/// This pod's namespace (from its service account), if running in a cluster.
+pub fn pod_namespace() -> Option<String> {
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+impl DnsArgs {
+    pub fn proxy_service_namespace(&self) -> String {
+        self.proxy_service_namespace
+            .clone()
+            .or_else(pod_namespace)
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// --proxy-fqdn, else composed from the proxy Service and the cluster domain.
+    pub fn proxy_fqdn(&self, cluster_domain: &str) -> Result<ProxyFqdn, String> {
+        match &self.proxy_fqdn {
+            Some(f) => Ok(f.clone()),
+            None => ProxyFqdn::for_service(
+                &self.proxy_service_name,
+                &self.proxy_service_namespace(),
+                cluster_domain,
+            ),
+        }
+    }
+
+    pub fn coredns_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.coredns_namespace,
+            &self.coredns_configmap,
+            &self.coredns_key,
+        )
+    }
+
+    pub fn import_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.coredns_import_namespace,
+            &self.coredns_import_configmap,
+            &self.coredns_import_key,
+        )
+    }
+
+    /// The backend for `--mode`. Flag errors are `UsageError`s (exit 64).
+    pub async fn sink(
+        &self,
+        client: kube::Client,
+        cluster_domain: &str,
+    ) -> anyhow::Result<AnySink> {
+        let fqdn = || {
+            self.proxy_fqdn(cluster_domain)
+                .map_err(crate::cli::UsageError::err)
+        };
+        Ok(match self.mode {
+            Mode::Coredns => AnySink::Coredns(
+                CorefileWriter::new(client, self.coredns_target(), fqdn()?, Retry::default())
+                    .dry_run(self.dry_run),
+            ),
+            Mode::CorednsImport => AnySink::CorednsImport(
+                ImportWriter::new(client, self.import_target(), fqdn()?, Retry::default())
+                    .dry_run(self.dry_run),
+            ),
+            Mode::EtcHosts | Mode::ExternalDns => anyhow::bail!(
+                "--mode {} is not available yet in this build",
+                self.mode.as_str()
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        dns: DnsArgs,
+    }
+
+    #[test]
+    fn default_fqdn_is_the_reference_tools() {
+        let t = T::parse_from(["t", "--proxy-service-namespace", "ouroboros"]);
+        assert_eq!(
+            t.dns.proxy_fqdn("cluster.local").unwrap().as_str(),
+            crate::dns::DEFAULT_PROXY_FQDN
+        );
+        let t = T::parse_from(["t", "--proxy-fqdn", "p.x.svc.example.org."]);
+        assert_eq!(
+            t.dns.proxy_fqdn("cluster.local").unwrap().as_str(),
+            "p.x.svc.example.org."
+        );
+    }
+}

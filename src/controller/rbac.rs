@@ -1,0 +1,217 @@
+//! Every Kubernetes permission the controller (and `cleanup`) needs, as data. The chart's RBAC
+//! is tested against this table and `doctor` checks a ServiceAccount against it, so the three
+//! cannot drift apart. Keep it equal to the calls the code really makes: add a rule here in the
+//! same change that adds a call.
+
+use super::args::{ExternalDnsOutput, Mode};
+
+/// Where a rule applies.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// A ClusterRole bound cluster-wide.
+    Cluster,
+    /// A Role in this namespace.
+    Namespace(String),
+}
+
+/// One RBAC rule: verbs on a resource, optionally restricted to named objects.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rule {
+    pub scope: Scope,
+    /// `""` for the core group.
+    pub api_group: &'static str,
+    pub resource: &'static str,
+    /// Empty: any object.
+    pub resource_names: Vec<String>,
+    pub verbs: Vec<&'static str>,
+    /// Why the controller needs it (shown by `doctor` when it is missing).
+    pub why: &'static str,
+}
+
+/// What decides the rules: the controller's resolved configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Needs {
+    pub mode: Mode,
+    pub gateway_api: bool,
+    /// `--ingress-class` is set (IngressClasses are watched for the default-class rule).
+    pub ingress_class_filter: bool,
+    /// `--leader-elect` (never in etc-hosts mode).
+    pub leader_elect: bool,
+    /// The controller's own namespace (Lease).
+    pub namespace: String,
+    pub lease_name: String,
+    pub coredns_namespace: String,
+    pub coredns_configmap: String,
+    pub node_local_dns_namespace: String,
+    pub node_local_dns_configmap: String,
+    pub import_namespace: String,
+    pub import_configmap: String,
+    /// The proxy Service is read for its ClusterIPs (etc-hosts without --proxy-ip,
+    /// external-dns without --external-dns-proxy-ip).
+    pub proxy_service: Option<(String, String)>,
+    pub external_dns_namespace: String,
+    pub external_dns_output: ExternalDnsOutput,
+}
+
+const LIST_WATCH: &[&str] = &["list", "watch"];
+
+fn rule(
+    scope: Scope,
+    api_group: &'static str,
+    resource: &'static str,
+    names: &[&str],
+    verbs: &[&'static str],
+    why: &'static str,
+) -> Rule {
+    Rule {
+        scope,
+        api_group,
+        resource,
+        resource_names: names.iter().map(|s| s.to_string()).collect(),
+        verbs: verbs.to_vec(),
+        why,
+    }
+}
+
+/// The rules for one configuration, sorted.
+pub fn required(n: &Needs) -> Vec<Rule> {
+    use Scope::{Cluster, Namespace};
+    let mut rules = vec![
+        rule(
+            Cluster,
+            "networking.k8s.io",
+            "ingresses",
+            &[],
+            LIST_WATCH,
+            "read Ingress TLS hosts",
+        ),
+        rule(
+            Cluster,
+            "events.k8s.io",
+            "events",
+            &[],
+            &["create", "patch"],
+            "Warning Events on Ingresses, routes and the ConfigMap",
+        ),
+    ];
+    if n.ingress_class_filter {
+        rules.push(rule(
+            Cluster,
+            "networking.k8s.io",
+            "ingressclasses",
+            &[],
+            LIST_WATCH,
+            "find the default IngressClass for --ingress-class",
+        ));
+    }
+    if n.gateway_api {
+        for r in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+            rules.push(rule(
+                Cluster,
+                "gateway.networking.k8s.io",
+                r,
+                &[],
+                LIST_WATCH,
+                "read Gateway-API hostnames",
+            ));
+        }
+    }
+    if n.leader_elect && n.mode != Mode::EtcHosts {
+        let ns = Namespace(n.namespace.clone());
+        rules.push(rule(
+            ns.clone(),
+            "coordination.k8s.io",
+            "leases",
+            &[&n.lease_name],
+            &["get", "update"],
+            "leader election",
+        ));
+        // RBAC cannot restrict create by name.
+        rules.push(rule(
+            ns,
+            "coordination.k8s.io",
+            "leases",
+            &[],
+            &["create"],
+            "leader election (first start)",
+        ));
+    }
+    if let Some((ns, name)) = &n.proxy_service {
+        rules.push(rule(
+            Namespace(ns.clone()),
+            "",
+            "services",
+            &[name],
+            &["get"],
+            "read the proxy Service's ClusterIPs",
+        ));
+    }
+    match n.mode {
+        Mode::Coredns => {
+            let ns = Namespace(n.coredns_namespace.clone());
+            rules.push(rule(
+                ns.clone(),
+                "",
+                "configmaps",
+                &[&n.coredns_configmap],
+                &["get", "list", "watch", "update", "patch"],
+                "edit the Corefile and restore it when reverted",
+            ));
+            let nl = Namespace(n.node_local_dns_namespace.clone());
+            rules.push(rule(
+                nl,
+                "",
+                "configmaps",
+                &[&n.node_local_dns_configmap],
+                &["get"],
+                "warn when node-local-dns bypasses CoreDNS",
+            ));
+        }
+        Mode::CorednsImport => {
+            let ns = Namespace(n.import_namespace.clone());
+            rules.push(rule(
+                ns.clone(),
+                "",
+                "configmaps",
+                &[&n.import_configmap],
+                &["get", "list", "watch", "update", "patch", "delete"],
+                "write the import snippet",
+            ));
+            rules.push(rule(
+                ns,
+                "",
+                "configmaps",
+                &[],
+                &["create"],
+                "create the import ConfigMap when absent",
+            ));
+        }
+        Mode::EtcHosts => {}
+        Mode::ExternalDns => {
+            let ns = Namespace(n.external_dns_namespace.clone());
+            let verbs = &[
+                "get", "list", "watch", "create", "patch", "update", "delete",
+            ];
+            match n.external_dns_output {
+                ExternalDnsOutput::Dnsendpoint => rules.push(rule(
+                    ns,
+                    "externaldns.k8s.io",
+                    "dnsendpoints",
+                    &[],
+                    verbs,
+                    "write DNSEndpoints and delete this instance's leftovers",
+                )),
+                ExternalDnsOutput::Service => rules.push(rule(
+                    ns,
+                    "",
+                    "services",
+                    &[],
+                    verbs,
+                    "write annotated headless Services and delete this instance's leftovers",
+                )),
+            }
+        }
+    }
+    rules.sort();
+    rules
+}
