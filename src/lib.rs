@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cluster_domain;
 pub mod controller;
 pub mod dns;
+pub mod doctor;
 pub mod edge;
 pub mod hostname;
 pub mod kube_client;

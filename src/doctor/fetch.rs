@@ -1,0 +1,271 @@
+//! The thin read layer: one function per kind of call, each turning 404 into `None` and any
+//! other failure into an [`ApiFailure`] naming the verb and resource doctor needed. Transient
+//! failures (5xx, 429, transport) are retried with backoff.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::checks::{ApiFailure, Got, Question, Workload};
+
+const ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::SerdeError(_) => false,
+        _ => true,
+    }
+}
+
+async fn retrying<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(e) if attempt < ATTEMPTS && transient(&e) => {
+                tracing::debug!(error = %e, attempt, "API call failed, retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Where a call went, for its [`ApiFailure`].
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub verb: &'static str,
+    /// `resource` or `resource.group`.
+    pub resource: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+}
+
+impl Target<'_> {
+    fn failure(&self, e: kube::Error) -> ApiFailure {
+        let (code, message) = match &e {
+            kube::Error::Api(s) => (Some(s.code), s.message.clone()),
+            other => (None, other.to_string()),
+        };
+        ApiFailure {
+            verb: self.verb,
+            resource: self.resource.to_string(),
+            namespace: self.namespace.map(str::to_string),
+            name: self.name.map(str::to_string),
+            code,
+            message,
+        }
+    }
+}
+
+fn found<T>(t: &Target<'_>, r: Result<T, kube::Error>) -> Got<T> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(t.failure(e)),
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = ()>,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// GET one namespaced object.
+pub async fn get<K>(client: &Client, resource: &str, namespace: &str, name: &str) -> Got<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let t = Target {
+        verb: "get",
+        resource,
+        namespace: Some(namespace),
+        name: Some(name),
+    };
+    let a: Api<K> = Api::namespaced(client.clone(), namespace);
+    found(&t, retrying(|| a.get(name)).await)
+}
+
+/// GET one cluster-scoped object; only whether it exists.
+pub async fn exists_cluster<K>(client: &Client, resource: &str, name: &str) -> Got<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let t = Target {
+        verb: "get",
+        resource,
+        namespace: None,
+        name: Some(name),
+    };
+    let a: Api<K> = Api::all(client.clone());
+    found(&t, retrying(|| a.get(name)).await).map(|o| o.map(|_| ()))
+}
+
+/// LIST namespaced objects in one namespace (None: all namespaces). 404 (the kind's CRD is
+/// absent) reads as None.
+pub async fn list<K>(
+    client: &Client,
+    resource: &str,
+    namespace: Option<&str>,
+    params: &ListParams,
+) -> Got<Vec<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let t = Target {
+        verb: "list",
+        resource,
+        namespace,
+        name: None,
+    };
+    let a: Api<K> = api(client, namespace);
+    found(&t, retrying(|| a.list(params)).await).map(|o| o.map(|l| l.items))
+}
+
+/// LIST cluster-scoped objects.
+pub async fn list_cluster<K>(client: &Client, resource: &str) -> Got<Vec<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let t = Target {
+        verb: "list",
+        resource,
+        namespace: None,
+        name: None,
+    };
+    let a: Api<K> = Api::all(client.clone());
+    let lp = ListParams::default();
+    found(&t, retrying(|| a.list(&lp)).await).map(|o| o.map(|l| l.items))
+}
+
+fn workload(
+    kind: &'static str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    template: &PodTemplateSpec,
+) -> Workload {
+    let containers = template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    Workload {
+        kind,
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        labels: template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default(),
+        args: containers
+            .iter()
+            .flat_map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()))
+            .cloned()
+            .collect(),
+        images: containers.iter().filter_map(|c| c.image.clone()).collect(),
+    }
+}
+
+/// The Deployments and DaemonSets of a namespace, reduced to their pod templates.
+pub async fn workloads(client: &Client, namespace: &str) -> Got<Vec<Workload>> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    let lp = ListParams::default();
+    let deployments: Vec<Deployment> = list(client, "deployments.apps", Some(namespace), &lp)
+        .await?
+        .unwrap_or_default();
+    let daemonsets: Vec<DaemonSet> = list(client, "daemonsets.apps", Some(namespace), &lp)
+        .await?
+        .unwrap_or_default();
+    let mut out: Vec<Workload> = deployments
+        .iter()
+        .filter_map(|d| {
+            Some(workload(
+                "Deployment",
+                &d.metadata,
+                &d.spec.as_ref()?.template,
+            ))
+        })
+        .collect();
+    out.extend(daemonsets.iter().filter_map(|d| {
+        Some(workload(
+            "DaemonSet",
+            &d.metadata,
+            &d.spec.as_ref()?.template,
+        ))
+    }));
+    Ok(Some(out))
+}
+
+/// The subject a ServiceAccount authenticates as, with the groups RBAC bindings may name.
+pub fn service_account_subject(namespace: &str, name: &str) -> (String, Vec<String>) {
+    (
+        format!("system:serviceaccount:{namespace}:{name}"),
+        vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".into(),
+        ],
+    )
+}
+
+/// Asks the API server whether `user` may do what `q` asks (SubjectAccessReview).
+pub async fn may(
+    client: &Client,
+    user: &str,
+    groups: &[String],
+    q: &Question<'_>,
+) -> Result<bool, ApiFailure> {
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_string()),
+            groups: Some(groups.to_vec()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(q.rule.api_group.to_string()),
+                resource: Some(q.rule.resource.to_string()),
+                verb: Some(q.verb.to_string()),
+                namespace: q.namespace().map(str::to_string),
+                name: q.name.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let t = Target {
+        verb: "create",
+        resource: "subjectaccessreviews.authorization.k8s.io",
+        namespace: None,
+        name: None,
+    };
+    let a: Api<SubjectAccessReview> = Api::all(client.clone());
+    let pp = PostParams::default();
+    let r = retrying(|| a.create(&pp, &sar))
+        .await
+        .map_err(|e| t.failure(e))?;
+    Ok(r.status.is_some_and(|s| s.allowed))
+}

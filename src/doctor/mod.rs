@@ -1,0 +1,582 @@
+//! `ouroboros doctor`: checks a live cluster for the ways client IPs get lost or the hairpin
+//! path breaks, and prints one verdict per check (OK / WARN / FAIL / SKIP) with its evidence and
+//! what to do. Exit 1 when any check fails.
+//!
+//! `checks` judges (pure, table-tested), `fetch` reads (thin, retried), `report` renders; this
+//! module runs them in a fixed order so the API calls are always the same sequence.
+
+pub mod checks;
+pub mod fetch;
+pub mod report;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{ArgAction, Args, ValueEnum};
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::ListParams;
+use kube::Client;
+
+use crate::cli::UsageError;
+use crate::controller::args::{DnsArgs, Mode};
+use crate::controller::hostnames::{self, HostnameArgs, Sources};
+use crate::controller::rbac::{self, Needs};
+use checks::{ControllerKind, Dial, Dials, Got};
+pub use report::{Check, Report, Status};
+
+/// Report format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Whether to open a TCP connection to the proxy Service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DialMode {
+    /// Only when running inside a cluster (KUBERNETES_SERVICE_HOST is set): ClusterIPs are
+    /// not reachable from elsewhere.
+    Auto,
+    Always,
+    Never,
+}
+
+/// `NAMESPACE/NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NsName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for NsName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+fn parse_ns_name(s: &str) -> Result<NsName, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(NsName {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            })
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
+}
+
+pub const DEFAULT_CONTROLLER_SERVICE_ACCOUNT: &str = "ouroboros-controller";
+
+#[derive(Args, Clone, Debug)]
+pub struct DoctorArgs {
+    /// Report format: text or json.
+    #[arg(long, env = "OUROBOROS_DOCTOR_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// The ingress controller's Service, NAMESPACE/NAME [default: auto-detect ingress-nginx and
+    /// Traefik Services by their app.kubernetes.io/name label, LoadBalancer first].
+    #[arg(
+        long,
+        env = "OUROBOROS_DOCTOR_INGRESS_CONTROLLER_SERVICE",
+        value_name = "NS/NAME",
+        value_parser = parse_ns_name
+    )]
+    pub ingress_controller_service: Option<NsName>,
+
+    /// The controller's ServiceAccount whose permissions are checked, NAMESPACE/NAME [default:
+    /// PROXY_SERVICE_NAMESPACE/ouroboros-controller].
+    #[arg(
+        long,
+        env = "OUROBOROS_DOCTOR_CONTROLLER_SERVICE_ACCOUNT",
+        value_name = "NS/NAME",
+        value_parser = parse_ns_name
+    )]
+    pub controller_service_account: Option<NsName>,
+
+    /// Dial the proxy Service's ClusterIPs: auto (only inside a cluster), always or never.
+    #[arg(long, env = "OUROBOROS_DOCTOR_DIAL", value_enum, default_value_t = DialMode::Auto)]
+    pub dial: DialMode,
+
+    /// Timeout of each dial.
+    #[arg(
+        long,
+        env = "OUROBOROS_DOCTOR_DIAL_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "3s",
+        value_parser = crate::cli::parse_duration
+    )]
+    pub dial_timeout: Duration,
+
+    /// Whether the controller runs with leader election (decides the Lease permissions checked).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_LEADER_ELECT",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub leader_elect: bool,
+
+    /// The controller's Lease name.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_LEASE_NAME",
+        value_name = "NAME",
+        default_value = "ouroboros-controller"
+    )]
+    pub lease_name: String,
+
+    /// The controller's Lease namespace [default: the ServiceAccount's namespace].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
+    pub lease_namespace: Option<String>,
+
+    /// Namespace of the node-local-dns ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub node_local_dns_namespace: String,
+
+    /// Name of the node-local-dns ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "node-local-dns"
+    )]
+    pub node_local_dns_configmap: String,
+
+    #[command(flatten)]
+    pub dns: DnsArgs,
+
+    #[command(flatten)]
+    pub hostnames: HostnameArgs,
+}
+
+impl DoctorArgs {
+    fn service_account(&self) -> NsName {
+        self.controller_service_account
+            .clone()
+            .unwrap_or_else(|| NsName {
+                namespace: self.dns.proxy_service_namespace(),
+                name: DEFAULT_CONTROLLER_SERVICE_ACCOUNT.into(),
+            })
+    }
+
+    /// What the controller with these flags needs (for the RBAC check).
+    pub fn needs(&self) -> Needs {
+        let sa = self.service_account();
+        let d = &self.dns;
+        let proxy_service = match d.mode {
+            Mode::EtcHosts if d.proxy_ips.is_empty() => Some(d.proxy_service_name.clone()),
+            Mode::ExternalDns if d.external_dns_proxy_ips.is_empty() => Some(
+                d.external_dns_proxy_service
+                    .clone()
+                    .unwrap_or_else(|| d.proxy_service_name.clone()),
+            ),
+            _ => None,
+        };
+        Needs {
+            mode: d.mode,
+            gateway_api: self.hostnames.gateway_api,
+            ingress_class_filter: self
+                .hostnames
+                .ingress_class
+                .as_deref()
+                .is_some_and(|c| !c.trim().is_empty()),
+            leader_elect: self.leader_elect,
+            namespace: self
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(|| sa.namespace.clone()),
+            lease_name: self.lease_name.clone(),
+            coredns_namespace: d.coredns_namespace.clone(),
+            coredns_configmap: d.coredns_configmap.clone(),
+            node_local_dns_namespace: self.node_local_dns_namespace.clone(),
+            node_local_dns_configmap: self.node_local_dns_configmap.clone(),
+            import_namespace: d.coredns_import_namespace.clone(),
+            import_configmap: d.coredns_import_configmap.clone(),
+            proxy_service: proxy_service.map(|n| (d.proxy_service_namespace(), n)),
+            external_dns_namespace: d
+                .external_dns_namespace
+                .clone()
+                .unwrap_or_else(|| sa.namespace.clone()),
+            external_dns_output: d.external_dns_output,
+        }
+    }
+}
+
+/// The objects the hostnames come from, owned.
+#[derive(Default)]
+struct Owned {
+    ingresses: Vec<Ingress>,
+    ingress_classes: Vec<IngressClass>,
+    gateways: Vec<Gateway>,
+    http_routes: Vec<HttpRoute>,
+    grpc_routes: Vec<GrpcRoute>,
+    tls_routes: Vec<TlsRoute>,
+}
+
+async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Owned> {
+    let lp = ListParams::default();
+    let mut o = Owned {
+        ingresses: fetch::list(client, "ingresses.networking.k8s.io", None, &lp)
+            .await?
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    if ingress_class {
+        o.ingress_classes = fetch::list_cluster(client, "ingressclasses.networking.k8s.io")
+            .await?
+            .unwrap_or_default();
+    }
+    if args.gateway_api {
+        const G: &str = "gateway.networking.k8s.io";
+        o.gateways = fetch::list(client, &format!("gateways.{G}"), None, &lp)
+            .await?
+            .unwrap_or_default();
+        o.http_routes = fetch::list(client, &format!("httproutes.{G}"), None, &lp)
+            .await?
+            .unwrap_or_default();
+        o.grpc_routes = fetch::list(client, &format!("grpcroutes.{G}"), None, &lp)
+            .await?
+            .unwrap_or_default();
+        o.tls_routes = fetch::list(client, &format!("tlsroutes.{G}"), None, &lp)
+            .await?
+            .unwrap_or_default();
+    }
+    Ok(Some(o))
+}
+
+/// TCP targets of a Service: each ClusterIP with each TCP port.
+fn dial_targets(svc: &Service) -> Vec<SocketAddr> {
+    let Some(spec) = svc.spec.as_ref() else {
+        return Vec::new();
+    };
+    let ips: Vec<IpAddr> = spec
+        .cluster_ips
+        .iter()
+        .flatten()
+        .chain(spec.cluster_ip.iter())
+        .filter_map(|ip| ip.parse().ok())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .filter_map(|p| u16::try_from(p.port).ok());
+    let ports: Vec<u16> = ports.collect();
+    ips.iter()
+        .flat_map(|ip| ports.iter().map(move |p| SocketAddr::new(*ip, *p)))
+        .collect()
+}
+
+async fn dial(targets: Vec<SocketAddr>, timeout: Duration) -> Vec<Dial> {
+    let mut out = Vec::new();
+    for addr in targets {
+        let start = Instant::now();
+        let result = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await
+        {
+            Ok(Ok(_)) => Ok(start.elapsed()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(timeout)
+            )),
+        };
+        out.push(Dial { addr, result });
+    }
+    out
+}
+
+/// Runs every check against the cluster behind `client`, in a fixed order.
+/// Flag errors are `UsageError`s.
+pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Report> {
+    let d = &args.dns;
+    let mode = d.mode;
+    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
+    let filters = args.hostnames.filters().map_err(UsageError::err)?;
+    let policy = args
+        .hostnames
+        .policy(&cluster_domain)
+        .map_err(UsageError::err)?;
+    let fqdn = d.proxy_fqdn(&cluster_domain).map_err(UsageError::err)?;
+    let mut out: Vec<Check> = Vec::new();
+
+    // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
+    let flag = args.ingress_controller_service.as_ref();
+    let (svc, others): (Got<Service>, Vec<String>) = match flag {
+        Some(t) => (
+            fetch::get(client, "services", &t.namespace, &t.name).await,
+            Vec::new(),
+        ),
+        None => {
+            let lp = ListParams::default().labels(checks::AUTO_DETECT_SELECTOR);
+            match fetch::list::<Service>(client, "services", None, &lp).await {
+                Err(e) => (Err(e), Vec::new()),
+                Ok(list) => {
+                    let list = list.unwrap_or_default();
+                    let (first, others) = checks::pick_ingress_service(&list);
+                    (Ok(first.cloned()), others)
+                }
+            }
+        }
+    };
+    let svc_obj = svc.as_ref().ok().and_then(Option::as_ref);
+    let workloads = match svc_obj.and_then(|s| s.metadata.namespace.as_deref()) {
+        Some(ns) => fetch::workloads(client, ns).await,
+        None => Ok(None),
+    };
+    let workload = match (&workloads, svc_obj) {
+        (Ok(Some(ws)), Some(s)) => checks::matching_workload(s, ws),
+        _ => None,
+    };
+    let kind = svc_obj
+        .map(|s| checks::controller_kind(s, workload))
+        .unwrap_or(ControllerKind::Unknown);
+    out.push(checks::ingress_service(
+        flag.map(|f| f.to_string()).as_deref(),
+        &svc,
+        &others,
+        kind,
+    ));
+    out.push(checks::ip_mode(svc_obj));
+    out.push(match (&workloads, kind) {
+        (Err(e), ControllerKind::IngressNginx | ControllerKind::Traefik) => {
+            e.check("proxy-protocol")
+        }
+        (_, ControllerKind::IngressNginx) => {
+            let cm_ref = match (workload, svc_obj) {
+                (Some(w), _) => checks::nginx_configmap(w),
+                // No workload found: the chart's default, named like the Service.
+                (None, Some(s)) => Some((
+                    s.metadata.namespace.clone().unwrap_or_default(),
+                    s.metadata.name.clone().unwrap_or_default(),
+                )),
+                (None, None) => None,
+            };
+            match cm_ref {
+                Some(r) => {
+                    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &r.0, &r.1).await;
+                    checks::proxy_protocol(kind, workload, Some((&r, &got)))
+                }
+                None => checks::proxy_protocol(kind, workload, None),
+            }
+        }
+        _ => checks::proxy_protocol(kind, workload, None),
+    });
+
+    // 2. The hostnames the controller would hairpin.
+    let needs = args.needs();
+    let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
+    let desired = match &owned {
+        Err(e) => {
+            out.push(e.check("hostnames"));
+            None
+        }
+        Ok(o) => {
+            let o = o.as_ref().expect("sources always returns Some");
+            let s = Sources {
+                ingresses: o.ingresses.iter().collect(),
+                ingress_classes: o.ingress_classes.iter().collect(),
+                gateways: o.gateways.iter().collect(),
+                http_routes: o.http_routes.iter().collect(),
+                grpc_routes: o.grpc_routes.iter().collect(),
+                tls_routes: o.tls_routes.iter().collect(),
+            };
+            let desired = hostnames::desired(&s, &filters, &policy);
+            out.push(checks::hostnames(&desired));
+            Some(desired)
+        }
+    };
+    let hosts = desired.as_ref().map(|d| &d.hosts);
+
+    // 3. CoreDNS.
+    if checks::uses_coredns(mode) {
+        let target = d.coredns_target();
+        let got: Got<ConfigMap> =
+            fetch::get(client, "configmaps", &target.namespace, &target.name).await;
+        let mut imports = None;
+        match checks::corefile_text(mode, &target, &got) {
+            Err(c) => out.push(c),
+            Ok(text) => {
+                out.push(Check::ok(
+                    "coredns-configmap",
+                    format!("ConfigMap {target} exists"),
+                ));
+                let (cs, findings) = checks::corefile_checks(mode, text, hosts, &fqdn);
+                imports = findings.map(|f| f.imports_custom_override);
+                out.extend(cs);
+            }
+        }
+        if mode == Mode::CorednsImport {
+            let it = d.import_target();
+            let got: Got<ConfigMap> =
+                fetch::get(client, "configmaps", &it.namespace, &it.name).await;
+            out.push(match hosts {
+                Some(h) => checks::import_snippet(&it, &got, h, &fqdn),
+                None => Check::skip(
+                    "coredns-import-snippet",
+                    "the desired hostnames are unknown (see the hostnames check)",
+                ),
+            });
+        } else {
+            let lp = ListParams::default().fields(&format!(
+                "involvedObject.kind=ConfigMap,involvedObject.name={},reason=BlockReverted",
+                target.name
+            ));
+            let events: Got<Vec<Event>> =
+                fetch::list(client, "events", Some(&target.namespace), &lp).await;
+            out.push(checks::block_reverted(mode, &target, &events, imports));
+        }
+    } else {
+        out.push(Check::skip(
+            "coredns",
+            format!("mode {} does not edit CoreDNS", mode.as_str()),
+        ));
+    }
+
+    // 4. node-local-dns.
+    let (nl_ns, nl_name) = (
+        &args.node_local_dns_namespace,
+        &args.node_local_dns_configmap,
+    );
+    let got: Got<ConfigMap> = fetch::get(client, "configmaps", nl_ns, nl_name).await;
+    out.push(checks::node_local_dns(mode, nl_ns, nl_name, &got));
+
+    // 5. The proxy: Service, ready endpoints, answers.
+    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
+    let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
+    out.push(checks::proxy_service(&p_ns, &p_name, &proxy));
+    let proxy_obj = proxy.as_ref().ok().and_then(Option::as_ref);
+    if proxy_obj.is_some() {
+        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={p_name}"));
+        let slices: Got<Vec<EndpointSlice>> =
+            fetch::list(client, "endpointslices.discovery.k8s.io", Some(&p_ns), &lp).await;
+        out.push(checks::proxy_endpoints(&p_ns, &p_name, &slices));
+    } else {
+        out.push(Check::skip("proxy-endpoints", "no proxy Service"));
+    }
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let dials = match (proxy_obj, args.dial) {
+        (None, _) => Dials::Skipped("no proxy Service".into()),
+        (_, DialMode::Never) => Dials::Skipped("--dial never".into()),
+        (Some(_), DialMode::Auto) if !in_cluster => Dials::Skipped(
+            "not running inside the cluster, where ClusterIPs are reachable (run doctor in a \
+             pod, or pass --dial always when this host routes to ClusterIPs)"
+                .into(),
+        ),
+        (Some(s), _) => Dials::Done(dial(dial_targets(s), args.dial_timeout).await),
+    };
+    out.push(checks::proxy_answers(&dials));
+
+    // 6. CRDs for the mode.
+    let mut crds = Vec::new();
+    for (name, required) in
+        checks::needed_crds(mode, d.external_dns_output, args.hostnames.gateway_api)
+    {
+        let got = fetch::exists_cluster::<CustomResourceDefinition>(
+            client,
+            "customresourcedefinitions.apiextensions.k8s.io",
+            name,
+        )
+        .await;
+        crds.push((name, required, got));
+    }
+    out.push(checks::crds(&crds));
+
+    // 7. The controller's ServiceAccount and its permissions.
+    let sa = args.service_account();
+    let got: Got<ServiceAccount> =
+        fetch::get(client, "serviceaccounts", &sa.namespace, &sa.name).await;
+    out.push(checks::service_account(&sa.namespace, &sa.name, &got));
+    let rules = rbac::required(&needs);
+    let (user, groups) = fetch::service_account_subject(&sa.namespace, &sa.name);
+    let mut answers = Vec::new();
+    for q in checks::questions(&rules) {
+        let a = fetch::may(client, &user, &groups, &q).await;
+        let failed = a.is_err();
+        answers.push((q, a));
+        if failed {
+            break; // one failure explains them all (usually doctor may not create reviews)
+        }
+    }
+    out.push(checks::rbac(&format!("ServiceAccount {sa}"), &answers));
+
+    Ok(Report::new(mode.as_str(), out))
+}
+
+/// `ouroboros doctor`.
+pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
+    let report = diagnose(&client, &args).await?;
+    let text = match args.output {
+        Output::Text => report.to_text(),
+        Output::Json => report.to_json(),
+    };
+    print!("{text}");
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ns_names() {
+        assert_eq!(
+            parse_ns_name("ingress-nginx/ingress-nginx-controller"),
+            Ok(NsName {
+                namespace: "ingress-nginx".into(),
+                name: "ingress-nginx-controller".into()
+            })
+        );
+        for bad in ["", "x", "/x", "x/", "a/b/c"] {
+            assert!(parse_ns_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dial_targets_are_cluster_ips_times_tcp_ports() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20", "fd00::20"],
+                     "ports": [{"port": 8080}, {"port": 8443, "protocol": "TCP"},
+                               {"port": 53, "protocol": "UDP"}]}
+        }))
+        .unwrap();
+        let got: Vec<String> = dial_targets(&svc).iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "10.96.0.20:8080",
+                "10.96.0.20:8443",
+                "[fd00::20]:8080",
+                "[fd00::20]:8443"
+            ]
+        );
+        let headless: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        assert!(dial_targets(&headless).is_empty());
+    }
+}
