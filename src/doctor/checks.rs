@@ -1112,7 +1112,7 @@ pub fn rbac(subject: &str, answers: &[(Question<'_>, Result<bool, ApiFailure>)])
     let denied: Vec<String> = answers
         .iter()
         .filter(|(_, a)| *a == Ok(false))
-        .map(|(q, _)| format!("may not {} (needed to {})", q.describe(), q.rule.why))
+        .map(|(q, _)| format!("may not {} (for: {})", q.describe(), q.rule.why))
         .collect();
     if denied.is_empty() {
         Check::ok(
@@ -1645,7 +1645,7 @@ mod tests {
         assert_eq!(c.status, Status::Fail);
         assert_eq!(
             c.evidence,
-            ["may not watch ingresses.networking.k8s.io (cluster-wide) (needed to read)"]
+            ["may not watch ingresses.networking.k8s.io (cluster-wide) (for: read)"]
         );
     }
 

@@ -418,10 +418,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         match checks::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
-                out.push(Check::ok(
-                    "coredns-configmap",
-                    format!("ConfigMap {target} exists"),
-                ));
+                out.push(Check::ok("coredns-configmap", format!("{target} exists")));
                 let (cs, findings) = checks::corefile_checks(mode, text, hosts, &fqdn);
                 imports = findings.map(|f| f.imports_custom_override);
                 out.extend(cs);

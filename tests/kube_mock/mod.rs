@@ -93,3 +93,40 @@ pub fn calls(seen: &[Seen]) -> Vec<(&str, &str)> {
         .map(|s| (s.method.as_str(), s.uri.as_str()))
         .collect()
 }
+
+/// A routing mock: `route` answers every request (by method, path and query, in any order) and
+/// every request is recorded. For code whose call order is not the point of the test, or whose
+/// calls are too many to script one by one.
+pub fn serve_fn(
+    mut route: impl FnMut(&Seen) -> (u16, Value) + Send + 'static,
+) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let task = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let mut seen = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect_bytes().await.unwrap();
+            let s = Seen {
+                method: parts.method.to_string(),
+                uri: parts.uri.to_string(),
+                body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
+            };
+            let (code, v) = route(&s);
+            seen.push(s);
+            let mut resp = Response::new(Body::from(serde_json::to_vec(&v).unwrap()));
+            *resp.status_mut() = StatusCode::from_u16(code).unwrap();
+            send.send_response(resp);
+        }
+        seen
+    });
+    (Client::new(svc, "default"), task)
+}
+
+/// A 404 `Status` for `kind` `name`, as the API server sends it.
+pub fn not_found(kind: &str, name: &str) -> (u16, Value) {
+    (
+        404,
+        status(404, "NotFound", &format!("{kind} \"{name}\" not found")),
+    )
+}

@@ -1,0 +1,785 @@
+//! `doctor` against a mock Kubernetes API (kube-rs's mock-service pattern): a routed fake cluster
+//! answers by method and exact path+query, every request is recorded, and the reports are
+//! compared with golden files in tests/fixtures/doctor/ (`UPDATE_GOLDEN=1 cargo test --test
+//! doctor` rewrites them).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Once};
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+mod kube_mock;
+use kube_mock::{not_found, serve_fn, status, Seen};
+
+use ouroboros::cli::{Cli, Command};
+use ouroboros::dns::{corefile, ProxyFqdn, DEFAULT_PROXY_FQDN};
+use ouroboros::doctor::{diagnose, DoctorArgs, Report, Status};
+use ouroboros::hostname::{HostPolicy, Hostname};
+
+const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
+
+/// Clap reads OUROBOROS_* variables: the developer's must not leak into these tests.
+fn clean_env() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (k, _) in std::env::vars() {
+            if k.starts_with("OUROBOROS_") {
+                std::env::remove_var(k);
+            }
+        }
+    });
+}
+
+fn args(extra: &[&str]) -> DoctorArgs {
+    clean_env();
+    let mut argv = vec![
+        "ouroboros",
+        "doctor",
+        "--cluster-domain",
+        "cluster.local",
+        "--proxy-service-namespace",
+        "ouroboros",
+    ];
+    if !extra.contains(&"--dial") {
+        argv.extend(["--dial", "never"]);
+    }
+    argv.extend_from_slice(extra);
+    match Cli::try_parse_from(argv).unwrap().command {
+        Command::Doctor(a) => a,
+        other => panic!("parsed {other:?}"),
+    }
+}
+
+fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items})
+}
+
+fn meta(ns: &str, name: &str) -> Value {
+    json!({"name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "resourceVersion": "1"})
+}
+
+fn configmap(ns: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(ns, name), "data": data})
+}
+
+fn nginx_service(ip_mode: Option<&str>) -> Value {
+    let mut ingress = json!({"ip": "203.0.113.10"});
+    if let Some(m) = ip_mode {
+        ingress["ipMode"] = json!(m);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "ingress-nginx-controller", "namespace": "ingress-nginx",
+                     "labels": {"app.kubernetes.io/name": "ingress-nginx",
+                                "app.kubernetes.io/component": "controller"}},
+        "spec": {"type": "LoadBalancer",
+                 "selector": {"app.kubernetes.io/name": "ingress-nginx",
+                              "app.kubernetes.io/component": "controller"},
+                 "ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
+        "status": {"loadBalancer": {"ingress": [ingress]}}
+    })
+}
+
+fn deployment(ns: &str, name: &str, labels: Value, image: &str, args: Vec<&str>) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(ns, name),
+        "spec": {"selector": {"matchLabels": labels.clone()},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "c", "image": image, "args": args}]}}}
+    })
+}
+
+fn ingress(ns: &str, name: &str, hosts: &[&str]) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta(ns, name),
+        "spec": {"ingressClassName": "nginx", "tls": [{"hosts": hosts, "secretName": "tls"}]}
+    })
+}
+
+fn proxy_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": meta("ouroboros", "ouroboros-proxy"),
+        "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
+                 "selector": {"app": "ouroboros-proxy"},
+                 "ports": [{"name": "http", "port": 8080, "protocol": "TCP"},
+                           {"name": "https", "port": 8443, "protocol": "TCP"}]}
+    })
+}
+
+fn slices(ready: &[(&str, bool)]) -> Value {
+    let eps: Vec<Value> = ready
+        .iter()
+        .map(|(ip, r)| json!({"addresses": [ip], "conditions": {"ready": r}}))
+        .collect();
+    list(
+        "EndpointSliceList",
+        "discovery.k8s.io/v1",
+        vec![json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": meta("ouroboros", "ouroboros-proxy-abcde"),
+            "addressType": "IPv4", "endpoints": eps,
+            "ports": [{"name": "https", "port": 8443, "protocol": "TCP"}]
+        })],
+    )
+}
+
+fn event(reason: &str, count: i32, message: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Event", "metadata": meta("kube-system", "coredns.1"),
+        "involvedObject": {"kind": "ConfigMap", "namespace": "kube-system", "name": "coredns"},
+        "reason": reason, "type": "Warning", "count": count, "message": message
+    })
+}
+
+fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
+    let p = HostPolicy::new("cluster.local", &[], &[]);
+    names.iter().map(|n| p.check(n).unwrap()).collect()
+}
+
+fn corefile_fixture(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/corefiles")
+        .join(name);
+    fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn with_block(corefile: &str, names: &[&str]) -> String {
+    let proxy = ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap();
+    corefile::splice(corefile, &hosts(names), &proxy)
+        .unwrap()
+        .text
+}
+
+/// A fake cluster: replies by exact URI (path and query), SubjectAccessReviews answered from a
+/// deny list of "verb resource" pairs. Anything else is a 404.
+#[derive(Clone, Default)]
+struct Cluster {
+    routes: BTreeMap<String, (u16, Value)>,
+    denied: BTreeSet<String>,
+    /// Replies served once before the route, per URI (for retry tests).
+    first: BTreeMap<String, Vec<(u16, Value)>>,
+}
+
+impl Cluster {
+    fn at(mut self, uri: &str, v: Value) -> Self {
+        self.routes.insert(uri.to_string(), (200, v));
+        self
+    }
+    fn fail(mut self, uri: &str, code: u16, reason: &str) -> Self {
+        self.routes.insert(
+            uri.to_string(),
+            (code, status(code, reason, "denied by the test")),
+        );
+        self
+    }
+    fn deny(mut self, verb_resource: &str) -> Self {
+        self.denied.insert(verb_resource.to_string());
+        self
+    }
+
+    fn answer(&mut self, s: &Seen) -> (u16, Value) {
+        if let Some(q) = self.first.get_mut(&s.uri) {
+            if !q.is_empty() {
+                return q.remove(0);
+            }
+        }
+        if s.method == "POST" && s.uri == SAR {
+            if let Some(r) = self.routes.get(SAR) {
+                return r.clone();
+            }
+            let mut body = s.body.clone().unwrap();
+            let ra = &body["spec"]["resourceAttributes"];
+            let key = format!(
+                "{} {}",
+                ra["verb"].as_str().unwrap(),
+                ra["resource"].as_str().unwrap()
+            );
+            body["status"] = json!({"allowed": !self.denied.contains(&key)});
+            return (201, body);
+        }
+        match self.routes.get(&s.uri) {
+            Some(r) if s.method == "GET" => r.clone(),
+            _ => not_found("thing", &s.uri),
+        }
+    }
+}
+
+async fn run(cluster: Cluster, a: &DoctorArgs) -> (Report, Vec<Seen>) {
+    let state = Arc::new(Mutex::new(cluster));
+    let (client, task) = serve_fn(move |s| state.lock().unwrap().answer(s));
+    let report = diagnose(&client, a).await.unwrap();
+    drop(client);
+    (report, task.await.unwrap())
+}
+
+fn check<'a>(r: &'a Report, id: &str) -> &'a ouroboros::doctor::Check {
+    r.checks
+        .iter()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no check {id} in {r:#?}"))
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/doctor")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, actual).unwrap();
+        return;
+    }
+    let want = fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert!(
+        want == actual,
+        "{} differs from the output (UPDATE_GOLDEN=1 rewrites it)\n--- golden\n{want}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+const SERVICES_AUTO: &str =
+    "/api/v1/services?&labelSelector=app.kubernetes.io%2Fname+in+%28ingress-nginx%2Ctraefik%29";
+const NGINX_DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/ingress-nginx/deployments?";
+const NGINX_DAEMONSETS: &str = "/apis/apps/v1/namespaces/ingress-nginx/daemonsets?";
+const NGINX_CM: &str = "/api/v1/namespaces/ingress-nginx/configmaps/ingress-nginx-controller";
+const INGRESSES: &str = "/apis/networking.k8s.io/v1/ingresses?";
+const COREDNS: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
+const EVENTS: &str = "/api/v1/namespaces/kube-system/events?&fieldSelector=involvedObject.kind%3DConfigMap%2CinvolvedObject.name%3Dcoredns%2Creason%3DBlockReverted";
+const NODE_LOCAL: &str = "/api/v1/namespaces/kube-system/configmaps/node-local-dns";
+const PROXY_SVC: &str = "/api/v1/namespaces/ouroboros/services/ouroboros-proxy";
+const PROXY_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/ouroboros/endpointslices?&labelSelector=kubernetes.io%2Fservice-name%3Douroboros-proxy";
+const SA: &str = "/api/v1/namespaces/ouroboros/serviceaccounts/ouroboros-controller";
+const CRD: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/";
+
+/// ingress-nginx with the PROXY protocol, two TLS Ingresses, CoreDNS holding the current block,
+/// the proxy ready, the ServiceAccount allowed everything.
+fn healthy() -> Cluster {
+    let labels = json!({"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"});
+    Cluster::default()
+        .at(
+            SERVICES_AUTO,
+            list("ServiceList", "v1", vec![nginx_service(None)]),
+        )
+        .at(
+            NGINX_DEPLOYMENTS,
+            list(
+                "DeploymentList",
+                "apps/v1",
+                vec![deployment(
+                    "ingress-nginx",
+                    "ingress-nginx-controller",
+                    labels,
+                    "registry.k8s.io/ingress-nginx/controller:v1.11.2",
+                    vec![
+                        "/nginx-ingress-controller",
+                        "--configmap=$(POD_NAMESPACE)/ingress-nginx-controller",
+                    ],
+                )],
+            ),
+        )
+        .at(NGINX_DAEMONSETS, list("DaemonSetList", "apps/v1", vec![]))
+        .at(
+            NGINX_CM,
+            configmap(
+                "ingress-nginx",
+                "ingress-nginx-controller",
+                json!({"use-proxy-protocol": "true"}),
+            ),
+        )
+        .at(
+            INGRESSES,
+            list(
+                "IngressList",
+                "networking.k8s.io/v1",
+                vec![
+                    ingress("shop", "web", &["shop.example.com"]),
+                    ingress("blog", "web", &["blog.example.com", "*.blog.example.com"]),
+                ],
+            ),
+        )
+        .at(
+            COREDNS,
+            configmap(
+                "kube-system",
+                "coredns",
+                json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"),
+                    &["shop.example.com", "blog.example.com", "*.blog.example.com"])}),
+            ),
+        )
+        .at(EVENTS, list("EventList", "v1", vec![]))
+        .at(PROXY_SVC, proxy_service())
+        .at(PROXY_SLICES, slices(&[("10.244.1.7", true), ("10.244.2.9", true)]))
+        .at(
+            SA,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("ouroboros", "ouroboros-controller")}),
+        )
+}
+
+#[tokio::test]
+async fn healthy_cluster_passes_with_the_exact_calls() {
+    let (report, seen) = run(healthy(), &args(&[])).await;
+    golden("healthy.txt", &report.to_text());
+    golden("healthy.json", &report.to_json());
+    assert_eq!(report.exit_code(), 0, "{}", report.to_text());
+    for c in &report.checks {
+        assert!(
+            matches!(c.status, Status::Ok | Status::Skip),
+            "{}",
+            report.to_text()
+        );
+    }
+    let calls: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|s| (s.method.as_str(), s.uri.as_str()))
+        .collect();
+    let mut want = vec![
+        ("GET", SERVICES_AUTO),
+        ("GET", NGINX_DEPLOYMENTS),
+        ("GET", NGINX_DAEMONSETS),
+        ("GET", NGINX_CM),
+        ("GET", INGRESSES),
+        ("GET", COREDNS),
+        ("GET", EVENTS),
+        ("GET", NODE_LOCAL),
+        ("GET", PROXY_SVC),
+        ("GET", PROXY_SLICES),
+        ("GET", SA),
+    ];
+    // coredns mode with leader election: ingresses list+watch, events create+patch, lease
+    // get+update (by name) + create, coredns ConfigMap get/list/watch/update/patch,
+    // node-local-dns get.
+    want.extend(std::iter::repeat_n(("POST", SAR), 13));
+    assert_eq!(calls, want);
+    // One review in full: the ServiceAccount as user and groups, the namespaced, named resource.
+    let review = seen
+        .iter()
+        .filter_map(|s| s.body.as_ref())
+        .find(|b| {
+            b["spec"]["resourceAttributes"]["resource"] == "configmaps"
+                && b["spec"]["resourceAttributes"]["verb"] == "update"
+        })
+        .unwrap();
+    assert_eq!(
+        review,
+        &json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "user": "system:serviceaccount:ouroboros:ouroboros-controller",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:ouroboros",
+                           "system:authenticated"],
+                "resourceAttributes": {"group": "", "resource": "configmaps", "verb": "update",
+                                       "namespace": "kube-system", "name": "coredns"}
+            }
+        })
+    );
+}
+
+/// Traefik without the PROXY protocol, a rejected hostname, a stale block in a Corefile without
+/// `reload` that keeps being reverted, node-local-dns, the proxy not ready, Gateway API with
+/// TLSRoute missing, and a ServiceAccount short of two permissions.
+fn broken() -> Cluster {
+    let traefik = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "traefik", "namespace": "kube-system",
+                     "labels": {"app.kubernetes.io/name": "traefik"}},
+        "spec": {"type": "LoadBalancer", "selector": {"app.kubernetes.io/name": "traefik"},
+                 "ports": [{"port": 443}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.5", "ipMode": "VIP"}]}}
+    });
+    let gw = |kind: &str| list(kind, "gateway.networking.k8s.io/v1", vec![]);
+    let base = corefile_fixture("no-reload.Corefile");
+    Cluster::default()
+        .at(SERVICES_AUTO, list("ServiceList", "v1", vec![traefik]))
+        .at(
+            "/apis/apps/v1/namespaces/kube-system/deployments?",
+            list(
+                "DeploymentList",
+                "apps/v1",
+                vec![deployment(
+                    "kube-system",
+                    "traefik",
+                    json!({"app.kubernetes.io/name": "traefik"}),
+                    "rancher/mirrored-library-traefik:3.1.2",
+                    vec!["--entryPoints.websecure.address=:8443/tcp", "--providers.kubernetesingress"],
+                )],
+            ),
+        )
+        .at(
+            "/apis/apps/v1/namespaces/kube-system/daemonsets?",
+            list("DaemonSetList", "apps/v1", vec![]),
+        )
+        .at(
+            INGRESSES,
+            list(
+                "IngressList",
+                "networking.k8s.io/v1",
+                vec![ingress("shop", "web", &["shop.example.com", "shop_admin.example.com"])],
+            ),
+        )
+        .at("/apis/gateway.networking.k8s.io/v1/gateways?", gw("GatewayList"))
+        .at("/apis/gateway.networking.k8s.io/v1/httproutes?", gw("HTTPRouteList"))
+        .at("/apis/gateway.networking.k8s.io/v1/grpcroutes?", gw("GRPCRouteList"))
+        .at(
+            COREDNS,
+            configmap(
+                "kube-system",
+                "coredns",
+                json!({"Corefile": with_block(&base, &["old.example.com"])}),
+            ),
+        )
+        .at(
+            EVENTS,
+            list(
+                "EventList",
+                "v1",
+                vec![event("BlockReverted", 6, "our block was removed by another writer; restored it")],
+            ),
+        )
+        .at(NODE_LOCAL, configmap("kube-system", "node-local-dns", json!({"Corefile": "cluster.local:53 {}"})))
+        .at(PROXY_SVC, proxy_service())
+        .at(PROXY_SLICES, slices(&[("10.244.1.7", false)]))
+        .at(
+            SA,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("ouroboros", "ouroboros-controller")}),
+        )
+        .at(&format!("{CRD}gateways.gateway.networking.k8s.io"), json!({"metadata": {"name": "gateways.gateway.networking.k8s.io"}}))
+        .at(&format!("{CRD}httproutes.gateway.networking.k8s.io"), json!({"metadata": {"name": "httproutes.gateway.networking.k8s.io"}}))
+        .at(&format!("{CRD}grpcroutes.gateway.networking.k8s.io"), json!({"metadata": {"name": "grpcroutes.gateway.networking.k8s.io"}}))
+        .deny("watch configmaps")
+        .deny("create leases")
+}
+
+#[tokio::test]
+async fn broken_cluster_reports_each_problem() {
+    let (report, _) = run(broken(), &args(&["--gateway-api"])).await;
+    golden("broken.txt", &report.to_text());
+    golden("broken.json", &report.to_json());
+    assert_eq!(report.exit_code(), 1);
+    let want = [
+        ("ingress-controller", Status::Ok),
+        ("kep-1860-ipmode", Status::Ok),
+        ("proxy-protocol", Status::Warn),
+        ("hostnames", Status::Warn),
+        ("coredns-configmap", Status::Ok),
+        ("coredns-corefile", Status::Ok),
+        ("coredns-reload", Status::Warn),
+        ("coredns-import", Status::Ok),
+        ("coredns-block", Status::Fail),
+        ("coredns-reverted", Status::Warn),
+        ("node-local-dns", Status::Warn),
+        ("proxy-service", Status::Ok),
+        ("proxy-endpoints", Status::Fail),
+        ("proxy-answers", Status::Skip),
+        ("crds", Status::Warn),
+        ("controller-service-account", Status::Ok),
+        ("rbac", Status::Fail),
+    ];
+    let got: Vec<(&str, Status)> = report.checks.iter().map(|c| (c.id, c.status)).collect();
+    assert_eq!(got, want, "{}", report.to_text());
+    let rbac = check(&report, "rbac");
+    assert_eq!(
+        rbac.evidence,
+        [
+            "may not watch configmaps \"coredns\" in namespace kube-system (for: edit the \
+             Corefile and restore it when reverted)",
+            "may not create leases.coordination.k8s.io in namespace ouroboros (for: leader \
+             election (first start))",
+        ]
+    );
+    let rejected = check(&report, "hostnames");
+    assert!(
+        rejected.evidence[0].starts_with("Ingress shop/web: \"shop_admin.example.com\" rejected"),
+        "{rejected:?}"
+    );
+    assert!(check(&report, "coredns-reverted")
+        .summary
+        .contains("6 time(s)"));
+}
+
+#[tokio::test]
+async fn ipmode_proxy_says_ouroboros_may_be_unnecessary() {
+    let c = healthy().at(
+        SERVICES_AUTO,
+        list("ServiceList", "v1", vec![nginx_service(Some("Proxy"))]),
+    );
+    let (report, _) = run(c, &args(&[])).await;
+    let k = check(&report, "kep-1860-ipmode");
+    assert_eq!(k.status, Status::Warn);
+    assert!(k.summary.contains("may be unnecessary"), "{k:?}");
+    assert_eq!(k.evidence, ["203.0.113.10: ipMode Proxy"]);
+    assert_eq!(report.exit_code(), 0);
+}
+
+#[tokio::test]
+async fn ingress_controller_flag_and_not_found() {
+    let svc = "/api/v1/namespaces/edge/services/my-lb";
+    // Found: its namespace's workloads are read; not an ingress-nginx/Traefik one: SKIP.
+    let c = healthy().at(
+        svc,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("edge", "my-lb"),
+               "spec": {"type": "NodePort", "selector": {"app": "lb"}}}),
+    );
+    let (report, seen) = run(c, &args(&["--ingress-controller-service", "edge/my-lb"])).await;
+    assert_eq!(seen[0].uri, svc);
+    assert_eq!(seen[1].uri, "/apis/apps/v1/namespaces/edge/deployments?");
+    assert_eq!(check(&report, "ingress-controller").status, Status::Ok);
+    assert_eq!(check(&report, "kep-1860-ipmode").status, Status::Skip);
+    assert_eq!(check(&report, "proxy-protocol").status, Status::Skip);
+    // Not found: FAIL, and nothing else is read for it.
+    let (report, seen) = run(
+        healthy(),
+        &args(&["--ingress-controller-service", "edge/my-lb"]),
+    )
+    .await;
+    assert_eq!(check(&report, "ingress-controller").status, Status::Fail);
+    assert_eq!(seen[1].uri, INGRESSES);
+    assert_eq!(report.exit_code(), 1);
+    // Auto-detection finding nothing: WARN.
+    let c = healthy().at(SERVICES_AUTO, list("ServiceList", "v1", vec![]));
+    let (report, _) = run(c, &args(&[])).await;
+    assert_eq!(check(&report, "ingress-controller").status, Status::Warn);
+}
+
+#[tokio::test]
+async fn ingress_nginx_without_proxy_protocol_warns() {
+    let c = healthy().at(
+        NGINX_CM,
+        configmap(
+            "ingress-nginx",
+            "ingress-nginx-controller",
+            json!({"use-proxy-protocol": "false"}),
+        ),
+    );
+    let (report, _) = run(c, &args(&[])).await;
+    let p = check(&report, "proxy-protocol");
+    assert_eq!(p.status, Status::Warn);
+    assert_eq!(
+        p.evidence,
+        ["ConfigMap ingress-nginx/ingress-nginx-controller: use-proxy-protocol=\"false\""]
+    );
+}
+
+#[tokio::test]
+async fn forbidden_reads_fail_with_the_permission_doctor_lacks() {
+    let c = healthy().fail(INGRESSES, 403, "Forbidden");
+    let (report, _) = run(c, &args(&[])).await;
+    let h = check(&report, "hostnames");
+    assert_eq!(h.status, Status::Fail);
+    assert_eq!(
+        h.evidence,
+        ["list ingresses.networking.k8s.io (cluster-wide): HTTP 403: denied by the test"]
+    );
+    assert!(
+        h.action
+            .as_deref()
+            .unwrap()
+            .contains("may not list ingresses.networking.k8s.io"),
+        "{h:?}"
+    );
+    // Without the desired hostnames the block is not judged.
+    assert_eq!(check(&report, "coredns-block").status, Status::Skip);
+    assert_eq!(report.exit_code(), 1);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried() {
+    let mut c = healthy();
+    c.first.insert(
+        COREDNS.to_string(),
+        vec![(500, status(500, "InternalError", "etcd timeout"))],
+    );
+    let (report, seen) = run(c, &args(&[])).await;
+    assert_eq!(seen.iter().filter(|s| s.uri == COREDNS).count(), 2);
+    assert_eq!(check(&report, "coredns-block").status, Status::Ok);
+}
+
+#[tokio::test]
+async fn stale_and_missing_blocks_fail() {
+    let stale = healthy().at(
+        COREDNS,
+        configmap(
+            "kube-system",
+            "coredns",
+            json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"), &["shop.example.com"])}),
+        ),
+    );
+    let (report, _) = run(stale, &args(&[])).await;
+    let b = check(&report, "coredns-block");
+    assert_eq!(b.status, Status::Fail);
+    assert_eq!(b.summary, "our block is stale");
+    assert_eq!(b.evidence.len(), 2, "{b:?}"); // blog.example.com and its wildcard
+    let missing = healthy().at(
+        COREDNS,
+        configmap(
+            "kube-system",
+            "coredns",
+            json!({"Corefile": corefile_fixture("kubeadm.Corefile")}),
+        ),
+    );
+    let (report, _) = run(missing, &args(&[])).await;
+    assert_eq!(
+        check(&report, "coredns-block").summary,
+        "our block is missing (3 hostname(s) to hairpin)"
+    );
+    let gone = healthy();
+    let mut gone = gone;
+    gone.routes.remove(COREDNS);
+    let (report, _) = run(gone, &args(&[])).await;
+    assert_eq!(check(&report, "coredns-configmap").status, Status::Fail);
+}
+
+#[tokio::test]
+async fn coredns_import_mode_reads_the_snippet() {
+    use ouroboros::dns::coredns_import;
+    const CUSTOM: &str = "/api/v1/namespaces/kube-system/configmaps/coredns-custom";
+    let proxy = ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap();
+    let snippet = coredns_import::render(
+        &hosts(&["shop.example.com", "blog.example.com", "*.blog.example.com"]),
+        &proxy,
+    );
+    let importing = corefile_fixture("kubeadm.Corefile").replace(
+        "reload\n",
+        "reload\n    import /etc/coredns/custom/*.override\n",
+    );
+    let c = healthy()
+        .at(
+            COREDNS,
+            configmap("kube-system", "coredns", json!({"Corefile": importing})),
+        )
+        .at(
+            CUSTOM,
+            configmap(
+                "kube-system",
+                "coredns-custom",
+                json!({"ouroboros.override": snippet}),
+            ),
+        );
+    let a = args(&["--mode", "coredns-import"]);
+    let (report, seen) = run(c.clone(), &a).await;
+    assert_eq!(check(&report, "coredns-import").status, Status::Ok);
+    assert_eq!(check(&report, "coredns-import-snippet").status, Status::Ok);
+    assert!(
+        seen.iter().all(|s| s.uri != EVENTS),
+        "no revert Events in import mode"
+    );
+    assert!(report.checks.iter().all(|c| c.id != "coredns-reverted"));
+    // The Corefile without the import: the snippet is never loaded.
+    let c = c.at(
+        COREDNS,
+        configmap(
+            "kube-system",
+            "coredns",
+            json!({"Corefile": corefile_fixture("kubeadm.Corefile")}),
+        ),
+    );
+    let (report, _) = run(c, &a).await;
+    assert_eq!(check(&report, "coredns-import").status, Status::Fail);
+}
+
+#[tokio::test]
+async fn external_dns_mode_needs_the_crd_and_its_rules() {
+    let a = args(&["--mode", "external-dns"]);
+    let (report, seen) = run(healthy(), &a).await;
+    assert_eq!(check(&report, "coredns").status, Status::Skip);
+    let crds = check(&report, "crds");
+    assert_eq!(crds.status, Status::Fail);
+    assert_eq!(
+        crds.evidence,
+        ["dnsendpoints.externaldns.k8s.io: not installed"]
+    );
+    assert!(seen
+        .iter()
+        .any(|s| s.uri == format!("{CRD}dnsendpoints.externaldns.k8s.io")));
+    assert!(seen.iter().all(|s| s.uri != COREDNS));
+    // The rules asked about include DNSEndpoint writes and reading the proxy Service.
+    let asked: BTreeSet<String> = seen
+        .iter()
+        .filter_map(|s| s.body.as_ref())
+        .map(|b| {
+            let r = &b["spec"]["resourceAttributes"];
+            format!(
+                "{} {}",
+                r["verb"].as_str().unwrap(),
+                r["resource"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(asked.contains("delete dnsendpoints"), "{asked:?}");
+    assert!(asked.contains("get services"), "{asked:?}");
+    assert!(!asked.contains("update configmaps"), "{asked:?}");
+}
+
+#[tokio::test]
+async fn forbidden_reviews_stop_after_the_first() {
+    let c = healthy().fail(SAR, 403, "Forbidden");
+    let (report, seen) = run(c, &args(&[])).await;
+    assert_eq!(seen.iter().filter(|s| s.uri == SAR).count(), 1);
+    let r = check(&report, "rbac");
+    assert_eq!(r.status, Status::Fail);
+    assert!(
+        r.action
+            .as_deref()
+            .unwrap()
+            .contains("may not create subjectaccessreviews.authorization.k8s.io"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn missing_service_account_and_proxy_fail() {
+    let mut c = healthy();
+    c.routes.remove(SA);
+    c.routes.remove(PROXY_SVC);
+    let (report, seen) = run(
+        c,
+        &args(&[
+            "--controller-service-account",
+            "ouroboros/ouroboros-controller",
+        ]),
+    )
+    .await;
+    assert_eq!(
+        check(&report, "controller-service-account").status,
+        Status::Fail
+    );
+    assert_eq!(check(&report, "proxy-service").status, Status::Fail);
+    assert_eq!(check(&report, "proxy-endpoints").status, Status::Skip);
+    assert!(seen.iter().all(|s| s.uri != PROXY_SLICES));
+}
+
+#[tokio::test]
+async fn dials_the_proxy_service() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let open = listener.local_addr().unwrap().port();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let svc = |ports: &[u16]| {
+        let ports: Vec<Value> = ports.iter().map(|p| json!({"port": p})).collect();
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("ouroboros", "ouroboros-proxy"),
+               "spec": {"clusterIP": "127.0.0.1", "clusterIPs": ["127.0.0.1"], "ports": ports}})
+    };
+    let a = args(&["--dial", "always", "--dial-timeout", "2s"]);
+    let (report, _) = run(healthy().at(PROXY_SVC, svc(&[open])), &a).await;
+    let d = check(&report, "proxy-answers");
+    assert_eq!(d.status, Status::Ok, "{d:?}");
+    assert!(d.evidence[0].starts_with(&format!("127.0.0.1:{open}: connected in ")));
+    let (report, _) = run(healthy().at(PROXY_SVC, svc(&[open, closed])), &a).await;
+    let d = check(&report, "proxy-answers");
+    assert_eq!(d.status, Status::Fail, "{d:?}");
+    assert!(
+        d.evidence[1].starts_with(&format!("127.0.0.1:{closed}: ")),
+        "{d:?}"
+    );
+    drop(listener);
+}
