@@ -221,6 +221,32 @@ impl DoctorArgs {
     }
 }
 
+/// The flag-derived inputs of the checks.
+pub struct Validated {
+    pub filters: hostnames::Filters,
+    pub policy: crate::hostname::HostPolicy,
+    pub fqdn: crate::dns::ProxyFqdn,
+}
+
+impl DoctorArgs {
+    /// Checks the flag combinations; errors are `UsageError`s (exit 64).
+    pub fn validate(&self) -> anyhow::Result<Validated> {
+        let cluster_domain =
+            crate::cluster_domain::resolve(self.hostnames.cluster_domain.as_deref());
+        Ok(Validated {
+            filters: self.hostnames.filters().map_err(UsageError::err)?,
+            policy: self
+                .hostnames
+                .policy(&cluster_domain)
+                .map_err(UsageError::err)?,
+            fqdn: self
+                .dns
+                .proxy_fqdn(&cluster_domain)
+                .map_err(UsageError::err)?,
+        })
+    }
+}
+
 /// The objects the hostnames come from, owned.
 #[derive(Default)]
 struct Owned {
@@ -312,13 +338,11 @@ async fn dial(targets: Vec<SocketAddr>, timeout: Duration) -> Vec<Dial> {
 pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Report> {
     let d = &args.dns;
     let mode = d.mode;
-    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
-    let filters = args.hostnames.filters().map_err(UsageError::err)?;
-    let policy = args
-        .hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
-    let fqdn = d.proxy_fqdn(&cluster_domain).map_err(UsageError::err)?;
+    let Validated {
+        filters,
+        policy,
+        fqdn,
+    } = args.validate()?;
     let mut out: Vec<Check> = Vec::new();
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
@@ -523,6 +547,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
 /// `ouroboros doctor`.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    args.validate()?; // bad flags exit 64 before any cluster access
     let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
     let report = diagnose(&client, &args).await?;
     let text = match args.output {
@@ -536,6 +561,43 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(extra: &[&str]) -> DoctorArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            a: DoctorArgs,
+        }
+        let mut argv = vec!["t", "--proxy-service-namespace", "ouroboros"];
+        argv.extend_from_slice(extra);
+        T::try_parse_from(argv).unwrap().a
+    }
+
+    #[test]
+    fn needs_follow_the_flags() {
+        let n = parse(&[]).needs();
+        assert!(n.leader_elect);
+        assert_eq!(n.namespace, "ouroboros");
+        assert_eq!(n.proxy_service, None);
+        let n = parse(&["--leader-elect=false", "--ingress-class", "nginx"]).needs();
+        assert!(!n.leader_elect && n.ingress_class_filter);
+        let n = parse(&[
+            "--controller-service-account",
+            "ctl/sa",
+            "--mode",
+            "external-dns",
+            "--external-dns-proxy-service",
+            "p2",
+        ])
+        .needs();
+        assert_eq!(n.namespace, "ctl");
+        assert_eq!(n.external_dns_namespace, "ctl");
+        assert_eq!(n.proxy_service, Some(("ouroboros".into(), "p2".into())));
+        let n = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]).needs();
+        assert_eq!(n.proxy_service, None);
+        assert!(parse(&["--gateway-class", "x"]).validate().is_err());
+    }
 
     #[test]
     fn ns_names() {

@@ -1,0 +1,68 @@
+//! `ouroboros doctor` as a binary: help, usage errors (exit 64) before any cluster access, and a
+//! runtime failure (exit 1) when no cluster can be reached.
+
+use std::process::Command;
+
+fn doctor(args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("doctor").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUROBOROS_") || k == "KUBECONFIG" || k == "KUBERNETES_SERVICE_HOST" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    let out = cmd.output().expect("running ouroboros");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_doctor_flags_and_their_variables() {
+    let (code, out, _) = doctor(&["--help"]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--output",
+        "OUROBOROS_DOCTOR_OUTPUT",
+        "--ingress-controller-service",
+        "OUROBOROS_DOCTOR_INGRESS_CONTROLLER_SERVICE",
+        "--controller-service-account",
+        "OUROBOROS_DOCTOR_CONTROLLER_SERVICE_ACCOUNT",
+        "--dial",
+        "OUROBOROS_DOCTOR_DIAL",
+        "--dial-timeout",
+        "--leader-elect",
+        "--lease-namespace",
+        "--node-local-dns-configmap",
+        "--mode",
+        "--coredns-configmap",
+        "--gateway-api",
+        "--allow-domain",
+    ] {
+        assert!(out.contains(flag), "{flag} missing from --help:\n{out}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    for args in [
+        &["--ingress-controller-service", "no-slash"][..],
+        &["--output", "yaml"],
+        &["--gateway-class", "internal"],
+        &["--deny-domain", "bad domain"],
+    ] {
+        let (code, _, err) = doctor(args);
+        assert_eq!(code, 64, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn unreadable_kubeconfig_is_a_runtime_failure() {
+    let (code, out, err) = doctor(&["--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}
