@@ -783,3 +783,14 @@ async fn dials_the_proxy_service() {
     );
     drop(listener);
 }
+
+#[tokio::test]
+async fn unreachable_api_server_is_an_error_not_a_report() {
+    let client = kube_mock::unreachable();
+    let err = diagnose(&client, &args(&[])).await.unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.starts_with("cannot reach the Kubernetes API server (list services (cluster-wide): "),
+        "{msg}"
+    );
+}

@@ -364,6 +364,15 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             }
         }
     };
+    // The first call tells whether the API server is reachable at all: a report of a dozen
+    // identical transport failures would help nobody.
+    if let Err(e) = &svc {
+        if e.code.is_none() {
+            anyhow::bail!(
+                "cannot reach the Kubernetes API server ({e}); check --kubeconfig and the network"
+            );
+        }
+    }
     let svc_obj = svc.as_ref().ok().and_then(Option::as_ref);
     let workloads = match svc_obj.and_then(|s| s.metadata.namespace.as_deref()) {
         Some(ns) => fetch::workloads(client, ns).await,

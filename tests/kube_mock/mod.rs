@@ -130,3 +130,10 @@ pub fn not_found(kind: &str, name: &str) -> (u16, Value) {
         status(404, "NotFound", &format!("{kind} \"{name}\" not found")),
     )
 }
+
+/// A client whose API server is gone: every request fails in transport, with no HTTP status.
+pub fn unreachable() -> Client {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    drop(handle);
+    Client::new(svc, "default")
+}
