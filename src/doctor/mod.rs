@@ -123,10 +123,7 @@ pub struct DoctorArgs {
         env = "OUROBOROS_CONTROLLER_LEADER_ELECT",
         value_name = "BOOL",
         default_value_t = true,
-        action = ArgAction::Set,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
+        action = ArgAction::Set
     )]
     pub leader_elect: bool,
 
