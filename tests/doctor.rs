@@ -796,3 +796,74 @@ async fn unreachable_api_server_is_an_error_not_a_report() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn traefik_with_proxy_protocol_class_filter_and_unparseable_corefile() {
+    let traefik = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "traefik", "namespace": "traefik",
+                     "labels": {"app.kubernetes.io/name": "traefik"}},
+        "spec": {"type": "LoadBalancer", "selector": {"app.kubernetes.io/name": "traefik"}},
+        "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}}
+    });
+    let daemonset = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta("traefik", "traefik"),
+        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "traefik"}},
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/name": "traefik", "pod-template-hash": "x"}},
+                              "spec": {"containers": [{"name": "traefik", "image": "traefik:v3.1",
+                                  "args": ["--entryPoints.websecure.proxyProtocol.trustedIPs=10.42.0.0/16"]}]}}}
+    });
+    let class = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": "nginx", "uid": "u1",
+                     "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": "k8s.io/ingress-nginx"}
+    });
+    let c = healthy()
+        .at(SERVICES_AUTO, list("ServiceList", "v1", vec![traefik]))
+        .at(
+            "/apis/apps/v1/namespaces/traefik/deployments?",
+            list("DeploymentList", "apps/v1", vec![]),
+        )
+        .at(
+            "/apis/apps/v1/namespaces/traefik/daemonsets?",
+            list("DaemonSetList", "apps/v1", vec![daemonset]),
+        )
+        .at(
+            "/apis/networking.k8s.io/v1/ingressclasses?",
+            list("IngressClassList", "networking.k8s.io/v1", vec![class]),
+        )
+        .at(
+            COREDNS,
+            configmap(
+                "kube-system",
+                "coredns",
+                json!({"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n"}),
+            ),
+        );
+    let (report, seen) = run(c, &args(&["--ingress-class", "traefik"])).await;
+    assert!(seen
+        .iter()
+        .any(|s| s.uri == "/apis/networking.k8s.io/v1/ingressclasses?"));
+    let p = check(&report, "proxy-protocol");
+    assert_eq!(p.status, Status::Ok, "{p:?}");
+    assert_eq!(
+        p.evidence,
+        [
+            "DaemonSet traefik/traefik",
+            "entrypoint websecure: proxyProtocol.trustedips=10.42.0.0/16"
+        ]
+    );
+    assert_eq!(
+        check(&report, "kep-1860-ipmode").evidence,
+        ["lb.example.net: ipMode unset (VIP)"]
+    );
+    // Both Ingresses are class nginx, filtered out under --ingress-class traefik.
+    let h = check(&report, "hostnames");
+    assert_eq!(h.summary, "0 hostname(s) to hairpin from 0 object(s)");
+    assert_eq!(h.evidence.len(), 2, "{h:?}");
+    let cf = check(&report, "coredns-corefile");
+    assert_eq!(cf.status, Status::Fail);
+    assert!(cf.evidence[0].starts_with("line "), "{cf:?}");
+    assert!(report.checks.iter().all(|c| c.id != "coredns-block"));
+}
