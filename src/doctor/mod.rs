@@ -46,7 +46,9 @@ pub enum DialMode {
     /// Only when running inside a cluster (KUBERNETES_SERVICE_HOST is set): ClusterIPs are
     /// not reachable from elsewhere.
     Auto,
+    /// Also from outside the cluster (a host that routes to ClusterIPs).
     Always,
+    /// Not at all (the check is skipped).
     Never,
 }
 
