@@ -8,6 +8,9 @@ use clap::{Args, ValueEnum};
 
 use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
 use crate::dns::external;
+use crate::dns::external_writer::{ExternalWriter, Output, Settings};
+use crate::dns::hosts_writer::HostsWriter;
+use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
 use crate::dns::ProxyFqdn;
 
@@ -289,11 +292,68 @@ impl DnsArgs {
                 ImportWriter::new(client, self.import_target(), fqdn()?, Retry::default())
                     .dry_run(self.dry_run),
             ),
-            Mode::EtcHosts | Mode::ExternalDns => anyhow::bail!(
-                "--mode {} is not available yet in this build",
-                self.mode.as_str()
-            ),
+            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))?),
+            Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
         })
+    }
+
+    /// The etc-hosts backend. Without a client it can only remove the block (`cleanup`) or
+    /// write with --proxy-ip.
+    pub fn hosts_writer(&self, client: Option<kube::Client>) -> anyhow::Result<HostsWriter> {
+        let ips = ProxyIps::new(
+            client,
+            &self.proxy_ips,
+            &self.proxy_service_namespace(),
+            &self.proxy_service_name,
+            "--proxy-ip",
+        )
+        .map_err(crate::cli::UsageError::err)?;
+        Ok(HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run))
+    }
+
+    /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
+    pub fn external_dns_namespace(&self) -> String {
+        self.external_dns_namespace
+            .clone()
+            .or_else(pod_namespace)
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// The Service whose ClusterIPs are the external-dns record targets (namespace, name).
+    pub fn external_dns_proxy_service(&self) -> (String, String) {
+        (
+            self.proxy_service_namespace(),
+            self.external_dns_proxy_service
+                .clone()
+                .unwrap_or_else(|| self.proxy_service_name.clone()),
+        )
+    }
+
+    /// The external-dns backend; invalid labels, annotations or targets are usage errors.
+    pub fn external_writer(&self, client: kube::Client) -> anyhow::Result<ExternalWriter> {
+        let (svc_ns, svc_name) = self.external_dns_proxy_service();
+        let ips = ProxyIps::new(
+            Some(client.clone()),
+            &self.external_dns_proxy_ips,
+            &svc_ns,
+            &svc_name,
+            "--external-dns-proxy-ip",
+        )
+        .map_err(crate::cli::UsageError::err)?;
+        let output = match self.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
+            ExternalDnsOutput::Service => Output::Service,
+        };
+        let settings = Settings {
+            namespace: self.external_dns_namespace(),
+            instance: self.instance.clone(),
+            ttl: self.external_dns_record_ttl,
+            labels: self.external_dns_labels.clone(),
+            annotations: self.external_dns_annotations.clone(),
+        };
+        let w = ExternalWriter::new(client, output, settings, ips)
+            .map_err(|e| crate::cli::UsageError::err(format!("external-dns flags: {e}")))?;
+        Ok(w.dry_run(self.dry_run))
     }
 }
 

@@ -11,6 +11,7 @@ pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
+pub mod external_writer;
 pub mod hosts_writer;
 pub mod proxy_ips;
 pub mod sink;

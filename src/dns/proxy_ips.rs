@@ -78,24 +78,28 @@ impl ProxyIps {
         };
         let svc = match api.get_opt(name).await {
             Ok(Some(svc)) => svc,
-            Ok(None) => return Err(SinkError {
-                reason: "not_found",
-                object: object(),
-                message: format!(
+            Ok(None) => {
+                return Err(SinkError {
+                    reason: "not_found",
+                    object: object(),
+                    message: format!(
                     "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
                          --proxy-service-namespace, or pass {flag}"
                 ),
-            }),
-            Err(kube::Error::Api(s)) if s.code == 403 => return Err(SinkError {
-                reason: "forbidden",
-                object: object(),
-                message: format!(
+                })
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Err(SinkError {
+                    reason: "forbidden",
+                    object: object(),
+                    message: format!(
                     "get services/{name} in {namespace}: forbidden ({}); grant the controller's \
                          ServiceAccount `get` on services (resourceNames: [{name}]) in namespace \
                          {namespace}, or pass {flag}",
                     s.message
                 ),
-            }),
+                })
+            }
             Err(e) => {
                 return Err(SinkError {
                     reason: "api",
