@@ -38,6 +38,8 @@ pub enum Command {
     Render(crate::render::RenderArgs),
     /// Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header.
     Edge(crate::edge::EdgeArgs),
+    /// Remove what `controller` wrote with the same flags: the Corefile block, the import key, the hosts block or this instance's external-dns objects.
+    Cleanup(crate::cleanup::CleanupArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -87,6 +89,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
         Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
+        Command::Cleanup(args) => runtime()?.block_on(crate::cleanup::run(args)),
     }
 }
 

@@ -57,8 +57,7 @@ fn writer(client: Client, output: Output, ip_list: &[&str]) -> ExternalWriter {
         "ouroboros",
         "ouroboros-proxy",
         "--external-dns-proxy-ip",
-    )
-    .unwrap();
+    );
     ExternalWriter::new(client, output, settings(external::DEFAULT_INSTANCE), ips).unwrap()
 }
 

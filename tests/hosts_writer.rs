@@ -363,8 +363,7 @@ async fn proxy_ips_from_the_service_each_sync() {
         "ouroboros",
         "ouroboros-proxy",
         "--proxy-ip",
-    )
-    .unwrap();
+    );
     let w = HostsWriter::new(path.clone(), ipsrc);
     w.apply(&hosts(&["www.example.com", "*.example.org"]))
         .await
@@ -415,7 +414,7 @@ async fn proxy_service_errors_write_nothing() {
         let path = file(&dir, "127.0.0.1 localhost\n");
         let (client, task) = serve(vec![reply(code, body)]);
         let ipsrc =
-            ProxyIps::new(Some(client), &[], "ouroboros", "ouroboros-proxy", "--proxy-ip").unwrap();
+            ProxyIps::new(Some(client), &[], "ouroboros", "ouroboros-proxy", "--proxy-ip");
         let e = HostsWriter::new(path.clone(), ipsrc)
             .apply(&hosts(&["www.example.com"]))
             .await

@@ -306,8 +306,7 @@ impl DnsArgs {
             &self.proxy_service_namespace(),
             &self.proxy_service_name,
             "--proxy-ip",
-        )
-        .map_err(crate::cli::UsageError::err)?;
+        );
         Ok(HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run))
     }
 
@@ -338,8 +337,7 @@ impl DnsArgs {
             &svc_ns,
             &svc_name,
             "--external-dns-proxy-ip",
-        )
-        .map_err(crate::cli::UsageError::err)?;
+        );
         let output = match self.external_dns_output {
             ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
             ExternalDnsOutput::Service => Output::Service,

@@ -273,7 +273,7 @@ impl ExternalWriter {
     ) -> Result<Self, String> {
         let flag_ips = match &ips {
             ProxyIps::Static(v) => v.clone(),
-            ProxyIps::Service { .. } => Vec::new(),
+            ProxyIps::Service { .. } | ProxyIps::Unavailable(_) => Vec::new(),
         };
         settings.validate(&flag_ips)?;
         Ok(Self {

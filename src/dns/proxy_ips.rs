@@ -27,29 +27,34 @@ pub enum ProxyIps {
         /// The flag that would make the lookup unnecessary, for error messages.
         flag: &'static str,
     },
+    /// Neither: only usable for removing (`cleanup` without API access); resolving fails.
+    Unavailable(String),
 }
 
 impl ProxyIps {
-    /// The flag's IPs when any, else the Service's ClusterIPs.
+    /// The flag's IPs when any, else the Service's ClusterIPs (with a client).
     pub fn new(
         client: Option<Client>,
         ips: &[IpAddr],
         namespace: &str,
         name: &str,
         flag: &'static str,
-    ) -> Result<Self, String> {
+    ) -> Self {
         if !ips.is_empty() {
-            return Ok(ProxyIps::Static(ips.to_vec()));
+            return ProxyIps::Static(ips.to_vec());
         }
-        let client = client.ok_or_else(|| {
-            format!("{flag} is not set and there is no Kubernetes client to read Service {namespace}/{name}")
-        })?;
-        Ok(ProxyIps::Service {
-            api: Api::namespaced(client, namespace),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            flag,
-        })
+        match client {
+            Some(client) => ProxyIps::Service {
+                api: Api::namespaced(client, namespace),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                flag,
+            },
+            None => ProxyIps::Unavailable(format!(
+                "{flag} is not set and there is no Kubernetes client to read Service \
+                 {namespace}/{name}"
+            )),
+        }
     }
 
     /// The addresses, sorted, IPv4 first, deduplicated; never empty on success.
@@ -67,6 +72,13 @@ impl ProxyIps {
                 name,
                 flag,
             } => (api, namespace, name, *flag),
+            ProxyIps::Unavailable(why) => {
+                return Err(SinkError {
+                    reason: "invalid",
+                    object: None,
+                    message: why.clone(),
+                })
+            }
         };
         let object = || {
             Some(ObjectKey {
