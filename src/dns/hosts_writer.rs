@@ -456,7 +456,7 @@ impl HostsWriter {
             None if u.before != u.after => Outcome::DryRun,
             None => Outcome::Unchanged,
         };
-        let change = (outcome != Outcome::Unchanged).then(|| Change {
+        let change = (outcome != Outcome::Unchanged).then_some(Change {
             before: Some(u.before),
             after: Some(u.after),
         });
