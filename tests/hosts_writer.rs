@@ -17,7 +17,9 @@ use support::TempDir;
 
 use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::etc_hosts;
-use ouroboros::dns::hosts_writer::{update, HostsWriter, WriteMethod, Written};
+use ouroboros::dns::hosts_writer::{
+    replace_if_unchanged, update, HostsWriter, WriteMethod, Written,
+};
 use ouroboros::dns::proxy_ips::ProxyIps;
 use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
@@ -425,5 +427,46 @@ async fn proxy_service_errors_write_nothing() {
         assert_eq!((obj.kind, obj.name.as_str()), ("Service", "ouroboros-proxy"));
         assert_eq!(fs::read_to_string(&path).unwrap(), "127.0.0.1 localhost\n");
         assert_eq!(calls(&task.await.unwrap()), [("GET", SERVICE_PATH)]);
+    }
+}
+
+/// The file changed between our read and our write (another program added a line): nothing
+/// is written, with either method, and the other program's edit stays.
+#[test]
+fn a_concurrent_edit_is_never_clobbered() {
+    for method in [WriteMethod::Auto, WriteMethod::InPlace] {
+        let dir = TempDir::new("hosts-race");
+        let original = fixture("debian.hosts");
+        let path = file(&dir, &original);
+        let ours = etc_hosts::splice(&original, &hosts(&["www.example.com"]), &ips(&["10.0.0.1"]))
+            .unwrap()
+            .text;
+        let theirs = format!("{original}192.168.1.20 printer.lan\n");
+        fs::write(&path, &theirs).unwrap();
+        let before = stamp(&path);
+        let got =
+            replace_if_unchanged(&path, original.as_bytes(), ours.as_bytes(), method).unwrap();
+        assert_eq!(got, None, "{method:?}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), theirs);
+        assert_eq!(stamp(&path), before);
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left");
+
+        // Edited again from what is there now, both edits are kept.
+        let u = update(
+            &path,
+            &hosts(&["www.example.com"]),
+            &ips(&["10.0.0.1"]),
+            method,
+            false,
+            5,
+        )
+        .unwrap();
+        assert!(u.written.is_some());
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("192.168.1.20 printer.lan\n")
+                && text.contains("10.0.0.1 www.example.com\n")
+        );
     }
 }

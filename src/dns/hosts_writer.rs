@@ -205,6 +205,21 @@ enum Failed {
     Io(&'static str, io::Error),
 }
 
+/// Replaces the content of `real` (no symlink) with `after` if it still is `before`: `Ok(None)`
+/// when it is not (someone else edited it; nothing written). The step under [`update`].
+pub fn replace_if_unchanged(
+    real: &Path,
+    before: &[u8],
+    after: &[u8],
+    method: WriteMethod,
+) -> Result<Option<Written>, (&'static str, io::Error)> {
+    match write(real, before, after, method) {
+        Ok(w) => Ok(Some(w)),
+        Err(Failed::Changed) => Ok(None),
+        Err(Failed::Io(op, e)) => Err((op, e)),
+    }
+}
+
 fn write(real: &Path, before: &[u8], after: &[u8], method: WriteMethod) -> Result<Written, Failed> {
     let meta = fs::metadata(real).map_err(|e| Failed::Io("reading its metadata", e))?;
     if method == WriteMethod::Auto && meta.nlink() == 1 {
