@@ -242,10 +242,12 @@ fn external_dns_deletes_this_instances_objects_with_retries() {
     assert!(log.contains("a-1") && log.contains("b-2"), "{log}");
     let seen = seen.lock().unwrap().clone();
     let list = "/apis/externaldns.k8s.io/v1alpha1/namespaces/dns/dnsendpoints?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Douroboros%2Couroboros.io%2Finstance%3Dblue";
-    let got: Vec<(&str, &str)> = seen
+    let mut got: Vec<(&str, &str)> = seen
         .iter()
         .map(|(m, t, _)| (m.as_str(), t.as_str()))
         .collect();
+    // The deletes run concurrently.
+    got[2..].sort();
     assert_eq!(
         got,
         [
@@ -261,8 +263,9 @@ fn external_dns_deletes_this_instances_objects_with_retries() {
             ),
         ]
     );
+    let a1 = seen.iter().find(|(_, t, _)| t.ends_with("/a-1?")).unwrap();
     assert_eq!(
-        seen[2].2.as_ref().unwrap()["preconditions"],
+        a1.2.as_ref().unwrap()["preconditions"],
         json!({"resourceVersion": "5", "uid": "uid-a-1"})
     );
 }

@@ -119,6 +119,42 @@ fn patch_uri(base: &str, n: &str) -> String {
     format!("{base}/{n}?&force=true&fieldManager=ouroboros")
 }
 
+/// The calls with each run of writes (PATCH or DELETE) sorted: writes run concurrently, so
+/// their order is not fixed.
+fn calls_sorted(seen: &[Seen]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut run: Vec<(String, String)> = Vec::new();
+    for (m, u) in calls(seen) {
+        let c = (m.to_string(), u.to_string());
+        if m == "PATCH" || m == "DELETE" {
+            if run.last().is_some_and(|l| l.0 != m) {
+                run.sort();
+                out.append(&mut run);
+            }
+            run.push(c);
+        } else {
+            run.sort();
+            out.append(&mut run);
+            out.push(c);
+        }
+    }
+    run.sort();
+    out.append(&mut run);
+    out
+}
+
+fn owned(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn find<'a>(seen: &'a [Seen], method: &str, uri: &str) -> &'a Seen {
+    seen.iter()
+        .find(|s| s.method == method && s.uri == uri)
+        .unwrap_or_else(|| panic!("no {method} {uri}"))
+}
+
 fn assert_apply(seen: &Seen, body: &Value) {
     assert_eq!(seen.method, "PATCH");
     assert_eq!(
@@ -162,26 +198,26 @@ async fn first_apply_then_nothing_to_do() {
     let p0 = patch_uri(DE, &w8[0].0);
     let p1 = patch_uri(DE, &w8[1].0);
     assert_eq!(
-        calls(&seen),
-        [
+        calls_sorted(&seen),
+        owned(&[
             ("GET", list_uri.as_str()),
             ("GET", meta_uri.as_str()),
             ("PATCH", p0.as_str()),
             ("PATCH", p1.as_str()),
             ("GET", list_uri.as_str()),
-        ]
+        ])
     );
     assert!(seen[1]
         .accept
         .as_deref()
         .unwrap()
         .contains("as=PartialObjectMetadataList"));
-    assert_apply(&seen[2], &w8[0].1);
-    assert_apply(&seen[3], &w8[1].1);
+    assert_apply(find(&seen, "PATCH", &p0), &w8[0].1);
+    assert_apply(find(&seen, "PATCH", &p1), &w8[1].1);
     // The body in full for one object: what external-dns reads.
     assert_eq!(w8[1].0, name("www.example.com"));
     assert_eq!(
-        seen[3].body.as_ref().unwrap(),
+        find(&seen, "PATCH", &p1).body.as_ref().unwrap(),
         &json!({
             "apiVersion": "externaldns.k8s.io/v1alpha1",
             "kind": "DNSEndpoint",
@@ -371,15 +407,19 @@ async fn other_instances_are_scoped_out_and_cleanup_deletes_only_ours() {
     let d0 = format!("{DE}/{}?", mine[0].0);
     let d1 = format!("{DE}/{}?", mine[1].0);
     assert_eq!(
-        calls(&seen),
-        [
+        calls_sorted(&seen),
+        owned(&[
             ("GET", list_uri.as_str()),
             ("DELETE", d0.as_str()),
             ("DELETE", d1.as_str())
-        ]
+        ])
     );
     assert_eq!(
-        seen[2].body.as_ref().unwrap()["preconditions"],
+        find(&seen, "DELETE", &d0).body.as_ref().unwrap()["preconditions"],
+        json!({"resourceVersion": "10", "uid": "uid-a"})
+    );
+    assert_eq!(
+        find(&seen, "DELETE", &d1).body.as_ref().unwrap()["preconditions"],
         json!({"resourceVersion": "12", "uid": "uid-b"})
     );
 }
@@ -587,4 +627,59 @@ async fn invalid_settings_are_refused_up_front() {
     .unwrap();
     assert!(e.contains("reserved"), "{e}");
     assert!(task.await.unwrap().is_empty(), "no API call");
+}
+
+/// Many names at once (writes run concurrently): every one is applied, and one refused write
+/// does not stop the others; the sync reports it after the rest.
+#[tokio::test]
+async fn many_names_one_refused_the_rest_still_written() {
+    let names: Vec<String> = (0..40).map(|i| format!("h{i}.example.com")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let w8 = want(Output::DnsEndpoint, &refs, &["10.0.0.1"]);
+    let refused = name("h7.example.com");
+    let mut replies = vec![
+        reply(200, list_of("DNSEndpointList", vec![])),
+        reply(200, metadata_list(vec![])),
+    ];
+    for _ in 0..names.len() {
+        let refused = refused.clone();
+        replies.push(Box::new(move |seen: &Seen| -> (u16, Value) {
+            if seen.uri.contains(&refused) {
+                (
+                    500,
+                    status(500, "InternalError", "etcdserver: request timed out"),
+                )
+            } else {
+                let mut v = seen.body.clone().unwrap();
+                v["metadata"]["resourceVersion"] = json!("2");
+                (200, v)
+            }
+        }) as kube_mock::Reply);
+    }
+    let (client, task) = serve(replies);
+    let w = writer(client, Output::DnsEndpoint, &["10.0.0.1"]);
+    let e = w.apply(&hosts(&refs)).await.unwrap_err();
+    assert_eq!(e.reason, "api");
+    assert_eq!(e.object.unwrap().name, refused);
+    assert!(
+        e.message
+            .contains(&format!("apply DNSEndpoint ouroboros/{refused}: HTTP 500")),
+        "{}",
+        e.message
+    );
+    drop(w);
+    let seen = task.await.unwrap();
+    assert_eq!(seen.len(), 2 + names.len());
+    let patched: BTreeSet<String> = seen[2..]
+        .iter()
+        .map(|s| {
+            assert_eq!(s.method, "PATCH");
+            s.body.as_ref().unwrap()["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let wanted: BTreeSet<String> = w8.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(patched, wanted);
 }

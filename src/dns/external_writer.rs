@@ -14,6 +14,7 @@
 //! 4. Server-side apply (field manager `ouroboros`, force) each desired object that is new or
 //!    differs from the listed one (spec, our labels and annotations); equal ones are skipped, so
 //!    the same state is never written twice.
+//!    Up to 8 writes are in flight at once.
 //! 5. Delete our listed objects that are no longer desired, with the listed `uid` and
 //!    `resourceVersion` as preconditions (so an object changed since the list is left for the
 //!    next sync).
@@ -26,6 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use futures::StreamExt;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     Preconditions,
@@ -261,7 +263,13 @@ pub struct ExternalWriter {
     settings: Settings,
     ips: ProxyIps,
     dry_run: bool,
+    /// Writes in flight at once (applies first, then deletes).
+    concurrency: usize,
 }
+
+/// Default writes in flight: enough to make a first sync of thousands of names take seconds,
+/// few enough not to crowd the API server.
+pub const DEFAULT_CONCURRENCY: usize = 8;
 
 impl ExternalWriter {
     /// Fails (for a usage error) when the settings are invalid.
@@ -282,7 +290,14 @@ impl ExternalWriter {
             settings,
             ips,
             dry_run: false,
+            concurrency: DEFAULT_CONCURRENCY,
         })
+    }
+
+    /// Writes in flight at once (at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
     }
 
     pub fn dry_run(mut self, on: bool) -> Self {
@@ -450,48 +465,15 @@ impl ExternalWriter {
             Outcome::DryRun
         } else {
             let pp = PatchParams::apply(FIELD_MANAGER).force();
-            for (name, body) in &to_apply {
-                match self.api.patch(name, &pp, &Patch::Apply(body)).await {
-                    Ok(_) => tracing::info!(
-                        kind = self.output.kind(),
-                        namespace = %self.settings.namespace,
-                        name = %name,
-                        hostname = %host_of(body),
-                        "applied external-dns record"
-                    ),
-                    Err(e) => errors.push(self.api_error("apply", Some(name), e)),
-                }
-            }
-            for obj in &to_delete {
-                let name = obj.metadata.name.as_deref().unwrap_or_default();
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: obj.metadata.uid.clone(),
-                        resource_version: obj.metadata.resource_version.clone(),
-                    }),
-                    ..DeleteParams::default()
-                };
-                match self.api.delete(name, &dp).await {
-                    Ok(_) => tracing::info!(
-                        kind = self.output.kind(),
-                        namespace = %self.settings.namespace,
-                        name,
-                        "deleted external-dns record no longer wanted"
-                    ),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => errors.push(SinkError {
-                        reason: "conflict",
-                        object: Some(self.key(name)),
-                        message: format!(
-                            "delete {} {}/{name}: it changed since it was listed ({}); will retry",
-                            self.output.kind(),
-                            self.settings.namespace,
-                            s.message
-                        ),
-                    }),
-                    Err(e) => errors.push(self.api_error("delete", Some(name), e)),
-                }
-            }
+            // Futures built up front (not through a stream closure), so the whole future
+            // stays `Send` for the controller's spawned sync task.
+            let applies: Vec<_> = to_apply
+                .iter()
+                .map(|(name, body)| self.apply_one(&pp, name, body))
+                .collect();
+            errors.extend(self.run_all(applies).await);
+            let deletes: Vec<_> = to_delete.iter().map(|o| self.delete_one(o)).collect();
+            errors.extend(self.run_all(deletes).await);
             Outcome::Written
         };
         if let Some(e) = combine(errors) {
@@ -503,6 +485,69 @@ impl ExternalWriter {
             conflicts: 0,
             change,
         })
+    }
+}
+
+impl ExternalWriter {
+    /// Runs `futs` with at most `concurrency` in flight; returns their errors.
+    async fn run_all<F>(&self, futs: Vec<F>) -> Vec<SinkError>
+    where
+        F: std::future::Future<Output = Result<(), SinkError>>,
+    {
+        futures::stream::iter(futs)
+            .buffer_unordered(self.concurrency)
+            .filter_map(|r| futures::future::ready(r.err()))
+            .collect()
+            .await
+    }
+
+    async fn apply_one(&self, pp: &PatchParams, name: &str, body: &Value) -> Result<(), SinkError> {
+        self.api
+            .patch(name, pp, &Patch::Apply(body))
+            .await
+            .map_err(|e| self.api_error("apply", Some(name), e))?;
+        tracing::info!(
+            kind = self.output.kind(),
+            namespace = %self.settings.namespace,
+            name,
+            hostname = %host_of(body),
+            "applied external-dns record"
+        );
+        Ok(())
+    }
+
+    async fn delete_one(&self, obj: &DynamicObject) -> Result<(), SinkError> {
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: obj.metadata.uid.clone(),
+                resource_version: obj.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(name, &dp).await {
+            Ok(_) => {
+                tracing::info!(
+                    kind = self.output.kind(),
+                    namespace = %self.settings.namespace,
+                    name,
+                    "deleted external-dns record no longer wanted"
+                );
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(SinkError {
+                reason: "conflict",
+                object: Some(self.key(name)),
+                message: format!(
+                    "delete {} {}/{name}: it changed since it was listed ({}); will retry",
+                    self.output.kind(),
+                    self.settings.namespace,
+                    s.message
+                ),
+            }),
+            Err(e) => Err(self.api_error("delete", Some(name), e)),
+        }
     }
 }
 
