@@ -242,15 +242,15 @@ mod tests {
     }
 
     /// The namespaced rules, without the cluster-wide read rules every mode has.
-    fn local(
-        n: &Needs,
-    ) -> Vec<(
+    type Local = (
         String,
         &'static str,
         &'static str,
         Vec<String>,
         Vec<&'static str>,
-    )> {
+    );
+
+    fn local(n: &Needs) -> Vec<Local> {
         required(n)
             .into_iter()
             .filter_map(|r| match r.scope {
