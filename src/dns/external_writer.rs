@@ -216,11 +216,11 @@ pub fn up_to_date(output: Output, desired: &Value, live: &DynamicObject) -> bool
             let want_spec = serde_json::from_value::<DnsEndpointSpec>(desired["spec"].clone());
             matches!((live_spec, want_spec), (Ok(a), Ok(b)) if a == b)
         }
+        // Only the fields we set: a selector someone adds is theirs (the target annotation
+        // still decides the records), and re-applying would not remove it anyway.
         Output::Service => {
             let spec = &live.data["spec"];
-            spec["clusterIP"] == "None"
-                && spec["type"].as_str().is_none_or(|t| t == "ClusterIP")
-                && spec["selector"].as_object().is_none_or(|s| s.is_empty())
+            spec["clusterIP"] == "None" && spec["type"].as_str().is_none_or(|t| t == "ClusterIP")
         }
     }
 }
@@ -707,8 +707,10 @@ mod tests {
         });
         assert!(up_to_date(Output::Service, want, &live(server.clone())));
         server["spec"]["selector"] = json!({"app": "x"});
+        assert!(up_to_date(Output::Service, want, &live(server.clone())));
+        server["spec"]["type"] = json!("NodePort");
         assert!(!up_to_date(Output::Service, want, &live(server.clone())));
-        server["spec"]["selector"] = json!(null);
+        server["spec"]["type"] = json!("ClusterIP");
         server["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/target"] =
             json!("1.2.3.4");
         assert!(!up_to_date(Output::Service, want, &live(server)));
