@@ -470,3 +470,67 @@ fn a_concurrent_edit_is_never_clobbered() {
         );
     }
 }
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings and a buffer with its length.
+    let rc = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: as above.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (n >= 0).then(|| buf[..n as usize].to_vec())
+}
+
+/// Extended attributes (where the SELinux label and ACLs live) survive the rename path.
+#[tokio::test]
+async fn extended_attributes_survive_a_rename() {
+    let dir = TempDir::new("hosts-xattr");
+    let path = file(&dir, &fixture("debian.hosts"));
+    if let Err(e) = set_xattr(&path, "user.ouroboros-test", b"kept") {
+        // Not silent: filesystems without user xattrs (old tmpfs) cannot run this check.
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP), "{e}");
+        eprintln!(
+            "extended_attributes_survive_a_rename: {} has no user xattrs; not checked",
+            dir.path().display()
+        );
+        return;
+    }
+    let inode = fs::metadata(&path).unwrap().ino();
+    writer(&path, &["10.0.0.1"])
+        .apply(&hosts(&["www.example.com"]))
+        .await
+        .unwrap();
+    assert_ne!(fs::metadata(&path).unwrap().ino(), inode, "renamed");
+    assert_eq!(
+        get_xattr(&path, "user.ouroboros-test").as_deref(),
+        Some(&b"kept"[..])
+    );
+}

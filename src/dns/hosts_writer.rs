@@ -10,7 +10,9 @@
 //!   growing is one `pwrite` of the whole text at offset 0 (space reserved first, so it cannot
 //!   stop half-way for lack of space); shrinking first writes the new text padded with blank
 //!   space to the old length (still a valid hosts file), fsyncs, then truncates. Owner, mode and
-//!   inode are kept. Files with several hard links are always rewritten in place, to keep the links.
+//!   inode are kept. Files with several hard links are always rewritten in place, to keep the
+//!   links. The temporary file gets the original's owner, mode and extended attributes (SELinux
+//!   label, ACLs); when those cannot be copied, the file is rewritten in place too.
 //! - Right before writing, the file is read again and compared with the text the edit was made
 //!   from; if another program changed it meanwhile, the edit starts again from the new text, so
 //!   a concurrent edit outside our block is never lost.
@@ -190,7 +192,7 @@ pub fn update(
                     "hosts file changed since it was read; editing it again"
                 );
             }
-            Err(Failed::Io(op, e)) => return Err(io_err(op, e)),
+            Err(Failed::Io(op, e) | Failed::Fallback(op, e)) => return Err(io_err(op, e)),
         }
     }
     Err(FileError::KeepsChanging {
@@ -203,6 +205,8 @@ enum Failed {
     /// The file no longer holds the text the edit was made from.
     Changed,
     Io(&'static str, io::Error),
+    /// Replacing by rename would lose something: write in place.
+    Fallback(&'static str, io::Error),
 }
 
 /// Replaces the content of `real` (no symlink) with `after` if it still is `before`: `Ok(None)`
@@ -216,7 +220,7 @@ pub fn replace_if_unchanged(
     match write(real, before, after, method) {
         Ok(w) => Ok(Some(w)),
         Err(Failed::Changed) => Ok(None),
-        Err(Failed::Io(op, e)) => Err((op, e)),
+        Err(Failed::Io(op, e) | Failed::Fallback(op, e)) => Err((op, e)),
     }
 }
 
@@ -225,6 +229,14 @@ fn write(real: &Path, before: &[u8], after: &[u8], method: WriteMethod) -> Resul
     if method == WriteMethod::Auto && meta.nlink() == 1 {
         match replace_by_rename(real, &meta, before, after) {
             Ok(()) => return Ok(Written::Renamed),
+            Err(Failed::Fallback(op, e)) => {
+                tracing::debug!(
+                    path = %real.display(),
+                    step = op,
+                    error = %e,
+                    "replacing the hosts file by rename would lose attributes; writing it in place"
+                );
+            }
             Err(Failed::Io(op, e)) if falls_back(&e) => {
                 tracing::debug!(
                     path = %real.display(),
@@ -284,6 +296,14 @@ fn replace_by_rename(
     }
     f.set_permissions(meta.permissions())
         .map_err(|e| Failed::Io("setting the temporary file's mode", e))?;
+    // The SELinux label and ACLs live in extended attributes; a replacement without them could
+    // be unreadable for the host's resolver. If they cannot be copied, write in place instead.
+    copy_xattrs(real, &f).map_err(|e| {
+        Failed::Fallback(
+            "copying extended attributes (SELinux label, ACLs) to the temporary file",
+            e,
+        )
+    })?;
     f.sync_all()
         .map_err(|e| Failed::Io("syncing the temporary file", e))?;
     drop(f);
@@ -296,6 +316,68 @@ fn replace_by_rename(
     if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
         tracing::debug!(dir = %dir.display(), error = %e, "syncing the directory");
     }
+    Ok(())
+}
+
+/// Copies every extended attribute of `src` (SELinux label, POSIX ACLs, user attributes) to
+/// `dst`. A filesystem without extended attributes has none to copy.
+fn copy_xattrs(src: &Path, dst: &File) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        use std::ptr::null_mut;
+        let path = CString::new(src.as_os_str().as_bytes())?;
+        // SAFETY (all calls below): valid NUL-terminated strings, buffers with their true lengths.
+        let len = unsafe { libc::listxattr(path.as_ptr(), null_mut(), 0) };
+        if len < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENOTSUP) => Ok(()),
+                _ => Err(e),
+            };
+        }
+        let mut names = vec![0u8; len as usize];
+        let len = unsafe { libc::listxattr(path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+        if len < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        names.truncate(len as usize);
+        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let name = CString::new(name)?;
+            let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), null_mut(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut value = vec![0u8; n as usize];
+            let n = unsafe {
+                libc::getxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    value.as_mut_ptr().cast(),
+                    value.len(),
+                )
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let rc = unsafe {
+                libc::fsetxattr(
+                    dst.as_raw_fd(),
+                    name.as_ptr(),
+                    value.as_ptr().cast(),
+                    n as usize,
+                    0,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (src, dst);
     Ok(())
 }
 
