@@ -304,3 +304,41 @@ fn external_dns_forbidden_gives_up_with_the_rbac_hint() {
     );
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
+
+#[test]
+fn coredns_block_removed_through_the_api() {
+    let dir = TempDir::new("cleanup-coredns");
+    let plain = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let with_block = format!(
+        ".:53 {{\n    errors\n    {BEGIN_MARKER}\n    rewrite name exact www.example.com ouroboros-proxy.ouroboros.svc.cluster.local.\n    {END_MARKER}\n    forward . /etc/resolv.conf\n    reload\n}}\n"
+    );
+    let cm = |rv: &str, corefile: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "coredns", "namespace": "kube-system", "resourceVersion": rv},
+               "data": {"Corefile": corefile}})
+    };
+    let (api, seen) = scripted_api(vec![(200, cm("41", &with_block)), (200, cm("42", plain))]);
+    let kc = kubeconfig(dir.path(), api);
+    let o = cleanup(&["--mode", "coredns", "--kubeconfig", &kc], &[]);
+    let log = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let seen = seen.lock().unwrap().clone();
+    let got: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(m, t, _)| (m.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("GET", "/api/v1/namespaces/kube-system/configmaps/coredns"),
+            (
+                "PUT",
+                "/api/v1/namespaces/kube-system/configmaps/coredns?&fieldManager=ouroboros"
+            ),
+        ]
+    );
+    let put = seen[1].2.as_ref().unwrap();
+    assert_eq!(put["data"]["Corefile"], plain);
+    assert_eq!(put["metadata"]["resourceVersion"], "41");
+    assert!(log.contains("rewrite name exact www.example.com"), "{log}");
+}
