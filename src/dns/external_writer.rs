@@ -360,16 +360,21 @@ impl ExternalWriter {
         };
         match e {
             kube::Error::Api(s) if s.code == 403 => {
+                let verbs = if verb == "apply" {
+                    "patch` and `create"
+                } else {
+                    verb
+                };
+                let resource = self.output.rbac_resource();
                 SinkError {
                     reason: "forbidden",
                     object: name.map(|n| self.key(n)),
                     message: format!(
-                    "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount `{}` on \
-                     {} in namespace {ns} (the chart's external-dns-mode Role does)",
-                    s.message,
-                    if verb == "apply" { "patch` and `create" } else { verb },
-                    self.output.rbac_resource(),
-                ),
+                        "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount \
+                         `{verbs}` on {resource} in namespace {ns} (the chart's external-dns-mode \
+                         Role does)",
+                        s.message
+                    ),
                 }
             }
             kube::Error::Api(s) if s.code == 404 && self.output == Output::DnsEndpoint => {
