@@ -40,6 +40,8 @@ pub enum Command {
     Edge(crate::edge::EdgeArgs),
     /// Check a live cluster for the ways client IPs get lost: one OK/WARN/FAIL/SKIP verdict per check, exit 1 on any FAIL.
     Doctor(crate::doctor::DoctorArgs),
+    /// Remove what `controller` wrote with the same flags: the Corefile block, the import key, the hosts block or this instance's external-dns objects.
+    Cleanup(crate::cleanup::CleanupArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -90,6 +92,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Render(args) => crate::render::run(args),
         Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
         Command::Doctor(args) => runtime()?.block_on(crate::doctor::run(args)),
+        Command::Cleanup(args) => runtime()?.block_on(crate::cleanup::run(args)),
     }
 }
 

@@ -4,6 +4,7 @@
 //! them to sockets, files and the Kubernetes API.
 
 pub mod admin;
+pub mod cleanup;
 pub mod cli;
 pub mod cluster_domain;
 pub mod controller;

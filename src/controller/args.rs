@@ -8,6 +8,9 @@ use clap::{Args, ValueEnum};
 
 use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
 use crate::dns::external;
+use crate::dns::external_writer::{ExternalWriter, Output, Settings};
+use crate::dns::hosts_writer::HostsWriter;
+use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
 use crate::dns::ProxyFqdn;
 
@@ -289,11 +292,81 @@ impl DnsArgs {
                 ImportWriter::new(client, self.import_target(), fqdn()?, Retry::default())
                     .dry_run(self.dry_run),
             ),
-            Mode::EtcHosts | Mode::ExternalDns => anyhow::bail!(
-                "--mode {} is not available yet in this build",
-                self.mode.as_str()
-            ),
+            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))?),
+            Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
         })
+    }
+
+    /// The etc-hosts backend. Without a client it can only remove the block (`cleanup`) or
+    /// write with --proxy-ip.
+    pub fn hosts_writer(&self, client: Option<kube::Client>) -> anyhow::Result<HostsWriter> {
+        let ips = ProxyIps::new(
+            client,
+            &self.proxy_ips,
+            &self.proxy_service_namespace(),
+            &self.proxy_service_name,
+            "--proxy-ip",
+        );
+        Ok(HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run))
+    }
+
+    /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
+    pub fn external_dns_namespace(&self) -> String {
+        self.external_dns_namespace
+            .clone()
+            .or_else(pod_namespace)
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// The Service whose ClusterIPs are the external-dns record targets (namespace, name).
+    pub fn external_dns_proxy_service(&self) -> (String, String) {
+        (
+            self.proxy_service_namespace(),
+            self.external_dns_proxy_service
+                .clone()
+                .unwrap_or_else(|| self.proxy_service_name.clone()),
+        )
+    }
+
+    /// The Service whose ClusterIPs this mode reads (for RBAC), if any: etc-hosts without
+    /// --proxy-ip, external-dns without --external-dns-proxy-ip.
+    pub fn proxy_service_read(&self) -> Option<(String, String)> {
+        match self.mode {
+            Mode::EtcHosts if self.proxy_ips.is_empty() => Some((
+                self.proxy_service_namespace(),
+                self.proxy_service_name.clone(),
+            )),
+            Mode::ExternalDns if self.external_dns_proxy_ips.is_empty() => {
+                Some(self.external_dns_proxy_service())
+            }
+            _ => None,
+        }
+    }
+
+    /// The external-dns backend; invalid labels, annotations or targets are usage errors.
+    pub fn external_writer(&self, client: kube::Client) -> anyhow::Result<ExternalWriter> {
+        let (svc_ns, svc_name) = self.external_dns_proxy_service();
+        let ips = ProxyIps::new(
+            Some(client.clone()),
+            &self.external_dns_proxy_ips,
+            &svc_ns,
+            &svc_name,
+            "--external-dns-proxy-ip",
+        );
+        let output = match self.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
+            ExternalDnsOutput::Service => Output::Service,
+        };
+        let settings = Settings {
+            namespace: self.external_dns_namespace(),
+            instance: self.instance.clone(),
+            ttl: self.external_dns_record_ttl,
+            labels: self.external_dns_labels.clone(),
+            annotations: self.external_dns_annotations.clone(),
+        };
+        let w = ExternalWriter::new(client, output, settings, ips)
+            .map_err(|e| crate::cli::UsageError::err(format!("external-dns flags: {e}")))?;
+        Ok(w.dry_run(self.dry_run))
     }
 }
 
@@ -306,6 +379,65 @@ mod tests {
     struct T {
         #[command(flatten)]
         dns: DnsArgs,
+    }
+
+    #[tokio::test]
+    async fn etc_hosts_and_external_dns_sinks() {
+        use crate::dns::sink::Sink;
+        let (svc, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(svc, "default");
+        let parse = |args: &[&str]| {
+            let mut v = vec!["t", "--proxy-service-namespace", "ouroboros"];
+            v.extend_from_slice(args);
+            T::parse_from(v).dns
+        };
+        let d = parse(&["--mode", "etc-hosts", "--etc-hosts", "/tmp/h"]);
+        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        assert_eq!(s.mode(), "etc-hosts");
+        assert_eq!(
+            d.proxy_service_read(),
+            Some(("ouroboros".into(), "ouroboros-proxy".into()))
+        );
+        let d = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]);
+        assert_eq!(d.proxy_service_read(), None);
+
+        let d = parse(&[
+            "--mode",
+            "external-dns",
+            "--external-dns-proxy-service",
+            "edge",
+            "--external-dns-namespace",
+            "dns",
+        ]);
+        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        assert_eq!(s.mode(), "external-dns");
+        assert_eq!(d.external_dns_namespace(), "dns");
+        assert_eq!(
+            d.proxy_service_read(),
+            Some(("ouroboros".into(), "edge".into()))
+        );
+        // Flag values that parse but make no sense are usage errors (exit 64).
+        for bad in [
+            &["--external-dns-label", "ouroboros.io/instance=x"][..],
+            &["--external-dns-annotation", "ouroboros.io/x=y"][..],
+            &["--external-dns-proxy-ip", "0.0.0.0"][..],
+            &["--instance", "not valid"][..],
+            &["--external-dns-namespace", "Bad_NS"][..],
+        ] {
+            let mut args = vec!["--mode", "external-dns"];
+            args.extend_from_slice(bad);
+            let e = match parse(&args).sink(client.clone(), "cluster.local").await {
+                Ok(_) => panic!("{bad:?} accepted"),
+                Err(e) => e,
+            };
+            assert!(
+                e.downcast_ref::<crate::cli::UsageError>().is_some(),
+                "{bad:?}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -188,10 +188,11 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         }
         Mode::EtcHosts => {}
         Mode::ExternalDns => {
+            // list: this instance's objects (and, before creating, the namespace's names);
+            // patch + create: server-side apply (of an absent object creates it); delete:
+            // leftovers. See dns::external_writer.
             let ns = Namespace(n.external_dns_namespace.clone());
-            let verbs = &[
-                "get", "list", "watch", "create", "patch", "update", "delete",
-            ];
+            let verbs = &["list", "create", "patch", "delete"];
             match n.external_dns_output {
                 ExternalDnsOutput::Dnsendpoint => rules.push(rule(
                     ns,
@@ -214,4 +215,91 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     }
     rules.sort();
     rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(mode: Mode, output: ExternalDnsOutput, proxy: bool) -> Needs {
+        Needs {
+            mode,
+            gateway_api: false,
+            ingress_class_filter: false,
+            leader_elect: true,
+            namespace: "ouroboros".into(),
+            lease_name: "ouroboros-controller".into(),
+            coredns_namespace: "kube-system".into(),
+            coredns_configmap: "coredns".into(),
+            node_local_dns_namespace: "kube-system".into(),
+            node_local_dns_configmap: "node-local-dns".into(),
+            import_namespace: "kube-system".into(),
+            import_configmap: "coredns-custom".into(),
+            proxy_service: proxy.then(|| ("ouroboros".into(), "ouroboros-proxy".into())),
+            external_dns_namespace: "dns".into(),
+            external_dns_output: output,
+        }
+    }
+
+    /// The namespaced rules, without the cluster-wide read rules every mode has.
+    type Local = (
+        String,
+        &'static str,
+        &'static str,
+        Vec<String>,
+        Vec<&'static str>,
+    );
+
+    fn local(n: &Needs) -> Vec<Local> {
+        required(n)
+            .into_iter()
+            .filter_map(|r| match r.scope {
+                Scope::Namespace(ns) => {
+                    Some((ns, r.api_group, r.resource, r.resource_names, r.verbs))
+                }
+                Scope::Cluster => None,
+            })
+            .filter(|r| r.1 != "coordination.k8s.io")
+            .collect()
+    }
+
+    #[test]
+    fn etc_hosts_and_external_dns_rules_match_their_calls() {
+        let svc = |ns: &str| {
+            (
+                ns.to_string(),
+                "",
+                "services",
+                vec!["ouroboros-proxy".to_string()],
+                vec!["get"],
+            )
+        };
+        // etc-hosts: only the proxy Service, and only without --proxy-ip; no lease.
+        let n = needs(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, true);
+        assert_eq!(local(&n), [svc("ouroboros")]);
+        assert!(required(&n).iter().all(|r| r.resource != "leases"));
+        let n = needs(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, false);
+        assert!(local(&n).is_empty());
+
+        let write = vec!["list", "create", "patch", "delete"];
+        let n = needs(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, true);
+        assert_eq!(
+            local(&n),
+            [
+                (
+                    "dns".to_string(),
+                    "externaldns.k8s.io",
+                    "dnsendpoints",
+                    vec![],
+                    write.clone()
+                ),
+                svc("ouroboros"),
+            ]
+        );
+        let n = needs(Mode::ExternalDns, ExternalDnsOutput::Service, false);
+        assert_eq!(
+            local(&n),
+            [("dns".to_string(), "", "services", vec![], write)]
+        );
+    }
 }

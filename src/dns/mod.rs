@@ -1,7 +1,9 @@
 //! PURE renderers of the DNS configuration that points hairpinned names at the proxy: the
 //! CoreDNS Corefile block, the CoreDNS import snippet, the hosts-file block and external-dns
 //! DNSEndpoint objects. Text in, text out (or a typed error); no I/O.
-//! The one exception is `apply`, the Kubernetes write path that runs them on live objects.
+//! The exceptions are the write paths that run them on live targets: `apply` (CoreDNS
+//! ConfigMaps), `hosts_writer` (the node's hosts file), `external_writer` (external-dns objects)
+//! and `proxy_ips` (the proxy Service's ClusterIPs).
 
 pub mod apply;
 mod block;
@@ -9,6 +11,9 @@ pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
+pub mod external_writer;
+pub mod hosts_writer;
+pub mod proxy_ips;
 pub mod sink;
 
 use std::fmt;

@@ -7,6 +7,8 @@ use std::fmt;
 use std::future::Future;
 
 use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter};
+use super::external_writer::ExternalWriter;
+use super::hosts_writer::HostsWriter;
 use crate::hostname::Hostname;
 
 /// The object an error is about, for a Kubernetes Event on it (`None` in [`SinkError`] for
@@ -98,10 +100,40 @@ impl Sink for ImportWriter {
     }
 }
 
+impl Sink for HostsWriter {
+    fn mode(&self) -> &'static str {
+        "etc-hosts"
+    }
+
+    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+        HostsWriter::apply(self, hosts).await
+    }
+
+    async fn cleanup(&self) -> Result<Applied, SinkError> {
+        HostsWriter::cleanup(self).await
+    }
+}
+
+impl Sink for ExternalWriter {
+    fn mode(&self) -> &'static str {
+        "external-dns"
+    }
+
+    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+        ExternalWriter::apply(self, hosts).await
+    }
+
+    async fn cleanup(&self) -> Result<Applied, SinkError> {
+        ExternalWriter::cleanup(self).await
+    }
+}
+
 /// The backend chosen by `--mode`. (An enum rather than `dyn`: `Sink` has async methods.)
 pub enum AnySink {
     Coredns(CorefileWriter),
     CorednsImport(ImportWriter),
+    EtcHosts(HostsWriter),
+    ExternalDns(ExternalWriter),
 }
 
 impl Sink for AnySink {
@@ -109,6 +141,8 @@ impl Sink for AnySink {
         match self {
             AnySink::Coredns(s) => s.mode(),
             AnySink::CorednsImport(s) => s.mode(),
+            AnySink::EtcHosts(s) => s.mode(),
+            AnySink::ExternalDns(s) => s.mode(),
         }
     }
 
@@ -116,6 +150,8 @@ impl Sink for AnySink {
         match self {
             AnySink::Coredns(s) => Sink::apply(s, hosts).await,
             AnySink::CorednsImport(s) => Sink::apply(s, hosts).await,
+            AnySink::EtcHosts(s) => Sink::apply(s, hosts).await,
+            AnySink::ExternalDns(s) => Sink::apply(s, hosts).await,
         }
     }
 
@@ -123,6 +159,8 @@ impl Sink for AnySink {
         match self {
             AnySink::Coredns(s) => Sink::cleanup(s).await,
             AnySink::CorednsImport(s) => Sink::cleanup(s).await,
+            AnySink::EtcHosts(s) => Sink::cleanup(s).await,
+            AnySink::ExternalDns(s) => Sink::cleanup(s).await,
         }
     }
 }

@@ -29,6 +29,10 @@ pub struct Seen {
     pub method: String,
     pub uri: String,
     pub body: Option<Value>,
+    /// The Content-Type and Accept headers (e.g. `application/apply-patch+yaml` for a
+    /// server-side apply, a `PartialObjectMetadataList` Accept for a metadata-only list).
+    pub content_type: Option<String>,
+    pub accept: Option<String>,
 }
 
 pub type Reply = Box<dyn FnOnce(&Seen) -> (u16, Value) + Send>;
@@ -69,10 +73,19 @@ pub fn serve(replies: Vec<Reply>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>
         while let Some((req, send)) = handle.next_request().await {
             let (parts, body) = req.into_parts();
             let bytes = body.collect_bytes().await.unwrap();
+            let header = |h: http::header::HeaderName| {
+                parts
+                    .headers
+                    .get(h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from)
+            };
             let s = Seen {
                 method: parts.method.to_string(),
                 uri: parts.uri.to_string(),
                 body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
+                content_type: header(http::header::CONTENT_TYPE),
+                accept: header(http::header::ACCEPT),
             };
             let (code, v) = match replies.next() {
                 Some(r) => r(&s),

@@ -1,0 +1,245 @@
+//! `ouroboros cleanup`: removes what `ouroboros controller` with the same DNS flags wrote (the
+//! Corefile block, the import ConfigMap key, the hosts-file block, this instance's external-dns
+//! objects), with the same write paths, so the Helm uninstall hooks need no kubectl or sed.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::controller::args::{DnsArgs, Mode};
+use crate::dns::apply::{Applied, Outcome};
+use crate::dns::sink::{AnySink, Sink, SinkError};
+
+#[derive(Args, Debug)]
+pub struct CleanupArgs {
+    #[command(flatten)]
+    pub dns: DnsArgs,
+
+    /// Attempts before giving up on a failing API or file operation [1, 100]; the wait between
+    /// attempts starts at 1s and doubles (at most 8s).
+    #[arg(
+        long,
+        env = "OUROBOROS_CLEANUP_ATTEMPTS",
+        value_name = "N",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u32).range(1..=100)
+    )]
+    pub attempts: u32,
+}
+
+/// Errors that another attempt cannot fix: the input or the configuration is wrong.
+fn permanent(e: &SinkError) -> bool {
+    matches!(
+        e.reason,
+        "unparseable" | "not_found" | "key_missing" | "invalid" | "foreign_object"
+    )
+}
+
+/// The wait before attempt `n + 1` (n >= 1): 1s, 2s, 4s, 8s, 8s, ...
+pub fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1 << n.saturating_sub(1).min(3))
+}
+
+pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
+    let dns = &args.dns;
+    let sink = match dns.mode {
+        // A hosts block is removed without the API (and without the proxy IPs).
+        Mode::EtcHosts => AnySink::EtcHosts(dns.hosts_writer(None)?),
+        _ => {
+            let client = crate::kube_client::client(dns.kubeconfig.as_deref()).await?;
+            // The rewrite target does not matter for removal; the domain only has to be valid.
+            let domain = crate::cluster_domain::resolve(None);
+            dns.sink(client, &domain).await?
+        }
+    };
+    let applied = with_retries(&sink, args.attempts, backoff).await?;
+    report(sink.mode(), &applied);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sink.cleanup()`, retried up to `attempts` times unless the error is permanent.
+pub async fn with_retries<S: Sink>(
+    sink: &S,
+    attempts: u32,
+    backoff: impl Fn(u32) -> Duration,
+) -> anyhow::Result<Applied> {
+    let attempts = attempts.max(1);
+    let mut n = 1;
+    loop {
+        match sink.cleanup().await {
+            Ok(a) => return Ok(a),
+            Err(e) if n < attempts && !permanent(&e) => {
+                let wait = backoff(n);
+                tracing::warn!(
+                    mode = sink.mode(),
+                    attempt = n,
+                    of = attempts,
+                    retry_in_ms = wait.as_millis() as u64,
+                    reason = e.reason,
+                    error = %e,
+                    "cleanup failed; retrying"
+                );
+                tokio::time::sleep(wait).await;
+                n += 1;
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "cleanup (--mode {}) failed after {n} attempt(s): {e}",
+                    sink.mode()
+                ))
+            }
+        }
+    }
+}
+
+/// The lines of `before` that `after` no longer has: what was removed.
+pub fn removed_lines(before: &str, after: &str) -> Vec<String> {
+    let kept: std::collections::HashSet<&str> = after.lines().collect();
+    before
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !kept.contains(l))
+        .map(|l| l.trim_end_matches('\r').to_string())
+        .collect()
+}
+
+fn report(mode: &str, a: &Applied) {
+    let removed = a
+        .change
+        .as_ref()
+        .map(|c| {
+            removed_lines(
+                c.before.as_deref().unwrap_or(""),
+                c.after.as_deref().unwrap_or(""),
+            )
+        })
+        .unwrap_or_default();
+    match a.outcome {
+        Outcome::Unchanged => tracing::info!(mode, "nothing to remove"),
+        Outcome::Written => tracing::info!(
+            mode,
+            lines = removed.len(),
+            removed = %removed.join("\n"),
+            "removed what ouroboros wrote"
+        ),
+        Outcome::DryRun => tracing::info!(
+            mode,
+            lines = removed.len(),
+            would_remove = %removed.join("\n"),
+            "dry run: nothing was removed"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_eight_seconds() {
+        let got: Vec<u64> = (1..=6).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(got, [1, 2, 4, 8, 8, 8]);
+    }
+
+    #[test]
+    fn removed_lines_are_the_difference() {
+        assert_eq!(
+            removed_lines("a\n# B\n1 x\n# E\nb\n", "a\nb\n"),
+            ["# B", "1 x", "# E"]
+        );
+        assert_eq!(removed_lines("n1\nn2\n", ""), ["n1", "n2"]);
+        assert!(removed_lines("a\n", "a\n").is_empty());
+        assert_eq!(removed_lines("a\r\nb\r\n", "a\r\n"), ["b"]);
+    }
+
+    /// Fails with `reason` `fails` times, then succeeds; counts calls.
+    struct Flaky {
+        reason: &'static str,
+        fails: u32,
+        calls: std::sync::atomic::AtomicU32,
+    }
+
+    impl Sink for Flaky {
+        fn mode(&self) -> &'static str {
+            "test"
+        }
+
+        async fn apply(
+            &self,
+            _: &std::collections::BTreeSet<crate::hostname::Hostname>,
+        ) -> Result<Applied, SinkError> {
+            unreachable!("cleanup never applies")
+        }
+
+        async fn cleanup(&self) -> Result<Applied, SinkError> {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n < self.fails {
+                return Err(SinkError {
+                    reason: self.reason,
+                    object: None,
+                    message: format!("failure {}", n + 1),
+                });
+            }
+            Ok(Applied {
+                outcome: Outcome::Written,
+                findings: None,
+                conflicts: 0,
+                change: None,
+            })
+        }
+    }
+
+    fn flaky(reason: &'static str, fails: u32) -> Flaky {
+        Flaky {
+            reason,
+            fails,
+            calls: Default::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_transient_errors_with_backoff() {
+        let s = flaky("api", 2);
+        let start = tokio::time::Instant::now();
+        let a = with_retries(&s, 5, backoff).await.unwrap();
+        assert_eq!(a.outcome, Outcome::Written);
+        assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(start.elapsed(), Duration::from_secs(1 + 2));
+
+        let s = flaky("conflict", 10);
+        let e = with_retries(&s, 5, backoff).await.unwrap_err();
+        assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 5);
+        assert!(
+            e.to_string()
+                .contains("cleanup (--mode test) failed after 5 attempt(s): failure 5"),
+            "{e}"
+        );
+
+        let s = flaky("unparseable", 10);
+        let start = tokio::time::Instant::now();
+        with_retries(&s, 5, backoff).await.unwrap_err();
+        assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn permanence() {
+        let e = |reason| SinkError {
+            reason,
+            object: None,
+            message: String::new(),
+        };
+        for r in [
+            "unparseable",
+            "not_found",
+            "key_missing",
+            "invalid",
+            "foreign_object",
+        ] {
+            assert!(permanent(&e(r)), "{r}");
+        }
+        for r in ["api", "conflict", "io", "forbidden", "no_cluster_ip"] {
+            assert!(!permanent(&e(r)), "{r}");
+        }
+    }
+}

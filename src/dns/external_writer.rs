@@ -1,0 +1,746 @@
+//! The external-dns write path: one object per hostname for an external-dns deployment to
+//! publish, either `DNSEndpoint`s (external-dns `--source=crd`) or annotated headless Services
+//! (`--source=service`). The objects are the ones `ouroboros render external-dns` prints
+//! (`dns::external::endpoints`); a Service carries the same names, labels and records as
+//! annotations.
+//!
+//! Each sync:
+//! 1. Resolve the record targets (`--external-dns-proxy-ip`, else the proxy Service's ClusterIPs).
+//! 2. List this instance's objects (label selector `app.kubernetes.io/managed-by=ouroboros,
+//!    ouroboros.io/instance=<instance>`).
+//! 3. Only if a desired object is not among them: list the namespace's object names (metadata
+//!    only) to find objects with a desired name that are not ours. Those are never touched: an
+//!    error names each, and the other hostnames still sync.
+//! 4. Server-side apply (field manager `ouroboros`, force) each desired object that is new or
+//!    differs from the listed one (spec, our labels and annotations); equal ones are skipped, so
+//!    the same state is never written twice.
+//!    Up to 8 writes are in flight at once.
+//! 5. Delete our listed objects that are no longer desired, with the listed `uid` and
+//!    `resourceVersion` as preconditions (so an object changed since the list is left for the
+//!    next sync).
+//!
+//! API calls (namespaced, `<ns>` = --external-dns-namespace; keep equal to `controller::rbac`):
+//! `list` dnsendpoints (or services); `patch` them, and `create` for new ones (server-side apply
+//! of an absent object creates it); `delete` them; `get` the proxy Service (without
+//! --external-dns-proxy-ip).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use futures::StreamExt;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Preconditions,
+};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
+use super::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
+use super::proxy_ips::{describe, ProxyIps};
+use super::sink::{ObjectKey, SinkError};
+use crate::hostname::Hostname;
+
+/// What the objects are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    DnsEndpoint,
+    Service,
+}
+
+/// The external-dns annotation prefixes: `external-dns.kubernetes.io/` since external-dns
+/// v0.22, `external-dns.alpha.kubernetes.io/` before. Services carry both, so any version reads
+/// them (a newer one prefers its own prefix when both are present).
+pub const ANNOTATION_PREFIXES: [&str; 2] = [
+    "external-dns.kubernetes.io/",
+    "external-dns.alpha.kubernetes.io/",
+];
+
+impl Output {
+    fn resource(self) -> ApiResource {
+        match self {
+            Output::DnsEndpoint => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("externaldns.k8s.io", "v1alpha1", external::KIND),
+                "dnsendpoints",
+            ),
+            Output::Service => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "Service"),
+                "services",
+            ),
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Output::DnsEndpoint => external::KIND,
+            Output::Service => "Service",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Output::DnsEndpoint => external::API_VERSION,
+            Output::Service => "v1",
+        }
+    }
+
+    /// `dnsendpoints (group externaldns.k8s.io)` / `services (core group)`, for RBAC hints.
+    fn rbac_resource(self) -> &'static str {
+        match self {
+            Output::DnsEndpoint => "dnsendpoints (apiGroup externaldns.k8s.io)",
+            Output::Service => "services (core apiGroup \"\")",
+        }
+    }
+}
+
+/// Everything but the targets, as the flags give it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub namespace: String,
+    pub instance: String,
+    pub ttl: u32,
+    pub labels: Vec<(String, String)>,
+    pub annotations: Vec<(String, String)>,
+}
+
+impl Settings {
+    fn options(&self, ips: &[IpAddr]) -> Result<Options, String> {
+        Options::new(
+            &self.namespace,
+            &self.instance,
+            self.ttl,
+            ips,
+            &self.labels,
+            &self.annotations,
+        )
+    }
+
+    /// Checks everything except the targets (they may only be known at sync time).
+    pub fn validate(&self, ips: &[IpAddr]) -> Result<(), String> {
+        const PLACEHOLDER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+        let ips = if ips.is_empty() {
+            &[PLACEHOLDER][..]
+        } else {
+            ips
+        };
+        self.options(ips).map(drop)
+    }
+}
+
+/// The desired objects for `hosts`, by name, as server-side apply bodies.
+pub fn desired(
+    output: Output,
+    hosts: &BTreeSet<Hostname>,
+    opts: &Options,
+) -> BTreeMap<String, Value> {
+    external::endpoints(hosts, opts)
+        .into_iter()
+        .map(|ep| {
+            let name = ep.metadata.name.clone().unwrap_or_default();
+            let body = match output {
+                Output::DnsEndpoint => serde_json::to_value(&ep).unwrap_or(Value::Null),
+                Output::Service => service_for(&ep),
+            };
+            (name, body)
+        })
+        .collect()
+}
+
+/// A headless Service without selector (so no endpoints of its own), whose annotations give
+/// external-dns the hostname, the targets (all families: it makes A and AAAA records from
+/// them) and the TTL.
+pub fn service_for(ep: &DnsEndpoint) -> Value {
+    let host = ep
+        .spec
+        .endpoints
+        .first()
+        .map(|e| e.dns_name.clone())
+        .unwrap_or_default();
+    let targets: Vec<&str> = ep
+        .spec
+        .endpoints
+        .iter()
+        .flat_map(|e| e.targets.iter().map(String::as_str))
+        .collect();
+    let ttl = ep.spec.endpoints.first().map(|e| e.record_ttl).unwrap_or(0);
+    let mut annotations = ep.metadata.annotations.clone().unwrap_or_default();
+    for p in ANNOTATION_PREFIXES {
+        annotations.insert(format!("{p}hostname"), host.clone());
+        annotations.insert(format!("{p}target"), targets.join(","));
+        annotations.insert(format!("{p}ttl"), ttl.to_string());
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": ep.metadata.name,
+            "namespace": ep.metadata.namespace,
+            "labels": ep.metadata.labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "None",
+        }
+    })
+}
+
+/// Whether the live object already holds the desired state: the same spec (as far as we set
+/// it), our labels and annotations with our values, and no label or annotation left over that
+/// our earlier applies set and the desired state no longer has.
+pub fn up_to_date(output: Output, desired: &Value, live: &DynamicObject) -> bool {
+    let has_all = |want: &Value, got: Option<&BTreeMap<String, String>>| {
+        want.as_object().is_none_or(|w| {
+            w.iter()
+                .all(|(k, v)| got.and_then(|g| g.get(k)).map(String::as_str) == v.as_str())
+        })
+    };
+    let meta = &desired["metadata"];
+    if !has_all(&meta["labels"], live.metadata.labels.as_ref())
+        || !has_all(&meta["annotations"], live.metadata.annotations.as_ref())
+    {
+        return false;
+    }
+    for field in ["labels", "annotations"] {
+        let want = meta[field].as_object();
+        let stale = applied_keys(live, field)
+            .into_iter()
+            .any(|k| want.is_none_or(|w| !w.contains_key(&k)));
+        if stale {
+            return false;
+        }
+    }
+    match output {
+        Output::DnsEndpoint => {
+            let live_spec = serde_json::from_value::<DnsEndpointSpec>(live.data["spec"].clone());
+            let want_spec = serde_json::from_value::<DnsEndpointSpec>(desired["spec"].clone());
+            matches!((live_spec, want_spec), (Ok(a), Ok(b)) if a == b)
+        }
+        // Only the fields we set: a selector someone adds is theirs (the target annotation
+        // still decides the records), and re-applying would not remove it anyway.
+        Output::Service => {
+            let spec = &live.data["spec"];
+            spec["clusterIP"] == "None" && spec["type"].as_str().is_none_or(|t| t == "ClusterIP")
+        }
+    }
+}
+
+/// The label or annotation keys our server-side applies own, from `managedFields`.
+fn applied_keys(live: &DynamicObject, field: &str) -> Vec<String> {
+    let Some(entries) = live.metadata.managed_fields.as_ref() else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|e| {
+            e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply")
+        })
+        .filter_map(|e| e.fields_v1.as_ref())
+        .filter_map(|f| {
+            f.0.get("f:metadata")?
+                .get(format!("f:{field}"))?
+                .as_object()
+        })
+        .flat_map(|m| {
+            m.keys()
+                .filter_map(|k| k.strip_prefix("f:"))
+                .map(String::from)
+        })
+        .collect()
+}
+
+fn is_ours(labels: Option<&BTreeMap<String, String>>, instance: &str) -> bool {
+    labels.is_some_and(|l| {
+        l.get(external::MANAGED_BY_LABEL).map(String::as_str) == Some(external::MANAGED_BY)
+            && l.get(external::INSTANCE_LABEL).map(String::as_str) == Some(instance)
+    })
+}
+
+/// The external-dns [`Sink`](super::sink::Sink).
+pub struct ExternalWriter {
+    api: Api<DynamicObject>,
+    output: Output,
+    settings: Settings,
+    ips: ProxyIps,
+    dry_run: bool,
+    /// Writes in flight at once (applies first, then deletes).
+    concurrency: usize,
+}
+
+/// Default writes in flight: enough to make a first sync of thousands of names take seconds,
+/// few enough not to crowd the API server.
+pub const DEFAULT_CONCURRENCY: usize = 8;
+
+impl ExternalWriter {
+    /// Fails (for a usage error) when the settings are invalid.
+    pub fn new(
+        client: Client,
+        output: Output,
+        settings: Settings,
+        ips: ProxyIps,
+    ) -> Result<Self, String> {
+        let flag_ips = match &ips {
+            ProxyIps::Static(v) => v.clone(),
+            ProxyIps::Service { .. } | ProxyIps::Unavailable(_) => Vec::new(),
+        };
+        settings.validate(&flag_ips)?;
+        Ok(Self {
+            api: Api::namespaced_with(client, &settings.namespace, &output.resource()),
+            output,
+            settings,
+            ips,
+            dry_run: false,
+            concurrency: DEFAULT_CONCURRENCY,
+        })
+    }
+
+    /// Writes in flight at once (at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
+    /// Makes this instance's objects be exactly one per hostname in `hosts`.
+    pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+        let want = if hosts.is_empty() {
+            BTreeMap::new()
+        } else {
+            let ips = self.ips.resolve().await?;
+            let opts = self.settings.options(&ips).map_err(|e| SinkError {
+                reason: "invalid",
+                object: None,
+                message: format!("external-dns records: {e}"),
+            })?;
+            desired(self.output, hosts, &opts)
+        };
+        self.sync(want).await
+    }
+
+    /// Deletes all of this instance's objects (for `ouroboros cleanup`). Without the
+    /// DNSEndpoint CRD there is nothing to delete.
+    pub async fn cleanup(&self) -> Result<Applied, SinkError> {
+        match self.sync(BTreeMap::new()).await {
+            Err(e) if e.reason == "crd_missing" => {
+                tracing::info!("the DNSEndpoint CRD is not installed: no DNSEndpoints to delete");
+                Ok(Applied {
+                    outcome: Outcome::Unchanged,
+                    findings: None,
+                    conflicts: 0,
+                    change: None,
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn key(&self, name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: self.output.api_version(),
+            kind: self.output.kind(),
+            namespace: self.settings.namespace.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    fn api_error(&self, verb: &str, name: Option<&str>, e: kube::Error) -> SinkError {
+        let ns = &self.settings.namespace;
+        let kind = self.output.kind();
+        let what = match name {
+            Some(n) => format!("{kind} {ns}/{n}"),
+            None => format!("{kind}s in {ns}"),
+        };
+        match e {
+            kube::Error::Api(s) if s.code == 403 => {
+                let verbs = if verb == "apply" {
+                    "patch` and `create"
+                } else {
+                    verb
+                };
+                let resource = self.output.rbac_resource();
+                SinkError {
+                    reason: "forbidden",
+                    object: name.map(|n| self.key(n)),
+                    message: format!(
+                        "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount \
+                         `{verbs}` on {resource} in namespace {ns} (the chart's external-dns-mode \
+                         Role does)",
+                        s.message
+                    ),
+                }
+            }
+            kube::Error::Api(s) if s.code == 404 && self.output == Output::DnsEndpoint => {
+                SinkError {
+                    reason: "crd_missing",
+                    object: None,
+                    message: format!(
+                        "{verb} {what}: the DNSEndpoint resource does not exist ({}); install \
+                         external-dns's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io), or use \
+                         --external-dns-output service",
+                        s.message
+                    ),
+                }
+            }
+            e => SinkError {
+                reason: "api",
+                object: name.map(|n| self.key(n)),
+                message: format!("{verb} {what}: {}", describe(&e)),
+            },
+        }
+    }
+
+    async fn sync(&self, want: BTreeMap<String, Value>) -> Result<Applied, SinkError> {
+        let instance = &self.settings.instance;
+        let lp = ListParams::default().labels(&external::selector(instance));
+        let listed = self
+            .api
+            .list(&lp)
+            .await
+            .map_err(|e| self.api_error("list", None, e))?;
+        // The selector is the server's; the check is ours.
+        let ours: BTreeMap<String, DynamicObject> = listed
+            .items
+            .into_iter()
+            .filter(|o| is_ours(o.metadata.labels.as_ref(), instance))
+            .filter_map(|o| Some((o.metadata.name.clone()?, o)))
+            .collect();
+
+        let mut errors: Vec<SinkError> = Vec::new();
+        let mut foreign = BTreeSet::new();
+        if want.keys().any(|n| !ours.contains_key(n)) {
+            let all = self
+                .api
+                .list_metadata(&ListParams::default())
+                .await
+                .map_err(|e| self.api_error("list", None, e))?;
+            for o in all.items {
+                let Some(name) = o.metadata.name.clone() else {
+                    continue;
+                };
+                if want.contains_key(&name) && !ours.contains_key(&name) {
+                    let host = host_of(&want[&name]);
+                    errors.push(SinkError {
+                        reason: "foreign_object",
+                        object: Some(self.key(&name)),
+                        message: format!(
+                            "{} {}/{name} already exists without the labels {}={} and {}={instance}: \
+                             it is left untouched and {host} is not published; delete it, or label \
+                             it to hand it over to this instance",
+                            self.output.kind(),
+                            self.settings.namespace,
+                            external::MANAGED_BY_LABEL,
+                            external::MANAGED_BY,
+                            external::INSTANCE_LABEL,
+                        ),
+                    });
+                    foreign.insert(name);
+                }
+            }
+        }
+
+        let to_apply: Vec<(&String, &Value)> = want
+            .iter()
+            .filter(|(n, _)| !foreign.contains(*n))
+            .filter(|(n, v)| {
+                ours.get(*n)
+                    .is_none_or(|live| !up_to_date(self.output, v, live))
+            })
+            .collect();
+        let to_delete: Vec<&DynamicObject> = ours
+            .iter()
+            .filter(|(n, _)| !want.contains_key(*n))
+            .map(|(_, o)| o)
+            .collect();
+        let change = (!to_apply.is_empty() || !to_delete.is_empty()).then(|| Change {
+            before: Some(summary(ours.keys())),
+            after: Some(summary(want.keys().filter(|n| !foreign.contains(*n)))),
+        });
+
+        let outcome = if change.is_none() {
+            Outcome::Unchanged
+        } else if self.dry_run {
+            Outcome::DryRun
+        } else {
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            // Futures built up front (not through a stream closure), so the whole future
+            // stays `Send` for the controller's spawned sync task.
+            let applies: Vec<_> = to_apply
+                .iter()
+                .map(|(name, body)| self.apply_one(&pp, name, body))
+                .collect();
+            errors.extend(self.run_all(applies).await);
+            let deletes: Vec<_> = to_delete.iter().map(|o| self.delete_one(o)).collect();
+            errors.extend(self.run_all(deletes).await);
+            Outcome::Written
+        };
+        if let Some(e) = combine(errors) {
+            return Err(e);
+        }
+        Ok(Applied {
+            outcome,
+            findings: None,
+            conflicts: 0,
+            change,
+        })
+    }
+}
+
+impl ExternalWriter {
+    /// Runs `futs` with at most `concurrency` in flight; returns their errors.
+    async fn run_all<F>(&self, futs: Vec<F>) -> Vec<SinkError>
+    where
+        F: std::future::Future<Output = Result<(), SinkError>>,
+    {
+        futures::stream::iter(futs)
+            .buffer_unordered(self.concurrency)
+            .filter_map(|r| futures::future::ready(r.err()))
+            .collect()
+            .await
+    }
+
+    async fn apply_one(&self, pp: &PatchParams, name: &str, body: &Value) -> Result<(), SinkError> {
+        self.api
+            .patch(name, pp, &Patch::Apply(body))
+            .await
+            .map_err(|e| self.api_error("apply", Some(name), e))?;
+        tracing::info!(
+            kind = self.output.kind(),
+            namespace = %self.settings.namespace,
+            name,
+            hostname = %host_of(body),
+            "applied external-dns record"
+        );
+        Ok(())
+    }
+
+    async fn delete_one(&self, obj: &DynamicObject) -> Result<(), SinkError> {
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: obj.metadata.uid.clone(),
+                resource_version: obj.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(name, &dp).await {
+            Ok(_) => {
+                tracing::info!(
+                    kind = self.output.kind(),
+                    namespace = %self.settings.namespace,
+                    name,
+                    "deleted external-dns record no longer wanted"
+                );
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(SinkError {
+                reason: "conflict",
+                object: Some(self.key(name)),
+                message: format!(
+                    "delete {} {}/{name}: it changed since it was listed ({}); will retry",
+                    self.output.kind(),
+                    self.settings.namespace,
+                    s.message
+                ),
+            }),
+            Err(e) => Err(self.api_error("delete", Some(name), e)),
+        }
+    }
+}
+
+fn host_of(body: &Value) -> String {
+    body["spec"]["endpoints"][0]["dnsName"]
+        .as_str()
+        .or_else(|| body["metadata"]["annotations"]["external-dns.kubernetes.io/hostname"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn summary<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    names.map(|n| format!("{n}\n")).collect()
+}
+
+/// One error for several: the first one's reason and object, every message (up to five).
+fn combine(mut errors: Vec<SinkError>) -> Option<SinkError> {
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        n => {
+            let mut message = format!("{n} external-dns objects failed: ");
+            let shown: Vec<&str> = errors.iter().take(5).map(|e| e.message.as_str()).collect();
+            message.push_str(&shown.join("; "));
+            if n > 5 {
+                message.push_str(&format!("; and {} more", n - 5));
+            }
+            let first = errors.swap_remove(0);
+            Some(SinkError {
+                reason: first.reason,
+                object: first.object,
+                message,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostname::HostPolicy;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+
+    fn host(s: &str) -> Hostname {
+        HostPolicy::new("cluster.local", &[], &[]).check(s).unwrap()
+    }
+
+    fn opts() -> Options {
+        let ips: Vec<IpAddr> = vec!["10.96.0.10".parse().unwrap(), "fd00::a".parse().unwrap()];
+        Options::new(
+            "ouroboros",
+            "blue",
+            60,
+            &ips,
+            &[("team".into(), "net".into())],
+            &[],
+        )
+        .unwrap()
+    }
+
+    fn live(v: Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn service_bodies() {
+        let d = desired(
+            Output::Service,
+            &BTreeSet::from([host("*.example.com")]),
+            &opts(),
+        );
+        let (name, svc) = d.iter().next().unwrap();
+        assert!(name.starts_with("wildcard-example-com-"));
+        assert_eq!(svc["metadata"]["name"], name.as_str());
+        assert_eq!(
+            svc["spec"],
+            json!({"type": "ClusterIP", "clusterIP": "None"})
+        );
+        let a = &svc["metadata"]["annotations"];
+        for p in ANNOTATION_PREFIXES {
+            assert_eq!(a[format!("{p}hostname")], "*.example.com");
+            assert_eq!(a[format!("{p}target")], "10.96.0.10,fd00::a");
+            assert_eq!(a[format!("{p}ttl")], "60");
+        }
+        assert_eq!(svc["metadata"]["labels"]["team"], "net");
+        assert_eq!(svc["metadata"]["labels"][external::INSTANCE_LABEL], "blue");
+        assert_eq!(host_of(svc), "*.example.com");
+    }
+
+    #[test]
+    fn up_to_date_table() {
+        let d = desired(
+            Output::DnsEndpoint,
+            &BTreeSet::from([host("www.example.com")]),
+            &opts(),
+        );
+        let want = d.values().next().unwrap();
+        let base = want.clone();
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            live(v)
+        };
+        assert!(up_to_date(Output::DnsEndpoint, want, &with(&|_| {})));
+        // Extra fields the server or others add do not count.
+        assert!(up_to_date(
+            Output::DnsEndpoint,
+            want,
+            &with(&|v| {
+                v["metadata"]["labels"]["other"] = json!("x");
+                v["metadata"]["resourceVersion"] = json!("9");
+                v["status"] = json!({"observedGeneration": 1});
+            })
+        ));
+        for change in [
+            &(|v: &mut Value| v["spec"]["endpoints"][0]["targets"] = json!(["10.0.0.1"]))
+                as &dyn Fn(&mut Value),
+            &|v| v["spec"]["endpoints"][0]["recordTTL"] = json!(300),
+            &|v| {
+                v["spec"]["endpoints"].as_array_mut().unwrap().pop();
+            },
+            &|v| v["metadata"]["labels"]["team"] = json!("other"),
+            &|v| {
+                v["metadata"]["labels"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("team");
+            },
+        ] {
+            assert!(!up_to_date(Output::DnsEndpoint, want, &with(change)));
+        }
+        // A label our earlier apply set and the desired state dropped: apply again to remove it.
+        let mut stale = with(&|v| v["metadata"]["labels"]["old"] = json!("1"));
+        stale.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("ouroboros".into()),
+            operation: Some("Apply".into()),
+            fields_v1: Some(FieldsV1(
+                json!({"f:metadata": {"f:labels": {"f:old": {}, "f:team": {}}}}),
+            )),
+            ..ManagedFieldsEntry::default()
+        }]);
+        assert!(!up_to_date(Output::DnsEndpoint, want, &stale));
+        // The same label owned by someone else is theirs to keep.
+        stale.metadata.managed_fields.as_mut().unwrap()[0].manager = Some("kubectl".into());
+        assert!(up_to_date(Output::DnsEndpoint, want, &stale));
+
+        let s = desired(
+            Output::Service,
+            &BTreeSet::from([host("www.example.com")]),
+            &opts(),
+        );
+        let want = s.values().next().unwrap();
+        let mut server = want.clone();
+        server["spec"] = json!({
+            "type": "ClusterIP", "clusterIP": "None", "clusterIPs": ["None"],
+            "sessionAffinity": "None", "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"
+        });
+        assert!(up_to_date(Output::Service, want, &live(server.clone())));
+        server["spec"]["selector"] = json!({"app": "x"});
+        assert!(up_to_date(Output::Service, want, &live(server.clone())));
+        server["spec"]["type"] = json!("NodePort");
+        assert!(!up_to_date(Output::Service, want, &live(server.clone())));
+        server["spec"]["type"] = json!("ClusterIP");
+        server["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/target"] =
+            json!("1.2.3.4");
+        assert!(!up_to_date(Output::Service, want, &live(server)));
+    }
+
+    #[test]
+    fn settings_validation() {
+        let s = Settings {
+            namespace: "ouroboros".into(),
+            instance: "blue".into(),
+            ttl: 60,
+            labels: vec![],
+            annotations: vec![],
+        };
+        assert!(s.validate(&[]).is_ok());
+        assert!(s.validate(&["0.0.0.0".parse().unwrap()]).is_err());
+        let bad = Settings {
+            labels: vec![(external::INSTANCE_LABEL.into(), "x".into())],
+            ..s.clone()
+        };
+        assert!(bad.validate(&[]).unwrap_err().contains("reserved"));
+        let bad = Settings {
+            namespace: "Bad".into(),
+            ..s
+        };
+        assert!(bad.validate(&[]).unwrap_err().contains("namespace"));
+    }
+}

@@ -1,0 +1,225 @@
+//! The proxy's IP addresses for the etc-hosts and external-dns modes: given by flag, or read from
+//! the proxy Service's ClusterIPs (`spec.clusterIPs`: one per family on a dual-stack Service).
+//!
+//! The Service is read again on every sync rather than cached: a ClusterIP is immutable only
+//! while the Service exists (a reinstall allocates new ones, and switching `ipFamilyPolicy` to
+//! dual-stack adds one in place), and one GET per sync is small next to the watches every
+//! controller keeps. So a record never points at a stale address for longer than one sync.
+//!
+//! API call: `get` on `services/<name>` in the proxy Service's namespace.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, Client};
+
+use super::sink::{ObjectKey, SinkError};
+
+/// Where the proxy IPs come from.
+pub enum ProxyIps {
+    /// Given by a flag (never empty).
+    Static(Vec<IpAddr>),
+    /// The ClusterIPs of a Service, read on each call.
+    Service {
+        api: Api<Service>,
+        namespace: String,
+        name: String,
+        /// The flag that would make the lookup unnecessary, for error messages.
+        flag: &'static str,
+    },
+    /// Neither: only usable for removing (`cleanup` without API access); resolving fails.
+    Unavailable(String),
+}
+
+impl ProxyIps {
+    /// The flag's IPs when any, else the Service's ClusterIPs (with a client).
+    pub fn new(
+        client: Option<Client>,
+        ips: &[IpAddr],
+        namespace: &str,
+        name: &str,
+        flag: &'static str,
+    ) -> Self {
+        if !ips.is_empty() {
+            return ProxyIps::Static(ips.to_vec());
+        }
+        match client {
+            Some(client) => ProxyIps::Service {
+                api: Api::namespaced(client, namespace),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                flag,
+            },
+            None => ProxyIps::Unavailable(format!(
+                "{flag} is not set and there is no Kubernetes client to read Service \
+                 {namespace}/{name}"
+            )),
+        }
+    }
+
+    /// The addresses, sorted, IPv4 first, deduplicated; never empty on success.
+    pub async fn resolve(&self) -> Result<Vec<IpAddr>, SinkError> {
+        let (api, namespace, name, flag) = match self {
+            ProxyIps::Static(ips) => {
+                let mut v = ips.clone();
+                v.sort();
+                v.dedup();
+                return Ok(v);
+            }
+            ProxyIps::Service {
+                api,
+                namespace,
+                name,
+                flag,
+            } => (api, namespace, name, *flag),
+            ProxyIps::Unavailable(why) => {
+                return Err(SinkError {
+                    reason: "invalid",
+                    object: None,
+                    message: why.clone(),
+                })
+            }
+        };
+        let object = || {
+            Some(ObjectKey {
+                api_version: "v1",
+                kind: "Service",
+                namespace: namespace.clone(),
+                name: name.clone(),
+            })
+        };
+        let svc = match api.get_opt(name).await {
+            Ok(Some(svc)) => svc,
+            Ok(None) => {
+                return Err(SinkError {
+                    reason: "not_found",
+                    object: object(),
+                    message: format!(
+                    "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
+                         --proxy-service-namespace, or pass {flag}"
+                ),
+                })
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Err(SinkError {
+                    reason: "forbidden",
+                    object: object(),
+                    message: format!(
+                    "get services/{name} in {namespace}: forbidden ({}); grant the controller's \
+                         ServiceAccount `get` on services (resourceNames: [{name}]) in namespace \
+                         {namespace}, or pass {flag}",
+                    s.message
+                ),
+                })
+            }
+            Err(e) => {
+                return Err(SinkError {
+                    reason: "api",
+                    object: object(),
+                    message: format!("get Service {namespace}/{name}: {}", describe(&e)),
+                })
+            }
+        };
+        cluster_ips(&svc).map_err(|e| SinkError {
+            reason: "no_cluster_ip",
+            object: object(),
+            message: format!("proxy Service {namespace}/{name}: {e}; pass {flag} instead"),
+        })
+    }
+}
+
+/// A Service's ClusterIPs (`spec.clusterIPs`, else `spec.clusterIP`), sorted, IPv4 first.
+pub fn cluster_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
+    let spec = svc.spec.as_ref();
+    let listed: Vec<&str> = spec
+        .and_then(|s| s.cluster_ips.as_ref())
+        .filter(|v| !v.is_empty())
+        .map(|v| v.iter().map(String::as_str).collect())
+        .or_else(|| {
+            spec.and_then(|s| s.cluster_ip.as_deref())
+                .map(|ip| vec![ip])
+        })
+        .unwrap_or_default();
+    let listed: Vec<&str> = listed.into_iter().filter(|s| !s.is_empty()).collect();
+    if listed.is_empty() {
+        let kind = spec.and_then(|s| s.type_.as_deref()).unwrap_or("ClusterIP");
+        return Err(format!("it has no ClusterIP (type {kind})"));
+    }
+    if listed.iter().any(|s| s.eq_ignore_ascii_case("None")) {
+        return Err("it is headless (clusterIP: None), so it has no ClusterIP".into());
+    }
+    let mut ips = listed
+        .iter()
+        .map(|s| {
+            s.parse::<IpAddr>()
+                .map_err(|_| format!("its ClusterIP {s:?} is not an IP address"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ips.sort();
+    ips.dedup();
+    Ok(ips)
+}
+
+/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
+pub(crate) fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServiceSpec;
+
+    fn svc(cluster_ip: Option<&str>, cluster_ips: Option<&[&str]>, type_: Option<&str>) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                cluster_ip: cluster_ip.map(String::from),
+                cluster_ips: cluster_ips.map(|v| v.iter().map(|s| s.to_string()).collect()),
+                type_: type_.map(String::from),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    #[test]
+    fn cluster_ips_table() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (s, want) in [
+            (
+                svc(Some("10.43.0.5"), None, None),
+                Ok(vec![ip("10.43.0.5")]),
+            ),
+            (
+                svc(Some("fd00::5"), Some(&["fd00::5", "10.43.0.5"]), None),
+                Ok(vec![ip("10.43.0.5"), ip("fd00::5")]),
+            ),
+            (
+                svc(Some("10.43.0.5"), Some(&["10.43.0.5"]), None),
+                Ok(vec![ip("10.43.0.5")]),
+            ),
+            // Older API servers fill only clusterIP.
+            (
+                svc(Some("10.43.0.5"), Some(&[]), None),
+                Ok(vec![ip("10.43.0.5")]),
+            ),
+            (svc(Some("None"), Some(&["None"]), None), Err("headless")),
+            (
+                svc(None, None, Some("ExternalName")),
+                Err("type ExternalName"),
+            ),
+            (svc(Some(""), None, None), Err("no ClusterIP")),
+            (Service::default(), Err("no ClusterIP")),
+            (svc(Some("10.0.0.300"), None, None), Err("not an IP")),
+        ] {
+            match (cluster_ips(&s), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{got}"),
+                (got, want) => panic!("{got:?} vs {want:?}"),
+            }
+        }
+    }
+}

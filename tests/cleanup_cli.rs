@@ -1,0 +1,344 @@
+//! `ouroboros cleanup` end to end with the built binary: etc-hosts on a temp file (no API), and
+//! external-dns against a scripted plain-HTTP API reached through a kubeconfig.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+
+mod support;
+use support::TempDir;
+
+use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
+
+fn cleanup(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("cleanup").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" || k == "KUBECONFIG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("running ouroboros cleanup")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const BASE: &str = "127.0.0.1 localhost\n::1 localhost\n";
+
+#[test]
+fn etc_hosts_block_removed_then_nothing_to_do() {
+    let dir = TempDir::new("cleanup-hosts");
+    let path = dir.path().join("hosts");
+    let with_block = format!(
+        "{BASE}{BEGIN_MARKER}\n10.43.0.5 www.example.com\nfd00::5 www.example.com\n{END_MARKER}\n"
+    );
+    std::fs::write(&path, &with_block).unwrap();
+    let p = path.display().to_string();
+
+    let o = cleanup(&["--mode", "etc-hosts", "--etc-hosts", &p], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), BASE);
+    let log = stderr(&o);
+    assert!(
+        log.contains("removed what ouroboros wrote") && log.contains("10.43.0.5 www.example.com"),
+        "{log}"
+    );
+
+    // Again: nothing to remove, still success; flags from the environment work the same.
+    let o = cleanup(
+        &[],
+        &[
+            ("OUROBOROS_CONTROLLER_MODE", "etc-hosts"),
+            ("OUROBOROS_CONTROLLER_ETC_HOSTS", &p),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to remove"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), BASE);
+
+    // Dry run reports and keeps the block.
+    std::fs::write(&path, &with_block).unwrap();
+    let o = cleanup(
+        &["--mode", "etc-hosts", "--etc-hosts", &p, "--dry-run"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dry run"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), with_block);
+}
+
+#[test]
+fn etc_hosts_failures_exit_1_and_bad_usage_64() {
+    let dir = TempDir::new("cleanup-hosts-bad");
+    let path = dir.path().join("hosts");
+    let bad = format!(
+        "{BEGIN_MARKER}\n{END_MARKER}\n127.0.0.1 localhost\n{BEGIN_MARKER}\n{END_MARKER}\n"
+    );
+    std::fs::write(&path, &bad).unwrap();
+    let p = path.display().to_string();
+    let started = std::time::Instant::now();
+    let o = cleanup(&["--mode", "etc-hosts", "--etc-hosts", &p], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let log = stderr(&o);
+    assert!(
+        log.contains(&p) && log.contains("line 4") && log.contains("after 1 attempt"),
+        "{log}"
+    );
+    assert!(
+        started.elapsed().as_secs() < 5,
+        "a permanent error is not retried"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), bad);
+
+    let missing = dir.path().join("nope").display().to_string();
+    let o = cleanup(&["--mode", "etc-hosts", "--etc-hosts", &missing], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--etc-hosts"), "{}", stderr(&o));
+
+    for args in [
+        &["--mode", "etc-hosts", "--attempts", "0"][..],
+        &["--mode", "nope"][..],
+        &["--mode", "etc-hosts", "--proxy-ip", "not-an-ip"][..],
+    ] {
+        let o = cleanup(args, &[]);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// A plain-HTTP API that answers requests from a script in order and records them
+/// (method, target, body).
+type Script = Arc<Mutex<VecDeque<(u16, Value)>>>;
+type Seen = Arc<Mutex<Vec<(String, String, Option<Value>)>>>;
+
+fn scripted_api(replies: Vec<(u16, Value)>) -> (SocketAddr, Seen) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let script: Script = Arc::new(Mutex::new(replies.into()));
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(conn) = conn else { return };
+            let (script, record) = (script.clone(), record.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut w = conn;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = line.split(' ');
+                    let method = parts.next().unwrap_or("").to_string();
+                    let target = parts.next().unwrap_or("").to_string();
+                    let mut len = 0;
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let body = (!body.is_empty()).then(|| serde_json::from_slice(&body).unwrap());
+                    record.lock().unwrap().push((method, target, body));
+                    let (code, v) = script.lock().unwrap().pop_front().unwrap_or((
+                        500,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "code": 500, "reason": "InternalError", "message": "unexpected"}),
+                    ));
+                    let body = serde_json::to_vec(&v).unwrap();
+                    let head = format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = w.write_all(head.as_bytes());
+                    let _ = w.write_all(&body);
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn kubeconfig(dir: &Path, api: SocketAddr) -> String {
+    let p = dir.join("kubeconfig");
+    std::fs::write(
+        &p,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{api}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n"
+        ),
+    )
+    .unwrap();
+    p.display().to_string()
+}
+
+fn endpoint(name: &str, instance: &str, rv: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "dns", "uid": format!("uid-{name}"),
+                     "resourceVersion": rv,
+                     "labels": {"app.kubernetes.io/managed-by": "ouroboros",
+                                "ouroboros.io/instance": instance}},
+        "spec": {"endpoints": [{"dnsName": "x.example.com", "recordType": "A",
+                                "targets": ["10.0.0.1"], "recordTTL": 60}]}
+    })
+}
+
+#[test]
+fn external_dns_deletes_this_instances_objects_with_retries() {
+    let dir = TempDir::new("cleanup-ext");
+    let success =
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+    let (api, seen) = scripted_api(vec![
+        // A transient failure first: retried after the backoff. (kube's client retries 503
+        // and 429 on its own; a 500 reaches us.)
+        (
+            500,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+                   "reason": "InternalError", "message": "etcdserver: request timed out"}),
+        ),
+        (
+            200,
+            json!({"apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpointList",
+                   "metadata": {"resourceVersion": "9"},
+                   "items": [endpoint("a-1", "blue", "5"), endpoint("b-2", "blue", "6")]}),
+        ),
+        (200, success.clone()),
+        (200, success),
+    ]);
+    let kc = kubeconfig(dir.path(), api);
+    let o = cleanup(
+        &[
+            "--mode",
+            "external-dns",
+            "--kubeconfig",
+            &kc,
+            "--external-dns-namespace",
+            "dns",
+            "--instance",
+            "blue",
+        ],
+        &[],
+    );
+    let log = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert!(log.contains("cleanup failed; retrying"), "{log}");
+    assert!(log.contains("a-1") && log.contains("b-2"), "{log}");
+    let seen = seen.lock().unwrap().clone();
+    let list = "/apis/externaldns.k8s.io/v1alpha1/namespaces/dns/dnsendpoints?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Douroboros%2Couroboros.io%2Finstance%3Dblue";
+    let mut got: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(m, t, _)| (m.as_str(), t.as_str()))
+        .collect();
+    // The deletes run concurrently.
+    got[2..].sort();
+    assert_eq!(
+        got,
+        [
+            ("GET", list),
+            ("GET", list),
+            (
+                "DELETE",
+                "/apis/externaldns.k8s.io/v1alpha1/namespaces/dns/dnsendpoints/a-1?"
+            ),
+            (
+                "DELETE",
+                "/apis/externaldns.k8s.io/v1alpha1/namespaces/dns/dnsendpoints/b-2?"
+            ),
+        ]
+    );
+    let a1 = seen.iter().find(|(_, t, _)| t.ends_with("/a-1?")).unwrap();
+    assert_eq!(
+        a1.2.as_ref().unwrap()["preconditions"],
+        json!({"resourceVersion": "5", "uid": "uid-a-1"})
+    );
+}
+
+#[test]
+fn external_dns_forbidden_gives_up_with_the_rbac_hint() {
+    let dir = TempDir::new("cleanup-ext-403");
+    let forbidden = (
+        403,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+               "reason": "Forbidden",
+               "message": "dnsendpoints.externaldns.k8s.io is forbidden: cannot list"}),
+    );
+    let (api, seen) = scripted_api(vec![forbidden.clone(), forbidden]);
+    let kc = kubeconfig(dir.path(), api);
+    let o = cleanup(
+        &[
+            "--mode",
+            "external-dns",
+            "--kubeconfig",
+            &kc,
+            "--external-dns-namespace",
+            "dns",
+            "--attempts",
+            "2",
+        ],
+        &[],
+    );
+    let log = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("failed after 2 attempt(s)")
+            && log
+                .contains("`list` on dnsendpoints (apiGroup externaldns.k8s.io) in namespace dns"),
+        "{log}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn coredns_block_removed_through_the_api() {
+    let dir = TempDir::new("cleanup-coredns");
+    let plain = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let with_block = format!(
+        ".:53 {{\n    errors\n    {BEGIN_MARKER}\n    rewrite name exact www.example.com ouroboros-proxy.ouroboros.svc.cluster.local.\n    {END_MARKER}\n    forward . /etc/resolv.conf\n    reload\n}}\n"
+    );
+    let cm = |rv: &str, corefile: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "coredns", "namespace": "kube-system", "resourceVersion": rv},
+               "data": {"Corefile": corefile}})
+    };
+    let (api, seen) = scripted_api(vec![(200, cm("41", &with_block)), (200, cm("42", plain))]);
+    let kc = kubeconfig(dir.path(), api);
+    let o = cleanup(&["--mode", "coredns", "--kubeconfig", &kc], &[]);
+    let log = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let seen = seen.lock().unwrap().clone();
+    let got: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(m, t, _)| (m.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("GET", "/api/v1/namespaces/kube-system/configmaps/coredns"),
+            (
+                "PUT",
+                "/api/v1/namespaces/kube-system/configmaps/coredns?&fieldManager=ouroboros"
+            ),
+        ]
+    );
+    let put = seen[1].2.as_ref().unwrap();
+    assert_eq!(put["data"]["Corefile"], plain);
+    assert_eq!(put["metadata"]["resourceVersion"], "41");
+    assert!(log.contains("rewrite name exact www.example.com"), "{log}");
+}
