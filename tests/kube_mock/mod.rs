@@ -65,40 +65,11 @@ pub fn conflict() -> Reply {
 /// Serves `replies` in order and records every request; requests past the script are recorded
 /// and answered 500, so the exact request list can be asserted.
 pub fn serve(replies: Vec<Reply>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let task = tokio::spawn(async move {
-        let mut handle = pin!(handle);
-        let mut replies = replies.into_iter();
-        let mut seen = Vec::new();
-        while let Some((req, send)) = handle.next_request().await {
-            let (parts, body) = req.into_parts();
-            let bytes = body.collect_bytes().await.unwrap();
-            let header = |h: http::header::HeaderName| {
-                parts
-                    .headers
-                    .get(h)
-                    .and_then(|v| v.to_str().ok())
-                    .map(String::from)
-            };
-            let s = Seen {
-                method: parts.method.to_string(),
-                uri: parts.uri.to_string(),
-                body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
-                content_type: header(http::header::CONTENT_TYPE),
-                accept: header(http::header::ACCEPT),
-            };
-            let (code, v) = match replies.next() {
-                Some(r) => r(&s),
-                None => (500, status(500, "InternalError", "unexpected request")),
-            };
-            seen.push(s);
-            let mut resp = Response::new(Body::from(serde_json::to_vec(&v).unwrap()));
-            *resp.status_mut() = StatusCode::from_u16(code).unwrap();
-            send.send_response(resp);
-        }
-        seen
-    });
-    (Client::new(svc, "default"), task)
+    let mut replies = replies.into_iter();
+    serve_fn(move |s| match replies.next() {
+        Some(r) => r(s),
+        None => (500, status(500, "InternalError", "unexpected request")),
+    })
 }
 
 pub fn calls(seen: &[Seen]) -> Vec<(&str, &str)> {
@@ -120,10 +91,19 @@ pub fn serve_fn(
         while let Some((req, send)) = handle.next_request().await {
             let (parts, body) = req.into_parts();
             let bytes = body.collect_bytes().await.unwrap();
+            let header = |h: http::header::HeaderName| {
+                parts
+                    .headers
+                    .get(h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from)
+            };
             let s = Seen {
                 method: parts.method.to_string(),
                 uri: parts.uri.to_string(),
                 body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
+                content_type: header(http::header::CONTENT_TYPE),
+                accept: header(http::header::ACCEPT),
             };
             let (code, v) = route(&s);
             seen.push(s);
