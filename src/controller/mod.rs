@@ -4,4 +4,5 @@
 pub mod args;
 pub mod hostnames;
 pub mod rbac;
+pub mod sources;
 pub mod sync;
