@@ -38,6 +38,8 @@ pub enum Command {
     Render(crate::render::RenderArgs),
     /// Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header.
     Edge(crate::edge::EdgeArgs),
+    /// Keep in-cluster DNS for Ingress/Gateway hostnames pointing at the proxy (CoreDNS, hosts file or external-dns).
+    Controller(crate::controller::ControllerArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -87,6 +89,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Whoami(args) => runtime()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
         Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
+        Command::Controller(args) => runtime()?.block_on(crate::controller::run(args)),
     }
 }
 
