@@ -226,6 +226,7 @@ pub async fn run_with(
             name: target.name.clone(),
         };
         let on_revert = move |r: &revert::Revert| {
+            m.reverts.inc();
             if !r.repeated {
                 tracing::info!(
                     configmap = %object,
@@ -234,7 +235,6 @@ pub async fn run_with(
                 );
                 return;
             }
-            m.reverts.inc();
             tracing::warn!(
                 configmap = %object,
                 count = r.count,
