@@ -528,7 +528,7 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
             r.api
                 .wait_for(5, |a| a.release(
                     "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
-                    &[event.clone()]
+                    std::slice::from_ref(&event)
                 ) == 1)
                 .await,
             "round {round}: a held watch to answer: {:#?}",
@@ -540,7 +540,7 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
                     .wait_for(5, |a| a.count("PUT", COREDNS) as u64 > round)
                     .await,
                 "round {round}: restored within seconds: {:#?}",
-                a_calls(&r.api)
+                r.api.calls()
             );
             assert!(r.state.lock().unwrap().corefile.contains(BEGIN_MARKER));
         }
@@ -564,8 +564,4 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     assert!(ev["note"].as_str().unwrap().contains("3 times"));
     // The third restore waits (backoff), so it has not happened yet.
     assert_eq!(api.count("PUT", COREDNS), 3);
-}
-
-fn a_calls(api: &Routed) -> Vec<(String, String)> {
-    api.calls()
 }

@@ -201,7 +201,7 @@ mod tests {
         let fresh: Vec<_> = r.fresh(&round1).into_iter().cloned().collect();
         assert_eq!(fresh, [a.clone(), b.clone()]);
         assert!(r.fresh(&round1).is_empty(), "not every sync");
-        assert!(r.fresh(&[b.clone()]).is_empty());
+        assert!(r.fresh(std::slice::from_ref(&b)).is_empty());
         let fresh: Vec<_> = r.fresh(&round1).into_iter().cloned().collect();
         assert_eq!(fresh, [a], "came back after going away");
     }

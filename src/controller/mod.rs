@@ -506,12 +506,12 @@ pub fn diff_lines(before: &str, after: &str) -> String {
         .count();
     let mut out = String::new();
     for l in &a[head..a.len() - tail] {
-        out.push_str("-");
+        out.push('-');
         out.push_str(l);
         out.push('\n');
     }
     for l in &b[head..b.len() - tail] {
-        out.push_str("+");
+        out.push('+');
         out.push_str(l);
         out.push('\n');
     }

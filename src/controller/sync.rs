@@ -486,10 +486,12 @@ mod tests {
 
     // ---- run, with paused time and a fake sink ----
 
+    type Calls = Arc<Mutex<Vec<(Instant, BTreeSet<Hostname>)>>>;
+
     /// Records each apply (time, hosts); fails the first `fail` calls; each call takes `delay`.
     #[derive(Clone, Default)]
     struct FakeSink {
-        calls: Arc<Mutex<Vec<(Instant, BTreeSet<Hostname>)>>>,
+        calls: Calls,
         fail: Arc<Mutex<u32>>,
         delay: Duration,
     }
