@@ -89,6 +89,8 @@ struct State {
     ingresses: Vec<Value>,
     /// Gateway-API list paths answered 404 (CRD not installed).
     gateway_crds: bool,
+    /// HTTPRoutes served once `gateway_crds` is set.
+    http_routes: Vec<Value>,
     /// List paths never answered.
     hold_lists: Vec<&'static str>,
     /// Replies for the next PUTs on the CoreDNS ConfigMap (default: accept).
@@ -125,9 +127,14 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             ),
             "GET" if u.starts_with("/apis/gateway.networking.k8s.io/v1/") => {
                 if st.gateway_crds {
+                    let items = if u.contains("/httproutes?") {
+                        st.http_routes.clone()
+                    } else {
+                        vec![]
+                    };
                     Answer::Json(
                         200,
-                        list("gateway.networking.k8s.io/v1", "List", "100", vec![]),
+                        list("gateway.networking.k8s.io/v1", "List", "100", items),
                     )
                 } else {
                     not_found("the server could not find the requested resource")
@@ -368,6 +375,40 @@ async fn missing_gateway_crds_neither_block_nor_crash() {
         assert!(api.count("GET", &path) >= 1, "{path} listed");
     }
     assert_eq!(api.count("PUT", COREDNS), 1);
+}
+
+#[tokio::test]
+async fn a_gateway_api_crd_installed_later_is_picked_up() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.http_routes = vec![json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
+        "spec": {"hostnames": ["blog.example.com"], "parentRefs": [{"name": "gw"}]}
+    })];
+    let r = start(st, &["--leader-elect=false", "--gateway-api"]);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert!(!r
+        .state
+        .lock()
+        .unwrap()
+        .corefile
+        .contains("blog.example.com"));
+    r.state.lock().unwrap().gateway_crds = true;
+    assert!(
+        r.api
+            .wait_for(20, |_| r
+                .state
+                .lock()
+                .unwrap()
+                .corefile
+                .contains("rewrite name blog.example.com "))
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 2);
 }
 
 #[tokio::test]

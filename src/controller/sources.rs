@@ -308,6 +308,7 @@ where
         .default_backoff()
         .modify(K::trim)
         .reflect(writer);
+    let store = reader.clone();
     let task = tokio::spawn(async move {
         let mut stream = pin!(stream);
         let mut missing = false;
@@ -323,7 +324,7 @@ where
                         tracing::info!(%kind, "the CRD is installed now; watching it");
                         missing = false;
                     }
-                    tracing::debug!(%kind, "initial list received");
+                    tracing::debug!(%kind, objects = store.len(), "initial list received");
                     progress.mark_synced(slot);
                     progress.bump();
                 }
