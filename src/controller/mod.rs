@@ -113,6 +113,15 @@ impl ControllerArgs {
 
 /// Entry point of `ouroboros controller`.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    // Bad flags exit 64 before anything talks to the cluster.
+    args.hostnames.filters().map_err(UsageError::err)?;
+    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
+    args.hostnames
+        .policy(&cluster_domain)
+        .map_err(UsageError::err)?;
+    if args.resync.is_zero() {
+        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+    }
     let stop = crate::shutdown::on_signal()?;
     let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
     run_with(client, args, stop).await?;
