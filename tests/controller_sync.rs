@@ -45,6 +45,10 @@ fn args(extra: &[&str]) -> ControllerArgs {
         "--debounce",
         "50ms",
     ];
+    if extra.contains(&"--listen-health") {
+        let at = v.iter().position(|a| *a == "--listen-health").unwrap();
+        v.drain(at..at + 2);
+    }
     v.extend_from_slice(extra);
     T::try_parse_from(v).expect("flags").c
 }
@@ -605,4 +609,84 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     assert!(ev["note"].as_str().unwrap().contains("3 times"));
     // The third restore waits (backoff), so it has not happened yet.
     assert_eq!(api.count("PUT", COREDNS), 3);
+}
+
+/// GET `path` on 127.0.0.1:`port` (HTTP/1.0): (status, body).
+async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("admin endpoint");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let code = buf[9..12].parse().unwrap();
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (code, body)
+}
+
+#[tokio::test]
+async fn readiness_and_metrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut st = state_with(vec![ingress(
+        "shop",
+        &["shop.example.com", "db.svc.cluster.local"],
+    )]);
+    st.hold_lists = vec![INGRESS_LIST];
+    let r = start(st, &["--leader-elect=false", "--listen-health", &listen]);
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("GET", INGRESS_LIST) >= 1)
+            .await
+    );
+    let mut ready = (0, String::new());
+    for _ in 0..100 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            drop(s);
+            ready = http_get(port, "/readyz").await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready.0, 503, "not ready before the lists: {ready:?}");
+    assert!(ready.1.starts_with("syncing"), "{ready:?}");
+    assert_eq!(http_get(port, "/healthz").await.0, 200);
+
+    r.state.lock().unwrap().hold_lists.clear();
+    r.api.release(INGRESS_LIST, &[]);
+    assert!(r.api.wait_for(15, |a| a.count("PUT", COREDNS) >= 1).await);
+    let mut ok = false;
+    for _ in 0..100 {
+        if http_get(port, "/readyz").await.0 == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "ready after the first write");
+    let (code, metrics) = http_get(port, "/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        "ouroboros_controller_syncs_total{mode=\"coredns\",result=\"written\"} 1",
+        "ouroboros_controller_desired_hostnames 1",
+        "ouroboros_controller_rejected_hostnames{reason=\"cluster-domain\"} 1",
+        "ouroboros_controller_leader 1",
+        "ouroboros_controller_write_conflicts_total 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let since = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ouroboros_controller_seconds_since_last_success "))
+        .expect("seconds since last success");
+    let since: f64 = since.parse().unwrap();
+    assert!((0.0..5.0).contains(&since), "{since}");
+    r.shutdown().await;
 }

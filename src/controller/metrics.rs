@@ -51,7 +51,7 @@ impl Collector for SinceLastSuccess {
         // -1 until the first success, so "never" is not mistaken for "just now".
         let g = ConstGauge::new(since.unwrap_or(-1.0));
         let m = encoder.encode_descriptor(
-            "ouroboros_controller_seconds_since_last_success",
+            "seconds_since_last_success",
             "Seconds since the last successful sync (-1: none yet)",
             None,
             g.metric_type(),
