@@ -1,5 +1,6 @@
 //! Benchmark of the controller's first sync at scale: a mock API serves a list of N Ingresses
-//! (3 TLS hosts each, default 10,000) and a stock Corefile; the controller runs in-process
+//! (3 TLS hosts each, default 10,000; paginated by the watcher's `limit` as the API server
+//! does) and a stock Corefile; the controller runs in-process
 //! (`controller::run_with`, coredns mode, no lease). Prints the time from the Ingress list
 //! being answered to the first write of the Corefile, and the process RSS after that sync.
 //! Run by `bench/controller/run.sh` (release build).
@@ -70,6 +71,12 @@ fn ingress(i: usize) -> Value {
     })
 }
 
+fn query<'a>(uri: &'a str, key: &str) -> Option<&'a str> {
+    let q = uri.split_once('?')?.1;
+    q.split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
 fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -83,6 +90,7 @@ fn rss_kib(field: &str) -> u64 {
 
 #[derive(Default)]
 struct Times {
+    list_started: Option<Instant>,
     list_answered: Option<Instant>,
     first_put: Option<Instant>,
     put_bytes: usize,
@@ -98,8 +106,6 @@ async fn main() -> anyhow::Result<()> {
     let rss_start = rss_kib("VmRSS:");
 
     let times = Arc::new(Mutex::new(Times::default()));
-    // Built on the first list request and handed over, so the mock keeps no copy.
-    let mut items = Some(n);
     let t = times.clone();
     let (client, _api) = route(move |s| {
         let (m, u) = (s.method.as_str(), s.uri.as_str());
@@ -108,12 +114,23 @@ async fn main() -> anyhow::Result<()> {
         }
         match m {
             "GET" if u.starts_with("/apis/networking.k8s.io/v1/ingresses?") => {
-                let items: Vec<Value> = (0..items.take().unwrap_or(0)).map(ingress).collect();
-                t.lock().unwrap().list_answered = Some(Instant::now());
-                Answer::Json(
-                    200,
-                    list("networking.k8s.io/v1", "IngressList", "5000", items),
-                )
+                // Paginated like the API server: `limit` per page, the offset as continue token.
+                let limit: usize = query(u, "limit").and_then(|v| v.parse().ok()).unwrap_or(n);
+                let from: usize = query(u, "continue")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let to = (from + limit).min(n);
+                if from == 0 {
+                    t.lock().unwrap().list_started = Some(Instant::now());
+                }
+                let items: Vec<Value> = (from..to).map(ingress).collect();
+                let mut page = list("networking.k8s.io/v1", "IngressList", "5000", items);
+                if to < n {
+                    page["metadata"]["continue"] = json!(to.to_string());
+                } else {
+                    t.lock().unwrap().list_answered = Some(Instant::now());
+                }
+                Answer::Json(200, page)
             }
             "GET" if u.starts_with("/api/v1/namespaces/kube-system/configmaps?") => {
                 Answer::Json(200, list("v1", "ConfigMapList", "1", vec![]))
@@ -167,13 +184,18 @@ async fn main() -> anyhow::Result<()> {
     task.await??;
 
     let t = times.lock().unwrap();
-    let (Some(list), Some(put)) = (t.list_answered, t.first_put) else {
+    let (Some(start), Some(list), Some(put)) = (t.list_started, t.list_answered, t.first_put)
+    else {
         anyhow::bail!("no write within 120 s");
     };
     let ms = put.duration_since(list).as_secs_f64() * 1000.0;
     println!("ingresses: {n} ({} hostnames)", n * 3);
     println!(
-        "list answered -> first write: {ms:.0} ms (target < 2000 ms: {})",
+        "first list page requested -> first write: {:.0} ms",
+        put.duration_since(start).as_secs_f64() * 1000.0
+    );
+    println!(
+        "last list page answered -> first write: {ms:.0} ms (target < 2000 ms: {})",
         if ms < 2000.0 { "met" } else { "MISSED" }
     );
     println!(
