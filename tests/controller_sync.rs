@@ -690,3 +690,18 @@ async fn readiness_and_metrics() {
     assert!((0.0..5.0).contains(&since), "{since}");
     r.shutdown().await;
 }
+
+#[tokio::test]
+async fn dry_run_reads_but_writes_nothing() {
+    let mut st = state_with(vec![ingress(
+        "shop",
+        &["shop.example.com", "db.svc.cluster.local"],
+    )]);
+    st.lease = Some(lease(None, 0));
+    let r = start(st, &["--dry-run", "--resync", "200ms"]);
+    assert!(r.api.wait_for(10, |a| a.count("GET", COREDNS) >= 3).await);
+    let api = r.shutdown().await;
+    assert!(writes(&api).is_empty(), "{:#?}", writes(&api));
+    assert_eq!(api.count("GET", LEASE), 0, "no lease in a dry run");
+    assert_eq!(api.count("POST", EVENTS), 0, "no Events in a dry run");
+}
