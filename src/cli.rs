@@ -42,6 +42,8 @@ pub enum Command {
     Doctor(crate::doctor::DoctorArgs),
     /// Remove what `controller` wrote with the same flags: the Corefile block, the import key, the hosts block or this instance's external-dns objects.
     Cleanup(crate::cleanup::CleanupArgs),
+    /// Keep in-cluster DNS for Ingress/Gateway hostnames pointing at the proxy (CoreDNS, hosts file or external-dns).
+    Controller(crate::controller::ControllerArgs),
 }
 
 /// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
@@ -93,6 +95,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Edge(args) => runtime()?.block_on(crate::edge::run(args)),
         Command::Doctor(args) => runtime()?.block_on(crate::doctor::run(args)),
         Command::Cleanup(args) => runtime()?.block_on(crate::cleanup::run(args)),
+        Command::Controller(args) => runtime()?.block_on(crate::controller::run(args)),
     }
 }
 

@@ -1,6 +1,585 @@
 //! The live controller: flags (`args`), sources to hostnames (`hostnames`, pure, shared with
-//! `render`), and the permissions it needs (`rbac`).
+//! `render`), the permissions it needs (`rbac`) and the sync engine (`sync`).
 
 pub mod args;
+pub mod events;
 pub mod hostnames;
+pub mod lease;
+pub mod metrics;
 pub mod rbac;
+pub mod revert;
+pub mod sources;
+pub mod sync;
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use self::args::{DnsArgs, Mode};
+use self::events::Notifier;
+use self::hostnames::{Desired, HostnameArgs};
+use self::lease::Leadership;
+use self::metrics::Metrics;
+use crate::admin::{AdminState, ReadyCheck};
+use crate::cli::UsageError;
+use crate::dns::apply::{Applied, Outcome};
+use crate::dns::sink::{Sink, SinkError};
+use crate::hostname::Hostname;
+
+pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
+
+/// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
+/// proxy.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub dns: DnsArgs,
+
+    #[command(flatten)]
+    pub hostnames: HostnameArgs,
+
+    /// Apply the desired state this often even without events (repairs drift).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_RESYNC", value_name = "DURATION", default_value = "10m", value_parser = crate::cli::parse_duration)]
+    pub resync: Duration,
+
+    /// Quiet time after the last change before syncing; a constant stream of changes still
+    /// syncs every 5 × this.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_DEBOUNCE", value_name = "DURATION", default_value = "1s", value_parser = crate::cli::parse_duration)]
+    pub debounce: Duration,
+
+    /// Only the holder of a Lease writes (`--leader-elect=false` to turn off); never used in
+    /// etc-hosts mode or with --dry-run.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEADER_ELECT", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of the Lease.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAME", value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+
+    /// Namespace of the Lease [default: this pod's namespace, else `ouroboros`].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
+    pub lease_namespace: Option<String>,
+
+    /// Listener for /healthz, /readyz and /metrics; empty disables it.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LISTEN_HEALTH", value_name = "ADDR", default_value = ":8081", value_parser = parse_listen)]
+    pub listen_health: crate::proxy::Listen,
+
+    /// coredns: namespace of the node-local-dns ConfigMap (its presence is warned about).
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub node_local_dns_namespace: String,
+
+    /// coredns: name of the node-local-dns ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "node-local-dns"
+    )]
+    pub node_local_dns_configmap: String,
+}
+
+fn parse_listen(s: &str) -> Result<crate::proxy::Listen, String> {
+    crate::relay::parse_listen(s).map(crate::proxy::Listen)
+}
+
+impl ControllerArgs {
+    pub fn lease_namespace(&self) -> String {
+        self.lease_namespace
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or_else(args::pod_namespace)
+            .unwrap_or_else(|| args::DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
+    /// run, which writes nothing).
+    pub fn elects(&self) -> bool {
+        self.leader_elect && self.dns.mode != Mode::EtcHosts && !self.dns.dry_run
+    }
+}
+
+/// Entry point of `ouroboros controller`.
+pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    // Bad flags exit 64 before anything talks to the cluster.
+    args.hostnames.filters().map_err(UsageError::err)?;
+    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
+    args.hostnames
+        .policy(&cluster_domain)
+        .map_err(UsageError::err)?;
+    if args.resync.is_zero() {
+        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+    }
+    let stop = crate::shutdown::on_signal()?;
+    let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
+    run_with(client, args, stop).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Readiness as the admin endpoint reports it.
+#[derive(Debug, Default)]
+struct Status {
+    leader: bool,
+    /// Result of the last sink call while leader (`None`: none yet).
+    last: Option<Result<(), String>>,
+}
+
+fn ready(synced: bool, status: &Status) -> Result<(), String> {
+    if !synced {
+        return Err("syncing: waiting for the initial list of every watched kind".into());
+    }
+    if !status.leader {
+        return Ok(()); // a warm standby
+    }
+    match &status.last {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(format!("write-failed: {e}")),
+        None => Err("syncing: no successful write yet".into()),
+    }
+}
+
+/// Runs the controller with `client` until `stop`: watches, sync engine, lease, admin
+/// endpoint, Events. Returns once the in-flight write is finished and the lease released.
+pub async fn run_with(
+    client: Client,
+    args: ControllerArgs,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let filters = args.hostnames.filters().map_err(UsageError::err)?;
+    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
+    let policy = args
+        .hostnames
+        .policy(&cluster_domain)
+        .map_err(UsageError::err)?;
+    if args.resync.is_zero() {
+        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+    }
+    let sink = args.dns.sink(client.clone(), &cluster_domain).await?;
+    let mode = sink.mode();
+    let identity = lease::identity();
+    tracing::info!(
+        mode,
+        %identity,
+        dry_run = args.dns.dry_run,
+        gateway_api = filters.gateway_api,
+        cluster_domain = %cluster_domain,
+        "starting controller"
+    );
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let status = Arc::new(Mutex::new(Status::default()));
+
+    let watches = sources::start(&client, &filters, &stop);
+    let ready_check: ReadyCheck = {
+        let (status, synced) = (status.clone(), watches.synced.clone());
+        Arc::new(move || {
+            let r = ready(*synced.borrow(), &status.lock().expect("status lock"));
+            Box::pin(async move { r })
+        })
+    };
+    let admin = crate::admin::start(
+        args.listen_health.0.as_ref(),
+        AdminState::new(Arc::new(registry), ready_check),
+        stop.clone(),
+    )
+    .await?;
+
+    let (notifier, events_task) = if args.dns.dry_run {
+        (Notifier::disabled(), None)
+    } else {
+        let (n, t) = events::spawn(client.clone(), identity.clone());
+        (n, Some(t))
+    };
+
+    // The lease outlives `stop` until the write in flight is finished.
+    let lease_stop = CancellationToken::new();
+    let leadership = if args.elects() {
+        Leadership::elect(
+            client.clone(),
+            args.lease_namespace(),
+            args.lease_name.clone(),
+            identity.clone(),
+            lease_stop.clone(),
+        )
+    } else {
+        Leadership::always()
+    };
+
+    let (forced_tx, forced_rx) = watch::channel(0u64);
+    let (applied_tx, applied_rx) = watch::channel(None);
+    let mut side_tasks = Vec::new();
+    if args.dns.mode == Mode::Coredns && !args.dns.dry_run {
+        let proxy = args
+            .dns
+            .proxy_fqdn(&cluster_domain)
+            .map_err(UsageError::err)?;
+        let target = args.dns.coredns_target();
+        let (m, n) = (metrics.clone(), notifier.clone());
+        let object = crate::dns::sink::ObjectKey {
+            api_version: "v1",
+            kind: "ConfigMap",
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+        };
+        let on_revert = move |r: &revert::Revert| {
+            m.reverts.inc();
+            if !r.repeated {
+                tracing::info!(
+                    configmap = %object,
+                    count = r.count,
+                    "our Corefile block was removed or changed by someone else; restoring it"
+                );
+                return;
+            }
+            tracing::warn!(
+                configmap = %object,
+                count = r.count,
+                restore_in_s = r.delay.as_secs(),
+                "our Corefile block keeps being reverted ({} times in 10 minutes): another \
+                 writer (Helm, k3s, an addon manager) re-renders the Corefile; restoring with \
+                 backoff. Make that writer keep the block, or use --mode coredns-import",
+                r.count
+            );
+            n.send(events::Notice {
+                regarding: events::key_reference(&object),
+                reason: events::BLOCK_REVERTED,
+                action: "Restore",
+                note: format!(
+                    "the ouroboros block in the Corefile was reverted {} times within 10 \
+                     minutes; another writer re-renders this ConfigMap. ouroboros keeps \
+                     restoring it with backoff; consider --mode coredns-import",
+                    r.count
+                ),
+            });
+        };
+        side_tasks.push(tokio::spawn(revert::watch(
+            client.clone(),
+            target,
+            proxy,
+            applied_rx,
+            forced_tx,
+            on_revert,
+            stop.clone(),
+        )));
+        side_tasks.push(tokio::spawn(check_node_local_dns(
+            client.clone(),
+            args.node_local_dns_namespace.clone(),
+            args.node_local_dns_configmap.clone(),
+        )));
+    } else {
+        drop(applied_rx);
+        // Keep the channel open (a closed one is simply ignored by the engine).
+        side_tasks.push(tokio::spawn(async move {
+            let _keep = forced_tx;
+            std::future::pending::<()>().await
+        }));
+    }
+
+    let mut hooks = ControllerHooks {
+        mode,
+        metrics,
+        status,
+        notifier,
+        reported: events::Reported::default(),
+        applied_tx,
+        reload_warned: false,
+        last_unparseable: None,
+    };
+    let inputs = sync::Inputs {
+        changes: watches.changes.clone(),
+        forced: forced_rx,
+        synced: watches.synced.clone(),
+        leader: leadership.rx.clone(),
+    };
+    let stores = watches.stores.clone();
+    sync::run(
+        &sink,
+        || stores.desired(&policy),
+        inputs,
+        sync::Timing::new(args.debounce, args.resync),
+        &mut hooks,
+        stop.clone(),
+    )
+    .await;
+
+    // Shutdown: the engine has finished any write in flight; now give up the lease.
+    lease_stop.cancel();
+    leadership.finish(Duration::from_secs(5)).await;
+    for t in side_tasks {
+        t.abort();
+    }
+    for t in watches.tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    drop(hooks);
+    if let Some(t) = events_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    if let Some(a) = admin {
+        let _ = tokio::time::timeout(Duration::from_secs(2), a).await;
+    }
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// Warns once at start when a node-local-dns ConfigMap exists: pods that use its cache may
+/// not see the Corefile rewrite.
+async fn check_node_local_dns(client: Client, namespace: String, name: String) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    match api.get_opt(&name).await {
+        Ok(Some(_)) => tracing::warn!(
+            configmap = %format!("{namespace}/{name}"),
+            "node-local-dns is installed: pods resolving through its node cache may bypass \
+             the CoreDNS rewrite (it forwards only some zones to CoreDNS, and caches). If \
+             hairpinned names still resolve to the public address, use --mode external-dns \
+             (records published through external-dns) instead"
+        ),
+        Ok(None) => tracing::debug!(%namespace, %name, "no node-local-dns ConfigMap"),
+        Err(kube::Error::Api(s)) if s.code == 403 => tracing::debug!(
+            %namespace, %name,
+            "cannot check for node-local-dns (no `get` on that ConfigMap); skipping the check"
+        ),
+        Err(e) => tracing::debug!(%namespace, %name, error = %e, "node-local-dns check failed"),
+    }
+}
+
+/// The engine's reports turned into logs, metrics, Events and readiness.
+struct ControllerHooks {
+    mode: &'static str,
+    metrics: Metrics,
+    status: Arc<Mutex<Status>>,
+    notifier: Notifier,
+    reported: events::Reported,
+    applied_tx: watch::Sender<Option<BTreeSet<Hostname>>>,
+    reload_warned: bool,
+    last_unparseable: Option<String>,
+}
+
+impl sync::Hooks for ControllerHooks {
+    fn desired(&mut self, d: &Desired, leader: bool) {
+        self.metrics.desired(d);
+        tracing::debug!(
+            hosts = d.hosts.len(),
+            rejected = d.rejected.len(),
+            excluded = d.excluded.len(),
+            leader,
+            "computed the desired hostnames"
+        );
+        if !leader {
+            return;
+        }
+        for r in self.reported.fresh(&d.rejected) {
+            tracing::warn!(
+                object = %r.object,
+                hostname = ?r.raw,
+                reason = r.reason.as_str(),
+                "hostname not hairpinned: {}",
+                r.reason.explain()
+            );
+            self.notifier.send(events::rejected_notice(r));
+        }
+    }
+
+    fn unchanged(&mut self, hosts: &BTreeSet<Hostname>) {
+        self.metrics.sync(self.mode, "skipped");
+        tracing::debug!(
+            hosts = hosts.len(),
+            "desired hostnames unchanged; nothing to write"
+        );
+    }
+
+    fn applied(&mut self, hosts: &BTreeSet<Hostname>, a: &Applied) {
+        let result = match a.outcome {
+            Outcome::Written => "written",
+            Outcome::Unchanged => "unchanged",
+            Outcome::DryRun => "dry_run",
+        };
+        self.metrics.sync(self.mode, result);
+        self.metrics.conflicts.inc_by(u64::from(a.conflicts));
+        self.metrics.succeeded();
+        self.status.lock().expect("status lock").last = Some(Ok(()));
+        self.last_unparseable = None;
+        if let Some(change) = &a.change {
+            let diff = diff_lines(
+                change.before.as_deref().unwrap_or(""),
+                change.after.as_deref().unwrap_or(""),
+            );
+            if a.outcome == Outcome::DryRun {
+                tracing::info!(mode = self.mode, "dry run: would write:\n{diff}");
+            } else {
+                tracing::debug!(mode = self.mode, "wrote:\n{diff}");
+            }
+        }
+        match a.outcome {
+            Outcome::Written => {
+                tracing::info!(
+                    mode = self.mode,
+                    hosts = hosts.len(),
+                    conflicts = a.conflicts,
+                    "synced"
+                )
+            }
+            _ => tracing::debug!(mode = self.mode, hosts = hosts.len(), result, "synced"),
+        }
+        if let Some(f) = &a.findings {
+            if !f.has_reload && !self.reload_warned {
+                tracing::warn!(
+                    mode = self.mode,
+                    "the Corefile's root server block has no `reload` plugin: CoreDNS picks up \
+                     the change only after a restart (kubectl -n kube-system rollout restart \
+                     deployment coredns), or add `reload` to the Corefile"
+                );
+                self.reload_warned = true;
+            }
+        }
+        if a.outcome != Outcome::DryRun {
+            self.applied_tx.send_replace(Some(hosts.clone()));
+        }
+    }
+
+    fn failed(&mut self, e: &SinkError, retry_in: Duration) {
+        self.metrics.sync(self.mode, e.reason);
+        self.status.lock().expect("status lock").last = Some(Err(e.message.clone()));
+        self.applied_tx.send_replace(None);
+        let object = e.object.as_ref().map(ToString::to_string);
+        if e.reason == "unparseable" {
+            tracing::error!(
+                mode = self.mode,
+                object,
+                retry_in_s = retry_in.as_secs(),
+                "{}",
+                e.message
+            );
+            if let Some(o) = &e.object {
+                if self.last_unparseable.as_deref() != Some(e.message.as_str()) {
+                    self.notifier.send(events::Notice {
+                        regarding: events::key_reference(o),
+                        reason: events::COREFILE_UNPARSEABLE,
+                        action: "Edit",
+                        note: e.message.clone(),
+                    });
+                    self.last_unparseable = Some(e.message.clone());
+                }
+            }
+        } else {
+            tracing::warn!(
+                mode = self.mode,
+                object,
+                reason = e.reason,
+                retry_in_s = retry_in.as_secs(),
+                "sync failed: {}",
+                e.message
+            );
+        }
+    }
+
+    fn abandoned(&mut self) {
+        tracing::info!(
+            mode = self.mode,
+            "lost the lease during a write; abandoned it"
+        );
+    }
+
+    fn leader(&mut self, leader: bool) {
+        self.metrics.leader.set(i64::from(leader));
+        let mut s = self.status.lock().expect("status lock");
+        s.leader = leader;
+        s.last = None;
+    }
+}
+
+/// A compact line diff for logs: the common head and tail are dropped, the rest shown as
+/// `-`/`+` lines. Linear, so a Corefile with thousands of rewrite lines is cheap.
+pub fn diff_lines(before: &str, after: &str) -> String {
+    let a: Vec<&str> = before.lines().collect();
+    let b: Vec<&str> = after.lines().collect();
+    let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let tail = a[head..]
+        .iter()
+        .rev()
+        .zip(b[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let mut out = String::new();
+    for l in &a[head..a.len() - tail] {
+        out.push('-');
+        out.push_str(l);
+        out.push('\n');
+    }
+    for l in &b[head..b.len() - tail] {
+        out.push('+');
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        c: ControllerArgs,
+    }
+
+    #[test]
+    fn diff_shows_only_the_changed_lines() {
+        for (a, b, want) in [
+            ("x\ny\nz\n", "x\ny\nz\n", ""),
+            ("x\nz\n", "x\ny\nz\n", "+y\n"),
+            ("x\ny\nz\n", "x\nz\n", "-y\n"),
+            ("x\ny\nz\n", "x\nY\nz\n", "-y\n+Y\n"),
+            ("", "a\n", "+a\n"),
+            ("a\na\n", "a\n", "-a\n"),
+        ] {
+            assert_eq!(diff_lines(a, b), want, "{a:?} -> {b:?}");
+        }
+    }
+
+    #[test]
+    fn readiness() {
+        let st = |leader, last: Option<Result<(), String>>| Status { leader, last };
+        assert!(ready(false, &st(false, None))
+            .unwrap_err()
+            .starts_with("syncing"));
+        assert_eq!(ready(true, &st(false, None)), Ok(()), "standby");
+        assert!(ready(true, &st(true, None)).is_err());
+        assert_eq!(ready(true, &st(true, Some(Ok(())))), Ok(()));
+        let e = ready(true, &st(true, Some(Err("403".into())))).unwrap_err();
+        assert!(e.starts_with("write-failed: 403"), "{e}");
+    }
+
+    #[test]
+    fn flags() {
+        let t = T::parse_from(["t"]);
+        assert!(t.c.leader_elect);
+        assert_eq!(t.c.debounce, Duration::from_secs(1));
+        assert_eq!(t.c.resync, Duration::from_secs(600));
+        assert_eq!(t.c.lease_name, "ouroboros-controller");
+        assert_eq!(t.c.node_local_dns_configmap, "node-local-dns");
+        let t = T::parse_from(["t", "--leader-elect=false", "--debounce", "250ms"]);
+        assert!(!t.c.leader_elect);
+        assert_eq!(t.c.debounce, Duration::from_millis(250));
+        let t = T::parse_from(["t", "--mode", "etc-hosts"]);
+        assert!(!t.c.elects(), "etc-hosts never uses a lease");
+        let t = T::parse_from(["t", "--dry-run"]);
+        assert!(!t.c.elects());
+        assert!(T::try_parse_from(["t", "--leader-elect=maybe"]).is_err());
+    }
+}

@@ -123,7 +123,9 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "coordination.k8s.io",
             "leases",
             &[&n.lease_name],
-            &["get", "update"],
+            // kube-lease-manager reads the Lease and patches it (server-side apply to lock,
+            // strategic merge to renew and release).
+            &["get", "patch"],
             "leader election",
         ));
         // RBAC cannot restrict create by name.
@@ -154,7 +156,8 @@ pub fn required(n: &Needs) -> Vec<Rule> {
                 "",
                 "configmaps",
                 &[&n.coredns_configmap],
-                &["get", "list", "watch", "update", "patch"],
+                // list/watch: the revert watch (field selector metadata.name=<name>).
+                &["get", "list", "watch", "update"],
                 "edit the Corefile and restore it when reverted",
             ));
             let nl = Namespace(n.node_local_dns_namespace.clone());
@@ -174,7 +177,8 @@ pub fn required(n: &Needs) -> Vec<Rule> {
                 "",
                 "configmaps",
                 &[&n.import_configmap],
-                &["get", "list", "watch", "update", "patch", "delete"],
+                // delete: cleanup removes the ConfigMap it created once our key was the last.
+                &["get", "update", "delete"],
                 "write the import snippet",
             ));
             rules.push(rule(
@@ -218,7 +222,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
 }
 
 #[cfg(test)]
-mod tests {
+mod writer_tests {
     use super::*;
 
     fn needs(mode: Mode, output: ExternalDnsOutput, proxy: bool) -> Needs {
@@ -301,5 +305,60 @@ mod tests {
             local(&n),
             [("dns".to_string(), "", "services", vec![], write)]
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(mode: Mode, leader_elect: bool) -> Needs {
+        Needs {
+            mode,
+            gateway_api: false,
+            ingress_class_filter: false,
+            leader_elect,
+            namespace: "ouroboros".into(),
+            lease_name: "ouroboros-controller".into(),
+            coredns_namespace: "kube-system".into(),
+            coredns_configmap: "coredns".into(),
+            node_local_dns_namespace: "kube-system".into(),
+            node_local_dns_configmap: "node-local-dns".into(),
+            import_namespace: "kube-system".into(),
+            import_configmap: "coredns-custom".into(),
+            proxy_service: None,
+            external_dns_namespace: "ouroboros".into(),
+            external_dns_output: ExternalDnsOutput::Dnsendpoint,
+        }
+    }
+
+    fn verbs(rules: &[Rule], resource: &str, named: bool) -> Vec<&'static str> {
+        rules
+            .iter()
+            .filter(|r| r.resource == resource && r.resource_names.is_empty() != named)
+            .flat_map(|r| r.verbs.iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn lease_verbs_are_what_kube_lease_manager_calls() {
+        let r = required(&needs(Mode::Coredns, true));
+        assert_eq!(verbs(&r, "leases", true), ["get", "patch"]);
+        assert_eq!(verbs(&r, "leases", false), ["create"]);
+        assert!(verbs(&required(&needs(Mode::EtcHosts, true)), "leases", true).is_empty());
+        assert!(verbs(&required(&needs(Mode::Coredns, false)), "leases", true).is_empty());
+    }
+
+    #[test]
+    fn coredns_mode_watches_its_configmap_and_events_are_events_k8s_io() {
+        let r = required(&needs(Mode::Coredns, false));
+        assert_eq!(
+            verbs(&r, "configmaps", true),
+            ["get", "list", "watch", "update", "get"]
+        );
+        let ev: Vec<_> = r.iter().filter(|r| r.resource == "events").collect();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].api_group, "events.k8s.io");
+        assert_eq!(ev[0].verbs, ["create", "patch"]);
     }
 }

@@ -35,6 +35,25 @@ pub struct Seen {
     pub accept: Option<String>,
 }
 
+impl Seen {
+    fn of(parts: &http::request::Parts, bytes: &[u8]) -> Self {
+        let header = |h: http::header::HeaderName| {
+            parts
+                .headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
+        Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            body: (!bytes.is_empty()).then(|| serde_json::from_slice(bytes).unwrap()),
+            content_type: header(http::header::CONTENT_TYPE),
+            accept: header(http::header::ACCEPT),
+        }
+    }
+}
+
 pub type Reply = Box<dyn FnOnce(&Seen) -> (u16, Value) + Send>;
 
 pub fn reply(code: u16, v: Value) -> Reply {
@@ -91,20 +110,7 @@ pub fn serve_fn(
         while let Some((req, send)) = handle.next_request().await {
             let (parts, body) = req.into_parts();
             let bytes = body.collect_bytes().await.unwrap();
-            let header = |h: http::header::HeaderName| {
-                parts
-                    .headers
-                    .get(h)
-                    .and_then(|v| v.to_str().ok())
-                    .map(String::from)
-            };
-            let s = Seen {
-                method: parts.method.to_string(),
-                uri: parts.uri.to_string(),
-                body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
-                content_type: header(http::header::CONTENT_TYPE),
-                accept: header(http::header::ACCEPT),
-            };
+            let s = Seen::of(&parts, &bytes);
             let (code, v) = route(&s);
             seen.push(s);
             let mut resp = Response::new(Body::from(serde_json::to_vec(&v).unwrap()));
@@ -129,4 +135,128 @@ pub fn unreachable() -> Client {
     let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
     drop(handle);
     Client::new(svc, "default")
+}
+
+/// How [`route`] answers one request.
+pub enum Answer {
+    Json(u16, Value),
+    /// A watch response: one JSON event per line, then the stream ends (the watcher reconnects).
+    Events(Vec<Value>),
+    /// Never answered until [`Routed::release`] (a watch that stays open).
+    Hold,
+}
+
+type Held = Vec<(String, tower_test::mock::SendResponse<Response<Body>>)>;
+
+/// A routing mock: answers concurrent requests (watchers list and watch in parallel) by
+/// whatever `handler` decides from the method, URI and body, and records every request.
+#[derive(Clone)]
+pub struct Routed {
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    held: std::sync::Arc<std::sync::Mutex<Held>>,
+}
+
+impl Routed {
+    /// (method, uri) of every request so far.
+    pub fn calls(&self) -> Vec<(String, String)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| (s.method.clone(), s.uri.clone()))
+            .collect()
+    }
+
+    /// Requests whose method is `method` and whose URI contains `uri_part`.
+    pub fn matching(&self, method: &str, uri_part: &str) -> Vec<(String, Option<Value>)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.method == method && s.uri.contains(uri_part))
+            .map(|s| (s.uri.clone(), s.body.clone()))
+            .collect()
+    }
+
+    pub fn count(&self, method: &str, uri_part: &str) -> usize {
+        self.matching(method, uri_part).len()
+    }
+
+    /// Answers the held requests whose URI contains `uri_part` with `events` (one per line);
+    /// returns how many were answered.
+    pub fn release(&self, uri_part: &str, events: &[Value]) -> usize {
+        let mut held = self.held.lock().unwrap();
+        let (hit, keep): (Held, Held) = held.drain(..).partition(|(u, _)| u.contains(uri_part));
+        *held = keep;
+        let n = hit.len();
+        for (_, send) in hit {
+            send.send_response(lines(events));
+        }
+        n
+    }
+
+    /// Waits until `cond` holds (polling every 10 ms), at most `secs` seconds.
+    pub async fn wait_for(&self, secs: u64, mut cond: impl FnMut(&Routed) -> bool) -> bool {
+        let end = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while tokio::time::Instant::now() < end {
+            if cond(self) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        cond(self)
+    }
+}
+
+fn lines(events: &[Value]) -> Response<Body> {
+    let mut bytes = Vec::new();
+    for e in events {
+        bytes.extend(serde_json::to_vec(e).unwrap());
+        bytes.push(b'\n');
+    }
+    Response::new(Body::from(bytes))
+}
+
+/// Serves every request through `handler` until the client is dropped.
+pub fn route<F>(mut handler: F) -> (Client, Routed)
+where
+    F: FnMut(&Seen) -> Answer + Send + 'static,
+{
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let routed = Routed {
+        seen: Default::default(),
+        held: Default::default(),
+    };
+    let r = routed.clone();
+    tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        while let Some((req, send)) = handle.next_request().await {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect_bytes().await.unwrap();
+            let s = Seen::of(&parts, &bytes);
+            let answer = handler(&s);
+            let uri = s.uri.clone();
+            r.seen.lock().unwrap().push(s);
+            match answer {
+                Answer::Json(code, v) => {
+                    let mut resp = Response::new(Body::from(serde_json::to_vec(&v).unwrap()));
+                    *resp.status_mut() = StatusCode::from_u16(code).unwrap();
+                    send.send_response(resp);
+                }
+                Answer::Events(events) => send.send_response(lines(&events)),
+                Answer::Hold => r.held.lock().unwrap().push((uri, send)),
+            }
+        }
+    });
+    (Client::new(svc, "default"), routed)
+}
+
+/// A list response as the API server sends it.
+pub fn list(api_version: &str, kind: &str, rv: &str, items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": { "resourceVersion": rv },
+        "items": items
+    })
 }

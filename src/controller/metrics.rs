@@ -1,0 +1,131 @@
+//! The controller's metrics (`ouroboros_controller_*`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+
+use super::hostnames::Desired;
+use crate::hostname::Rejection;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyncLabels {
+    pub mode: String,
+    /// `written`, `unchanged`, `dry_run`, `skipped` (same set as last applied, no call), or the
+    /// error reason (`unparseable`, `forbidden`, `conflict`, `not_found`, `api`, ...).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub syncs: Family<SyncLabels, Counter>,
+    pub desired: Gauge,
+    pub rejected: Family<ReasonLabel, Gauge>,
+    pub conflicts: Counter,
+    pub leader: Gauge,
+    pub reverts: Counter,
+    pub last_success: Arc<Mutex<Option<Instant>>>,
+}
+
+/// `seconds_since_last_success`, computed at scrape time.
+#[derive(Debug)]
+struct SinceLastSuccess(Arc<Mutex<Option<Instant>>>);
+
+impl Collector for SinceLastSuccess {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let since = self
+            .0
+            .lock()
+            .map(|t| t.map(|t| t.elapsed().as_secs_f64()))
+            .unwrap_or(None);
+        // -1 until the first success, so "never" is not mistaken for "just now".
+        let g = ConstGauge::new(since.unwrap_or(-1.0));
+        let m = encoder.encode_descriptor(
+            "seconds_since_last_success",
+            "Seconds since the last successful sync (-1: none yet)",
+            None,
+            g.metric_type(),
+        )?;
+        g.encode(m)
+    }
+}
+
+impl Metrics {
+    pub fn register(r: &mut Registry) -> Self {
+        let m = Metrics {
+            syncs: Family::default(),
+            desired: Gauge::default(),
+            rejected: Family::default(),
+            conflicts: Counter::default(),
+            leader: Gauge::default(),
+            reverts: Counter::default(),
+            last_success: Arc::default(),
+        };
+        let r = r.sub_registry_with_prefix("ouroboros_controller");
+        r.register("syncs", "Sync attempts by mode and result", m.syncs.clone());
+        r.register(
+            "desired_hostnames",
+            "Hostnames in the desired set",
+            m.desired.clone(),
+        );
+        r.register(
+            "rejected_hostnames",
+            "Hostnames refused by the policy, by reason",
+            m.rejected.clone(),
+        );
+        r.register(
+            "write_conflicts",
+            "409 Conflicts met (and retried) while writing",
+            m.conflicts.clone(),
+        );
+        r.register(
+            "leader",
+            "1 when this replica holds the lease (or needs none)",
+            m.leader.clone(),
+        );
+        r.register(
+            "block_reverts",
+            "Times our Corefile block was removed or changed by someone else",
+            m.reverts.clone(),
+        );
+        r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
+        m
+    }
+
+    pub fn sync(&self, mode: &str, result: &str) {
+        self.syncs
+            .get_or_create(&SyncLabels {
+                mode: mode.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    pub fn desired(&self, d: &Desired) {
+        self.desired.set(d.hosts.len() as i64);
+        for reason in Rejection::ALL {
+            let n = d.rejected.iter().filter(|r| r.reason == reason).count();
+            self.rejected
+                .get_or_create(&ReasonLabel {
+                    reason: reason.as_str().into(),
+                })
+                .set(n as i64);
+        }
+    }
+
+    pub fn succeeded(&self) {
+        if let Ok(mut t) = self.last_success.lock() {
+            *t = Some(Instant::now());
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! coredns mode: watching the one CoreDNS ConfigMap, so that when Helm, k3s or an addon manager
+//! re-renders the Corefile and drops our block, it is restored within seconds rather than at the
+//! next resync. Repeated reverts are counted; from [`THRESHOLD`] within [`WINDOW`] on, each one is
+//! reported loudly and restoring backs off, instead of fighting the other writer silently.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::pin::pin;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::dns::apply::ConfigMapKey;
+use crate::dns::{corefile, ProxyFqdn};
+use crate::hostname::Hostname;
+
+/// Reverts counted together.
+pub const WINDOW: Duration = Duration::from_secs(600);
+/// From this many reverts within the window on: warn, Event, back off.
+pub const THRESHOLD: usize = 3;
+/// First delay once backing off; doubles per further revert, capped at [`MAX_DELAY`].
+pub const FIRST_DELAY: Duration = Duration::from_secs(10);
+pub const MAX_DELAY: Duration = Duration::from_secs(300);
+
+/// Whether `text` lacks what we last applied (`None`: it cannot be parsed; the next sync says
+/// so). Pure: the same splice the writer runs; a text it would change has been edited.
+pub fn drifted(text: &str, applied: &BTreeSet<Hostname>, proxy: &ProxyFqdn) -> Option<bool> {
+    corefile::splice(text, applied, proxy)
+        .ok()
+        .map(|e| e.changed)
+}
+
+/// One detected revert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Revert {
+    /// Reverts within the window, this one included.
+    pub count: usize,
+    /// At or past the threshold: warn, count in the metric, Event.
+    pub repeated: bool,
+    /// How long to wait before restoring.
+    pub delay: Duration,
+}
+
+/// Counts reverts in a sliding window.
+#[derive(Debug, Default)]
+pub struct Reverts {
+    times: VecDeque<Instant>,
+}
+
+impl Reverts {
+    pub fn record(&mut self, now: Instant) -> Revert {
+        self.times.push_back(now);
+        while self
+            .times
+            .front()
+            .is_some_and(|&t| now.duration_since(t) > WINDOW)
+        {
+            self.times.pop_front();
+        }
+        let count = self.times.len();
+        let repeated = count >= THRESHOLD;
+        let delay = if repeated {
+            let shift = (count - THRESHOLD).min(16) as u32;
+            (FIRST_DELAY * 2u32.pow(shift)).min(MAX_DELAY)
+        } else {
+            Duration::ZERO
+        };
+        Revert {
+            count,
+            repeated,
+            delay,
+        }
+    }
+}
+
+/// Watches `target`'s ConfigMap (field selector on its name) until `stop`. `applied` holds the
+/// set last applied successfully (`None` before the first, and in dry run); each time the
+/// Corefile no longer holds it, `on_revert` is told and, after the revert's delay, `forced` is
+/// bumped so the engine restores it whatever its change detection says.
+pub async fn watch(
+    client: Client,
+    target: ConfigMapKey,
+    proxy: ProxyFqdn,
+    applied: watch::Receiver<Option<BTreeSet<Hostname>>>,
+    forced: watch::Sender<u64>,
+    mut on_revert: impl FnMut(&Revert) + Send,
+    stop: CancellationToken,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &target.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
+    let mut events = pin!(watcher::watcher(api, config).default_backoff());
+    let mut reverts = Reverts::default();
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+        };
+        let cm = match event {
+            None => return,
+            Some(Ok(Event::Apply(cm) | Event::InitApply(cm))) => Some(cm),
+            Some(Ok(Event::Delete(_))) => None,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
+                tracing::warn!(
+                    configmap = %format!("{}/{}", target.namespace, target.name),
+                    error = %e,
+                    "watching the CoreDNS ConfigMap failed (needs `list` and `watch` on it); \
+                     retrying with backoff"
+                );
+                continue;
+            }
+        };
+        let Some(hosts) = applied.borrow().clone() else {
+            continue;
+        };
+        let text = cm
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(&target.key));
+        let reverted = match text {
+            Some(text) => drifted(text, &hosts, &proxy) == Some(true),
+            None => true, // deleted, or the key is gone: the next sync reports it
+        };
+        if !reverted {
+            continue;
+        }
+        let r = reverts.record(Instant::now());
+        on_revert(&r);
+        if !r.delay.is_zero() {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(r.delay) => {}
+            }
+        }
+        forced.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostname::HostPolicy;
+
+    const COREFILE: &str = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
+
+    fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
+        let p = HostPolicy::new("cluster.local", &[], &[]);
+        names.iter().map(|n| p.check(n).unwrap()).collect()
+    }
+
+    #[test]
+    fn drift_is_a_text_the_splice_would_change() {
+        let proxy = ProxyFqdn::parse(crate::dns::DEFAULT_PROXY_FQDN).unwrap();
+        let h = hosts(&["a.example.com"]);
+        let ours = corefile::splice(COREFILE, &h, &proxy).unwrap().text;
+        assert_eq!(drifted(&ours, &h, &proxy), Some(false));
+        assert_eq!(drifted(COREFILE, &h, &proxy), Some(true), "block dropped");
+        assert_eq!(
+            drifted(&ours, &hosts(&["b.example.com"]), &proxy),
+            Some(true)
+        );
+        assert_eq!(drifted(".:53 {\n", &h, &proxy), None, "unparseable");
+        let edited = ours.replace("errors", "errors\n    log");
+        assert_eq!(
+            drifted(&edited, &h, &proxy),
+            Some(false),
+            "other edits kept"
+        );
+    }
+
+    #[test]
+    fn repeated_reverts_back_off() {
+        let t0 = Instant::now();
+        let mut r = Reverts::default();
+        let got: Vec<(usize, bool, u64)> = (0..7)
+            .map(|i| {
+                let x = r.record(t0 + Duration::from_secs(i * 60));
+                (x.count, x.repeated, x.delay.as_secs())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, false, 0),
+                (2, false, 0),
+                (3, true, 10),
+                (4, true, 20),
+                (5, true, 40),
+                (6, true, 80),
+                (7, true, 160),
+            ]
+        );
+        // Outside the window the count starts over.
+        let x = r.record(t0 + Duration::from_secs(6 * 60 + 601));
+        assert_eq!((x.count, x.repeated), (1, false));
+    }
+}

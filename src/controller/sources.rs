@@ -1,0 +1,451 @@
+//! The watch caches: one kube-runtime `watcher` + `reflector` per source kind (Ingress always,
+//! IngressClass with `--ingress-class`, Gateway/HTTPRoute/GRPCRoute/TLSRoute with
+//! `--gateway-api`), trimmed to what [`hostnames::desired`] reads. Tells the sync engine when
+//! something changed and when every kind has delivered its initial list.
+//!
+//! A Gateway-API kind whose CRD is not installed (404 on list) is logged once and counted as
+//! "synced, empty", so it does not hold back writes; the watcher keeps retrying with its
+//! backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::hostnames::{self, Desired, Filters, Sources};
+use crate::hostname::HostPolicy;
+
+/// The annotation `kubectl apply` keeps a full copy of the object in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the controller never reads, so 10,000 objects fit in a few MiB.
+pub trait Trim {
+    fn trim(&mut self);
+}
+
+fn trim_meta(m: &mut ObjectMeta) {
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+    m.labels = None;
+    m.owner_references = None;
+    m.finalizers = None;
+}
+
+impl Trim for Ingress {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.status = None;
+        if let Some(s) = self.spec.as_mut() {
+            // Only TLS hosts and the class count.
+            s.rules = None;
+            s.default_backend = None;
+        }
+    }
+}
+
+impl Trim for IngressClass {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = None;
+    }
+}
+
+impl Trim for Gateway {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.status = None;
+    }
+}
+
+impl Trim for HttpRoute {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.status = None;
+        self.spec.rules = None;
+    }
+}
+
+impl Trim for GrpcRoute {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.status = None;
+        self.spec.rules = None;
+    }
+}
+
+impl Trim for TlsRoute {
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.status = None;
+        self.spec.rules = Vec::new();
+    }
+}
+
+/// Which kinds have delivered their initial list, and a change counter, shared by the watch
+/// tasks and read by the sync engine.
+#[derive(Clone)]
+struct Progress {
+    synced: Arc<Mutex<Vec<bool>>>,
+    synced_tx: Arc<watch::Sender<bool>>,
+    changes_tx: Arc<watch::Sender<u64>>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            synced: Arc::default(),
+            synced_tx: Arc::new(watch::channel(false).0),
+            changes_tx: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    fn slot(&self) -> usize {
+        let mut s = self.synced.lock().expect("progress lock");
+        s.push(false);
+        s.len() - 1
+    }
+
+    fn mark_synced(&self, slot: usize) {
+        let all = {
+            let mut s = self.synced.lock().expect("progress lock");
+            s[slot] = true;
+            s.iter().all(|&b| b)
+        };
+        self.synced_tx.send_if_modified(|v| {
+            let changed = *v != all;
+            *v = all;
+            changed
+        });
+    }
+
+    fn bump(&self) {
+        self.changes_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Why a watch failed, for the log line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// 404 on the list: the CRD is not installed.
+    Missing,
+    /// 403: the ServiceAccount lacks list/watch.
+    Forbidden(String),
+    Other(String),
+}
+
+pub fn classify(e: &watcher::Error) -> Failure {
+    let api = match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(s) => Some(s),
+            _ => None,
+        },
+        watcher::Error::WatchError(s) => Some(s),
+        _ => None,
+    };
+    match api {
+        Some(s) if s.code == 404 => Failure::Missing,
+        Some(s) if s.code == 403 => Failure::Forbidden(s.message.clone()),
+        _ => Failure::Other(e.to_string()),
+    }
+}
+
+/// The watch caches of the configured kinds.
+#[derive(Clone)]
+pub struct Stores {
+    filters: Filters,
+    ingresses: Store<Ingress>,
+    ingress_classes: Option<Store<IngressClass>>,
+    gateways: Option<Store<Gateway>>,
+    http_routes: Option<Store<HttpRoute>>,
+    grpc_routes: Option<Store<GrpcRoute>>,
+    tls_routes: Option<Store<TlsRoute>>,
+}
+
+fn state<K: Resource + Clone>(s: &Option<Store<K>>) -> Vec<Arc<K>>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    s.as_ref().map(Store::state).unwrap_or_default()
+}
+
+impl Stores {
+    /// The desired set from the caches as they are now.
+    pub fn desired(&self, policy: &HostPolicy) -> Desired {
+        let ingresses = self.ingresses.state();
+        let classes = state(&self.ingress_classes);
+        let gateways = state(&self.gateways);
+        let http = state(&self.http_routes);
+        let grpc = state(&self.grpc_routes);
+        let tls = state(&self.tls_routes);
+        let sources = Sources {
+            ingresses: ingresses.iter().map(AsRef::as_ref).collect(),
+            ingress_classes: classes.iter().map(AsRef::as_ref).collect(),
+            gateways: gateways.iter().map(AsRef::as_ref).collect(),
+            http_routes: http.iter().map(AsRef::as_ref).collect(),
+            grpc_routes: grpc.iter().map(AsRef::as_ref).collect(),
+            tls_routes: tls.iter().map(AsRef::as_ref).collect(),
+        };
+        hostnames::desired(&sources, &self.filters, policy)
+    }
+}
+
+/// Running watches: the caches, the engine's `changes` and `synced` signals, and the tasks.
+pub struct Watches {
+    pub stores: Stores,
+    pub changes: watch::Receiver<u64>,
+    pub synced: watch::Receiver<bool>,
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+/// Starts one watch per configured kind; they run until `stop`.
+pub fn start(client: &Client, filters: &Filters, stop: &CancellationToken) -> Watches {
+    let progress = Progress::new();
+    let mut tasks = Vec::new();
+    let ingresses = follow(
+        Api::<Ingress>::all(client.clone()),
+        false,
+        &progress,
+        stop,
+        &mut tasks,
+    );
+    let ingress_classes = filters.ingress_class.is_some().then(|| {
+        follow(
+            Api::<IngressClass>::all(client.clone()),
+            false,
+            &progress,
+            stop,
+            &mut tasks,
+        )
+    });
+    let (mut gateways, mut http_routes, mut grpc_routes, mut tls_routes) = (None, None, None, None);
+    if filters.gateway_api {
+        gateways = Some(follow(
+            Api::<Gateway>::all(client.clone()),
+            true,
+            &progress,
+            stop,
+            &mut tasks,
+        ));
+        http_routes = Some(follow(
+            Api::<HttpRoute>::all(client.clone()),
+            true,
+            &progress,
+            stop,
+            &mut tasks,
+        ));
+        grpc_routes = Some(follow(
+            Api::<GrpcRoute>::all(client.clone()),
+            true,
+            &progress,
+            stop,
+            &mut tasks,
+        ));
+        tls_routes = Some(follow(
+            Api::<TlsRoute>::all(client.clone()),
+            true,
+            &progress,
+            stop,
+            &mut tasks,
+        ));
+    }
+    Watches {
+        stores: Stores {
+            filters: filters.clone(),
+            ingresses,
+            ingress_classes,
+            gateways,
+            http_routes,
+            grpc_routes,
+            tls_routes,
+        },
+        changes: progress.changes_tx.subscribe(),
+        synced: progress.synced_tx.subscribe(),
+        tasks,
+    }
+}
+
+/// Watches one kind into a store until `stop`. `optional`: a 404 (CRD not installed) counts as
+/// an empty, synced list.
+fn follow<K>(
+    api: Api<K>,
+    optional: bool,
+    progress: &Progress,
+    stop: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
+where
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let slot = progress.slot();
+    let (progress, stop) = (progress.clone(), stop.clone());
+    let dt = K::DynamicType::default();
+    let kind = K::kind(&dt).to_string();
+    let resource = K::plural(&dt).to_string();
+    let group = K::group(&dt).to_string();
+    let stream = watcher(api)
+        .default_backoff()
+        .modify(K::trim)
+        .reflect(writer);
+    let store = reader.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = pin!(stream);
+        let mut missing = false;
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => break,
+                e = stream.next() => e,
+            };
+            match event {
+                None => break,
+                Some(Ok(Event::InitDone)) => {
+                    if missing {
+                        tracing::info!(%kind, "the CRD is installed now; watching it");
+                        missing = false;
+                    }
+                    tracing::debug!(%kind, objects = store.len(), "initial list received");
+                    progress.mark_synced(slot);
+                    progress.bump();
+                }
+                Some(Ok(Event::Apply(_) | Event::Delete(_))) => progress.bump(),
+                Some(Ok(Event::Init | Event::InitApply(_))) => {}
+                Some(Err(e)) => match classify(&e) {
+                    Failure::Missing if optional => {
+                        if !missing {
+                            tracing::warn!(
+                                %kind,
+                                "{group}/{resource} is not served (CRD not installed): skipping \
+                                 {kind} objects; checking again periodically"
+                            );
+                            missing = true;
+                        }
+                        progress.mark_synced(slot);
+                    }
+                    Failure::Forbidden(message) => tracing::warn!(
+                        %kind,
+                        error = %message,
+                        "cannot list/watch {kind}: forbidden; grant the controller's \
+                         ServiceAccount `list` and `watch` on {resource} (apiGroup {:?}) \
+                         cluster-wide; retrying with backoff",
+                        group
+                    ),
+                    Failure::Missing | Failure::Other(_) => tracing::warn!(
+                        %kind,
+                        error = %e,
+                        "watching {kind} failed; retrying with backoff"
+                    ),
+                },
+            }
+        }
+    });
+    tasks.push(task);
+    reader
+}
+
+fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher::watcher(api, watcher::Config::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+    use serde_json::json;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value::<Status>(json!({
+                "status": "Failure", "message": "m", "reason": "R", "code": code
+            }))
+            .unwrap()
+            .into(),
+        )
+    }
+
+    #[test]
+    fn classifies_watch_errors() {
+        assert_eq!(
+            classify(&watcher::Error::InitialListFailed(api_error(404))),
+            Failure::Missing
+        );
+        assert_eq!(
+            classify(&watcher::Error::WatchStartFailed(api_error(403))),
+            Failure::Forbidden("m".into())
+        );
+        assert!(matches!(
+            classify(&watcher::Error::InitialListFailed(api_error(500))),
+            Failure::Other(_)
+        ));
+    }
+
+    #[test]
+    fn trims_what_is_never_read() {
+        let mut ing: Ingress = serde_json::from_value(json!({
+            "metadata": {
+                "name": "a", "namespace": "web",
+                "annotations": {
+                    LAST_APPLIED: "{\"big\": true}",
+                    "kubernetes.io/ingress.class": "nginx"
+                },
+                "managedFields": [{"manager": "kubectl"}],
+                "labels": {"app": "a"}
+            },
+            "spec": {
+                "ingressClassName": "nginx",
+                "tls": [{"hosts": ["a.example.com"]}],
+                "rules": [{"host": "a.example.com"}]
+            },
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}
+        }))
+        .unwrap();
+        ing.trim();
+        let v = serde_json::to_value(&ing).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {
+                    "name": "a", "namespace": "web",
+                    "annotations": {"kubernetes.io/ingress.class": "nginx"}
+                },
+                "spec": {"ingressClassName": "nginx", "tls": [{"hosts": ["a.example.com"]}]}
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn synced_only_when_every_kind_is() {
+        let p = Progress::new();
+        let rx = p.synced_tx.subscribe();
+        let (a, b) = (p.slot(), p.slot());
+        p.mark_synced(a);
+        assert!(!*rx.borrow());
+        p.mark_synced(b);
+        assert!(*rx.borrow());
+    }
+}

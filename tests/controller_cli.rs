@@ -1,0 +1,87 @@
+//! `ouroboros controller` as a binary: bad usage exits 64 before any cluster access, `--help`
+//! lists every flag with its environment variable.
+
+use std::process::Command;
+
+fn controller(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("controller").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" || k == "KUBECONFIG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    // No cluster to reach: a kubeconfig that does not exist.
+    cmd.env("KUBECONFIG", "/nonexistent/kubeconfig");
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("run ouroboros");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_usage_exits_64_naming_the_flag() {
+    for (args, env, needle) in [
+        (&["--gateway-class", "x"][..], &[][..], "--gateway-class"),
+        (&["--leader-elect=maybe"][..], &[][..], "--leader-elect"),
+        (&["--resync", "0"][..], &[][..], "--resync"),
+        (&["--debounce", "5"][..], &[][..], "--debounce"),
+        (&["--mode", "bind"][..], &[][..], "--mode"),
+        (
+            &[][..],
+            &[("OUROBOROS_CONTROLLER_LEADER_ELECT", "perhaps")][..],
+            "--leader-elect",
+        ),
+        (
+            &["--allow-domain", "exa mple.com"][..],
+            &[][..],
+            "--allow-domain",
+        ),
+    ] {
+        let (code, _, stderr) = controller(args, env);
+        assert_eq!(code, 64, "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn no_cluster_is_a_runtime_failure_with_a_hint() {
+    let (code, _, stderr) = controller(&["--kubeconfig", "/nonexistent/kubeconfig"], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--kubeconfig /nonexistent/kubeconfig"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_lists_every_controller_flag_and_variable() {
+    let (code, stdout, _) = controller(&["--help"], &[]);
+    assert_eq!(code, 0);
+    for (flag, var) in [
+        ("--resync", "OUROBOROS_CONTROLLER_RESYNC"),
+        ("--debounce", "OUROBOROS_CONTROLLER_DEBOUNCE"),
+        ("--leader-elect", "OUROBOROS_CONTROLLER_LEADER_ELECT"),
+        ("--lease-name", "OUROBOROS_CONTROLLER_LEASE_NAME"),
+        ("--lease-namespace", "OUROBOROS_CONTROLLER_LEASE_NAMESPACE"),
+        ("--listen-health", "OUROBOROS_CONTROLLER_LISTEN_HEALTH"),
+        (
+            "--node-local-dns-namespace",
+            "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+        ),
+        (
+            "--node-local-dns-configmap",
+            "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+        ),
+        ("--mode", "OUROBOROS_CONTROLLER_MODE"),
+        ("--gateway-api", "OUROBOROS_CONTROLLER_GATEWAY_API"),
+        ("--instance", "OUROBOROS_INSTANCE"),
+    ] {
+        assert!(stdout.contains(flag), "{flag} missing");
+        assert!(stdout.contains(var), "{var} missing");
+    }
+}

@@ -1,0 +1,707 @@
+//! The whole controller (`controller::run_with`) against a routing mock API: watches, initial
+//! list gating, the coredns write path, Events, leader election and shutdown. Every request is
+//! recorded; the assertions name method, exact path and query, and body.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+mod kube_mock;
+use kube_mock::{list, route, status, Answer, Routed, Seen};
+
+use ouroboros::controller::{run_with, ControllerArgs};
+use ouroboros::dns::BEGIN_MARKER;
+
+const INGRESS_LIST: &str = "/apis/networking.k8s.io/v1/ingresses?&limit=500";
+const COREDNS: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
+const COREDNS_PUT: &str =
+    "/api/v1/namespaces/kube-system/configmaps/coredns?&fieldManager=ouroboros";
+const COREDNS_WATCH_LIST: &str =
+    "/api/v1/namespaces/kube-system/configmaps?&fieldSelector=metadata.name%3Dcoredns&limit=500";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller";
+const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+
+#[derive(Parser)]
+struct T {
+    #[command(flatten)]
+    c: ControllerArgs,
+}
+
+fn args(extra: &[&str]) -> ControllerArgs {
+    let mut v = vec![
+        "t",
+        "--cluster-domain",
+        "cluster.local",
+        "--proxy-fqdn",
+        "ouroboros-proxy.ouroboros.svc.cluster.local.",
+        "--listen-health",
+        "",
+        "--lease-namespace",
+        "ouroboros",
+        "--debounce",
+        "50ms",
+    ];
+    if extra.contains(&"--listen-health") {
+        let at = v.iter().position(|a| *a == "--listen-health").unwrap();
+        v.drain(at..at + 2);
+    }
+    v.extend_from_slice(extra);
+    T::try_parse_from(v).expect("flags").c
+}
+
+fn ingress(name: &str, hosts: &[&str]) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": name, "namespace": "web", "resourceVersion": "10",
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}]
+        },
+        "spec": {
+            "tls": [{"hosts": hosts, "secretName": "cert"}],
+            "rules": [{"host": hosts[0]}]
+        }
+    })
+}
+
+fn configmap(rv: u64, corefile: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "coredns", "namespace": "kube-system",
+            "uid": "8d5c1f4e-2f0a-4a52-9a57-3f1e0c6b7a11",
+            "resourceVersion": rv.to_string()
+        },
+        "data": {"Corefile": corefile}
+    })
+}
+
+fn not_found(what: &str) -> Answer {
+    Answer::Json(404, status(404, "NotFound", &format!("{what} not found")))
+}
+
+/// The fake cluster's state, shared by the handler and the test.
+#[derive(Default)]
+struct State {
+    corefile: String,
+    rv: u64,
+    ingresses: Vec<Value>,
+    /// Gateway-API list paths answered 404 (CRD not installed).
+    gateway_crds: bool,
+    /// HTTPRoutes served once `gateway_crds` is set.
+    http_routes: Vec<Value>,
+    /// List paths never answered.
+    hold_lists: Vec<&'static str>,
+    /// Replies for the next PUTs on the CoreDNS ConfigMap (default: accept).
+    put_replies: Vec<u16>,
+    /// The Lease, when leader election runs.
+    lease: Option<Value>,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
+    move |s| {
+        let mut st = state.lock().unwrap();
+        let (m, u) = (s.method.as_str(), s.uri.as_str());
+        if u.contains("watch=true") {
+            return Answer::Hold;
+        }
+        if m == "GET" && st.hold_lists.iter().any(|p| u.starts_with(p)) {
+            return Answer::Hold;
+        }
+        match m {
+            "GET" if u == INGRESS_LIST => Answer::Json(
+                200,
+                list(
+                    "networking.k8s.io/v1",
+                    "IngressList",
+                    "100",
+                    st.ingresses.clone(),
+                ),
+            ),
+            "GET" if u.starts_with("/apis/networking.k8s.io/v1/ingressclasses?") => Answer::Json(
+                200,
+                list("networking.k8s.io/v1", "IngressClassList", "100", vec![]),
+            ),
+            "GET" if u.starts_with("/apis/gateway.networking.k8s.io/v1/") => {
+                if st.gateway_crds {
+                    let items = if u.contains("/httproutes?") {
+                        st.http_routes.clone()
+                    } else {
+                        vec![]
+                    };
+                    Answer::Json(
+                        200,
+                        list("gateway.networking.k8s.io/v1", "List", "100", items),
+                    )
+                } else {
+                    not_found("the server could not find the requested resource")
+                }
+            }
+            "GET" if u == COREDNS_WATCH_LIST => Answer::Json(
+                200,
+                list(
+                    "v1",
+                    "ConfigMapList",
+                    &st.rv.to_string(),
+                    vec![configmap(st.rv, &st.corefile)],
+                ),
+            ),
+            "GET" if u == COREDNS => Answer::Json(200, configmap(st.rv, &st.corefile)),
+            "PUT" if u == COREDNS_PUT => {
+                let body = s.body.clone().unwrap();
+                let code = if st.put_replies.is_empty() {
+                    200
+                } else {
+                    st.put_replies.remove(0)
+                };
+                if code == 409 {
+                    return Answer::Json(
+                        409,
+                        status(409, "Conflict", "the object has been modified"),
+                    );
+                }
+                assert_eq!(
+                    body["metadata"]["resourceVersion"],
+                    json!(st.rv.to_string()),
+                    "writes carry the resourceVersion read"
+                );
+                st.rv += 1;
+                st.corefile = body["data"]["Corefile"].as_str().unwrap().to_string();
+                Answer::Json(200, configmap(st.rv, &st.corefile))
+            }
+            "GET" if u.contains("/configmaps/node-local-dns") => {
+                not_found("configmaps \"node-local-dns\"")
+            }
+            "POST" if u.starts_with(EVENTS) => Answer::Json(201, s.body.clone().unwrap()),
+            "PATCH" if u.starts_with(EVENTS) => Answer::Json(200, s.body.clone().unwrap()),
+            "GET" if u == LEASE => match &st.lease {
+                Some(l) => Answer::Json(200, l.clone()),
+                None => not_found("leases \"ouroboros-controller\""),
+            },
+            "PATCH" if u.starts_with(LEASE) => {
+                let lease = st.lease.as_mut().expect("patch of an absent lease");
+                let patch = s.body.clone().unwrap();
+                for (k, v) in patch["spec"].as_object().unwrap() {
+                    if v.is_null() {
+                        lease["spec"].as_object_mut().unwrap().remove(k);
+                    } else {
+                        lease["spec"][k] = v.clone();
+                    }
+                }
+                Answer::Json(200, lease.clone())
+            }
+            _ => Answer::Json(500, status(500, "InternalError", "unexpected request")),
+        }
+    }
+}
+
+struct Running {
+    api: Routed,
+    state: Shared,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+fn start(state: State, flags: &[&str]) -> Running {
+    let state = Arc::new(Mutex::new(state));
+    let (client, api) = route(handler(state.clone()));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(run_with(client, args(flags), stop.clone()));
+    Running {
+        api,
+        state,
+        stop,
+        task,
+    }
+}
+
+impl Running {
+    async fn shutdown(self) -> Routed {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("stops within 10 s")
+            .unwrap()
+            .expect("run_with returns Ok");
+        self.api
+    }
+
+    fn puts(&self) -> Vec<Value> {
+        self.api
+            .matching("PUT", COREDNS)
+            .into_iter()
+            .filter_map(|(_, b)| b)
+            .collect()
+    }
+}
+
+fn state_with(ingresses: Vec<Value>) -> State {
+    State {
+        corefile: COREFILE.to_string(),
+        rv: 1,
+        ingresses,
+        ..State::default()
+    }
+}
+
+fn writes(api: &Routed) -> Vec<(String, String)> {
+    api.calls()
+        .into_iter()
+        .filter(|(m, u)| m != "GET" && !u.starts_with(EVENTS))
+        .collect()
+}
+
+#[tokio::test]
+async fn first_sync_writes_once_and_an_identical_resync_writes_nothing() {
+    let r = start(
+        state_with(vec![ingress(
+            "shop",
+            &["shop.example.com", "api.example.com"],
+        )]),
+        &["--leader-elect=false", "--resync", "300ms"],
+    );
+    // The first write, then at least two resyncs (each a get that finds nothing to do).
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("GET", COREDNS) >= 3
+                && a.count("PUT", COREDNS) >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let puts = r.puts();
+    let api = r.shutdown().await;
+    assert_eq!(writes(&api), [("PUT".to_string(), COREDNS_PUT.to_string())]);
+    let corefile = puts[0]["data"]["Corefile"].as_str().unwrap();
+    assert!(corefile.contains(BEGIN_MARKER), "{corefile}");
+    for h in ["shop.example.com", "api.example.com"] {
+        assert!(
+            corefile.contains(&format!(
+                "rewrite name {h} ouroboros-proxy.ouroboros.svc.cluster.local."
+            )),
+            "{corefile}"
+        );
+    }
+    assert!(puts[0]["metadata"].get("managedFields").is_none());
+    // The list came before the first write.
+    let calls = api.calls();
+    let list_at = calls.iter().position(|(_, u)| u == INGRESS_LIST).unwrap();
+    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
+    assert!(list_at < put_at);
+    // The revert watch: a list with the field selector on the ConfigMap's name.
+    assert_eq!(api.count("GET", COREDNS_WATCH_LIST), 1);
+}
+
+#[tokio::test]
+async fn a_conflict_is_retried_from_the_get() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.put_replies = vec![409];
+    let r = start(st, &["--leader-elect=false"]);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    let api = r.shutdown().await;
+    let seq: Vec<(String, String)> = api
+        .calls()
+        .into_iter()
+        .filter(|(_, u)| u == COREDNS || u == COREDNS_PUT)
+        .collect();
+    let want = [
+        ("GET", COREDNS),
+        ("PUT", COREDNS_PUT),
+        ("GET", COREDNS),
+        ("PUT", COREDNS_PUT),
+    ];
+    assert_eq!(
+        seq[..4],
+        want.map(|(m, u)| (m.to_string(), u.to_string())),
+        "{seq:#?}"
+    );
+    assert_eq!(api.count("PUT", COREDNS), 2);
+}
+
+#[tokio::test]
+async fn an_unparseable_corefile_is_never_written_and_gets_an_event() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.corefile = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n".into();
+    let r = start(st, &["--leader-elect=false"]);
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("POST", "/namespaces/kube-system/events")
+                >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    // Let a retry happen too (backoff 1 s): still no write, no second Event.
+    assert!(r.api.wait_for(5, |a| a.count("GET", COREDNS) >= 2).await);
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 0);
+    let events = api.matching(
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/kube-system/events",
+    );
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let ev = events[0].1.clone().unwrap();
+    assert_eq!(ev["reason"], "CorefileUnparseable");
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["reportingController"], "ouroboros-controller");
+    assert_eq!(
+        ev["regarding"],
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "kube-system", "name": "coredns"})
+    );
+    let note = ev["note"].as_str().unwrap();
+    assert!(
+        note.contains("ConfigMap kube-system/coredns") && note.contains("line"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn missing_gateway_crds_neither_block_nor_crash() {
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &["--leader-elect=false", "--gateway-api"],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    for kind in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+        let path = format!("/apis/gateway.networking.k8s.io/v1/{kind}?&limit=500");
+        assert!(api.count("GET", &path) >= 1, "{path} listed");
+    }
+    assert_eq!(api.count("PUT", COREDNS), 1);
+}
+
+#[tokio::test]
+async fn a_gateway_api_crd_installed_later_is_picked_up() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.http_routes = vec![json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
+        "spec": {"hostnames": ["blog.example.com"], "parentRefs": [{"name": "gw"}]}
+    })];
+    let r = start(st, &["--leader-elect=false", "--gateway-api"]);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert!(!r
+        .state
+        .lock()
+        .unwrap()
+        .corefile
+        .contains("blog.example.com"));
+    r.state.lock().unwrap().gateway_crds = true;
+    assert!(
+        r.api
+            .wait_for(20, |_| r
+                .state
+                .lock()
+                .unwrap()
+                .corefile
+                .contains("rewrite name blog.example.com "))
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 2);
+}
+
+#[tokio::test]
+async fn nothing_is_computed_or_written_before_every_initial_list() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.gateway_crds = true;
+    st.hold_lists = vec!["/apis/gateway.networking.k8s.io/v1/httproutes?"];
+    let r = start(st, &["--leader-elect=false", "--gateway-api"]);
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("GET", INGRESS_LIST) >= 1)
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Answer the held list: the sync follows.
+    assert_eq!(
+        r.api.count("GET", COREDNS),
+        0,
+        "no read or write before all lists"
+    );
+    assert_eq!(
+        r.api.release(
+            "/apis/gateway.networking.k8s.io/v1/httproutes?",
+            &[] // an empty body is not a list: the watcher retries; the retry is answered
+        ),
+        1
+    );
+    r.state.lock().unwrap().hold_lists.clear();
+    assert!(
+        r.api.wait_for(15, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    r.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rejected_hostname_gets_one_event_on_its_ingress() {
+    let r = start(
+        state_with(vec![ingress(
+            "shop",
+            &["shop.example.com", "db.svc.cluster.local"],
+        )]),
+        &["--leader-elect=false", "--resync", "200ms"],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("GET", COREDNS) >= 4).await);
+    let api = r.shutdown().await;
+    let events = api.matching("POST", "/apis/events.k8s.io/v1/namespaces/web/events");
+    assert_eq!(events.len(), 1, "once, not every sync: {events:#?}");
+    let ev = events[0].1.clone().unwrap();
+    assert_eq!(ev["reason"], "HostnameRejected");
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(
+        ev["regarding"],
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "namespace": "web", "name": "shop"})
+    );
+    assert!(ev["note"]
+        .as_str()
+        .unwrap()
+        .contains("\"db.svc.cluster.local\""));
+}
+
+fn lease(holder: Option<&str>, duration: u64) -> Value {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let mut spec = json!({});
+    if let Some(h) = holder {
+        spec = json!({
+            "holderIdentity": h,
+            "leaseDurationSeconds": duration,
+            "acquireTime": now,
+            "renewTime": now
+        });
+    }
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "ouroboros-controller", "namespace": "ouroboros", "resourceVersion": "5"},
+        "spec": spec
+    })
+}
+
+#[tokio::test]
+async fn a_standby_replica_never_writes() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.lease = Some(lease(Some("other-replica"), 3600));
+    let r = start(st, &["--resync", "200ms"]);
+    assert!(r.api.wait_for(10, |a| a.count("GET", LEASE) >= 1).await);
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("GET", INGRESS_LIST) >= 1)
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let api = r.shutdown().await;
+    assert_eq!(api.count("GET", COREDNS), 0, "a standby does not even read");
+    assert!(
+        writes(&api).is_empty(),
+        "a standby writes nothing: {:#?}",
+        writes(&api)
+    );
+}
+
+#[tokio::test]
+async fn the_lease_holder_writes_and_releases_the_lease_on_stop() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.lease = Some(lease(None, 0));
+    let r = start(st, &[]);
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let state = r.state.clone();
+    let api = r.shutdown().await;
+    let patches = api.matching("PATCH", LEASE);
+    // Acquired by server-side apply with our identity.
+    let (uri, body) = &patches[0];
+    assert!(uri.contains("fieldManager=kube-lease-manager-"), "{uri}");
+    let holder = body.as_ref().unwrap()["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!holder.is_empty());
+    // Released on stop, after the write.
+    let calls = api.calls();
+    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
+    let last_patch = calls
+        .iter()
+        .rposition(|(m, u)| m == "PATCH" && u.starts_with(LEASE))
+        .unwrap();
+    assert!(put_at < last_patch);
+    let lease = state.lock().unwrap().lease.clone().unwrap();
+    assert!(
+        lease["spec"].get("holderIdentity").is_none(),
+        "released: {lease}"
+    );
+}
+
+#[tokio::test]
+async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &["--leader-elect=false"],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    for round in 1..=3u64 {
+        // Someone re-renders the Corefile without our block.
+        let rv = {
+            let mut st = r.state.lock().unwrap();
+            st.corefile = COREFILE.to_string();
+            st.rv += 1;
+            st.rv
+        };
+        let event = json!({"type": "MODIFIED", "object": configmap(rv, COREFILE)});
+        assert!(
+            r.api
+                .wait_for(5, |a| a.release(
+                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
+                    std::slice::from_ref(&event)
+                ) == 1)
+                .await,
+            "round {round}: a held watch to answer: {:#?}",
+            r.api.calls()
+        );
+        if round < 3 {
+            assert!(
+                r.api
+                    .wait_for(5, |a| a.count("PUT", COREDNS) as u64 > round)
+                    .await,
+                "round {round}: restored within seconds: {:#?}",
+                r.api.calls()
+            );
+            assert!(r.state.lock().unwrap().corefile.contains(BEGIN_MARKER));
+        }
+    }
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("POST", "/namespaces/kube-system/events")
+                >= 1)
+            .await
+    );
+    let api = r.shutdown().await;
+    let ev = api.matching(
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/kube-system/events",
+    )[0]
+    .1
+    .clone()
+    .unwrap();
+    assert_eq!(ev["reason"], "BlockReverted");
+    assert_eq!(ev["regarding"]["name"], "coredns");
+    assert!(ev["note"].as_str().unwrap().contains("3 times"));
+    // The third restore waits (backoff), so it has not happened yet.
+    assert_eq!(api.count("PUT", COREDNS), 3);
+}
+
+/// GET `path` on 127.0.0.1:`port` (HTTP/1.0): (status, body).
+async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("admin endpoint");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let code = buf[9..12].parse().unwrap();
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (code, body)
+}
+
+#[tokio::test]
+async fn readiness_and_metrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut st = state_with(vec![ingress(
+        "shop",
+        &["shop.example.com", "db.svc.cluster.local"],
+    )]);
+    st.hold_lists = vec![INGRESS_LIST];
+    let r = start(st, &["--leader-elect=false", "--listen-health", &listen]);
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("GET", INGRESS_LIST) >= 1)
+            .await
+    );
+    let mut ready = (0, String::new());
+    for _ in 0..100 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            drop(s);
+            ready = http_get(port, "/readyz").await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready.0, 503, "not ready before the lists: {ready:?}");
+    assert!(ready.1.starts_with("syncing"), "{ready:?}");
+    assert_eq!(http_get(port, "/healthz").await.0, 200);
+
+    r.state.lock().unwrap().hold_lists.clear();
+    r.api.release(INGRESS_LIST, &[]);
+    assert!(r.api.wait_for(15, |a| a.count("PUT", COREDNS) >= 1).await);
+    let mut ok = false;
+    for _ in 0..100 {
+        if http_get(port, "/readyz").await.0 == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "ready after the first write");
+    let (code, metrics) = http_get(port, "/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        "ouroboros_controller_syncs_total{mode=\"coredns\",result=\"written\"} 1",
+        "ouroboros_controller_desired_hostnames 1",
+        "ouroboros_controller_rejected_hostnames{reason=\"cluster-domain\"} 1",
+        "ouroboros_controller_leader 1",
+        "ouroboros_controller_write_conflicts_total 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let since = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ouroboros_controller_seconds_since_last_success "))
+        .expect("seconds since last success");
+    let since: f64 = since.parse().unwrap();
+    assert!((0.0..5.0).contains(&since), "{since}");
+    r.shutdown().await;
+}
+
+#[tokio::test]
+async fn dry_run_reads_but_writes_nothing() {
+    let mut st = state_with(vec![ingress(
+        "shop",
+        &["shop.example.com", "db.svc.cluster.local"],
+    )]);
+    st.lease = Some(lease(None, 0));
+    let r = start(st, &["--dry-run", "--resync", "200ms"]);
+    assert!(r.api.wait_for(10, |a| a.count("GET", COREDNS) >= 3).await);
+    let api = r.shutdown().await;
+    assert!(writes(&api).is_empty(), "{:#?}", writes(&api));
+    assert_eq!(api.count("GET", LEASE), 0, "no lease in a dry run");
+    assert_eq!(api.count("POST", EVENTS), 0, "no Events in a dry run");
+}
