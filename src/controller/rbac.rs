@@ -215,3 +215,79 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     rules.sort();
     rules
 }
+
+/// The rules of `ouroboros cleanup` (the chart's uninstall hook) with the same flags: read and
+/// edit what `controller` wrote, or delete it; nothing is watched, created or read elsewhere.
+/// Empty for etc-hosts (a file on the node, no API call).
+pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
+    let mut rules = match n.mode {
+        Mode::Coredns => vec![rule(
+            Scope::Namespace(n.coredns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.coredns_configmap],
+            &["get", "update"],
+            "remove the block from the Corefile",
+        )],
+        Mode::CorednsImport => vec![rule(
+            Scope::Namespace(n.import_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.import_configmap],
+            &["get", "update", "delete"],
+            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
+        )],
+        Mode::EtcHosts => vec![],
+        Mode::ExternalDns => {
+            let (group, resource) = match n.external_dns_output {
+                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
+                ExternalDnsOutput::Service => ("", "services"),
+            };
+            vec![rule(
+                Scope::Namespace(n.external_dns_namespace.clone()),
+                group,
+                resource,
+                &[],
+                &["list", "delete"],
+                "delete this instance's objects",
+            )]
+        }
+    };
+    rules.sort();
+    rules
+}
+
+/// What decides the rules of `ouroboros edge --service NAMESPACE/NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeNeeds {
+    pub namespace: String,
+    pub service: String,
+    /// A `--listen` names its Service port by number, so the Service is watched to map it.
+    pub numbered_port: bool,
+}
+
+/// The rules of `ouroboros edge --service`: its EndpointSlices (label selector, so no names),
+/// and the one Service (field selector on its name, which RBAC matches to `resourceNames`).
+pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
+    let ns = Scope::Namespace(n.namespace.clone());
+    let mut rules = vec![rule(
+        ns.clone(),
+        "discovery.k8s.io",
+        "endpointslices",
+        &[],
+        LIST_WATCH,
+        "follow the Service's ready endpoints",
+    )];
+    if n.numbered_port {
+        rules.push(rule(
+            ns,
+            "",
+            "services",
+            &[&n.service],
+            LIST_WATCH,
+            "map a numbered Service port to each slice's target port",
+        ));
+    }
+    rules.sort();
+    rules
+}
