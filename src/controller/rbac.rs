@@ -291,3 +291,162 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
     rules.sort();
     rules
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(mode: Mode, output: ExternalDnsOutput) -> Needs {
+        Needs {
+            mode,
+            gateway_api: true,
+            ingress_class_filter: true,
+            leader_elect: true,
+            namespace: "ns".into(),
+            lease_name: "lease".into(),
+            coredns_namespace: "kube-system".into(),
+            coredns_configmap: "coredns".into(),
+            node_local_dns_namespace: "kube-system".into(),
+            node_local_dns_configmap: "node-local-dns".into(),
+            import_namespace: "imp".into(),
+            import_configmap: "custom".into(),
+            proxy_service: Some(("ns".into(), "proxy".into())),
+            external_dns_namespace: "records".into(),
+            external_dns_output: output,
+        }
+    }
+
+    /// (namespace, group, resource, names, verbs) of each rule.
+    fn flat(rules: &[Rule]) -> Vec<(String, &str, &str, Vec<String>, Vec<&str>)> {
+        rules
+            .iter()
+            .map(|r| {
+                let ns = match &r.scope {
+                    Scope::Cluster => "*".to_string(),
+                    Scope::Namespace(n) => n.clone(),
+                };
+                (
+                    ns,
+                    r.api_group,
+                    r.resource,
+                    r.resource_names.clone(),
+                    r.verbs.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cleanup_rules_per_mode() {
+        use ExternalDnsOutput::{Dnsendpoint, Service};
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for (mode, output, want) in [
+            (
+                Mode::Coredns,
+                Dnsendpoint,
+                vec![(
+                    "kube-system".to_string(),
+                    "",
+                    "configmaps",
+                    s(&["coredns"]),
+                    vec!["get", "update"],
+                )],
+            ),
+            (
+                Mode::CorednsImport,
+                Dnsendpoint,
+                vec![(
+                    "imp".into(),
+                    "",
+                    "configmaps",
+                    s(&["custom"]),
+                    vec!["get", "update", "delete"],
+                )],
+            ),
+            (Mode::EtcHosts, Dnsendpoint, vec![]),
+            (
+                Mode::ExternalDns,
+                Dnsendpoint,
+                vec![(
+                    "records".into(),
+                    "externaldns.k8s.io",
+                    "dnsendpoints",
+                    vec![],
+                    vec!["list", "delete"],
+                )],
+            ),
+            (
+                Mode::ExternalDns,
+                Service,
+                vec![(
+                    "records".into(),
+                    "",
+                    "services",
+                    vec![],
+                    vec!["list", "delete"],
+                )],
+            ),
+        ] {
+            let got = cleanup_required(&needs(mode, output));
+            assert_eq!(flat(&got), want, "{mode:?} {output:?}");
+        }
+    }
+
+    #[test]
+    fn cleanup_never_needs_more_than_the_controller() {
+        for mode in [
+            Mode::Coredns,
+            Mode::CorednsImport,
+            Mode::EtcHosts,
+            Mode::ExternalDns,
+        ] {
+            for output in [ExternalDnsOutput::Dnsendpoint, ExternalDnsOutput::Service] {
+                let n = needs(mode, output);
+                let controller = required(&n);
+                for c in cleanup_required(&n) {
+                    for v in &c.verbs {
+                        assert!(
+                            controller.iter().any(|r| r.scope == c.scope
+                                && r.api_group == c.api_group
+                                && r.resource == c.resource
+                                && r.resource_names == c.resource_names
+                                && r.verbs.contains(v)),
+                            "{mode:?}: cleanup's {v} {} is not a controller permission",
+                            c.resource
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn edge_rules() {
+        let n = |numbered| EdgeNeeds {
+            namespace: "ingress".into(),
+            service: "ctl".into(),
+            numbered_port: numbered,
+        };
+        let slices = (
+            "ingress".to_string(),
+            "discovery.k8s.io",
+            "endpointslices",
+            vec![],
+            vec!["list", "watch"],
+        );
+        assert_eq!(flat(&edge_required(&n(false))), vec![slices.clone()]);
+        assert_eq!(
+            flat(&edge_required(&n(true))),
+            vec![
+                (
+                    "ingress".to_string(),
+                    "",
+                    "services",
+                    vec!["ctl".to_string()],
+                    vec!["list", "watch"]
+                ),
+                slices,
+            ]
+        );
+    }
+}
