@@ -316,8 +316,10 @@ mod tests {
         }
     }
 
-    /// (namespace, group, resource, names, verbs) of each rule.
-    fn flat(rules: &[Rule]) -> Vec<(String, &str, &str, Vec<String>, Vec<&str>)> {
+    /// (namespace, group, resource, names, verbs) of a rule.
+    type Flat<'a> = (String, &'a str, &'a str, Vec<String>, Vec<&'a str>);
+
+    fn flat(rules: &[Rule]) -> Vec<Flat<'_>> {
         rules
             .iter()
             .map(|r| {
