@@ -127,7 +127,9 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "coordination.k8s.io",
             "leases",
             &[&n.lease_name],
-            &["get", "update"],
+            // kube-lease-manager reads the Lease and patches it (server-side apply to lock,
+            // strategic merge to renew and release).
+            &["get", "patch"],
             "leader election",
         ));
         // RBAC cannot restrict create by name.
@@ -158,7 +160,8 @@ pub fn required(n: &Needs) -> Vec<Rule> {
                 "",
                 "configmaps",
                 &[&n.coredns_configmap],
-                &["get", "list", "watch", "update", "patch"],
+                // list/watch: the revert watch (field selector metadata.name=<name>).
+                &["get", "list", "watch", "update"],
                 "edit the Corefile and restore it when reverted",
             ));
             let nl = Namespace(n.node_local_dns_namespace.clone());
@@ -178,7 +181,8 @@ pub fn required(n: &Needs) -> Vec<Rule> {
                 "",
                 "configmaps",
                 &[&n.import_configmap],
-                &["get", "list", "watch", "update", "patch", "delete"],
+                // delete: cleanup removes the ConfigMap it created once our key was the last.
+                &["get", "update", "delete"],
                 "write the import snippet",
             ));
             rules.push(rule(
@@ -192,10 +196,11 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         }
         Mode::EtcHosts => {}
         Mode::ExternalDns => {
+            // list: this instance's objects (and, before creating, the namespace's names);
+            // patch + create: server-side apply (of an absent object creates it); delete:
+            // leftovers. See dns::external_writer.
             let ns = Namespace(n.external_dns_namespace.clone());
-            let verbs = &[
-                "get", "list", "watch", "create", "patch", "update", "delete",
-            ];
+            let verbs = &["list", "create", "patch", "delete"];
             match n.external_dns_output {
                 ExternalDnsOutput::Dnsendpoint => rules.push(rule(
                     ns,
