@@ -84,8 +84,13 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, String) {
 
 /// `helm template` of the chart with `--set` values: the YAML, or Helm's error.
 fn template(sets: &[&str], hooks: bool) -> Result<String, String> {
+    template_with("helm", sets, hooks)
+}
+
+/// The same with another Helm binary of .ci/bin (`helm3`).
+fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, String> {
     setup();
-    let mut cmd = Command::new(tool("helm"));
+    let mut cmd = Command::new(tool(helm));
     cmd.args(["template", RELEASE])
         .arg(chart_dir())
         .args(["--namespace", NAMESPACE]);
@@ -607,26 +612,41 @@ fn rbac_only_for_the_selected_mode() {
 // --- rendering and validation ------------------------------------------------------------------
 
 #[test]
-fn lint_strict() {
+fn lint_strict_with_helm_4_and_3() {
     setup();
-    for sets in [
-        &[][..],
-        &["controller.mode=external-dns", "etcHosts.enabled=true"],
-        &[
-            "edge.enabled=true",
-            "networkPolicy.enabled=true",
-            "serviceMonitor.enabled=true",
-        ],
-    ] {
-        let mut cmd = Command::new(tool("helm"));
-        cmd.args(["lint", "--strict"]).arg(chart_dir());
-        for s in sets {
-            cmd.args(["--set", s]);
+    for helm in ["helm", "helm3"] {
+        for sets in [
+            &[][..],
+            &["controller.mode=external-dns", "etcHosts.enabled=true"],
+            &[
+                "edge.enabled=true",
+                "networkPolicy.enabled=true",
+                "serviceMonitor.enabled=true",
+            ],
+        ] {
+            let mut cmd = Command::new(tool(helm));
+            cmd.args(["lint", "--strict"]).arg(chart_dir());
+            for s in sets {
+                cmd.args(["--set", s]);
+            }
+            let (ok, out, err) = run(&mut cmd, None);
+            assert!(ok, "{helm} lint --strict {sets:?}:\n{out}\n{err}");
+            assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
         }
-        let (ok, out, err) = run(&mut cmd, None);
-        assert!(ok, "helm lint --strict {sets:?}:\n{out}\n{err}");
-        assert!(out.contains("0 chart(s) failed"), "{out}");
     }
+}
+
+/// Helm 3 renders the same objects as Helm 4 for every case, and its schema check rejects the
+/// same typo.
+#[test]
+fn helm_3_renders_what_helm_4_renders() {
+    for ((case, objs, _), (_, sets)) in renders().iter().zip(CASES) {
+        let yaml = template_with("helm3", sets, true)
+            .unwrap_or_else(|e| panic!("{case}: helm3 template failed: {e}"));
+        assert!(docs(&yaml) == *objs, "{case}: Helm 3 renders other objects");
+    }
+    let err = template_with("helm3", &["controller.mdoe=x"], true).unwrap_err();
+    assert!(err.contains("mdoe"), "{err}");
 }
 
 fn validate(what: &str, yaml: &str) {
