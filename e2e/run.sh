@@ -3,7 +3,7 @@
 # engine, kind, network access for images); run it by hand:
 #   e2e/run.sh            create the cluster, test, delete the cluster
 #   KEEP=1 e2e/run.sh     leave the cluster running for a look around
-# Needs: docker (or podman with KIND_EXPERIMENTAL_PROVIDER=podman), kind, kubectl, helm.
+# Needs: docker (or ENGINE=podman with KIND_EXPERIMENTAL_PROVIDER=podman), kind, kubectl, helm.
 #
 # The flow: build the image and load it into the cluster; run `ouroboros whoami` as the "ingress
 # controller" (it refuses connections without a PROXY header, as ingress-nginx with
@@ -61,7 +61,15 @@ kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER"
 
 log "image"
 "$ENGINE" build --file "$root/Containerfile" --tag "$IMAGE" "$root"
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+if [[ $ENGINE == docker ]]; then
+    kind load docker-image "$IMAGE" --name "$CLUSTER"
+else
+    # kind reads images from docker only; others go through an archive.
+    archive=$(mktemp)
+    "$ENGINE" save --output "$archive" "$IMAGE"
+    kind load image-archive "$archive" --name "$CLUSTER"
+    rm -f "$archive"
+fi
 
 log "backend: whoami requiring the PROXY protocol"
 k create namespace backend --dry-run=client -o yaml | k apply -f -

@@ -770,6 +770,9 @@ fn pods_are_hardened() {
                 pod["hostPID"].is_null() && pod["hostIPC"].is_null(),
                 "{case}: {w}"
             );
+            // Service links would inject OUROBOROS_PROXY_* variables (from the Service
+            // `ouroboros-proxy`) into the flags' environment namespace.
+            assert_eq!(pod["enableServiceLinks"], false, "{case}: {w}");
             assert_eq!(
                 pod["hostNetwork"].as_bool().unwrap_or(false),
                 w.ends_with("-edge"),
@@ -1287,5 +1290,45 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
     assert!(
         found == Some(table.as_str()),
         "README.md's RBAC matrix is not the one the rules give: run `BLESS=1 cargo test --test chart readme`, or replace it (markers included) with:\n\n{table}\n"
+    );
+}
+
+// --- image ---------------------------------------------------------------------------------------
+
+/// The Containerfile builds the locked release binary, puts it where the chart's preStop hook
+/// runs it, runs as the user the pods run as, and keeps the build directory out of the context.
+#[test]
+fn containerfile_matches_the_chart() {
+    let cf = std::fs::read_to_string(root().join("Containerfile")).unwrap();
+    let lines: Vec<&str> = cf
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert!(
+        cf.contains("cargo build --release --locked"),
+        "locked release build"
+    );
+    let froms: Vec<_> = lines.iter().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert!(froms[0].contains("rust:1-slim-bookworm"), "{froms:?}");
+    assert!(
+        lines.contains(&"COPY --from=build /out/ouroboros /usr/local/bin/ouroboros"),
+        "the binary where the chart's preStop runs it"
+    );
+    assert!(lines.contains(&r#"ENTRYPOINT ["/usr/local/bin/ouroboros"]"#));
+    let user = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER");
+    assert_eq!(user, "65532:65532", "the pods' runAsUser/runAsGroup");
+    let (_, objs, _) = &renders()[0];
+    let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    assert!(
+        ignore.lines().any(|l| l == "/target"),
+        ".dockerignore keeps target/ out"
     );
 }

@@ -43,7 +43,11 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- end -}}
 {{- end -}}
 
-{{/* Hardened defaults for every container but the etc-hosts one. */}}
+{{/*
+Hardened defaults for every container but the etc-hosts and edge ones. Every pod also sets
+enableServiceLinks: false: the Service <release>-proxy would otherwise inject
+OUROBOROS_PROXY_* variables, the environment namespace of the proxy's flags.
+*/}}
 {{- define "ouroboros.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
