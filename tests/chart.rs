@@ -213,6 +213,7 @@ const CASES: &[(&str, &[&str])] = &[
             "edge.listen={[::]:443=443,0.0.0.0:443=443,:80=web}",
             "edge.proxyProtocol=v2",
             "edge.healthInterval=5s",
+            "edge.copyMode=splice",
         ],
     ),
     (
