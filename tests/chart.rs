@@ -746,6 +746,8 @@ fn schema_rejects_typos_and_bad_values() {
     )
     .expect_err("replicas without a lease");
     assert!(err.contains("leaderElect"), "{err}");
+    let err = template(&["proxy.target.serviceName=traefik"], true).unwrap_err();
+    assert!(err.contains("serviceNamespace"), "{err}");
     let err = template(&["edge.enabled=true", "edge.service=nonamespace"], true).unwrap_err();
     assert!(err.contains("edge/service"), "{err}");
 }
