@@ -5,6 +5,10 @@
 
 use super::args::{ExternalDnsOutput, Mode};
 
+// The uninstall hook's and edge's rules (used by the chart).
+mod workloads;
+pub use workloads::{cleanup_required, edge_required, EdgeNeeds};
+
 /// Where a rule applies.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {

@@ -1,0 +1,242 @@
+//! Rules of the other pods the chart runs: the uninstall hook (`ouroboros cleanup`) and
+//! `ouroboros edge`. Same shape and same promise as `required`: equal to the calls made.
+
+use super::{rule, ExternalDnsOutput, Mode, Needs, Rule, Scope, LIST_WATCH};
+
+/// The rules of `ouroboros cleanup` (the chart's uninstall hook) with the same flags: read and
+/// edit what `controller` wrote, or delete it; nothing is watched, created or read elsewhere.
+/// Empty for etc-hosts (a file on the node, no API call).
+pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
+    let mut rules = match n.mode {
+        Mode::Coredns => vec![rule(
+            Scope::Namespace(n.coredns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.coredns_configmap],
+            &["get", "update"],
+            "remove the block from the Corefile",
+        )],
+        Mode::CorednsImport => vec![rule(
+            Scope::Namespace(n.import_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.import_configmap],
+            &["get", "update", "delete"],
+            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
+        )],
+        Mode::EtcHosts => vec![],
+        Mode::ExternalDns => {
+            let (group, resource) = match n.external_dns_output {
+                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
+                ExternalDnsOutput::Service => ("", "services"),
+            };
+            vec![rule(
+                Scope::Namespace(n.external_dns_namespace.clone()),
+                group,
+                resource,
+                &[],
+                &["list", "delete"],
+                "delete this instance's objects",
+            )]
+        }
+    };
+    rules.sort();
+    rules
+}
+
+/// What decides the rules of `ouroboros edge --service NAMESPACE/NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeNeeds {
+    pub namespace: String,
+    pub service: String,
+    /// A `--listen` names its Service port by number, so the Service is watched to map it.
+    pub numbered_port: bool,
+}
+
+/// The rules of `ouroboros edge --service`: its EndpointSlices (label selector, so no names),
+/// and the one Service (field selector on its name, which RBAC matches to `resourceNames`).
+pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
+    let ns = Scope::Namespace(n.namespace.clone());
+    let mut rules = vec![rule(
+        ns.clone(),
+        "discovery.k8s.io",
+        "endpointslices",
+        &[],
+        LIST_WATCH,
+        "follow the Service's ready endpoints",
+    )];
+    if n.numbered_port {
+        rules.push(rule(
+            ns,
+            "",
+            "services",
+            &[&n.service],
+            LIST_WATCH,
+            "map a numbered Service port to each slice's target port",
+        ));
+    }
+    rules.sort();
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::required;
+    use super::*;
+
+    fn needs(mode: Mode, output: ExternalDnsOutput) -> Needs {
+        Needs {
+            mode,
+            gateway_api: true,
+            ingress_class_filter: true,
+            leader_elect: true,
+            namespace: "ns".into(),
+            lease_name: "lease".into(),
+            coredns_namespace: "kube-system".into(),
+            coredns_configmap: "coredns".into(),
+            node_local_dns_namespace: "kube-system".into(),
+            node_local_dns_configmap: "node-local-dns".into(),
+            import_namespace: "imp".into(),
+            import_configmap: "custom".into(),
+            proxy_service: Some(("ns".into(), "proxy".into())),
+            external_dns_namespace: "records".into(),
+            external_dns_output: output,
+        }
+    }
+
+    /// (namespace, group, resource, names, verbs) of a rule.
+    type Flat<'a> = (String, &'a str, &'a str, Vec<String>, Vec<&'a str>);
+
+    fn flat(rules: &[Rule]) -> Vec<Flat<'_>> {
+        rules
+            .iter()
+            .map(|r| {
+                let ns = match &r.scope {
+                    Scope::Cluster => "*".to_string(),
+                    Scope::Namespace(n) => n.clone(),
+                };
+                (
+                    ns,
+                    r.api_group,
+                    r.resource,
+                    r.resource_names.clone(),
+                    r.verbs.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cleanup_rules_per_mode() {
+        use ExternalDnsOutput::{Dnsendpoint, Service};
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for (mode, output, want) in [
+            (
+                Mode::Coredns,
+                Dnsendpoint,
+                vec![(
+                    "kube-system".to_string(),
+                    "",
+                    "configmaps",
+                    s(&["coredns"]),
+                    vec!["get", "update"],
+                )],
+            ),
+            (
+                Mode::CorednsImport,
+                Dnsendpoint,
+                vec![(
+                    "imp".into(),
+                    "",
+                    "configmaps",
+                    s(&["custom"]),
+                    vec!["get", "update", "delete"],
+                )],
+            ),
+            (Mode::EtcHosts, Dnsendpoint, vec![]),
+            (
+                Mode::ExternalDns,
+                Dnsendpoint,
+                vec![(
+                    "records".into(),
+                    "externaldns.k8s.io",
+                    "dnsendpoints",
+                    vec![],
+                    vec!["list", "delete"],
+                )],
+            ),
+            (
+                Mode::ExternalDns,
+                Service,
+                vec![(
+                    "records".into(),
+                    "",
+                    "services",
+                    vec![],
+                    vec!["list", "delete"],
+                )],
+            ),
+        ] {
+            let got = cleanup_required(&needs(mode, output));
+            assert_eq!(flat(&got), want, "{mode:?} {output:?}");
+        }
+    }
+
+    #[test]
+    fn cleanup_never_needs_more_than_the_controller() {
+        for mode in [
+            Mode::Coredns,
+            Mode::CorednsImport,
+            Mode::EtcHosts,
+            Mode::ExternalDns,
+        ] {
+            for output in [ExternalDnsOutput::Dnsendpoint, ExternalDnsOutput::Service] {
+                let n = needs(mode, output);
+                let controller = required(&n);
+                for c in cleanup_required(&n) {
+                    for v in &c.verbs {
+                        assert!(
+                            controller.iter().any(|r| r.scope == c.scope
+                                && r.api_group == c.api_group
+                                && r.resource == c.resource
+                                && r.resource_names == c.resource_names
+                                && r.verbs.contains(v)),
+                            "{mode:?}: cleanup's {v} {} is not a controller permission",
+                            c.resource
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn edge_rules() {
+        let n = |numbered| EdgeNeeds {
+            namespace: "ingress".into(),
+            service: "ctl".into(),
+            numbered_port: numbered,
+        };
+        let slices = (
+            "ingress".to_string(),
+            "discovery.k8s.io",
+            "endpointslices",
+            vec![],
+            vec!["list", "watch"],
+        );
+        assert_eq!(flat(&edge_required(&n(false))), vec![slices.clone()]);
+        assert_eq!(
+            flat(&edge_required(&n(true))),
+            vec![
+                (
+                    "ingress".to_string(),
+                    "",
+                    "services",
+                    vec!["ctl".to_string()],
+                    vec!["list", "watch"]
+                ),
+                slices,
+            ]
+        );
+    }
+}
