@@ -1146,13 +1146,11 @@ fn chart_flags_exist_edge() {
 }
 
 #[test]
-#[ignore = "needs the `controller` subcommand (merge of the controller branch); then remove this"]
 fn chart_flags_exist_controller() {
     chart_flags_exist("controller");
 }
 
 #[test]
-#[ignore = "needs the `cleanup` subcommand (merge of the writers branch); then remove this"]
 fn chart_flags_exist_cleanup() {
     chart_flags_exist("cleanup");
 }
