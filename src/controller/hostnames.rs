@@ -156,20 +156,29 @@ impl Desired {
     fn add<'s>(
         &mut self,
         policy: &HostPolicy,
-        object: &ObjectRef,
+        object: ObjectRef,
         names: impl IntoIterator<Item = &'s String>,
     ) {
-        for raw in names {
+        // The last name takes `object` itself: most objects have one name, so most need no copy.
+        let mut names = names.into_iter().peekable();
+        let mut object = Some(object);
+        while let Some(raw) = names.next() {
+            let this = match names.peek() {
+                Some(_) => object.clone(),
+                None => object.take(),
+            };
+            let Some(this) = this else { return };
             match policy.check(raw) {
                 Ok(host) => {
-                    self.origins
-                        .entry(host.clone())
-                        .or_default()
-                        .insert(object.clone());
-                    self.hosts.insert(host);
+                    if let Some(origins) = self.origins.get_mut(&host) {
+                        origins.insert(this);
+                    } else {
+                        self.origins.insert(host.clone(), BTreeSet::from([this]));
+                        self.hosts.insert(host);
+                    }
                 }
                 Err(reason) => self.rejected.push(Rejected {
-                    object: object.clone(),
+                    object: this,
                     raw: raw.clone(),
                     reason,
                 }),
@@ -277,7 +286,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
             .iter()
             .flat_map(|s| s.tls.iter().flatten())
             .flat_map(|t| t.hosts.iter().flatten());
-        out.add(policy, &object, names);
+        out.add(policy, object, names);
     }
 
     if !filters.gateway_api {
@@ -306,7 +315,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
             surviving.insert((namespace(&gw.metadata), name));
         }
         let names = gw.spec.listeners.iter().filter_map(|l| l.hostname.as_ref());
-        out.add(policy, &object, names);
+        out.add(policy, object, names);
     }
 
     // One pass per route kind; the generated parentRef types differ only by name.
@@ -336,7 +345,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
                     }
                 }
                 let $spec = &route.spec;
-                out.add(policy, &object, $hostnames);
+                out.add(policy, object, $hostnames);
             }
         };
     }
