@@ -152,7 +152,16 @@ pub struct Desired {
     pub excluded: Vec<Excluded>,
 }
 
-impl Desired {
+/// Builds a [`Desired`]: accepted names are gathered in a list and sorted once at the end,
+/// which costs far less than inserting each into two trees (10k names: one sort instead of
+/// 20k tree inserts with string compares along pointer chains).
+#[derive(Default)]
+struct Collector {
+    out: Desired,
+    accepted: Vec<(Hostname, ObjectRef)>,
+}
+
+impl Collector {
     fn add<'s>(
         &mut self,
         policy: &HostPolicy,
@@ -169,15 +178,8 @@ impl Desired {
             };
             let Some(this) = this else { return };
             match policy.check(raw) {
-                Ok(host) => {
-                    if let Some(origins) = self.origins.get_mut(&host) {
-                        origins.insert(this);
-                    } else {
-                        self.origins.insert(host.clone(), BTreeSet::from([this]));
-                        self.hosts.insert(host);
-                    }
-                }
-                Err(reason) => self.rejected.push(Rejected {
+                Ok(host) => self.accepted.push((host, this)),
+                Err(reason) => self.out.rejected.push(Rejected {
                     object: this,
                     raw: raw.clone(),
                     reason,
@@ -187,7 +189,28 @@ impl Desired {
     }
 
     fn exclude(&mut self, object: ObjectRef, why: Exclusion) {
-        self.excluded.push(Excluded { object, why });
+        self.out.excluded.push(Excluded { object, why });
+    }
+
+    fn finish(self) -> Desired {
+        let Collector {
+            mut out,
+            mut accepted,
+        } = self;
+        accepted.sort_unstable();
+        let mut origins: Vec<(Hostname, BTreeSet<ObjectRef>)> = Vec::new();
+        for (host, object) in accepted {
+            match origins.last_mut() {
+                Some((h, objects)) if *h == host => {
+                    objects.insert(object);
+                }
+                _ => origins.push((host, BTreeSet::from([object]))),
+            }
+        }
+        // Both from sorted input: built in bulk, without searching.
+        out.hosts = origins.iter().map(|(h, _)| h.clone()).collect();
+        out.origins = origins.into_iter().collect();
+        out
     }
 }
 
@@ -264,7 +287,7 @@ fn attached(
 
 /// The desired host set.
 pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) -> Desired {
-    let mut out = Desired::default();
+    let mut out = Collector::default();
     let ingress_filter = non_empty(filters.ingress_class.as_deref());
     let default_class = default_ingress_class(&sources.ingress_classes);
 
@@ -290,7 +313,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
     }
 
     if !filters.gateway_api {
-        return out;
+        return out.finish();
     }
     let gateway_filter = non_empty(filters.gateway_class.as_deref());
 
@@ -358,7 +381,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
         .iter()
         .flatten());
     routes!(sources.tls_routes, Kind::TlsRoute, |s| s.hostnames.iter());
-    out
+    out.finish()
 }
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve
