@@ -1375,6 +1375,74 @@ spec:
         assert!(accepted >= texts.len() / 2, "{accepted} of {}", texts.len());
     }
 
+    /// The shapes `kubectl get -o yaml`, Helm and the render benchmark write are taken by the
+    /// fast reader (not handed on to serde_yaml), and read as the previous readers read them.
+    #[test]
+    fn fast_yaml_reader_takes_common_shapes() {
+        let bench = "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: app-0\n  namespace: team-0\n  labels:\n    app.kubernetes.io/name: app-0\nspec:\n  ingressClassName: nginx\n  tls:\n    - hosts:\n        - app-0.team-0.example.com\n      secretName: app-0-tls\n  rules:\n    - host: app-0.team-0.example.com\n      http:\n        paths:\n          - path: /\n            pathType: Prefix\n            backend:\n              service:\n                name: app-0\n                port:\n                  number: 8080\n";
+        let kubectl = r#"apiVersion: v1
+items:
+- apiVersion: networking.k8s.io/v1
+  kind: Ingress
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {"apiVersion":"networking.k8s.io/v1","kind":"Ingress","metadata":{"annotations":{},"name":"web","namespace":"shop"}}
+      nginx.ingress.kubernetes.io/ssl-redirect: "true"
+    creationTimestamp: "2024-05-01T10:00:00Z"
+    generation: 1
+    managedFields:
+    - apiVersion: networking.k8s.io/v1
+      fieldsType: FieldsV1
+      fieldsV1:
+        f:metadata:
+          f:annotations:
+            .: {}
+            f:kubectl.kubernetes.io/last-applied-configuration: {}
+        f:spec:
+          f:tls: {}
+      manager: kubectl-client-side-apply
+      operation: Update
+      time: "2024-05-01T10:00:00Z"
+    name: web
+    namespace: shop
+    resourceVersion: "12345"
+    uid: 0b6f9c1e-1111-2222-3333-444455556666
+  spec:
+    ingressClassName: nginx
+    rules:
+    - host: shop.example.com
+      http:
+        paths:
+        - backend:
+            service:
+              name: web
+              port:
+                number: 80
+          path: /
+          pathType: Prefix
+    tls:
+    - hosts:
+      - shop.example.com
+      - '*.shop.example.com'
+      secretName: shop-tls
+  status:
+    loadBalancer:
+      ingress:
+      - ip: 192.0.2.1
+kind: List
+metadata:
+  resourceVersion: ""
+"#;
+        for (name, text) in [("bench", bench), ("kubectl", kubectl)] {
+            let (fast, _) = Manifests::read_fast_yaml(text)
+                .unwrap_or_else(|| panic!("{name}: not taken by the fast reader"));
+            let (before, _) = previous_reader(text).unwrap();
+            assert_eq!(fast.ingresses.len(), 1, "{name}");
+            assert_eq!(outcome(&fast), outcome(&before), "{name}");
+        }
+    }
+
     #[test]
     fn formats() {
         for (text, want) in [

@@ -453,13 +453,14 @@ fn split_key(body: &str) -> R<Option<(Cow<'_, str>, &str)>> {
     }
 }
 
-/// Keys are plain words (`apiVersion`, `app.kubernetes.io/name`): no indicators, nothing that
-/// could resolve to a number, boolean or null, no trailing spaces before the colon.
+/// Plain keys are taken as written (`apiVersion`, `app.kubernetes.io/name`, `.`, `80`): serde
+/// reads every key as its text. Keys starting with an indicator, or with spaces before the
+/// colon, are left to the complete parser.
 fn check_key(key: &str, quoted: bool) -> R<()> {
     if quoted {
         return Ok(());
     }
-    if key.is_empty() || key.ends_with(' ') || starts_with_indicator(key) || ambiguous(key) {
+    if key.is_empty() || key.ends_with(' ') || starts_with_indicator(key) {
         return Err(Unsupported);
     }
     Ok(())
@@ -697,8 +698,7 @@ fn flow_at(text: &str, keep: bool, depth: usize) -> R<(Node<'_>, usize)> {
             skip_spaces(&mut i);
             let key = match key {
                 FlowScalar::Quoted(k) => k,
-                FlowScalar::Plain(k) if !ambiguous(k) => Cow::Borrowed(k),
-                FlowScalar::Plain(_) => return Err(Unsupported),
+                FlowScalar::Plain(k) => Cow::Borrowed(k),
             };
             let (value, used) = flow_item(&text[i..], keep, depth)?;
             i += used;
@@ -945,7 +945,7 @@ mod tests {
             "a: {b: [c,]}\n",
             "spec: {hostnames: [c], hostnames: d}\n",
             "a: - b\n",
-            "1: x\n",
+            "- x: 1\n  -y: 2\n",
             "a: b\r c\n",
         ] {
             assert_eq!(docs(text), Err(Unsupported), "{text:?}");
