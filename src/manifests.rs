@@ -666,10 +666,36 @@ mod slim {
         Ok(doc)
     }
 
+    /// An `Option<String>` field: serde_yaml gives a plain scalar's text whatever it looks like
+    /// (`80`, `10m`, `true`), and null for `~`, `null` or nothing.
     fn opt_string(node: Node<'_>) -> Result<Option<String>, ()> {
         match node {
             Node::Null => Ok(None),
             Node::Str(s) => Ok(Some(s.into_owned())),
+            Node::Plain(s) => Ok(Some(s.to_string())),
+            _ => Err(()),
+        }
+    }
+
+    /// The same inside Ingress `spec.tls`, which is read through an untagged enum: there a
+    /// plain `80` is a number and makes the whole `tls` something else, so such values are
+    /// left to the serde path.
+    fn opt_string_typed(node: Node<'_>) -> Result<Option<String>, ()> {
+        match node {
+            Node::Plain(_) => Err(()),
+            n => opt_string(n),
+        }
+    }
+
+    fn opt_strings_typed(node: Node<'_>) -> Result<Option<Vec<String>>, ()> {
+        match node {
+            Node::Null => Ok(None),
+            Node::Seq(items) => Ok(Some(
+                items
+                    .into_iter()
+                    .map(|i| opt_string_typed(i)?.ok_or(()))
+                    .collect::<Result<_, _>>()?,
+            )),
             _ => Err(()),
         }
     }
@@ -724,6 +750,9 @@ mod slim {
                                 match v {
                                     Node::Str(v) => {
                                         annotations.insert(k.into_owned(), v.into_owned());
+                                    }
+                                    Node::Plain(v) => {
+                                        annotations.insert(k.into_owned(), v.to_string());
                                     }
                                     // A string whose text was not kept (often
                                     // last-applied-configuration): fine unless read.
@@ -783,8 +812,8 @@ mod slim {
                                     };
                                     for (k, v) in entries {
                                         match &*k {
-                                            "hosts" => t.hosts = opt_strings(v)?,
-                                            "secretName" => t.secret_name = opt_string(v)?,
+                                            "hosts" => t.hosts = opt_strings_typed(v)?,
+                                            "secretName" => t.secret_name = opt_string_typed(v)?,
                                             _ => {}
                                         }
                                     }
@@ -1351,6 +1380,14 @@ spec:
             "replicaCount: 3\nimage: {tag: latest}\n".into(),
             "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: nginx\n  annotations:\n    ingressclass.kubernetes.io/is-default-class: \"true\"\nspec: {controller: k8s.io/ingress-nginx}\n".into(),
             "kind: Ingress\napiVersion: networking.k8s.io/v1\nmetadata: {name: a}\nspec: {tls: [{hosts: [a.example.com]}]}\nkind: Ingress\n".into(),
+            ingress.replace("ssl-redirect", "x").replace("  labels:", "    proxy-body-size: 10m\n    replicas: 3\n    flag: true\n  labels:"),
+            ingress.replace("kubernetes.io/ingress.class: nginx", "kubernetes.io/ingress.class: 1nginx"),
+            ingress.replace("  name: web\n", "  name: 0123\n"),
+            ingress.replace("  name: web\n", "  name: web\n  annotations2: {a: ~}\n"),
+            ingress.replace("  name: web\n", "  name: web\n  deletionTimestamp: 2024-01-01T00:00:00Z\n"),
+            route.replace("route.example.com,", "1.example.com, 10.0.0.1, true,"),
+            gateway.replace("\"gw.example.com\"", "2gw.example.com"),
+            route.replace("  - name: gw\n", "  - name: 7\n"),
         ];
         for (i, v) in variations.into_iter().enumerate() {
             texts.push((format!("variation {i}"), v));

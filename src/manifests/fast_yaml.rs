@@ -1001,7 +1001,11 @@ mod tests {
             assert!(check_characters(&at("\u{e9}")).is_ok(), "{pad}");
             assert!(check_characters(&at("\u{2027}")).is_ok(), "{pad}");
             for bad in ["\u{85}", "\u{2028}", "\u{feff}", "\u{1}", "\rx", "\t"] {
-                assert_eq!(check_characters(&at(bad)), Err(Unsupported), "{pad} {bad:?}");
+                assert_eq!(
+                    check_characters(&at(bad)),
+                    Err(Unsupported),
+                    "{pad} {bad:?}"
+                );
             }
         }
         assert!(check_characters("a: b\r\n").is_ok());
