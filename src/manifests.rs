@@ -1480,6 +1480,142 @@ metadata:
         }
     }
 
+    mod fast_yaml_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Values that probe the fast reader's edges: quoting, escapes, types, comments,
+        /// indicators, flow collections, block scalars, nothing.
+        const SCALARS: &[&str] = &[
+            "a.example.com",
+            "'q.example.com'",
+            "\"d.example.com\"",
+            "\"*.w.example.com\"",
+            "*.alias.example.com",
+            "10m",
+            "80",
+            "0x1F",
+            "true",
+            "null",
+            "~",
+            "",
+            "-x",
+            "- x",
+            "a: b",
+            "a #c",
+            "a#b",
+            "[a.example.com, \"b.example.com\"]",
+            "[]",
+            "{}",
+            "{a: b}",
+            "[a, [b]]",
+            "[a,]",
+            "|",
+            "|-",
+            ">",
+            "\"\\u0041\"",
+            "\"a\\\"b\"",
+            "'it''s'",
+            "'unclosed",
+            "&anchor x",
+            "!!str x",
+            "\"tab\\tx\"",
+            "x:",
+            "?x",
+        ];
+
+        /// Values every slot takes, so that many generated texts reach the comparison.
+        const PLAIN: &[&str] = &[
+            "a.example.com",
+            "b.example.com",
+            "'q.example.com'",
+            "\"d.example.com\"",
+            "\"*.w.example.com\"",
+            "a #c",
+        ];
+
+        fn document() -> impl Strategy<Value = String> {
+            let s = || {
+                prop_oneof![
+                    3 => prop::sample::select(PLAIN),
+                    1 => prop::sample::select(SCALARS),
+                ]
+            };
+            (s(), s(), s(), s(), s(), s(), s()).prop_map(document_from)
+        }
+
+        #[allow(clippy::type_complexity)]
+        fn document_from(
+            (name, ann, h1, h2, class, rule, route): (&str, &str, &str, &str, &str, &str, &str),
+        ) -> String {
+            let block = if ann.starts_with(['|', '>']) {
+                "\n      block line"
+            } else {
+                ""
+            };
+            format!(
+                        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  annotations:\n    kubernetes.io/ingress.class: {class}\n    other: {ann}{block}\nspec:\n  tls:\n  - hosts:\n    - {h1}\n    - {h2}\n    secretName: s\n  rules:\n  - host: {rule}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r}}\nspec:\n  hostnames:\n  - {route}\n"
+                    )
+        }
+
+        /// Line-level damage: indentation off by one, lines dropped, doubled or split by a
+        /// comment or a document marker, CRLF.
+        fn mutate(text: &str, edits: &[(usize, u8)]) -> String {
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            for &(at, kind) in edits {
+                if lines.is_empty() {
+                    break;
+                }
+                let i = at % lines.len();
+                match kind % 7 {
+                    0 => lines[i].insert(0, ' '),
+                    1 => {
+                        if lines[i].starts_with(' ') {
+                            lines[i].remove(0);
+                        }
+                    }
+                    2 => {
+                        lines.remove(i);
+                    }
+                    3 => {
+                        let l = lines[i].clone();
+                        lines.insert(i, l);
+                    }
+                    4 => lines.insert(i, "# comment".into()),
+                    5 => lines.insert(i, "---".into()),
+                    _ => lines[i].push('\r'),
+                }
+            }
+            lines.join("\n") + "\n"
+        }
+
+        #[test]
+        fn generator_base_is_accepted() {
+            let v = "a.example.com";
+            let doc = document_from((v, v, v, v, v, v, v));
+            assert!(Manifests::read_fast_yaml(&doc).is_some(), "{doc}");
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+            /// Wherever the fast reader accepts, the previous readers accept too and read the
+            /// same objects and hosts.
+            #[test]
+            fn fast_reader_never_disagrees(
+                doc in document(),
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            ) {
+                let text = mutate(&doc, &edits);
+                if let Some((fast, _)) = Manifests::read_fast_yaml(&text) {
+                    let before = previous_reader(&text);
+                    prop_assert!(before.is_ok(), "accepted what the others reject: {:?}\n{}", before.err(), text);
+                    let (before, _) = before.unwrap();
+                    prop_assert_eq!(outcome(&fast), outcome(&before), "{}", text);
+                }
+            }
+        }
+    }
+
     #[test]
     fn formats() {
         for (text, want) in [
