@@ -805,7 +805,8 @@ fn flow_scalar(text: &str) -> R<(FlowScalar<'_>, usize)> {
                 return Err(Unsupported);
             }
             let s = text[..i].trim_end_matches(' ');
-            if s.is_empty() {
+            // `[http://x]`: YAML parsers have disagreed on colons in flow scalars.
+            if s.is_empty() || s.contains(':') {
                 return Err(Unsupported);
             }
             Ok((FlowScalar::Plain(s), i))
@@ -967,6 +968,7 @@ mod tests {
             "\u{feff}a: 1\n",
             "a: [b,]\n",
             "a: {b: [c,]}\n",
+            "a: [http://x]\n",
             "spec: {hostnames: [c], hostnames: d}\n",
             "a: - b\n",
             "- x: 1\n  -y: 2\n",
