@@ -22,6 +22,8 @@ use serde_json::Value;
 
 use crate::controller::hostnames::{Sources, GATEWAY_GROUP};
 
+mod fast_yaml;
+
 /// Gateway-API versions whose Gateway/route fields that matter here match v1.
 const GATEWAY_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha2"];
 
@@ -140,13 +142,34 @@ impl Manifests {
                 }
             }
             Format::Yaml => {
-                for doc in serde_yaml::Deserializer::from_str(text) {
-                    if let Some(doc) = Option::<slim::Doc>::deserialize(doc).ok()? {
-                        slim::add(&mut out, &mut warnings, doc, None).ok()?;
-                    }
-                }
+                return Self::read_fast_yaml(text).or_else(|| Self::read_serde_yaml(text));
             }
         }
+        Some((out, warnings))
+    }
+
+    /// The fast path through serde_yaml, for YAML the fast reader leaves.
+    fn read_serde_yaml(text: &str) -> Option<(Self, slim::Warnings)> {
+        let mut out = Self::default();
+        let mut warnings = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            if let Some(doc) = Option::<slim::Doc>::deserialize(doc).ok()? {
+                slim::add(&mut out, &mut warnings, doc, None).ok()?;
+            }
+        }
+        Some((out, warnings))
+    }
+
+    /// The fastest path, for the common plain block-style YAML (see [`fast_yaml`]); `None` if
+    /// the file needs a complete YAML parser.
+    fn read_fast_yaml(text: &str) -> Option<(Self, slim::Warnings)> {
+        let mut out = Self::default();
+        let mut warnings = Vec::new();
+        fast_yaml::documents(text, |node| {
+            let doc = slim::doc_from(node).map_err(|()| fast_yaml::Unsupported)?;
+            slim::add(&mut out, &mut warnings, doc, None).map_err(|()| fast_yaml::Unsupported)
+        })
+        .ok()?;
         Some((out, warnings))
     }
 
@@ -536,7 +559,9 @@ mod slim {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use serde::Deserialize;
 
+    use super::fast_yaml::Node;
     use super::{Manifests, GATEWAY_GROUP, GATEWAY_VERSIONS};
+    use crate::controller::hostnames::{DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION};
 
     #[derive(Deserialize)]
     pub(super) struct Doc {
@@ -599,6 +624,281 @@ mod slim {
         kind: Option<String>,
         namespace: Option<String>,
         name: String,
+    }
+
+    /// [`fast_yaml`](super::fast_yaml)'s tree as a [`Doc`], with the outcome deserializing the
+    /// same text into `Doc` has; `Err(())` where that needs the serde path to decide.
+    /// Annotations written as block scalars are left out unless the selection reads them.
+    pub(super) fn doc_from(node: Node<'_>) -> Result<Doc, ()> {
+        let Node::Map(entries) = node else {
+            return Err(());
+        };
+        let mut doc = Doc {
+            api_version: None,
+            kind: None,
+            metadata: Meta::default(),
+            spec: None,
+            items: None,
+        };
+        for (key, value) in entries {
+            match &*key {
+                "apiVersion" => doc.api_version = opt_string(value)?,
+                "kind" => doc.kind = opt_string(value)?,
+                "metadata" => doc.metadata = meta_from(value)?,
+                "spec" => {
+                    doc.spec = match value {
+                        Node::Null => None,
+                        v => Some(spec_from(v)?),
+                    }
+                }
+                "items" => {
+                    doc.items = match value {
+                        Node::Null => None,
+                        Node::Seq(items) => {
+                            Some(items.into_iter().map(doc_from).collect::<Result<_, _>>()?)
+                        }
+                        _ => return Err(()),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(doc)
+    }
+
+    /// An `Option<String>` field: serde_yaml gives a plain scalar's text whatever it looks like
+    /// (`80`, `10m`, `true`), and null for `~`, `null` or nothing.
+    fn opt_string(node: Node<'_>) -> Result<Option<String>, ()> {
+        match node {
+            Node::Null => Ok(None),
+            Node::Str(s) => Ok(Some(s.into_owned())),
+            Node::Plain(s) => Ok(Some(s.to_string())),
+            _ => Err(()),
+        }
+    }
+
+    /// The same inside Ingress `spec.tls`, which is read through an untagged enum: there a
+    /// plain `80` is a number and makes the whole `tls` something else, so such values are
+    /// left to the serde path.
+    fn opt_string_typed(node: Node<'_>) -> Result<Option<String>, ()> {
+        match node {
+            Node::Plain(_) => Err(()),
+            n => opt_string(n),
+        }
+    }
+
+    fn opt_strings_typed(node: Node<'_>) -> Result<Option<Vec<String>>, ()> {
+        match node {
+            Node::Null => Ok(None),
+            Node::Seq(items) => Ok(Some(
+                items
+                    .into_iter()
+                    .map(|i| opt_string_typed(i)?.ok_or(()))
+                    .collect::<Result<_, _>>()?,
+            )),
+            _ => Err(()),
+        }
+    }
+
+    fn string(node: Node<'_>) -> Result<String, ()> {
+        opt_string(node)?.ok_or(())
+    }
+
+    fn opt_strings(node: Node<'_>) -> Result<Option<Vec<String>>, ()> {
+        match node {
+            Node::Null => Ok(None),
+            Node::Seq(items) => Ok(Some(
+                items.into_iter().map(string).collect::<Result<_, _>>()?,
+            )),
+            _ => Err(()),
+        }
+    }
+
+    fn opt_maps(node: Node<'_>) -> Result<Option<Vec<Entries<'_>>>, ()> {
+        match node {
+            Node::Null => Ok(None),
+            Node::Seq(items) => Ok(Some(
+                items
+                    .into_iter()
+                    .map(|i| match i {
+                        Node::Map(e) => Ok(e),
+                        _ => Err(()),
+                    })
+                    .collect::<Result<_, _>>()?,
+            )),
+            _ => Err(()),
+        }
+    }
+
+    type Entries<'a> = Vec<(std::borrow::Cow<'a, str>, Node<'a>)>;
+
+    fn meta_from(node: Node<'_>) -> Result<Meta, ()> {
+        let Node::Map(entries) = node else {
+            return Err(());
+        };
+        let mut meta = Meta::default();
+        for (key, value) in entries {
+            match &*key {
+                "name" => meta.name = opt_string(value)?,
+                "namespace" => meta.namespace = opt_string(value)?,
+                "annotations" => {
+                    meta.annotations = match value {
+                        Node::Null => None,
+                        Node::Map(entries) => {
+                            let mut annotations = BTreeMap::new();
+                            for (k, v) in entries {
+                                match v {
+                                    Node::Str(v) => {
+                                        annotations.insert(k.into_owned(), v.into_owned());
+                                    }
+                                    Node::Plain(v) => {
+                                        annotations.insert(k.into_owned(), v.to_string());
+                                    }
+                                    // A string whose text was not kept (often
+                                    // last-applied-configuration): fine unless read.
+                                    Node::Block
+                                        if k != INGRESS_CLASS_ANNOTATION
+                                            && k != DEFAULT_CLASS_ANNOTATION => {}
+                                    _ => return Err(()),
+                                }
+                            }
+                            Some(annotations)
+                        }
+                        _ => return Err(()),
+                    }
+                }
+                "deletionTimestamp" => {
+                    meta.deletion_timestamp = match opt_string(value)? {
+                        None => None,
+                        Some(t) => Some(
+                            serde_json::from_value(serde_json::Value::String(t)).map_err(|_| ())?,
+                        ),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(meta)
+    }
+
+    fn spec_from(node: Node<'_>) -> Result<Spec, ()> {
+        let Node::Map(entries) = node else {
+            return Err(());
+        };
+        let mut spec = Spec {
+            ingress_class_name: None,
+            tls: None,
+            gateway_class_name: None,
+            listeners: None,
+            hostnames: None,
+            parent_refs: None,
+        };
+        for (key, value) in entries {
+            match &*key {
+                "ingressClassName" => spec.ingress_class_name = opt_string(value)?,
+                "gatewayClassName" => spec.gateway_class_name = opt_string(value)?,
+                "hostnames" => spec.hostnames = opt_strings(value)?,
+                "tls" => {
+                    spec.tls = match value {
+                        Node::Null => None,
+                        v @ Node::Seq(_) => Some(Tls::Ingress(
+                            opt_maps(v)?
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|entries| {
+                                    let mut t = IngressTls {
+                                        hosts: None,
+                                        secret_name: None,
+                                    };
+                                    for (k, v) in entries {
+                                        match &*k {
+                                            "hosts" => t.hosts = opt_strings_typed(v)?,
+                                            "secretName" => t.secret_name = opt_string_typed(v)?,
+                                            _ => {}
+                                        }
+                                    }
+                                    Ok(t)
+                                })
+                                .collect::<Result<_, ()>>()?,
+                        )),
+                        // Gateway's `spec.tls` is a mapping, not read.
+                        _ => Some(Tls::Other(serde::de::IgnoredAny)),
+                    }
+                }
+                "listeners" => {
+                    spec.listeners = opt_maps(value)?
+                        .map(|ls| {
+                            ls.into_iter()
+                                .map(|entries| {
+                                    let (mut name, mut port, mut protocol, mut hostname) =
+                                        (None, None, None, None);
+                                    for (k, v) in entries {
+                                        match &*k {
+                                            "name" => name = Some(string(v)?),
+                                            "port" => port = Some(int(v)?),
+                                            "protocol" => protocol = Some(string(v)?),
+                                            "hostname" => hostname = opt_string(v)?,
+                                            _ => {}
+                                        }
+                                    }
+                                    Ok(Listener {
+                                        name: name.ok_or(())?,
+                                        port: port.ok_or(())?,
+                                        protocol: protocol.ok_or(())?,
+                                        hostname,
+                                    })
+                                })
+                                .collect::<Result<_, ()>>()
+                        })
+                        .transpose()?
+                }
+                "parentRefs" => {
+                    spec.parent_refs = opt_maps(value)?
+                        .map(|refs| {
+                            refs.into_iter()
+                                .map(|entries| {
+                                    let mut p = ParentRef {
+                                        group: None,
+                                        kind: None,
+                                        namespace: None,
+                                        name: String::new(),
+                                    };
+                                    let mut name = None;
+                                    for (k, v) in entries {
+                                        match &*k {
+                                            "group" => p.group = opt_string(v)?,
+                                            "kind" => p.kind = opt_string(v)?,
+                                            "namespace" => p.namespace = opt_string(v)?,
+                                            "name" => name = Some(string(v)?),
+                                            _ => {}
+                                        }
+                                    }
+                                    p.name = name.ok_or(())?;
+                                    Ok(p)
+                                })
+                                .collect::<Result<_, ()>>()
+                        })
+                        .transpose()?
+                }
+                _ => {}
+            }
+        }
+        Ok(spec)
+    }
+
+    /// A port: plain decimal digits only (other spellings are left to the serde path).
+    fn int(node: Node<'_>) -> Result<i32, ()> {
+        match node {
+            Node::Plain(s)
+                if !s.is_empty()
+                    && s.len() <= 9
+                    && s.bytes().all(|b| b.is_ascii_digit())
+                    && !(s.len() > 1 && s.starts_with('0')) =>
+            {
+                s.parse().map_err(|_| ())
+            }
+            _ => Err(()),
+        }
     }
 
     /// Objects of an API version not read, warned about once the whole file is accepted.
@@ -947,6 +1247,373 @@ spec:
             }
         }
         assert!(fast_files >= 8, "{fast_files}");
+    }
+
+    /// What the selection sees of `m`, for comparing readers: objects by kind and name,
+    /// the count of skipped objects, and the host sets under several filters.
+    fn outcome(m: &Manifests) -> String {
+        use crate::controller::hostnames::{desired, Filters};
+        use crate::hostname::HostPolicy;
+        let policy = HostPolicy::new("cluster.local", &[], &[]);
+        use crate::controller::hostnames::{DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION};
+        // The fast reader leaves out annotations written as block scalars unless read.
+        let read = |o: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            let a = o.annotations.as_ref();
+            (
+                o.name.clone(),
+                o.namespace.clone(),
+                o.deletion_timestamp.clone(),
+                a.and_then(|a| a.get(INGRESS_CLASS_ANNOTATION)).cloned(),
+                a.and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).cloned(),
+            )
+        };
+        let mut out = format!(
+            "ingresses {:?}\nclasses {:?}\ngateways {:?}\nroutes {:?} {:?} {:?}\nskipped {}\n",
+            m.ingresses
+                .iter()
+                .map(|o| (read(&o.metadata), &o.spec))
+                .collect::<Vec<_>>(),
+            m.ingress_classes
+                .iter()
+                .map(|o| read(&o.metadata))
+                .collect::<Vec<_>>(),
+            m.gateways
+                .iter()
+                .map(|o| (read(&o.metadata), &o.spec))
+                .collect::<Vec<_>>(),
+            m.http_routes
+                .iter()
+                .map(|o| (read(&o.metadata), &o.spec))
+                .collect::<Vec<_>>(),
+            m.grpc_routes
+                .iter()
+                .map(|o| (read(&o.metadata), &o.spec))
+                .collect::<Vec<_>>(),
+            m.tls_routes
+                .iter()
+                .map(|o| (read(&o.metadata), &o.spec))
+                .collect::<Vec<_>>(),
+            m.skipped,
+        );
+        for f in [
+            Filters::default(),
+            Filters {
+                gateway_api: true,
+                ..Filters::default()
+            },
+            Filters {
+                gateway_api: true,
+                ingress_class: Some("nginx".into()),
+                gateway_class: Some("eg".into()),
+            },
+        ] {
+            out += &format!("{f:?} => {:?}\n", desired(&m.sources(), &f, &policy));
+        }
+        out
+    }
+
+    /// The reader before the fast YAML reader: serde_yaml into the slim structs, else the full
+    /// path.
+    fn previous_reader(text: &str) -> anyhow::Result<(Manifests, slim::Warnings)> {
+        if let Some(read) = Manifests::read_serde_yaml(text) {
+            return Ok(read);
+        }
+        let mut m = Manifests::default();
+        m.add_text_full(text, Format::Yaml)?;
+        Ok((m, Vec::new()))
+    }
+
+    /// Wherever the fast YAML reader accepts a text, the result is the one the previous readers
+    /// give (a text they reject, it must not accept); checked on every shipped YAML manifest
+    /// and on variations of the shapes it reads.
+    #[test]
+    fn fast_yaml_reader_matches_previous_readers() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        let mut seen = BTreeSet::new();
+        for dir in ["examples", "tests/fixtures/manifests", "tests/fixtures"] {
+            collect_dir(&root.join(dir), &mut files, &mut seen).unwrap();
+        }
+        let mut texts: Vec<(String, String)> = files
+            .iter()
+            .filter(|f| Format::of(f) == Format::Yaml)
+            .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
+            .collect();
+        let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\n  namespace: shop\n  annotations:\n    kubernetes.io/ingress.class: nginx\n    kubectl.kubernetes.io/last-applied-configuration: |\n      {\"kind\":\"Ingress\"}\n  labels: {app: web, tier: [a, b]}\nspec:\n  tls:\n  - hosts:\n    - shop.example.com\n    - '*.shop.example.com'\n    secretName: tls\n  rules:\n  - host: shop.example.com\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend: {service: {name: web, port: {number: 80}}}\nstatus:\n  loadBalancer: {}\n";
+        let gateway = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: infra}\nspec:\n  gatewayClassName: eg\n  listeners:\n  - name: https\n    port: 443\n    protocol: HTTPS\n    hostname: \"gw.example.com\"\n    tls: {mode: Terminate}\n";
+        let route = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: r\n  namespace: web\nspec:\n  parentRefs:\n  - name: gw\n    namespace: infra\n  hostnames: [route.example.com, \"Route2.Example.com.\"]\n";
+        let variations = [
+            ingress.to_string(),
+            format!("---\n{ingress}---\n{gateway}---\n{route}...\n"),
+            format!("{ingress}---\n# only a comment\n---\n{gateway}---\n{route}"),
+            format!("apiVersion: v1\nkind: List\nitems:\n{}", {
+                let mut items = String::new();
+                for doc in [ingress, gateway, route] {
+                    for (i, line) in doc.lines().enumerate() {
+                        items += if i == 0 { "- " } else { "  " };
+                        items += line;
+                        items += "\n";
+                    }
+                }
+                items
+            }),
+            ingress.replace("  namespace: shop\n", ""),
+            ingress.replace("ingressClassName", "x").replace("kubernetes.io/ingress.class: nginx", "kubernetes.io/ingress.class: |\n      nginx"),
+            ingress.replace("secretName: tls", "secretName: 7"),
+            ingress.replace("- shop.example.com", "- 10.0.0.1"),
+            ingress.replace("- shop.example.com", "- \"bad name\"\n    - null"),
+            ingress.replace("  name: web\n", "  name: web\n  deletionTimestamp: \"2024-01-01T00:00:00Z\"\n"),
+            ingress.replace("  name: web\n", "  name: web\n  deletionTimestamp: \"not a time\"\n"),
+            ingress.replace("  name: web\n", "  name:\n"),
+            ingress.replace("metadata:\n", "metadata: {}\nx:\n"),
+            ingress.replace("  tls:\n", "  tls: {a: b}\n  x:\n"),
+            ingress.replace("spec:\n", "spec: null\nx:\n"),
+            ingress.replace("networking.k8s.io/v1", "networking.k8s.io/v1beta1"),
+            gateway.replace("    port: 443\n", "    port: \"443\"\n"),
+            gateway.replace("    port: 443\n", ""),
+            gateway.replace("  gatewayClassName: eg\n", ""),
+            gateway.replace("gateway.networking.k8s.io/v1", "gateway.networking.k8s.io/v1beta1"),
+            route.replace("  - name: gw\n", "  - group: x\n"),
+            route.replace("HTTPRoute", "TLSRoute"),
+            route.replace("HTTPRoute", "GRPCRoute"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n".into(),
+            "replicaCount: 3\nimage: {tag: latest}\n".into(),
+            "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: nginx\n  annotations:\n    ingressclass.kubernetes.io/is-default-class: \"true\"\nspec: {controller: k8s.io/ingress-nginx}\n".into(),
+            "kind: Ingress\napiVersion: networking.k8s.io/v1\nmetadata: {name: a}\nspec: {tls: [{hosts: [a.example.com]}]}\nkind: Ingress\n".into(),
+            ingress.replace("ssl-redirect", "x").replace("  labels:", "    proxy-body-size: 10m\n    replicas: 3\n    flag: true\n  labels:"),
+            ingress.replace("kubernetes.io/ingress.class: nginx", "kubernetes.io/ingress.class: 1nginx"),
+            ingress.replace("  name: web\n", "  name: 0123\n"),
+            ingress.replace("  name: web\n", "  name: web\n  annotations2: {a: ~}\n"),
+            ingress.replace("  name: web\n", "  name: web\n  deletionTimestamp: 2024-01-01T00:00:00Z\n"),
+            route.replace("route.example.com,", "1.example.com, 10.0.0.1, true,"),
+            gateway.replace("\"gw.example.com\"", "2gw.example.com"),
+            route.replace("  - name: gw\n", "  - name: 7\n"),
+        ];
+        for (i, v) in variations.into_iter().enumerate() {
+            texts.push((format!("variation {i}"), v));
+        }
+        let mut accepted = 0;
+        for (name, text) in &texts {
+            let Some((fast, fast_warnings)) = Manifests::read_fast_yaml(text) else {
+                continue;
+            };
+            accepted += 1;
+            let (before, before_warnings) = match previous_reader(text) {
+                Ok(r) => r,
+                Err(e) => {
+                    panic!("{name}: the fast reader accepted what the others reject: {e:#}\n{text}")
+                }
+            };
+            assert_eq!(outcome(&fast), outcome(&before), "{name}\n{text}");
+            if !before_warnings.is_empty() {
+                assert_eq!(fast_warnings, before_warnings, "{name}");
+            }
+        }
+        assert!(accepted >= texts.len() / 2, "{accepted} of {}", texts.len());
+    }
+
+    /// The shapes `kubectl get -o yaml`, Helm and the render benchmark write are taken by the
+    /// fast reader (not handed on to serde_yaml), and read as the previous readers read them.
+    #[test]
+    fn fast_yaml_reader_takes_common_shapes() {
+        let bench = "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: app-0\n  namespace: team-0\n  labels:\n    app.kubernetes.io/name: app-0\nspec:\n  ingressClassName: nginx\n  tls:\n    - hosts:\n        - app-0.team-0.example.com\n      secretName: app-0-tls\n  rules:\n    - host: app-0.team-0.example.com\n      http:\n        paths:\n          - path: /\n            pathType: Prefix\n            backend:\n              service:\n                name: app-0\n                port:\n                  number: 8080\n";
+        let kubectl = r#"apiVersion: v1
+items:
+- apiVersion: networking.k8s.io/v1
+  kind: Ingress
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {"apiVersion":"networking.k8s.io/v1","kind":"Ingress","metadata":{"annotations":{},"name":"web","namespace":"shop"}}
+      nginx.ingress.kubernetes.io/ssl-redirect: "true"
+    creationTimestamp: "2024-05-01T10:00:00Z"
+    generation: 1
+    managedFields:
+    - apiVersion: networking.k8s.io/v1
+      fieldsType: FieldsV1
+      fieldsV1:
+        f:metadata:
+          f:annotations:
+            .: {}
+            f:kubectl.kubernetes.io/last-applied-configuration: {}
+        f:spec:
+          f:tls: {}
+      manager: kubectl-client-side-apply
+      operation: Update
+      time: "2024-05-01T10:00:00Z"
+    name: web
+    namespace: shop
+    resourceVersion: "12345"
+    uid: 0b6f9c1e-1111-2222-3333-444455556666
+  spec:
+    ingressClassName: nginx
+    rules:
+    - host: shop.example.com
+      http:
+        paths:
+        - backend:
+            service:
+              name: web
+              port:
+                number: 80
+          path: /
+          pathType: Prefix
+    tls:
+    - hosts:
+      - shop.example.com
+      - '*.shop.example.com'
+      secretName: shop-tls
+  status:
+    loadBalancer:
+      ingress:
+      - ip: 192.0.2.1
+kind: List
+metadata:
+  resourceVersion: ""
+"#;
+        for (name, text) in [("bench", bench), ("kubectl", kubectl)] {
+            let (fast, _) = Manifests::read_fast_yaml(text)
+                .unwrap_or_else(|| panic!("{name}: not taken by the fast reader"));
+            let (before, _) = previous_reader(text).unwrap();
+            assert_eq!(fast.ingresses.len(), 1, "{name}");
+            assert_eq!(outcome(&fast), outcome(&before), "{name}");
+        }
+    }
+
+    mod fast_yaml_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Values that probe the fast reader's edges: quoting, escapes, types, comments,
+        /// indicators, flow collections, block scalars, nothing.
+        const SCALARS: &[&str] = &[
+            "a.example.com",
+            "'q.example.com'",
+            "\"d.example.com\"",
+            "\"*.w.example.com\"",
+            "*.alias.example.com",
+            "10m",
+            "80",
+            "0x1F",
+            "true",
+            "null",
+            "~",
+            "",
+            "-x",
+            "- x",
+            "a: b",
+            "a #c",
+            "a#b",
+            "[a.example.com, \"b.example.com\"]",
+            "[]",
+            "{}",
+            "{a: b}",
+            "[a, [b]]",
+            "[a,]",
+            "|",
+            "|-",
+            ">",
+            "\"\\u0041\"",
+            "\"a\\\"b\"",
+            "'it''s'",
+            "'unclosed",
+            "&anchor x",
+            "!!str x",
+            "\"tab\\tx\"",
+            "x:",
+            "?x",
+        ];
+
+        /// Values every slot takes, so that many generated texts reach the comparison.
+        const PLAIN: &[&str] = &[
+            "a.example.com",
+            "b.example.com",
+            "'q.example.com'",
+            "\"d.example.com\"",
+            "\"*.w.example.com\"",
+            "a #c",
+        ];
+
+        fn document() -> impl Strategy<Value = String> {
+            let s = || {
+                prop_oneof![
+                    3 => prop::sample::select(PLAIN),
+                    1 => prop::sample::select(SCALARS),
+                ]
+            };
+            (s(), s(), s(), s(), s(), s(), s()).prop_map(document_from)
+        }
+
+        #[allow(clippy::type_complexity)]
+        fn document_from(
+            (name, ann, h1, h2, class, rule, route): (&str, &str, &str, &str, &str, &str, &str),
+        ) -> String {
+            let block = if ann.starts_with(['|', '>']) {
+                "\n      block line"
+            } else {
+                ""
+            };
+            format!(
+                        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  annotations:\n    kubernetes.io/ingress.class: {class}\n    other: {ann}{block}\nspec:\n  tls:\n  - hosts:\n    - {h1}\n    - {h2}\n    secretName: s\n  rules:\n  - host: {rule}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r}}\nspec:\n  hostnames:\n  - {route}\n"
+                    )
+        }
+
+        /// Line-level damage: indentation off by one, lines dropped, doubled or split by a
+        /// comment or a document marker, CRLF.
+        fn mutate(text: &str, edits: &[(usize, u8)]) -> String {
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            for &(at, kind) in edits {
+                if lines.is_empty() {
+                    break;
+                }
+                let i = at % lines.len();
+                match kind % 7 {
+                    0 => lines[i].insert(0, ' '),
+                    1 => {
+                        if lines[i].starts_with(' ') {
+                            lines[i].remove(0);
+                        }
+                    }
+                    2 => {
+                        lines.remove(i);
+                    }
+                    3 => {
+                        let l = lines[i].clone();
+                        lines.insert(i, l);
+                    }
+                    4 => lines.insert(i, "# comment".into()),
+                    5 => lines.insert(i, "---".into()),
+                    _ => lines[i].push('\r'),
+                }
+            }
+            lines.join("\n") + "\n"
+        }
+
+        #[test]
+        fn generator_base_is_accepted() {
+            let v = "a.example.com";
+            let doc = document_from((v, v, v, v, v, v, v));
+            assert!(Manifests::read_fast_yaml(&doc).is_some(), "{doc}");
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+            /// Wherever the fast reader accepts, the previous readers accept too and read the
+            /// same objects and hosts.
+            #[test]
+            fn fast_reader_never_disagrees(
+                doc in document(),
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            ) {
+                let text = mutate(&doc, &edits);
+                if let Some((fast, _)) = Manifests::read_fast_yaml(&text) {
+                    let before = previous_reader(&text);
+                    prop_assert!(before.is_ok(), "accepted what the others reject: {:?}\n{}", before.err(), text);
+                    let (before, _) = before.unwrap();
+                    prop_assert_eq!(outcome(&fast), outcome(&before), "{}", text);
+                }
+            }
+        }
     }
 
     #[test]

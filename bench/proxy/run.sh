@@ -3,162 +3,23 @@
 # HAProxy 2.6 (mode tcp, send-proxy) and through `ouroboros proxy` (v1), all in one run on
 # 127.0.0.1. Prints a markdown table and writes it to bench/results/. See bench/README.md.
 #
-# Settings (environment):
-#   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
-#   WRK_DURATION=6s     length of each wrk run      WRK_CONNS=50  wrk connections
-#   BULK_MB=1024        size of the large file      BULK_REPEAT=2 downloads per variant per round
-#   IDLE_CONNS=5000     idle connections held for the memory figure
-#   PROXY_CPU=0         CPU the proxy under test (HAProxy or ouroboros) is pinned to
-#   LOAD_CPU=1          CPU nginx, wrk, curl and the idle-connection client are pinned to
+# Settings (environment): those of bench/lib/common.sh (ROUNDS, WRK_DURATION, WRK_CONNS,
+# BULK_MB, BULK_REPEAT, IDLE_CONNS, PROXY_CPU, LOAD_CPU, OUROBOROS_BIN, NICE, PROXY_THREADS,
+# SCHED, KEEP_TMP, NOTES) and
 #   VARIANTS="direct haproxy ouroboros ouroboros_splice"
 #                       ouroboros = default --copy-mode (userspace), ouroboros_splice = --copy-mode splice
-#   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
-#   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
-#                       shared box it keeps concurrent compiles from skewing one variant's turn
-#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros's runtime workers
-#                       (TOKIO_WORKER_THREADS); both would pick 1 by themselves on one pinned CPU
-#   KEEP_TMP=1          keep the temp dir (configs, logs, raw samples) after the run
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-HELPER=(python3 "$HERE/helper.py")
-
-ROUNDS=${ROUNDS:-4}
-WRK_DURATION=${WRK_DURATION:-6s}
-WRK_CONNS=${WRK_CONNS:-50}
-BULK_MB=${BULK_MB:-1024}
-BULK_REPEAT=${BULK_REPEAT:-2}
-IDLE_CONNS=${IDLE_CONNS:-5000}
-PROXY_CPU=${PROXY_CPU:-0}
-LOAD_CPU=${LOAD_CPU:-1}
+BENCH=proxy
 VARIANTS=${VARIANTS:-"direct haproxy ouroboros ouroboros_splice"}
-OUROBOROS_BIN=${OUROBOROS_BIN:-}
-KEEP_TMP=${KEEP_TMP:-0}
-NICE=${NICE:--19}
-PROXY_THREADS=${PROXY_THREADS:-1}
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../lib/common.sh"
 
-log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# ---- prerequisites -----------------------------------------------------------------------
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
-missing=()
-[[ -x $NGINX ]] || missing+=(nginx)
-[[ -x $HAPROXY ]] || missing+=(haproxy)
-for tool in wrk curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-command -v taskset >/dev/null || missing+=(util-linux)
-command -v python3 >/dev/null || missing+=(python3)
-if ((${#missing[@]})); then
-    die "missing ${missing[*]}; install with: apt-get install ${missing[*]}"
-fi
-if [[ $VARIANTS == *ouroboros* && -z $OUROBOROS_BIN ]]; then
-    command -v cargo >/dev/null || die "cargo not found; install Rust (https://rustup.rs) or set OUROBOROS_BIN"
-fi
-[[ $($HAPROXY -v | head -1) == *"version 2.6"* ]] || log "warning: $($HAPROXY -v | head -1) is not HAProxy 2.6"
-ncpu=$(nproc)
-((PROXY_CPU < ncpu && LOAD_CPU < ncpu)) || die "PROXY_CPU=$PROXY_CPU / LOAD_CPU=$LOAD_CPU: this machine has $ncpu CPUs"
-
-# every idle connection costs a descriptor on the client, two in the proxy, one in nginx
-need_fds=$((2 * IDLE_CONNS + 1000))
-hard=$(ulimit -Hn)
-[[ $hard == unlimited ]] || ((hard >= need_fds)) ||
-    die "open-file hard limit $hard < $need_fds needed for IDLE_CONNS=$IDLE_CONNS; raise it (ulimit -Hn) or lower IDLE_CONNS"
-ulimit -n "$hard"
-
-# children inherit it: nginx, the proxies, wrk and curl all run at the same priority
-renice -n "$NICE" -p $$ >/dev/null 2>&1 || log "warning: cannot renice to $NICE (not root?); running at $(nice)"
-if [[ ${SCHED:-other} == fifo ]]; then
-    chrt -f -p 1 $$ || die "cannot switch to SCHED_FIFO (needs root)"
-fi
-
-CLK_TCK=$(getconf CLK_TCK)
-wrk_seconds=${WRK_DURATION%s}
-[[ $wrk_seconds =~ ^[0-9]+$ ]] || die "WRK_DURATION must be whole seconds like 10s, got $WRK_DURATION"
-
-# ---- build ---------------------------------------------------------------------------------
-BIN=$OUROBOROS_BIN
-if [[ $VARIANTS == *ouroboros* ]]; then
-    if [[ -z $BIN ]]; then
-        log "cargo build --release"
-        (cd "$REPO" && cargo build --release --bin ouroboros) >&2
-        BIN=$REPO/target/release/ouroboros
-    fi
-    [[ -x $BIN ]] || die "$BIN is not executable"
-    "$BIN" proxy --help 2>/dev/null | grep -q -- '--listen-http' ||
-        die "$BIN has no working 'proxy' subcommand (no --listen-http in its help); run with VARIANTS=\"direct haproxy\" to benchmark only the others"
-fi
-
-# ---- temp dir, cleanup ------------------------------------------------------------------------
-DIR=$(mktemp -d /tmp/ouroboros-bench.XXXXXX)
-mkdir -p "$DIR"/{www,logs,nginx/tmp}
-declare -A PID=()
-cleanup() {
-    local rc=$?
-    for name in "${!PID[@]}"; do kill -TERM "${PID[$name]}" 2>/dev/null || true; done
-    for _ in $(seq 20); do
-        local alive=0
-        for name in "${!PID[@]}"; do kill -0 "${PID[$name]}" 2>/dev/null && alive=1; done
-        ((alive)) || break
-        sleep 0.1
-    done
-    for name in "${!PID[@]}"; do kill -KILL "${PID[$name]}" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -f "$DIR/www/big.bin"
-    if ((rc != 0)) || [[ $KEEP_TMP == 1 ]]; then
-        log "configs, logs and raw samples kept in $DIR"
-    else
-        rm -rf "$DIR"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
+bench_prepare proxy --listen-http
 read -r P_NGINX_PP P_NGINX_PLAIN P_HAPROXY P_OURO P_OURO_HEALTH P_SPLICE P_SPLICE_HEALTH < <("${HELPER[@]}" free-ports 7)
+BACKEND_PP_PORTS=$P_NGINX_PP
 
-# ---- content ------------------------------------------------------------------------------------
-head -c 1024 /dev/urandom >"$DIR/www/1k.bin"
-BIG_BYTES=$((BULK_MB * 1024 * 1024))
-fallocate -l "$BIG_BYTES" "$DIR/www/big.bin" 2>/dev/null || head -c "$BIG_BYTES" /dev/zero >"$DIR/www/big.bin"
+start_nginx nginx "$P_NGINX_PP" "$P_NGINX_PLAIN"
 
-# ---- nginx backend -----------------------------------------------------------------------------
-cat >"$DIR/nginx/nginx.conf" <<EOF
-$( ((EUID == 0)) && echo 'user root;')
-worker_processes 1;
-worker_rlimit_nofile $need_fds;
-pid $DIR/nginx/nginx.pid;
-error_log $DIR/nginx/error.log warn;
-events { worker_connections $need_fds; }
-http {
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path $DIR/nginx/tmp/body;
-    proxy_temp_path $DIR/nginx/tmp/proxy;
-    fastcgi_temp_path $DIR/nginx/tmp/fastcgi;
-    uwsgi_temp_path $DIR/nginx/tmp/uwsgi;
-    scgi_temp_path $DIR/nginx/tmp/scgi;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 10000000;
-    keepalive_timeout 600s;
-    open_file_cache max=16;
-    server {
-        # proxies connect here and must send a PROXY header; the direct baseline uses the other
-        listen 127.0.0.1:$P_NGINX_PP proxy_protocol backlog=4096;
-        listen 127.0.0.1:$P_NGINX_PLAIN backlog=4096;
-        root $DIR/www;
-        location = /pp { return 200 "\$proxy_protocol_addr\n"; }
-    }
-}
-EOF
-taskset -c "$LOAD_CPU" "$NGINX" -e "$DIR/nginx/error.log" -p "$DIR/nginx" -c "$DIR/nginx/nginx.conf" \
-    -g 'daemon off;' >"$DIR/logs/nginx.out" 2>&1 &
-PID[nginx]=$!
-"${HELPER[@]}" wait-http "http://127.0.0.1:$P_NGINX_PLAIN/pp" 10 >/dev/null || die "nginx did not start: $(tail -5 "$DIR/nginx/error.log" "$DIR/logs/nginx.out")"
-
-# ---- proxies under test -------------------------------------------------------------------------
 start_haproxy() {
     cat >"$DIR/haproxy.cfg" <<EOF
 global
@@ -198,14 +59,6 @@ url_of() {
     esac
 }
 
-# PIDs whose CPU and memory are charged to a variant (the proxy and its children; none for direct)
-pids_of() {
-    [[ $1 == direct ]] && return 0
-    local p=${PID[$1]}
-    echo "$p" $(pgrep -P "$p" || true)
-}
-
-read -ra VARS <<<"$VARIANTS"
 for v in "${VARS[@]}"; do
     case $v in
         direct) ;;
@@ -215,111 +68,10 @@ for v in "${VARS[@]}"; do
         *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice)" ;;
     esac
 done
-for v in "${VARS[@]}"; do
-    # the /pp answer proves the proxy really sent a PROXY header nginx accepted
-    got=$("${HELPER[@]}" wait-http "$(url_of "$v")/pp" 10) || die "$v did not come up: $(tail -5 "$DIR/logs/$v.log" 2>/dev/null)"
-    if [[ $v == direct ]]; then want=""; else want=127.0.0.1; fi
-    [[ $got == "$want" ]] || die "$v: nginx saw PROXY source '$got', expected '$want'"
-    threads=""
-    [[ $v != direct ]] && threads=", $(awk '/^Threads:/ {print $2}' "/proc/${PID[$v]}/status") threads"
-    log "$v up at $(url_of "$v") (PROXY source seen by nginx: '${got:-none}'$threads)"
-done
+check_variants
 
-RAW=$DIR/raw.tsv
-META=$DIR/meta.tsv
-: >"$RAW"
-rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RAW"; }
-ticks() { if [[ $1 == direct ]]; then echo 0; else "${HELPER[@]}" cpu-ticks $(pids_of "$1"); fi; }
-
-{
-    printf 'date\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
-    printf 'machine\t%s\n' "$(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-    printf 'ouroboros_rev\t%s\n' "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo +dirty)"
-    printf 'command\t%s\n' "bench/proxy/run.sh"
-    printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice) SCHED=${SCHED:-other}; $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
-    printf 'load_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-    printf "bulk_mb\t%s\nidle_conns\t%s\nwrk_conns\t%s\n" "$BULK_MB" "$IDLE_CONNS" "$WRK_CONNS"
-} >"$META"
-[[ $(cut -d. -f1 /proc/loadavg) -ge 1 ]] && log "warning: load average $(cut -d' ' -f1-3 /proc/loadavg) — other work on this machine will skew the figures"
-
-# ---- phase 1: idle memory (fresh proxies, before other phases grow their pools) ----------------
-for v in "${VARS[@]}"; do
-    [[ $v == direct ]] && continue
-    log "$v: holding $IDLE_CONNS idle keep-alive connections"
-    port=$(url_of "$v")
-    port=${port##*:}
-    out=$(taskset -c "$LOAD_CPU" "${HELPER[@]}" idle "$port" "$IDLE_CONNS" "$P_NGINX_PP" 2 /1k.bin $(pids_of "$v")) ||
-        die "$v: idle-connection phase failed"
-    log "$v: $out"
-    read -r kib alive backend <<<"$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["kib_per_conn"], d["alive"], d["backend_established_delta"])' "$out")"
-    rec "$v" idle_kib_per_conn "$kib"
-    rec "$v" idle_errors $((IDLE_CONNS - alive + (backend < IDLE_CONNS ? IDLE_CONNS - backend : 0)))
-    sleep 1 # let the closes drain before the next variant
-done
-
-# ---- warm-up: page cache for the large file, allocator pools, CPU frequency ----------------------
-log "warm-up"
-taskset -c "$LOAD_CPU" curl -s -o /dev/null "$(url_of direct)/big.bin"
-for v in "${VARS[@]}"; do
-    taskset -c "$LOAD_CPU" wrk -t1 -c"$WRK_CONNS" -d2s "$(url_of "$v")/1k.bin" >/dev/null
-done
-
-# ---- measurement rounds ----------------------------------------------------------------------------
-bulk() { # variant round
-    local v=$1 url t0 t1 bytes=0 out code size speed
-    url=$(url_of "$v")/big.bin
-    t0=$(ticks "$v")
-    for _ in $(seq "$BULK_REPEAT"); do
-        out=$(taskset -c "$LOAD_CPU" curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "$url")
-        read -r code size speed <<<"$out"
-        [[ $code == 200 && $size == "$BIG_BYTES" ]] || { rec "$v" bulk_errors 1; log "$v: bulk download got HTTP $code, $size bytes"; continue; }
-        bytes=$((bytes + size))
-        rec "$v" bulk_mbps "$(awk -v s="$speed" 'BEGIN {printf "%.1f", s / 1e6}')" "round $2"
-    done
-    t1=$(ticks "$v")
-    if [[ $v != direct ]] && ((bytes > 0)); then
-        rec "$v" cpu_s_per_gb "$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v b="$bytes" 'BEGIN {printf "%.4f", d / hz / (b / 1e9)}')" "round $2"
-    fi
-    log "$v round $2: bulk $(awk -F'\t' -v v="$v" -v r="round $2" '$1 == v && $2 == "bulk_mbps" && $4 == r {printf "%s ", $3}' "$RAW")MB/s"
-}
-
-wrk_run() { # variant mode(ka|close) round
-    local v=$1 mode=$2 url t0 t1 file rps p99 errors reqs
-    url=$(url_of "$v")/1k.bin
-    file=$DIR/logs/wrk-$v-$mode-$3.txt
-    local hdr=()
-    [[ $mode == close ]] && hdr=(-H 'Connection: close')
-    t0=$(ticks "$v")
-    taskset -c "$LOAD_CPU" wrk -t1 -c"$WRK_CONNS" -d"$WRK_DURATION" --latency "${hdr[@]}" "$url" >"$file"
-    t1=$(ticks "$v")
-    read -r rps p99 errors reqs < <("${HELPER[@]}" wrk-parse "$file") || die "cannot parse $file"
-    rec "$v" "${mode}_rps" "$rps" "round $3"
-    rec "$v" "${mode}_p99_us" "$p99" "round $3"
-    rec "$v" "${mode}_errors" "$errors" "round $3"
-    [[ $v != direct ]] && rec "$v" "${mode}_cpu_us_per_req" "$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d / hz * 1e6 / n}')" "round $3"
-    log "$v round $3 $mode: $rps req/s, p99 ${p99}us, errors $errors"
-}
-
-for ((r = 1; r <= ROUNDS; r++)); do
-    # rotate the order each round so no variant always runs first or right after another
-    order=()
-    for ((i = 0; i < ${#VARS[@]}; i++)); do order+=("${VARS[$(((i + r - 1) % ${#VARS[@]}))]}"); done
-    log "round $r/$ROUNDS: ${order[*]}"
-    for v in "${order[@]}"; do bulk "$v" "$r"; done
-    for v in "${order[@]}"; do wrk_run "$v" ka "$r"; done
-    for v in "${order[@]}"; do wrk_run "$v" close "$r"; done
-done
-
-for v in "${VARS[@]}"; do
-    [[ $v == direct ]] || kill -0 "${PID[$v]}" 2>/dev/null || die "$v exited during the run: $(tail -5 "$DIR/logs/$v.log")"
-done
-printf 'load_end\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$META"
-[[ -n ${NOTES:-} ]] && printf 'notes\t%s\n' "$NOTES" >>"$META"
-
-mkdir -p "$REPO/bench/results"
-stamp=$(date -u +%Y%m%dT%H%M%SZ)
-result=$REPO/bench/results/proxy-$stamp.md
-"${HELPER[@]}" report "$RAW" "$META" >"$result"
-cp "$RAW" "$REPO/bench/results/proxy-$stamp.raw.tsv"
-cat "$result"
-log "written to $result"
+write_meta "bench/proxy/run.sh" "direct=direct (no proxy);haproxy=HAProxy 2.6;ouroboros=ouroboros;ouroboros_splice=ouroboros --copy-mode splice"
+idle_phase
+warm_up
+measure_rounds
+finish

@@ -152,24 +152,35 @@ pub struct Desired {
     pub excluded: Vec<Excluded>,
 }
 
-impl Desired {
+/// Builds a [`Desired`]: accepted names are gathered in a list and sorted once at the end,
+/// which costs far less than inserting each into two trees (10k names: one sort instead of
+/// 20k tree inserts with string compares along pointer chains).
+#[derive(Default)]
+struct Collector {
+    out: Desired,
+    accepted: Vec<(Hostname, ObjectRef)>,
+}
+
+impl Collector {
     fn add<'s>(
         &mut self,
         policy: &HostPolicy,
-        object: &ObjectRef,
+        object: ObjectRef,
         names: impl IntoIterator<Item = &'s String>,
     ) {
-        for raw in names {
+        // The last name takes `object` itself: most objects have one name, so most need no copy.
+        let mut names = names.into_iter().peekable();
+        let mut object = Some(object);
+        while let Some(raw) = names.next() {
+            let this = match names.peek() {
+                Some(_) => object.clone(),
+                None => object.take(),
+            };
+            let Some(this) = this else { return };
             match policy.check(raw) {
-                Ok(host) => {
-                    self.origins
-                        .entry(host.clone())
-                        .or_default()
-                        .insert(object.clone());
-                    self.hosts.insert(host);
-                }
-                Err(reason) => self.rejected.push(Rejected {
-                    object: object.clone(),
+                Ok(host) => self.accepted.push((host, this)),
+                Err(reason) => self.out.rejected.push(Rejected {
+                    object: this,
                     raw: raw.clone(),
                     reason,
                 }),
@@ -178,7 +189,28 @@ impl Desired {
     }
 
     fn exclude(&mut self, object: ObjectRef, why: Exclusion) {
-        self.excluded.push(Excluded { object, why });
+        self.out.excluded.push(Excluded { object, why });
+    }
+
+    fn finish(self) -> Desired {
+        let Collector {
+            mut out,
+            mut accepted,
+        } = self;
+        accepted.sort_unstable();
+        let mut origins: Vec<(Hostname, BTreeSet<ObjectRef>)> = Vec::new();
+        for (host, object) in accepted {
+            match origins.last_mut() {
+                Some((h, objects)) if *h == host => {
+                    objects.insert(object);
+                }
+                _ => origins.push((host, BTreeSet::from([object]))),
+            }
+        }
+        // Both from sorted input: built in bulk, without searching.
+        out.hosts = origins.iter().map(|(h, _)| h.clone()).collect();
+        out.origins = origins.into_iter().collect();
+        out
     }
 }
 
@@ -255,7 +287,7 @@ fn attached(
 
 /// The desired host set.
 pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) -> Desired {
-    let mut out = Desired::default();
+    let mut out = Collector::default();
     let ingress_filter = non_empty(filters.ingress_class.as_deref());
     let default_class = default_ingress_class(&sources.ingress_classes);
 
@@ -277,11 +309,11 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
             .iter()
             .flat_map(|s| s.tls.iter().flatten())
             .flat_map(|t| t.hosts.iter().flatten());
-        out.add(policy, &object, names);
+        out.add(policy, object, names);
     }
 
     if !filters.gateway_api {
-        return out;
+        return out.finish();
     }
     let gateway_filter = non_empty(filters.gateway_class.as_deref());
 
@@ -306,7 +338,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
             surviving.insert((namespace(&gw.metadata), name));
         }
         let names = gw.spec.listeners.iter().filter_map(|l| l.hostname.as_ref());
-        out.add(policy, &object, names);
+        out.add(policy, object, names);
     }
 
     // One pass per route kind; the generated parentRef types differ only by name.
@@ -336,7 +368,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
                     }
                 }
                 let $spec = &route.spec;
-                out.add(policy, &object, $hostnames);
+                out.add(policy, object, $hostnames);
             }
         };
     }
@@ -349,7 +381,7 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
         .iter()
         .flatten());
     routes!(sources.tls_routes, Kind::TlsRoute, |s| s.hostnames.iter());
-    out
+    out.finish()
 }
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve

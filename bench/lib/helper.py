@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Small stdlib-only helpers for bench/proxy/run.sh.
+"""Small stdlib-only helpers for bench/proxy/run.sh and bench/edge/run.sh (via bench/lib/common.sh).
 
 Subcommands:
   free-ports N                 print N distinct free TCP ports on 127.0.0.1
   wait-http URL SECONDS        poll GET URL until it answers 200 or the deadline passes
+  wait-port PORT SECONDS       poll until 127.0.0.1:PORT accepts a TCP connection
+  spread URL N                 GET URL N times on new connections, print "body count" per answer
   cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
   wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
   idle ...                     hold many idle keep-alive connections, report RSS per connection
@@ -47,6 +49,30 @@ def wait_http(url, seconds):
         time.sleep(0.05)
     print(f"error: {url} did not answer 200 within {seconds}s (last: {last})", file=sys.stderr)
     return 1
+
+
+def wait_port(port, seconds):
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+            return 0
+        except OSError:
+            time.sleep(0.05)
+    print(f"error: nothing accepts on 127.0.0.1:{port} after {seconds}s", file=sys.stderr)
+    return 1
+
+
+def spread(url, n):
+    """Which backend answered each of N requests (one connection each): "body count" lines."""
+    counts = {}
+    for _ in range(int(n)):
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = r.read().decode(errors="replace").strip()
+        counts[body] = counts.get(body, 0) + 1
+    for body in sorted(counts):
+        print(f"{body} {counts[body]}")
+    return 0
 
 
 def cpu_ticks(pids):
@@ -101,8 +127,8 @@ def wrk_parse(path):
     return 0
 
 
-def _established_on_port(port):
-    """Count ESTABLISHED TCP sockets whose local port is `port` (the backend's side)."""
+def _established_on_port(ports):
+    """Count ESTABLISHED TCP sockets whose local port is one of `ports` (the backends' side)."""
     n = 0
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -110,7 +136,7 @@ def _established_on_port(port):
                 next(f)
                 for line in f:
                     parts = line.split()
-                    if parts[3] == "01" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                    if parts[3] == "01" and int(parts[1].rsplit(":", 1)[1], 16) in ports:
                         n += 1
         except FileNotFoundError:
             pass
@@ -142,14 +168,16 @@ def _read_response(sock):
 
 
 def idle(args):
-    """idle PORT COUNT BACKEND_PORT SETTLE_S PATH PID...
+    """idle PORT COUNT BACKEND_PORTS SETTLE_S PATH PID...
 
     Opens COUNT connections to 127.0.0.1:PORT one after the other; on each sends one keep-alive
     GET PATH and reads the full response (so the connection is established end to end and the
     proxy has relayed both ways), then leaves it idle. After SETTLE_S seconds it samples VmRSS of
-    PIDs and the number of ESTABLISHED sockets on BACKEND_PORT, prints a JSON line, closes all.
+    PIDs and the number of ESTABLISHED sockets on BACKEND_PORTS (comma-separated: the backends'
+    PROXY listeners), prints a JSON line, closes all.
     """
-    port, count, backend_port = int(args[0]), int(args[1]), int(args[2])
+    port, count = int(args[0]), int(args[1])
+    backend_port = {int(p) for p in args[2].split(",")}
     settle, path, pids = float(args[3]), args[4], [int(p) for p in args[5:]]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < count + 64:
@@ -202,13 +230,15 @@ def idle(args):
 
 # ---- report -------------------------------------------------------------------------------
 
-VARIANTS = ("direct", "haproxy", "ouroboros", "ouroboros_splice")
-LABEL = {
+# Variant keys the scripts use. "direct" is the no-proxy ceiling, "haproxy" the baseline every
+# other variant is compared with; the first of the others is the one judged against the targets.
+DEFAULT_LABELS = {
     "direct": "direct (no proxy)",
     "haproxy": "HAProxy 2.6",
     "ouroboros": "ouroboros",
     "ouroboros_splice": "ouroboros --copy-mode splice",
 }
+RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_splice": "splice"}
 
 # metric key, label, unit format, better ("high"|"low"), target ratio or None, aggregate
 ROWS = [
@@ -252,25 +282,34 @@ def report(raw_path, meta_path):
         s = samples.get((v, m))
         return statistics.median(s) if s else None
 
+    labels = dict(DEFAULT_LABELS)
+    for pair in filter(None, meta.get("labels", "").split(";")):
+        k, _, v = pair.partition("=")
+        labels[k] = v
+    present = {v for v, _ in samples}
+    order = meta.get("variants", " ".join(DEFAULT_LABELS)).split()
+    variants = [v for v in order if v in present or v in ("direct", "haproxy")]
+    subjects = [v for v in variants if v not in ("direct", "haproxy")]
+    judged = subjects[0] if subjects else None
+
     out = []
     out.append(f"Run {meta.get('date', '?')} on {meta.get('machine', '?')}; "
                f"ouroboros {meta.get('ouroboros_rev', '?')}.")
     out.append("")
-    out.append(f"Command: `{meta.get('command', 'bench/proxy/run.sh')}`; {meta.get('settings', '')}")
+    out.append(f"Command: `{meta.get('command', '?')}`; {meta.get('settings', '')}")
     out.append("")
-    splice = any(v == "ouroboros_splice" for v, _ in samples)
-    head = "| Metric | direct (no proxy) | HAProxy 2.6 | ouroboros | ouroboros / HAProxy |"
-    rule = "| --- | ---: | ---: | ---: | ---: |"
-    if splice:
-        head += " ouroboros --copy-mode splice | splice / HAProxy |"
+    head = f"| Metric | {labels['direct']} | {labels['haproxy']} |"
+    rule = "| --- | ---: | ---: |"
+    for v in subjects:
+        head += f" {labels[v]} | {RATIO_NAME.get(v, v)} / HAProxy |"
         rule += " ---: | ---: |"
     out.append(head + " target | met |")
     out.append(rule + " --- | --- |")
     for key, label, fmt, better, target in ROWS:
-        vals = {v: med(v, key) for v in VARIANTS}
-        h, o, sp = vals["haproxy"], vals["ouroboros"], vals["ouroboros_splice"]
-        ratio = o / h if (h and o is not None) else None
-        sratio = sp / h if (h and sp is not None) else None
+        vals = {v: med(v, key) for v in variants}
+        h = vals.get("haproxy")
+        ratios = {v: (vals[v] / h if (h and vals[v] is not None) else None) for v in subjects}
+        ratio = ratios.get(judged)
         if target is None:
             tgt, met = "—", ""
         else:
@@ -281,11 +320,10 @@ def report(raw_path, meta_path):
                 met = "yes"
             else:
                 met = "**no**"
-        cells = [_fmt(fmt, vals[v]) for v in VARIANTS[:3]]
-        cells.append(f"{ratio:.2f}×" if ratio is not None else "—")
-        if splice:
-            cells.append(_fmt(fmt, sp))
-            cells.append(f"{sratio:.2f}×" if sratio is not None else "—")
+        cells = [_fmt(fmt, vals.get("direct")), _fmt(fmt, h)]
+        for v in subjects:
+            cells.append(_fmt(fmt, vals[v]))
+            cells.append(f"{ratios[v]:.2f}×" if ratios[v] is not None else "—")
         out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
     out.append("")
     # per-round samples, so the spread is visible
@@ -294,10 +332,10 @@ def report(raw_path, meta_path):
     out.append("| Metric | Variant | samples |")
     out.append("| --- | --- | --- |")
     for key, label, fmt, _, _ in ROWS:
-        for v in VARIANTS:
+        for v in variants:
             s = samples.get((v, key))
             if s:
-                out.append(f"| {label.format(**meta)} | {LABEL[v]} | {', '.join(_fmt(fmt, x) for x in s)} |")
+                out.append(f"| {label.format(**meta)} | {labels[v]} | {', '.join(_fmt(fmt, x) for x in s)} |")
     out.append("")
     out.append("</details>")
     out.append("")
@@ -326,6 +364,10 @@ def main(argv):
         return 0
     if cmd == "wait-http":
         return wait_http(args[0], args[1])
+    if cmd == "wait-port":
+        return wait_port(args[0], args[1])
+    if cmd == "spread":
+        return spread(args[0], args[1])
     if cmd == "cpu-ticks":
         print(cpu_ticks(args))
         return 0
