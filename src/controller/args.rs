@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, ValueEnum};
 
+use super::hostnames::{Filters, HostnameArgs};
 use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
 use crate::dns::external;
 use crate::dns::external_writer::{ExternalWriter, Output, Settings};
@@ -13,6 +14,7 @@ use crate::dns::hosts_writer::HostsWriter;
 use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
 use crate::dns::ProxyFqdn;
+use crate::hostname::HostPolicy;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -278,6 +280,30 @@ impl ElectionArgs {
             .clone()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| default.to_string())
+    }
+}
+
+/// What the hostname flags select: the filters, the cluster domain (the flag, else detected
+/// from /etc/resolv.conf) and the name policy.
+pub struct Selection {
+    pub filters: Filters,
+    pub cluster_domain: String,
+    pub policy: HostPolicy,
+}
+
+impl Selection {
+    /// Checks the hostname flags; errors are `UsageError`s (exit 64).
+    pub fn of(hostnames: &HostnameArgs) -> anyhow::Result<Selection> {
+        let filters = hostnames.filters().map_err(crate::cli::UsageError::err)?;
+        let cluster_domain = crate::cluster_domain::resolve(hostnames.cluster_domain.as_deref());
+        let policy = hostnames
+            .policy(&cluster_domain)
+            .map_err(crate::cli::UsageError::err)?;
+        Ok(Selection {
+            filters,
+            cluster_domain,
+            policy,
+        })
     }
 }
 

@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs};
+use self::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
 use self::events::Notifier;
 use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
@@ -77,6 +77,14 @@ impl ControllerArgs {
         self.election.lease_namespace_or(&args::own_namespace())
     }
 
+    /// Checks the flag combinations; errors are `UsageError`s (exit 64).
+    pub fn validate(&self) -> anyhow::Result<Selection> {
+        if self.resync.is_zero() {
+            return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+        }
+        Selection::of(&self.hostnames)
+    }
+
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
     /// run, which writes nothing).
     pub fn elects(&self) -> bool {
@@ -87,14 +95,7 @@ impl ControllerArgs {
 /// Entry point of `ouroboros controller`.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     // Bad flags exit 64 before anything talks to the cluster.
-    args.hostnames.filters().map_err(UsageError::err)?;
-    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
-    args.hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
-    if args.resync.is_zero() {
-        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
-    }
+    args.validate()?;
     let stop = crate::shutdown::on_signal()?;
     let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
     run_with(client, args, stop).await?;
@@ -130,15 +131,11 @@ pub async fn run_with(
     args: ControllerArgs,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let filters = args.hostnames.filters().map_err(UsageError::err)?;
-    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
-    let policy = args
-        .hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
-    if args.resync.is_zero() {
-        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
-    }
+    let Selection {
+        filters,
+        cluster_domain,
+        policy,
+    } = args.validate()?;
     let sink = args.dns.sink(client.clone(), &cluster_domain).await?;
     let mode = sink.mode();
     let identity = lease::identity();

@@ -27,7 +27,7 @@ use kube::api::ListParams;
 use kube::Client;
 
 use crate::cli::UsageError;
-use crate::controller::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs};
+use crate::controller::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, Sources};
 use crate::controller::rbac::{self, Needs};
 use checks::{ControllerKind, Dial, Dials, Got};
@@ -176,18 +176,14 @@ pub struct Validated {
 impl DoctorArgs {
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
     pub fn validate(&self) -> anyhow::Result<Validated> {
-        let cluster_domain =
-            crate::cluster_domain::resolve(self.hostnames.cluster_domain.as_deref());
+        let s = Selection::of(&self.hostnames)?;
         Ok(Validated {
-            filters: self.hostnames.filters().map_err(UsageError::err)?,
-            policy: self
-                .hostnames
-                .policy(&cluster_domain)
-                .map_err(UsageError::err)?,
             fqdn: self
                 .dns
-                .proxy_fqdn(&cluster_domain)
+                .proxy_fqdn(&s.cluster_domain)
                 .map_err(UsageError::err)?,
+            filters: s.filters,
+            policy: s.policy,
         })
     }
 }
