@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::cli::UsageError;
+use crate::controller::args::Selection;
 use crate::controller::hostnames::{self, HostnameArgs};
 use crate::dns::{self, external, ProxyFqdn};
 use crate::hostname::Hostname;
@@ -265,12 +266,9 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
 /// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
 /// are the files the target reads besides the manifests (stdin may feed only one of them).
 fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<BTreeSet<Hostname>> {
-    let filters = input.hostnames.filters().map_err(UsageError::err)?;
-    let cluster_domain = crate::cluster_domain::resolve(input.hostnames.cluster_domain.as_deref());
-    let policy = input
-        .hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
+    let Selection {
+        filters, policy, ..
+    } = Selection::of(&input.hostnames)?;
     let stdin_uses = input
         .manifests
         .iter()

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use ouroboros::controller::args::{DnsArgs, ExternalDnsOutput, Mode};
-use ouroboros::controller::hostnames::HostnameArgs;
 use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
+use ouroboros::controller::ControllerArgs;
 
 const RELEASE: &str = "ouroboros";
 const NAMESPACE: &str = "ouroboros";
@@ -307,32 +307,13 @@ fn invocations(objs: &[Value]) -> Vec<(String, Vec<String>)> {
 
 // --- flags -------------------------------------------------------------------------------------
 
-/// The flags of the controller and the etc-hosts DaemonSet that decide RBAC, parsed with the
-/// crate's own argument groups (`DnsArgs`, `HostnameArgs`) plus the controller-only flags fixed
-/// for the `controller` subcommand.
+/// The flags of the controller and the etc-hosts DaemonSet, parsed with the controller's own
+/// arguments (`ControllerArgs`), plus the global log flags.
 #[derive(Parser, Debug)]
 #[command(no_binary_name = true)]
 struct ControllerFlags {
     #[command(flatten)]
-    dns: DnsArgs,
-    #[command(flatten)]
-    hosts: HostnameArgs,
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    leader_elect: bool,
-    #[arg(long, default_value = "ouroboros-controller")]
-    lease_name: String,
-    #[arg(long)]
-    lease_namespace: Option<String>,
-    #[arg(long, value_parser = ouroboros::cli::parse_duration)]
-    resync: Option<std::time::Duration>,
-    #[arg(long, value_parser = ouroboros::cli::parse_duration)]
-    debounce: Option<std::time::Duration>,
-    #[arg(long)]
-    listen_health: Option<String>,
-    #[arg(long, default_value = "kube-system")]
-    node_local_dns_namespace: String,
-    #[arg(long, default_value = "node-local-dns")]
-    node_local_dns_configmap: String,
+    controller: ControllerArgs,
     #[arg(long)]
     log_format: Option<String>,
     #[arg(long)]
@@ -350,61 +331,27 @@ struct CleanupFlags {
     log_level: Option<String>,
 }
 
-fn needs_of(dns: &DnsArgs) -> Needs {
-    let svc_ns = dns.proxy_service_namespace();
-    let proxy_service = match dns.mode {
-        Mode::EtcHosts if dns.proxy_ips.is_empty() => {
-            Some((svc_ns.clone(), dns.proxy_service_name.clone()))
-        }
-        Mode::ExternalDns if dns.external_dns_proxy_ips.is_empty() => Some((
-            svc_ns.clone(),
-            dns.external_dns_proxy_service
-                .clone()
-                .unwrap_or_else(|| dns.proxy_service_name.clone()),
-        )),
-        _ => None,
-    };
-    Needs {
-        mode: dns.mode,
-        gateway_api: false,
-        ingress_class_filter: false,
-        leader_elect: false,
-        namespace: NAMESPACE.into(),
-        lease_name: String::new(),
-        coredns_namespace: dns.coredns_namespace.clone(),
-        coredns_configmap: dns.coredns_configmap.clone(),
-        node_local_dns_namespace: String::new(),
-        node_local_dns_configmap: String::new(),
-        import_namespace: dns.coredns_import_namespace.clone(),
-        import_configmap: dns.coredns_import_configmap.clone(),
-        proxy_service,
-        external_dns_namespace: dns.external_dns_namespace.clone().unwrap_or(svc_ns),
-        external_dns_output: dns.external_dns_output,
-    }
-}
-
-/// What `rbac::required` says the controller needs with exactly these flags.
+/// What `rbac::required` says the controller needs with exactly these flags, running in the
+/// release namespace.
 fn controller_needs(args: &[String]) -> Needs {
     assert_eq!(args[0], "controller");
     let f = ControllerFlags::try_parse_from(&args[1..])
         .unwrap_or_else(|e| panic!("controller flags {args:?}: {e}"));
-    Needs {
-        gateway_api: f.hosts.gateway_api,
-        ingress_class_filter: f.hosts.ingress_class.is_some(),
-        leader_elect: f.leader_elect,
-        namespace: f.lease_namespace.unwrap_or_else(|| NAMESPACE.into()),
-        lease_name: f.lease_name,
-        node_local_dns_namespace: f.node_local_dns_namespace,
-        node_local_dns_configmap: f.node_local_dns_configmap,
-        ..needs_of(&f.dns)
-    }
+    let c = &f.controller;
+    Needs::for_controller(
+        &c.dns,
+        &c.hostnames,
+        &c.election,
+        &c.node_local_dns,
+        NAMESPACE,
+    )
 }
 
 fn cleanup_needs(args: &[String]) -> Needs {
     assert_eq!(args[0], "cleanup");
     let f = CleanupFlags::try_parse_from(&args[1..])
         .unwrap_or_else(|e| panic!("cleanup flags {args:?}: {e}"));
-    needs_of(&f.dns)
+    Needs::for_cleanup(&f.dns, NAMESPACE)
 }
 
 fn edge_needs(args: &[String]) -> EdgeNeeds {

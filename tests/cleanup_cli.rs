@@ -5,25 +5,20 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
+mod common;
 mod support;
 use support::TempDir;
 
 use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
 
 fn cleanup(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.arg("cleanup").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" || k == "KUBECONFIG" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    let mut cmd = common::command("cleanup");
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -1,17 +1,11 @@
 //! `ouroboros controller` as a binary: bad usage exits 64 before any cluster access, `--help`
 //! lists every flag with its environment variable.
 
-use std::process::Command;
+mod common;
 
 fn controller(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.arg("controller").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" || k == "KUBECONFIG" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    let mut cmd = common::command("controller");
+    cmd.args(args);
     // No cluster to reach: a kubeconfig that does not exist.
     cmd.env("KUBECONFIG", "/nonexistent/kubeconfig");
     cmd.envs(env.iter().copied());

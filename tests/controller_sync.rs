@@ -101,6 +101,10 @@ struct State {
     put_replies: Vec<u16>,
     /// The Lease, when leader election runs.
     lease: Option<Value>,
+    /// Every request on the Lease is answered 500 (the API server cannot renew it).
+    lease_fails: bool,
+    /// When each GET of the CoreDNS ConfigMap arrived.
+    coredns_reads: Vec<std::time::SystemTime>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -153,7 +157,10 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                     vec![configmap(st.rv, &st.corefile)],
                 ),
             ),
-            "GET" if u == COREDNS => Answer::Json(200, configmap(st.rv, &st.corefile)),
+            "GET" if u == COREDNS => {
+                st.coredns_reads.push(std::time::SystemTime::now());
+                Answer::Json(200, configmap(st.rv, &st.corefile))
+            }
             "PUT" if u == COREDNS_PUT => {
                 let body = s.body.clone().unwrap();
                 let code = if st.put_replies.is_empty() {
@@ -181,6 +188,10 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             }
             "POST" if u.starts_with(EVENTS) => Answer::Json(201, s.body.clone().unwrap()),
             "PATCH" if u.starts_with(EVENTS) => Answer::Json(200, s.body.clone().unwrap()),
+            _ if u.starts_with(LEASE) && st.lease_fails => Answer::Json(
+                500,
+                status(500, "InternalError", "etcdserver: request timed out"),
+            ),
             "GET" if u == LEASE => match &st.lease {
                 Some(l) => Answer::Json(200, l.clone()),
                 None => not_found("leases \"ouroboros-controller\""),
@@ -551,6 +562,69 @@ async fn the_lease_holder_writes_and_releases_the_lease_on_stop() {
         lease["spec"].get("holderIdentity").is_none(),
         "released: {lease}"
     );
+}
+
+#[tokio::test]
+async fn a_holder_that_cannot_renew_stops_writing_before_its_lease_expires() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.lease = Some(lease(None, 0));
+    let r = start(st, &["--resync", "200ms"]);
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    // Confirmed by a read of the Lease before the first write.
+    let calls = r.api.calls();
+    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
+    assert!(
+        calls[..put_at]
+            .iter()
+            .any(|(m, u)| m == "GET" && u == LEASE),
+        "{calls:#?}"
+    );
+    // From now on the API server fails every request on the Lease: renewals and reads.
+    let renewed = {
+        let mut st = r.state.lock().unwrap();
+        st.lease_fails = true;
+        let lease = st.lease.clone().unwrap();
+        let t: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime =
+            serde_json::from_value(lease["spec"]["renewTime"].clone()).unwrap();
+        std::time::SystemTime::from(t.0)
+    };
+    let expiry = renewed + Duration::from_secs(15);
+    let reads_at_failure = r.state.lock().unwrap().coredns_reads.len();
+    // Wait until a second past expiry, when a standby may have taken over.
+    let wait = expiry
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default()
+        + Duration::from_secs(1);
+    tokio::time::sleep(wait).await;
+    let state = r.state.clone();
+    let api = r.shutdown().await;
+    let st = state.lock().unwrap();
+    // It kept syncing (resync every 200 ms) while the lease was valid ...
+    assert!(
+        st.coredns_reads.len() > reads_at_failure + 10,
+        "{} reads, {reads_at_failure} at the failure",
+        st.coredns_reads.len()
+    );
+    // ... and stopped before the lease expired.
+    let last = *st.coredns_reads.last().unwrap();
+    assert!(
+        last < expiry,
+        "read {:?} after expiry",
+        last.duration_since(expiry).unwrap()
+    );
+    assert!(
+        expiry.duration_since(last).unwrap() < Duration::from_secs(6),
+        "stopped {:?} before expiry",
+        expiry.duration_since(last).unwrap()
+    );
+    assert_eq!(api.count("PUT", COREDNS), 1);
+    // The failures that were seen: the replica read the Lease back and tried to renew it.
+    assert!(api.count("GET", LEASE) >= 3, "{:#?}", api.calls());
+    assert!(api.count("PATCH", LEASE) >= 2, "{:#?}", api.calls());
 }
 
 #[tokio::test]

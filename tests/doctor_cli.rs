@@ -1,17 +1,11 @@
 //! `ouroboros doctor` as a binary: help, usage errors (exit 64) before any cluster access, and a
 //! runtime failure (exit 1) when no cluster can be reached.
 
-use std::process::Command;
+mod common;
 
 fn doctor(args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.arg("doctor").args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OUROBOROS_") || k == "KUBECONFIG" || k == "KUBERNETES_SERVICE_HOST" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    let mut cmd = common::command("doctor");
+    cmd.args(args);
     let out = cmd.output().expect("running ouroboros");
     (
         out.status.code().unwrap_or(-1),

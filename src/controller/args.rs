@@ -4,8 +4,9 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::{ArgAction, Args, ValueEnum};
 
+use super::hostnames::{Filters, HostnameArgs};
 use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
 use crate::dns::external;
 use crate::dns::external_writer::{ExternalWriter, Output, Settings};
@@ -13,6 +14,7 @@ use crate::dns::hosts_writer::HostsWriter;
 use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
 use crate::dns::ProxyFqdn;
+use crate::hostname::HostPolicy;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -50,6 +52,7 @@ pub enum ExternalDnsOutput {
 
 pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
 pub const DEFAULT_NAMESPACE: &str = "ouroboros";
+pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 #[derive(Args, Clone, Debug)]
@@ -229,6 +232,81 @@ pub struct DnsArgs {
     pub instance: String,
 }
 
+/// Leader election: flags of `controller`, which `doctor` takes too (same names, variables and
+/// defaults) to check the controller's permissions.
+#[derive(Args, Clone, Debug)]
+pub struct ElectionArgs {
+    /// Only the holder of a Lease writes (`--leader-elect=false` to turn off); never used in
+    /// etc-hosts mode or with --dry-run.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEADER_ELECT", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of the Lease.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAME", value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+
+    /// Namespace of the Lease [default: this pod's namespace, else `ouroboros`].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
+    pub lease_namespace: Option<String>,
+}
+
+/// Where node-local-dns is looked for: flags of `controller` (coredns mode warns about it) and
+/// `doctor` (checks it).
+#[derive(Args, Clone, Debug)]
+pub struct NodeLocalDnsArgs {
+    /// coredns: namespace of the node-local-dns ConfigMap (its presence is warned about).
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub node_local_dns_namespace: String,
+
+    /// coredns: name of the node-local-dns ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "node-local-dns"
+    )]
+    pub node_local_dns_configmap: String,
+}
+
+impl ElectionArgs {
+    /// --lease-namespace, else `default` (the controller's own namespace).
+    pub fn lease_namespace_or(&self, default: &str) -> String {
+        self.lease_namespace
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| default.to_string())
+    }
+}
+
+/// What the hostname flags select: the filters, the cluster domain (the flag, else detected
+/// from /etc/resolv.conf) and the name policy.
+pub struct Selection {
+    pub filters: Filters,
+    pub cluster_domain: String,
+    pub policy: HostPolicy,
+}
+
+impl Selection {
+    /// Checks the hostname flags; errors are `UsageError`s (exit 64).
+    pub fn of(hostnames: &HostnameArgs) -> anyhow::Result<Selection> {
+        let filters = hostnames.filters().map_err(crate::cli::UsageError::err)?;
+        let cluster_domain = crate::cluster_domain::resolve(hostnames.cluster_domain.as_deref());
+        let policy = hostnames
+            .policy(&cluster_domain)
+            .map_err(crate::cli::UsageError::err)?;
+        Ok(Selection {
+            filters,
+            cluster_domain,
+            policy,
+        })
+    }
+}
+
 /// This pod's namespace (from its service account), if running in a cluster.
 pub fn pod_namespace() -> Option<String> {
     std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
@@ -237,12 +315,17 @@ pub fn pod_namespace() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The namespace this process runs in: the pod's, else `ouroboros`. The default of every
+/// "this pod's namespace" flag.
+pub fn own_namespace() -> String {
+    pod_namespace().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+}
+
 impl DnsArgs {
     pub fn proxy_service_namespace(&self) -> String {
         self.proxy_service_namespace
             .clone()
-            .or_else(pod_namespace)
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+            .unwrap_or_else(own_namespace)
     }
 
     /// --proxy-fqdn, else composed from the proxy Service and the cluster domain.
@@ -312,10 +395,14 @@ impl DnsArgs {
 
     /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
     pub fn external_dns_namespace(&self) -> String {
+        self.external_dns_namespace_or(&own_namespace())
+    }
+
+    /// --external-dns-namespace, else `default` (the controller's own namespace).
+    pub fn external_dns_namespace_or(&self, default: &str) -> String {
         self.external_dns_namespace
             .clone()
-            .or_else(pod_namespace)
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+            .unwrap_or_else(|| default.to_string())
     }
 
     /// The Service whose ClusterIPs are the external-dns record targets (namespace, name).

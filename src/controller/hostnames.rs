@@ -435,9 +435,14 @@ pub struct HostnameArgs {
 }
 
 impl HostnameArgs {
+    /// --ingress-class, unless blank (blank: every Ingress).
+    pub fn ingress_class_filter(&self) -> Option<&str> {
+        non_empty(self.ingress_class.as_deref())
+    }
+
     /// The filters, or a usage message for a combination that makes no sense.
     pub fn filters(&self) -> Result<Filters, String> {
-        let ingress_class = non_empty(self.ingress_class.as_deref()).map(str::to_string);
+        let ingress_class = self.ingress_class_filter().map(str::to_string);
         let gateway_class = non_empty(self.gateway_class.as_deref()).map(str::to_string);
         if gateway_class.is_some() && !self.gateway_api {
             return Err(

@@ -16,14 +16,14 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
+use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::args::{DnsArgs, Mode};
+use self::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
 use self::events::Notifier;
 use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
@@ -34,7 +34,7 @@ use crate::dns::apply::{Applied, Outcome};
 use crate::dns::sink::{Sink, SinkError};
 use crate::hostname::Hostname;
 
-pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
+pub use self::args::DEFAULT_LEASE_NAME;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
 /// proxy.
@@ -55,40 +55,17 @@ pub struct ControllerArgs {
     #[arg(long, env = "OUROBOROS_CONTROLLER_DEBOUNCE", value_name = "DURATION", default_value = "1s", value_parser = crate::cli::parse_duration)]
     pub debounce: Duration,
 
-    /// Only the holder of a Lease writes (`--leader-elect=false` to turn off); never used in
-    /// etc-hosts mode or with --dry-run.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LEADER_ELECT", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    pub leader_elect: bool,
-
-    /// Name of the Lease.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAME", value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
-    pub lease_name: String,
-
-    /// Namespace of the Lease [default: this pod's namespace, else `ouroboros`].
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
-    pub lease_namespace: Option<String>,
+    /// Leader election (shared with `doctor`).
+    #[command(flatten)]
+    pub election: ElectionArgs,
 
     /// Listener for /healthz, /readyz and /metrics; empty disables it.
     #[arg(long, env = "OUROBOROS_CONTROLLER_LISTEN_HEALTH", value_name = "ADDR", default_value = ":8081", value_parser = parse_listen)]
     pub listen_health: crate::proxy::Listen,
 
-    /// coredns: namespace of the node-local-dns ConfigMap (its presence is warned about).
-    #[arg(
-        long,
-        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
-        value_name = "NS",
-        default_value = "kube-system"
-    )]
-    pub node_local_dns_namespace: String,
-
-    /// coredns: name of the node-local-dns ConfigMap.
-    #[arg(
-        long,
-        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
-        value_name = "NAME",
-        default_value = "node-local-dns"
-    )]
-    pub node_local_dns_configmap: String,
+    /// node-local-dns (shared with `doctor`).
+    #[command(flatten)]
+    pub node_local_dns: NodeLocalDnsArgs,
 }
 
 fn parse_listen(s: &str) -> Result<crate::proxy::Listen, String> {
@@ -97,31 +74,28 @@ fn parse_listen(s: &str) -> Result<crate::proxy::Listen, String> {
 
 impl ControllerArgs {
     pub fn lease_namespace(&self) -> String {
-        self.lease_namespace
-            .clone()
-            .filter(|s| !s.is_empty())
-            .or_else(args::pod_namespace)
-            .unwrap_or_else(|| args::DEFAULT_NAMESPACE.to_string())
+        self.election.lease_namespace_or(&args::own_namespace())
+    }
+
+    /// Checks the flag combinations; errors are `UsageError`s (exit 64).
+    pub fn validate(&self) -> anyhow::Result<Selection> {
+        if self.resync.is_zero() {
+            return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+        }
+        Selection::of(&self.hostnames)
     }
 
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
     /// run, which writes nothing).
     pub fn elects(&self) -> bool {
-        self.leader_elect && self.dns.mode != Mode::EtcHosts && !self.dns.dry_run
+        self.election.leader_elect && self.dns.mode != Mode::EtcHosts && !self.dns.dry_run
     }
 }
 
 /// Entry point of `ouroboros controller`.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     // Bad flags exit 64 before anything talks to the cluster.
-    args.hostnames.filters().map_err(UsageError::err)?;
-    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
-    args.hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
-    if args.resync.is_zero() {
-        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
-    }
+    args.validate()?;
     let stop = crate::shutdown::on_signal()?;
     let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
     run_with(client, args, stop).await?;
@@ -157,15 +131,11 @@ pub async fn run_with(
     args: ControllerArgs,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let filters = args.hostnames.filters().map_err(UsageError::err)?;
-    let cluster_domain = crate::cluster_domain::resolve(args.hostnames.cluster_domain.as_deref());
-    let policy = args
-        .hostnames
-        .policy(&cluster_domain)
-        .map_err(UsageError::err)?;
-    if args.resync.is_zero() {
-        return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
-    }
+    let Selection {
+        filters,
+        cluster_domain,
+        policy,
+    } = args.validate()?;
     let sink = args.dns.sink(client.clone(), &cluster_domain).await?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -210,7 +180,7 @@ pub async fn run_with(
         Leadership::elect(
             client.clone(),
             args.lease_namespace(),
-            args.lease_name.clone(),
+            args.election.lease_name.clone(),
             identity.clone(),
             lease_stop.clone(),
         )
@@ -276,8 +246,8 @@ pub async fn run_with(
         )));
         side_tasks.push(tokio::spawn(check_node_local_dns(
             client.clone(),
-            args.node_local_dns_namespace.clone(),
-            args.node_local_dns_configmap.clone(),
+            args.node_local_dns.node_local_dns_namespace.clone(),
+            args.node_local_dns.node_local_dns_configmap.clone(),
         )));
     } else {
         drop(applied_rx);
@@ -568,13 +538,16 @@ mod tests {
     #[test]
     fn flags() {
         let t = T::parse_from(["t"]);
-        assert!(t.c.leader_elect);
+        assert!(t.c.election.leader_elect);
         assert_eq!(t.c.debounce, Duration::from_secs(1));
         assert_eq!(t.c.resync, Duration::from_secs(600));
-        assert_eq!(t.c.lease_name, "ouroboros-controller");
-        assert_eq!(t.c.node_local_dns_configmap, "node-local-dns");
+        assert_eq!(t.c.election.lease_name, "ouroboros-controller");
+        assert_eq!(
+            t.c.node_local_dns.node_local_dns_configmap,
+            "node-local-dns"
+        );
         let t = T::parse_from(["t", "--leader-elect=false", "--debounce", "250ms"]);
-        assert!(!t.c.leader_elect);
+        assert!(!t.c.election.leader_elect);
         assert_eq!(t.c.debounce, Duration::from_millis(250));
         let t = T::parse_from(["t", "--mode", "etc-hosts"]);
         assert!(!t.c.elects(), "etc-hosts never uses a lease");

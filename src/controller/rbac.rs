@@ -3,7 +3,8 @@
 //! cannot drift apart. Keep it equal to the calls the code really makes: add a rule here in the
 //! same change that adds a call.
 
-use super::args::{ExternalDnsOutput, Mode};
+use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode, NodeLocalDnsArgs};
+use super::hostnames::HostnameArgs;
 
 // The uninstall hook's and edge's rules (used by the chart).
 mod workloads;
@@ -55,6 +56,52 @@ pub struct Needs {
     pub proxy_service: Option<(String, String)>,
     pub external_dns_namespace: String,
     pub external_dns_output: ExternalDnsOutput,
+}
+
+impl Needs {
+    /// What `controller` started with these flags needs. `namespace` is the controller's own
+    /// namespace, the default of --lease-namespace and --external-dns-namespace: the pod's at
+    /// run time, the checked ServiceAccount's for `doctor`, the release's for the chart.
+    pub fn for_controller(
+        dns: &DnsArgs,
+        hostnames: &HostnameArgs,
+        election: &ElectionArgs,
+        node_local_dns: &NodeLocalDnsArgs,
+        namespace: &str,
+    ) -> Needs {
+        Needs {
+            gateway_api: hostnames.gateway_api,
+            ingress_class_filter: hostnames.ingress_class_filter().is_some(),
+            leader_elect: election.leader_elect,
+            namespace: election.lease_namespace_or(namespace),
+            lease_name: election.lease_name.clone(),
+            node_local_dns_namespace: node_local_dns.node_local_dns_namespace.clone(),
+            node_local_dns_configmap: node_local_dns.node_local_dns_configmap.clone(),
+            ..Needs::for_cleanup(dns, namespace)
+        }
+    }
+
+    /// What `cleanup` with these flags needs (see `cleanup_required`): the DNS targets only; no
+    /// sources, no Lease.
+    pub fn for_cleanup(dns: &DnsArgs, namespace: &str) -> Needs {
+        Needs {
+            mode: dns.mode,
+            gateway_api: false,
+            ingress_class_filter: false,
+            leader_elect: false,
+            namespace: namespace.to_string(),
+            lease_name: String::new(),
+            coredns_namespace: dns.coredns_namespace.clone(),
+            coredns_configmap: dns.coredns_configmap.clone(),
+            node_local_dns_namespace: String::new(),
+            node_local_dns_configmap: String::new(),
+            import_namespace: dns.coredns_import_namespace.clone(),
+            import_configmap: dns.coredns_import_configmap.clone(),
+            proxy_service: dns.proxy_service_read(),
+            external_dns_namespace: dns.external_dns_namespace_or(namespace),
+            external_dns_output: dns.external_dns_output,
+        }
+    }
 }
 
 const LIST_WATCH: &[&str] = &["list", "watch"];
@@ -364,5 +411,129 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].api_group, "events.k8s.io");
         assert_eq!(ev[0].verbs, ["create", "patch"]);
+    }
+}
+
+#[cfg(test)]
+mod needs_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        dns: DnsArgs,
+        #[command(flatten)]
+        hostnames: HostnameArgs,
+        #[command(flatten)]
+        election: ElectionArgs,
+        #[command(flatten)]
+        node_local_dns: NodeLocalDnsArgs,
+    }
+
+    fn of(extra: &[&str]) -> (Needs, Needs) {
+        let mut argv = vec!["t", "--proxy-service-namespace", "proxy-ns"];
+        argv.extend_from_slice(extra);
+        let f = Flags::try_parse_from(argv).unwrap();
+        (
+            Needs::for_controller(&f.dns, &f.hostnames, &f.election, &f.node_local_dns, "own"),
+            Needs::for_cleanup(&f.dns, "own"),
+        )
+    }
+
+    #[test]
+    fn needs_follow_the_flags() {
+        let (c, cleanup) = of(&[]);
+        assert_eq!(
+            c,
+            Needs {
+                mode: Mode::Coredns,
+                gateway_api: false,
+                ingress_class_filter: false,
+                leader_elect: true,
+                namespace: "own".into(),
+                lease_name: "ouroboros-controller".into(),
+                coredns_namespace: "kube-system".into(),
+                coredns_configmap: "coredns".into(),
+                node_local_dns_namespace: "kube-system".into(),
+                node_local_dns_configmap: "node-local-dns".into(),
+                import_namespace: "kube-system".into(),
+                import_configmap: "coredns-custom".into(),
+                proxy_service: None,
+                external_dns_namespace: "own".into(),
+                external_dns_output: ExternalDnsOutput::Dnsendpoint,
+            }
+        );
+        // cleanup: the same DNS targets, nothing watched, no Lease.
+        assert_eq!(
+            cleanup,
+            Needs {
+                leader_elect: false,
+                lease_name: String::new(),
+                node_local_dns_namespace: String::new(),
+                node_local_dns_configmap: String::new(),
+                ..c
+            }
+        );
+
+        // Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
+        type Case = (&'static [&'static str], fn(&Needs) -> bool);
+        let table: &[Case] = &[
+            (&["--gateway-api"], |n| n.gateway_api),
+            (&["--ingress-class", "nginx"], |n| n.ingress_class_filter),
+            (&["--ingress-class", " "], |n| !n.ingress_class_filter),
+            (&["--leader-elect=false"], |n| !n.leader_elect),
+            (&["--lease-name", "l2"], |n| n.lease_name == "l2"),
+            (&["--lease-namespace", "ctl"], |n| n.namespace == "ctl"),
+            (&["--lease-namespace", ""], |n| n.namespace == "own"),
+            (&["--node-local-dns-namespace", "nl"], |n| {
+                n.node_local_dns_namespace == "nl"
+            }),
+            (&["--node-local-dns-configmap", "nlc"], |n| {
+                n.node_local_dns_configmap == "nlc"
+            }),
+            (
+                &["--coredns-namespace", "dns", "--coredns-configmap", "cf"],
+                |n| (n.coredns_namespace.as_str(), n.coredns_configmap.as_str()) == ("dns", "cf"),
+            ),
+            (
+                &[
+                    "--coredns-import-namespace",
+                    "d",
+                    "--coredns-import-configmap",
+                    "c",
+                ],
+                |n| (n.import_namespace.as_str(), n.import_configmap.as_str()) == ("d", "c"),
+            ),
+            (&["--mode", "etc-hosts"], |n| {
+                n.proxy_service == Some(("proxy-ns".into(), "ouroboros-proxy".into()))
+            }),
+            (&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"], |n| {
+                n.proxy_service.is_none()
+            }),
+            (
+                &[
+                    "--mode",
+                    "external-dns",
+                    "--external-dns-proxy-service",
+                    "p2",
+                ],
+                |n| {
+                    n.proxy_service == Some(("proxy-ns".into(), "p2".into()))
+                        && n.external_dns_namespace == "own"
+                },
+            ),
+            (
+                &["--mode", "external-dns", "--external-dns-namespace", "x"],
+                |n| n.external_dns_namespace == "x",
+            ),
+            (&["--external-dns-output", "service"], |n| {
+                n.external_dns_output == ExternalDnsOutput::Service
+            }),
+        ];
+        for (flags, ok) in table {
+            let (n, _) = of(flags);
+            assert!(ok(&n), "{flags:?}: {n:#?}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::{Args, ValueEnum};
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
@@ -27,7 +27,7 @@ use kube::api::ListParams;
 use kube::Client;
 
 use crate::cli::UsageError;
-use crate::controller::args::{DnsArgs, Mode};
+use crate::controller::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, Sources};
 use crate::controller::rbac::{self, Needs};
 use checks::{ControllerKind, Dial, Dials, Got};
@@ -79,7 +79,16 @@ fn parse_ns_name(s: &str) -> Result<NsName, String> {
 
 pub const DEFAULT_CONTROLLER_SERVICE_ACCOUNT: &str = "ouroboros-controller";
 
+// The shared flags describe the controller's view; two defaults differ here.
 #[derive(Args, Clone, Debug)]
+#[command(
+    mut_arg("leader_elect", |a| a.help(
+        "Whether the controller runs with leader election (decides the Lease permissions checked)"
+    )),
+    mut_arg("lease_namespace", |a| a.help(
+        "The controller's Lease namespace [default: the ServiceAccount's namespace]"
+    ))
+)]
 pub struct DoctorArgs {
     /// Report format: text or json.
     #[arg(long, env = "OUROBOROS_DOCTOR_OUTPUT", value_enum, default_value_t = Output::Text)]
@@ -119,46 +128,13 @@ pub struct DoctorArgs {
     )]
     pub dial_timeout: Duration,
 
-    /// Whether the controller runs with leader election (decides the Lease permissions checked).
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_LEADER_ELECT",
-        value_name = "BOOL",
-        default_value_t = true,
-        action = ArgAction::Set
-    )]
-    pub leader_elect: bool,
+    /// The controller's leader election flags.
+    #[command(flatten)]
+    pub election: ElectionArgs,
 
-    /// The controller's Lease name.
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_LEASE_NAME",
-        value_name = "NAME",
-        default_value = "ouroboros-controller"
-    )]
-    pub lease_name: String,
-
-    /// The controller's Lease namespace [default: the ServiceAccount's namespace].
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
-    pub lease_namespace: Option<String>,
-
-    /// Namespace of the node-local-dns ConfigMap.
-    #[arg(
-        long,
-        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
-        value_name = "NS",
-        default_value = "kube-system"
-    )]
-    pub node_local_dns_namespace: String,
-
-    /// Name of the node-local-dns ConfigMap.
-    #[arg(
-        long,
-        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
-        value_name = "NAME",
-        default_value = "node-local-dns"
-    )]
-    pub node_local_dns_configmap: String,
+    /// Where node-local-dns is looked for.
+    #[command(flatten)]
+    pub node_local_dns: NodeLocalDnsArgs,
 
     #[command(flatten)]
     pub dns: DnsArgs,
@@ -177,46 +153,16 @@ impl DoctorArgs {
             })
     }
 
-    /// What the controller with these flags needs (for the RBAC check).
+    /// What the controller with these flags needs (for the RBAC check), its namespace being
+    /// the ServiceAccount's.
     pub fn needs(&self) -> Needs {
-        let sa = self.service_account();
-        let d = &self.dns;
-        let proxy_service = match d.mode {
-            Mode::EtcHosts if d.proxy_ips.is_empty() => Some(d.proxy_service_name.clone()),
-            Mode::ExternalDns if d.external_dns_proxy_ips.is_empty() => Some(
-                d.external_dns_proxy_service
-                    .clone()
-                    .unwrap_or_else(|| d.proxy_service_name.clone()),
-            ),
-            _ => None,
-        };
-        Needs {
-            mode: d.mode,
-            gateway_api: self.hostnames.gateway_api,
-            ingress_class_filter: self
-                .hostnames
-                .ingress_class
-                .as_deref()
-                .is_some_and(|c| !c.trim().is_empty()),
-            leader_elect: self.leader_elect,
-            namespace: self
-                .lease_namespace
-                .clone()
-                .unwrap_or_else(|| sa.namespace.clone()),
-            lease_name: self.lease_name.clone(),
-            coredns_namespace: d.coredns_namespace.clone(),
-            coredns_configmap: d.coredns_configmap.clone(),
-            node_local_dns_namespace: self.node_local_dns_namespace.clone(),
-            node_local_dns_configmap: self.node_local_dns_configmap.clone(),
-            import_namespace: d.coredns_import_namespace.clone(),
-            import_configmap: d.coredns_import_configmap.clone(),
-            proxy_service: proxy_service.map(|n| (d.proxy_service_namespace(), n)),
-            external_dns_namespace: d
-                .external_dns_namespace
-                .clone()
-                .unwrap_or_else(|| sa.namespace.clone()),
-            external_dns_output: d.external_dns_output,
-        }
+        Needs::for_controller(
+            &self.dns,
+            &self.hostnames,
+            &self.election,
+            &self.node_local_dns,
+            &self.service_account().namespace,
+        )
     }
 }
 
@@ -230,18 +176,14 @@ pub struct Validated {
 impl DoctorArgs {
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
     pub fn validate(&self) -> anyhow::Result<Validated> {
-        let cluster_domain =
-            crate::cluster_domain::resolve(self.hostnames.cluster_domain.as_deref());
+        let s = Selection::of(&self.hostnames)?;
         Ok(Validated {
-            filters: self.hostnames.filters().map_err(UsageError::err)?,
-            policy: self
-                .hostnames
-                .policy(&cluster_domain)
-                .map_err(UsageError::err)?,
             fqdn: self
                 .dns
-                .proxy_fqdn(&cluster_domain)
+                .proxy_fqdn(&s.cluster_domain)
                 .map_err(UsageError::err)?,
+            filters: s.filters,
+            policy: s.policy,
         })
     }
 }
@@ -485,8 +427,8 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
     // 4. node-local-dns.
     let (nl_ns, nl_name) = (
-        &args.node_local_dns_namespace,
-        &args.node_local_dns_configmap,
+        &args.node_local_dns.node_local_dns_namespace,
+        &args.node_local_dns.node_local_dns_configmap,
     );
     let got: Got<ConfigMap> = fetch::get(client, "configmaps", nl_ns, nl_name).await;
     out.push(checks::node_local_dns(mode, nl_ns, nl_name, &got));
@@ -604,6 +546,18 @@ mod tests {
         assert_eq!(n.proxy_service, Some(("ouroboros".into(), "p2".into())));
         let n = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]).needs();
         assert_eq!(n.proxy_service, None);
+        // The Lease namespace flag wins over the ServiceAccount's.
+        let n = parse(&[
+            "--controller-service-account",
+            "ctl/sa",
+            "--lease-namespace",
+            "l",
+        ])
+        .needs();
+        assert_eq!(
+            (n.namespace.as_str(), n.external_dns_namespace.as_str()),
+            ("l", "ctl")
+        );
         assert!(parse(&["--gateway-class", "x"]).validate().is_err());
     }
 

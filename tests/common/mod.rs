@@ -1,4 +1,4 @@
-//! Runs the built binary for the `render` CLI tests.
+//! Runs the built binary for the CLI tests (`render`, `controller`, `doctor`, `cleanup`).
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
@@ -27,18 +27,27 @@ pub fn examples() -> String {
         .to_string()
 }
 
-/// Runs `ouroboros render ARGS` with no OUROBOROS_* variables from the caller's environment
-/// except those in `env`, and the cluster domain pinned (the host's resolv.conf would otherwise
-/// decide it).
-pub fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
+/// `ouroboros SUBCOMMAND` without the caller's OUROBOROS_*, RUST_LOG, KUBECONFIG and
+/// KUBERNETES_SERVICE_HOST variables, and with the cluster domain pinned (the host's
+/// resolv.conf would otherwise decide it).
+pub fn command(subcommand: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.arg("render").args(args);
+    cmd.arg(subcommand);
     for (k, _) in std::env::vars() {
-        if k.starts_with("OUROBOROS_") || k == "RUST_LOG" {
+        if k.starts_with("OUROBOROS_")
+            || ["RUST_LOG", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"].contains(&k.as_str())
+        {
             cmd.env_remove(k);
         }
     }
     cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    cmd
+}
+
+/// Runs `ouroboros render ARGS` with the environment of [`command`] plus `env`.
+pub fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = command("render");
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
