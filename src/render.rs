@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::cli::UsageError;
+use crate::controller::args::RecordArgs;
 use crate::controller::args::Selection;
 use crate::controller::hostnames::{self, HostnameArgs};
 use crate::dns::{self, external, ProxyFqdn};
@@ -133,49 +134,8 @@ pub struct ExternalDnsArgs {
     )]
     pub namespace: String,
 
-    /// Instance name, written as the `ouroboros.io/instance` label (tells several ouroboros
-    /// installations apart).
-    #[arg(
-        long,
-        env = "OUROBOROS_INSTANCE",
-        value_name = "NAME",
-        default_value = external::DEFAULT_INSTANCE
-    )]
-    pub instance: String,
-
-    /// TTL of every record, in seconds [1, 86400].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
-        value_name = "SECONDS",
-        default_value_t = external::DEFAULT_TTL,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
-    )]
-    pub external_dns_record_ttl: u32,
-
-    /// Label key=value added to every DNSEndpoint (repeatable; comma-separated in the
-    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
-    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
-    #[arg(
-        long = "external-dns-label",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
-        value_name = "KEY=VALUE",
-        value_delimiter = ',',
-        value_parser = external::parse_key_value
-    )]
-    pub external_dns_labels: Vec<(String, String)>,
-
-    /// Annotation key=value added to every DNSEndpoint (repeatable; one per line in the
-    /// environment variable, since values may hold commas), e.g.
-    /// external-dns.alpha.kubernetes.io/cloudflare-proxied=false. Reserved: ouroboros.io/* keys.
-    #[arg(
-        long = "external-dns-annotation",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
-        value_name = "KEY=VALUE",
-        value_delimiter = '\n',
-        value_parser = external::parse_key_value
-    )]
-    pub external_dns_annotations: Vec<(String, String)>,
+    #[command(flatten)]
+    pub records: RecordArgs,
 
     #[command(flatten)]
     pub input: Input,
@@ -238,11 +198,11 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Target::ExternalDns(a) => {
             let opts = external::Options::new(
                 &a.namespace,
-                &a.instance,
-                a.external_dns_record_ttl,
+                &a.records.instance,
+                a.records.external_dns_record_ttl,
                 &a.proxy.proxy_ips,
-                &a.external_dns_labels,
-                &a.external_dns_annotations,
+                &a.records.external_dns_labels,
+                &a.records.external_dns_annotations,
             )
             .map_err(UsageError::err)?;
             let hosts = desired_hosts(&a.input, &[])?;

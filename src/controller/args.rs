@@ -169,16 +169,6 @@ pub struct DnsArgs {
     )]
     pub external_dns_namespace: Option<String>,
 
-    /// external-dns: TTL of every record, in seconds [1, 86400].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
-        value_name = "SECONDS",
-        default_value_t = external::DEFAULT_TTL,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
-    )]
-    pub external_dns_record_ttl: u32,
-
     /// external-dns: record targets (repeatable; comma-separated in the environment variable)
     /// [default: the proxy Service's ClusterIPs, A and AAAA for dual-stack].
     #[arg(
@@ -197,6 +187,29 @@ pub struct DnsArgs {
         value_name = "NAME"
     )]
     pub external_dns_proxy_service: Option<String>,
+
+    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
+    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
+    pub external_dns_output: ExternalDnsOutput,
+
+    #[command(flatten)]
+    pub records: RecordArgs,
+}
+
+/// What every external-dns record carries: flags of `controller` and `cleanup` and of
+/// `render external-dns` (same names and variables, so `render` shows what the controller writes).
+#[derive(Args, Clone, Debug)]
+pub struct RecordArgs {
+    /// external-dns: TTL of every record, in seconds [1, 86400].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+        value_name = "SECONDS",
+        default_value_t = external::DEFAULT_TTL,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
+    )]
+    pub external_dns_record_ttl: u32,
 
     /// external-dns: label key=value added to every object (repeatable; comma-separated in the
     /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
@@ -220,11 +233,6 @@ pub struct DnsArgs {
         value_parser = external::parse_key_value
     )]
     pub external_dns_annotations: Vec<(String, String)>,
-
-    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
-    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
-    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
-    pub external_dns_output: ExternalDnsOutput,
 
     /// Instance name: the `ouroboros.io/instance` label on what external-dns mode writes, so
     /// two installations never delete each other's records.
@@ -446,10 +454,10 @@ impl DnsArgs {
         };
         let settings = Settings {
             namespace: self.external_dns_namespace(),
-            instance: self.instance.clone(),
-            ttl: self.external_dns_record_ttl,
-            labels: self.external_dns_labels.clone(),
-            annotations: self.external_dns_annotations.clone(),
+            instance: self.records.instance.clone(),
+            ttl: self.records.external_dns_record_ttl,
+            labels: self.records.external_dns_labels.clone(),
+            annotations: self.records.external_dns_annotations.clone(),
         };
         let w = ExternalWriter::new(client, output, settings, ips)
             .map_err(|e| crate::cli::UsageError::err(format!("external-dns flags: {e}")))?;
