@@ -273,15 +273,16 @@ pub fn required(n: &Needs) -> Vec<Rule> {
 }
 
 #[cfg(test)]
-mod writer_tests {
+mod tests {
     use super::*;
 
-    fn needs(mode: Mode, output: ExternalDnsOutput, proxy: bool) -> Needs {
+    /// The chart's defaults, with leader election and the proxy Service read off.
+    fn needs(mode: Mode) -> Needs {
         Needs {
             mode,
             gateway_api: false,
             ingress_class_filter: false,
-            leader_elect: true,
+            leader_elect: false,
             namespace: "ouroboros".into(),
             lease_name: "ouroboros-controller".into(),
             coredns_namespace: "kube-system".into(),
@@ -290,9 +291,25 @@ mod writer_tests {
             node_local_dns_configmap: "node-local-dns".into(),
             import_namespace: "kube-system".into(),
             import_configmap: "coredns-custom".into(),
-            proxy_service: proxy.then(|| ("ouroboros".into(), "ouroboros-proxy".into())),
+            proxy_service: None,
             external_dns_namespace: "dns".into(),
+            external_dns_output: ExternalDnsOutput::Dnsendpoint,
+        }
+    }
+
+    fn elect(mode: Mode, leader_elect: bool) -> Needs {
+        Needs {
+            leader_elect,
+            ..needs(mode)
+        }
+    }
+
+    fn with_proxy(mode: Mode, output: ExternalDnsOutput, proxy: bool) -> Needs {
+        Needs {
+            leader_elect: true,
+            proxy_service: proxy.then(|| ("ouroboros".into(), "ouroboros-proxy".into())),
             external_dns_output: output,
+            ..needs(mode)
         }
     }
 
@@ -330,14 +347,14 @@ mod writer_tests {
             )
         };
         // etc-hosts: only the proxy Service, and only without --proxy-ip; no lease.
-        let n = needs(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, true);
+        let n = with_proxy(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, true);
         assert_eq!(local(&n), [svc("ouroboros")]);
         assert!(required(&n).iter().all(|r| r.resource != "leases"));
-        let n = needs(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, false);
+        let n = with_proxy(Mode::EtcHosts, ExternalDnsOutput::Dnsendpoint, false);
         assert!(local(&n).is_empty());
 
         let write = vec!["list", "create", "patch", "delete"];
-        let n = needs(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, true);
+        let n = with_proxy(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, true);
         assert_eq!(
             local(&n),
             [
@@ -351,36 +368,11 @@ mod writer_tests {
                 svc("ouroboros"),
             ]
         );
-        let n = needs(Mode::ExternalDns, ExternalDnsOutput::Service, false);
+        let n = with_proxy(Mode::ExternalDns, ExternalDnsOutput::Service, false);
         assert_eq!(
             local(&n),
             [("dns".to_string(), "", "services", vec![], write)]
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn needs(mode: Mode, leader_elect: bool) -> Needs {
-        Needs {
-            mode,
-            gateway_api: false,
-            ingress_class_filter: false,
-            leader_elect,
-            namespace: "ouroboros".into(),
-            lease_name: "ouroboros-controller".into(),
-            coredns_namespace: "kube-system".into(),
-            coredns_configmap: "coredns".into(),
-            node_local_dns_namespace: "kube-system".into(),
-            node_local_dns_configmap: "node-local-dns".into(),
-            import_namespace: "kube-system".into(),
-            import_configmap: "coredns-custom".into(),
-            proxy_service: None,
-            external_dns_namespace: "ouroboros".into(),
-            external_dns_output: ExternalDnsOutput::Dnsendpoint,
-        }
     }
 
     fn verbs(rules: &[Rule], resource: &str, named: bool) -> Vec<&'static str> {
@@ -393,16 +385,16 @@ mod tests {
 
     #[test]
     fn lease_verbs_are_what_kube_lease_manager_calls() {
-        let r = required(&needs(Mode::Coredns, true));
+        let r = required(&elect(Mode::Coredns, true));
         assert_eq!(verbs(&r, "leases", true), ["get", "patch"]);
         assert_eq!(verbs(&r, "leases", false), ["create"]);
-        assert!(verbs(&required(&needs(Mode::EtcHosts, true)), "leases", true).is_empty());
-        assert!(verbs(&required(&needs(Mode::Coredns, false)), "leases", true).is_empty());
+        assert!(verbs(&required(&elect(Mode::EtcHosts, true)), "leases", true).is_empty());
+        assert!(verbs(&required(&elect(Mode::Coredns, false)), "leases", true).is_empty());
     }
 
     #[test]
     fn coredns_mode_watches_its_configmap_and_events_are_events_k8s_io() {
-        let r = required(&needs(Mode::Coredns, false));
+        let r = required(&elect(Mode::Coredns, false));
         assert_eq!(
             verbs(&r, "configmaps", true),
             ["get", "list", "watch", "update", "get"]
