@@ -106,6 +106,18 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))
 }
 
+/// Parses the flags of one `Args` struct alone, as its subcommand would (for unit tests).
+#[cfg(test)]
+pub(crate) fn parse_args<A: clap::Args>(argv: &[&str]) -> Result<A, clap::Error> {
+    #[derive(Parser)]
+    struct Alone<A: clap::Args> {
+        #[command(flatten)]
+        args: A,
+    }
+    Alone::<A>::try_parse_from(std::iter::once("ouroboros").chain(argv.iter().copied()))
+        .map(|a| a.args)
+}
+
 /// Parses durations such as `500ms`, `5s`, `1m`, `1h` or `0` (used by every duration flag).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();

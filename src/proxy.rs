@@ -366,20 +366,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser, Debug)]
-    struct T {
-        #[command(flatten)]
-        args: ProxyArgs,
-    }
 
     fn parse(argv: &[&str]) -> Result<ProxyArgs, String> {
-        let mut full = vec!["t"];
-        full.extend_from_slice(argv);
-        T::try_parse_from(full)
-            .map(|t| t.args)
-            .map_err(|e| e.to_string())
+        crate::cli::parse_args(argv).map_err(|e| e.to_string())
     }
 
     #[test]

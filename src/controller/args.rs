@@ -468,13 +468,7 @@ impl DnsArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        dns: DnsArgs,
-    }
+    use crate::cli::parse_args;
 
     #[tokio::test]
     async fn etc_hosts_and_external_dns_sinks() {
@@ -485,9 +479,9 @@ mod tests {
         >();
         let client = kube::Client::new(svc, "default");
         let parse = |args: &[&str]| {
-            let mut v = vec!["t", "--proxy-service-namespace", "ouroboros"];
+            let mut v = vec!["--proxy-service-namespace", "ouroboros"];
             v.extend_from_slice(args);
-            T::parse_from(v).dns
+            parse_args::<DnsArgs>(&v).unwrap()
         };
         let d = parse(&["--mode", "etc-hosts", "--etc-hosts", "/tmp/h"]);
         let s = d.sink(client.clone(), "cluster.local").await.unwrap();
@@ -537,14 +531,14 @@ mod tests {
 
     #[test]
     fn default_fqdn_is_the_reference_tools() {
-        let t = T::parse_from(["t", "--proxy-service-namespace", "ouroboros"]);
+        let d: DnsArgs = parse_args(&["--proxy-service-namespace", "ouroboros"]).unwrap();
         assert_eq!(
-            t.dns.proxy_fqdn("cluster.local").unwrap().as_str(),
+            d.proxy_fqdn("cluster.local").unwrap().as_str(),
             crate::dns::DEFAULT_PROXY_FQDN
         );
-        let t = T::parse_from(["t", "--proxy-fqdn", "p.x.svc.example.org."]);
+        let d: DnsArgs = parse_args(&["--proxy-fqdn", "p.x.svc.example.org."]).unwrap();
         assert_eq!(
-            t.dns.proxy_fqdn("cluster.local").unwrap().as_str(),
+            d.proxy_fqdn("cluster.local").unwrap().as_str(),
             "p.x.svc.example.org."
         );
     }

@@ -513,15 +513,9 @@ mod tests {
     use super::*;
 
     fn parse(extra: &[&str]) -> DoctorArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct T {
-            #[command(flatten)]
-            a: DoctorArgs,
-        }
-        let mut argv = vec!["t", "--proxy-service-namespace", "ouroboros"];
+        let mut argv = vec!["--proxy-service-namespace", "ouroboros"];
         argv.extend_from_slice(extra);
-        T::try_parse_from(argv).unwrap().a
+        crate::cli::parse_args(&argv).unwrap()
     }
 
     #[test]

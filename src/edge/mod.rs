@@ -424,20 +424,9 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser, Debug)]
-    struct T {
-        #[command(flatten)]
-        args: EdgeArgs,
-    }
 
     fn parse(argv: &[&str]) -> Result<EdgeArgs, String> {
-        let mut full = vec!["t"];
-        full.extend_from_slice(argv);
-        T::try_parse_from(full)
-            .map(|t| t.args)
-            .map_err(|e| e.to_string())
+        crate::cli::parse_args(argv).map_err(|e| e.to_string())
     }
 
     fn addrs(v: &[&str]) -> Vec<SocketAddr> {
