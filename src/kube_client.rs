@@ -21,3 +21,11 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Clie
     };
     Client::try_from(config).map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
 }
+
+/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        other => other.to_string(),
+    }
+}

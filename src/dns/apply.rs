@@ -9,6 +9,7 @@
 //!   namespace (only when the ConfigMap is absent), `delete` on `configmaps/<name>` (cleanup only,
 //!   only when we created it and our key was its last one).
 
+use crate::kube_client::describe;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
@@ -228,14 +229,6 @@ impl ApplyError {
             | ApplyError::Conflicts { target, .. }
             | ApplyError::Api { target, .. } => target,
         }
-    }
-}
-
-/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
-fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
     }
 }
 

@@ -37,9 +37,10 @@ use serde_json::{json, Value};
 
 use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
 use super::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
-use super::proxy_ips::{describe, ProxyIps};
+use super::proxy_ips::ProxyIps;
 use super::sink::{ObjectKey, SinkError};
 use crate::hostname::Hostname;
+use crate::kube_client::describe;
 
 /// What the objects are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

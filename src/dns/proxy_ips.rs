@@ -8,6 +8,7 @@
 //!
 //! API call: `get` on `services/<name>` in the proxy Service's namespace.
 
+use crate::kube_client::describe;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
@@ -158,14 +159,6 @@ pub fn cluster_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
     ips.sort();
     ips.dedup();
     Ok(ips)
-}
-
-/// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.
-pub(crate) fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]
