@@ -175,6 +175,16 @@ pub struct ProxyArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
+    /// Threads that relay connections. 0 = one per CPU this process may use; 1 (also what 0
+    /// means on one CPU) = everything on one thread with the single-threaded scheduler, the
+    /// least CPU per connection.
+    #[arg(
+        long,
+        env = "OUROBOROS_PROXY_THREADS",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub threads: usize,
 }
 
 /// Checked settings derived from the flags.
@@ -388,6 +398,7 @@ mod tests {
         assert_eq!(a.shutdown_grace, Duration::from_secs(30));
         assert_eq!(a.idle_timeout, Duration::from_secs(3600));
         assert_eq!(a.max_connections, 65536);
+        assert_eq!(a.threads, 0);
     }
 
     #[test]

@@ -214,6 +214,7 @@ const CASES: &[(&str, &[&str])] = &[
             "edge.proxyProtocol=v2",
             "edge.healthInterval=5s",
             "edge.copyMode=splice",
+            "edge.threads=1",
         ],
     ),
     (

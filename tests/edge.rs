@@ -138,6 +138,22 @@ fn round_robin_spreads_evenly_with_the_client_address_in_the_header() {
 }
 
 #[test]
+fn one_thread_relays_on_the_single_threaded_scheduler() {
+    let ngx = three();
+    let backends: Vec<_> = ngx.iter().collect();
+    // The multi-threaded scheduler would run at least a main thread and one worker.
+    let (p, addrs) = edge(&backends, &["127.0.0.1:0"], &["--threads", "1"]);
+    let (name, me, rest) = ask(addrs[0]);
+    assert!(NAMES.contains(&name.as_str()), "{name}");
+    assert_eq!(rest, format!("{} {}", plain(me), plain(addrs[0])));
+    let seen = tally(addrs[0], 30);
+    assert!(seen.values().all(|c| *c == 10), "{seen:?}");
+    assert_eq!(p.threads(), 1);
+    let (p, _) = edge(&backends, &["127.0.0.1:0"], &["--threads", "3"]);
+    assert_eq!(p.threads(), 4, "main thread and three workers");
+}
+
+#[test]
 fn source_hash_keeps_a_client_ip_on_one_backend() {
     let ngx = three();
     let (_p, addrs) = edge(

@@ -194,13 +194,15 @@ fn relay_64_mib(copy_mode: &str) {
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
     for copy_mode in ["userspace", "splice"] {
-        half_close(copy_mode);
+        for threads in ["0", "1"] {
+            half_close(copy_mode, threads);
+        }
     }
 }
 
-fn half_close(copy_mode: &str) {
+fn half_close(copy_mode: &str, threads: &str) {
     let (up, accepted) = tcp_upstream();
-    let proxy = proxy_to(up, &["--copy-mode", copy_mode]);
+    let proxy = proxy_to(up, &["--copy-mode", copy_mode, "--threads", threads]);
     let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
     client.write_all(b"question").unwrap();
     client.shutdown(Shutdown::Write).unwrap();
@@ -344,14 +346,25 @@ fn target_down_closes_clients_and_fails_readiness() {
 
 #[test]
 fn unknown_target_name_reports_dns_nxdomain() {
-    let proxy = Proxy::start(&["--target-host", "no-such-ingress.invalid"]);
-    let (status, body) = proxy.admin("/readyz");
-    assert_eq!(status, 503);
-    assert!(body.starts_with("dns-nxdomain"), "{body}");
-    let mut c = TcpStream::connect(port_of(proxy.https)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut b = [0u8; 1];
-    assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+    // The resolver runs on the blocking pool, which the single-threaded runtime has too.
+    for threads in ["0", "1"] {
+        let proxy = Proxy::start(&[
+            "--target-host",
+            "no-such-ingress.invalid",
+            "--threads",
+            threads,
+        ]);
+        let (status, body) = proxy.admin("/readyz");
+        assert_eq!(status, 503, "--threads {threads}");
+        assert!(
+            body.starts_with("dns-nxdomain"),
+            "--threads {threads}: {body}"
+        );
+        let mut c = TcpStream::connect(port_of(proxy.https)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
+    }
 }
 
 #[test]

@@ -51,7 +51,7 @@ EOF
 start_ouroboros() { # variant port health-port extra-args...
     local v=$1 port=$2 health=$3
     shift 3
-    TOKIO_WORKER_THREADS=$PROXY_THREADS taskset -c "$PROXY_CPU" "$BIN" --log-level warn edge \
+    taskset -c "$PROXY_CPU" "$BIN" --log-level warn edge --threads "$PROXY_THREADS" \
         --listen "127.0.0.1:$port" --listen-health "127.0.0.1:$health" \
         --backend "127.0.0.1:$P_PP1" --backend "127.0.0.1:$P_PP2" --backend "127.0.0.1:$P_PP3" \
         --balance round-robin --proxy-protocol v1 \

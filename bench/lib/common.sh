@@ -14,8 +14,8 @@
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
 #   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
 #                       shared box it keeps concurrent compiles from skewing one variant's turn
-#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros's runtime workers
-#                       (TOKIO_WORKER_THREADS); both would pick 1 by themselves on one pinned CPU
+#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros --threads (1 = its
+#                       single-threaded scheduler); both would use 1 by themselves on one pinned CPU
 #   SCHED=other|fifo    scheduling class of everything the run starts (fifo needs root)
 #   KEEP_TMP=1          keep the temp dir (configs, logs, raw samples) after the run
 #   NOTES=text          added under the table
@@ -263,9 +263,16 @@ wrk_run() { # variant mode(ka|close) round
     file=$DIR/logs/wrk-$v-$mode-$3.txt
     local hdr=()
     [[ $mode == close ]] && hdr=(-H 'Connection: close')
+    local lb0 lt0 lb1 lt1 pb0 pt0 pb1 pt1
+    read -r lb0 lt0 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
+    read -r pb0 pt0 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
     t0=$(ticks "$v")
     taskset -c "$LOAD_CPU" wrk -t1 -c"$WRK_CONNS" -d"$WRK_DURATION" --latency "${hdr[@]}" "$url" >"$file"
     t1=$(ticks "$v")
+    read -r lb1 lt1 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
+    read -r pb1 pt1 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    rec "$v" "${mode}_load_busy" $((100 * (lb1 - lb0) / (lt1 - lt0))) "round $3"
+    [[ $v != direct ]] && rec "$v" "${mode}_proxy_busy" $((100 * (pb1 - pb0) / (pt1 - pt0))) "round $3"
     read -r rps p99 errors reqs < <("${HELPER[@]}" wrk-parse "$file") || die "cannot parse $file"
     rec "$v" "${mode}_rps" "$rps" "round $3"
     rec "$v" "${mode}_p99_us" "$p99" "round $3"

@@ -85,6 +85,18 @@ def cpu_ticks(pids):
     return total
 
 
+def cpu_jiffies(cpu):
+    """Busy and total jiffies of one CPU so far, from /proc/stat ("busy total")."""
+    with open("/proc/stat") as f:
+        for line in f:
+            fields = line.split()
+            if fields[0] == f"cpu{cpu}":
+                ticks = [int(x) for x in fields[1:]]
+                idle = ticks[3] + ticks[4]  # idle, iowait
+                return sum(ticks) - idle, sum(ticks)
+    raise SystemExit(f"error: no cpu{cpu} in /proc/stat")
+
+
 def rss_kib(pids):
     total = 0
     for pid in pids:
@@ -251,7 +263,13 @@ ROWS = [
     ("close_p99_us", "New connection per request, p99 latency (ms)", "ms", "low", 1.0),
     ("close_cpu_us_per_req", "Proxy CPU µs per new-connection request", "{:.1f}", "low", None),
     ("idle_kib_per_conn", "RSS per idle connection (KiB, {idle_conns} held)", "{:.1f}", "low", 1.0),
+    ("ka_load_busy", "Load CPU busy (wrk + nginx) during keep-alive runs (%)", "{:.0f}", "low", None),
+    ("ka_proxy_busy", "Proxy CPU busy during keep-alive runs (%)", "{:.0f}", "low", None),
+    ("close_load_busy", "Load CPU busy (wrk + nginx) during new-connection runs (%)", "{:.0f}", "low", None),
+    ("close_proxy_busy", "Proxy CPU busy during new-connection runs (%)", "{:.0f}", "low", None),
 ]
+# Past this share of the load CPU, wrk and nginx are the bottleneck rather than the proxy.
+SATURATED_PCT = 97
 
 
 def _fmt(fmt, v):
@@ -325,6 +343,17 @@ def report(raw_path, meta_path):
             cells.append(_fmt(fmt, vals[v]))
             cells.append(f"{ratios[v]:.2f}×" if ratios[v] is not None else "—")
         out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
+    saturated = []
+    for m in ("ka", "close"):
+        busy = [med(v, f"{m}_load_busy") for v in variants if (v, f"{m}_load_busy") in samples]
+        if busy and min(busy) >= SATURATED_PCT:
+            saturated.append(m)
+    if saturated:
+        runs = " and ".join({"ka": "keep-alive", "close": "new-connection"}[m] for m in saturated)
+        out.append("")
+        out.append(f"The load CPU (wrk and nginx) was saturated during the {runs} runs of every "
+                   f"variant (median ≥ {SATURATED_PCT} % busy): there, requests/s and p99 are "
+                   "bounded by the load generator, and the proxy's own cost is its CPU per request.")
     out.append("")
     # per-round samples, so the spread is visible
     out.append("<details><summary>All samples (rounds in run order)</summary>")
@@ -370,6 +399,9 @@ def main(argv):
         return spread(args[0], args[1])
     if cmd == "cpu-ticks":
         print(cpu_ticks(args))
+        return 0
+    if cmd == "cpu-jiffies":
+        print(*cpu_jiffies(args[0]))
         return 0
     if cmd == "rss-kib":
         print(rss_kib(args))

@@ -43,7 +43,7 @@ EOF
 start_ouroboros() { # variant port health-port extra-args...
     local v=$1 port=$2 health=$3
     shift 3
-    TOKIO_WORKER_THREADS=$PROXY_THREADS taskset -c "$PROXY_CPU" "$BIN" --log-level warn proxy \
+    taskset -c "$PROXY_CPU" "$BIN" --log-level warn proxy --threads "$PROXY_THREADS" \
         --listen-http "127.0.0.1:$port" --listen-https '' --listen-health "127.0.0.1:$health" \
         --target-host 127.0.0.1 --target-http-port "$P_NGINX_PP" --proxy-protocol v1 \
         --max-connections $((IDLE_CONNS + 2000)) "$@" >"$DIR/logs/$v.log" 2>&1 &

@@ -187,6 +187,14 @@ pub struct EdgeArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
+    /// Threads that relay connections: as for `proxy` (0 = one per CPU, 1 = single-threaded).
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_THREADS",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub threads: usize,
 }
 
 fn parse_health_listen(s: &str) -> Result<crate::proxy::Listen, String> {
@@ -446,6 +454,7 @@ mod tests {
         assert_eq!(a.shutdown_grace, Duration::from_secs(30));
         assert_eq!(a.idle_timeout, Duration::from_secs(3600));
         assert_eq!(a.max_connections, 65536);
+        assert_eq!(a.threads, 0);
     }
 
     #[test]

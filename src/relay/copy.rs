@@ -135,6 +135,8 @@ struct Half {
     end: u32,
     eof: bool,
     done: bool,
+    /// The destination's write side was shut down.
+    shut: bool,
     total: u64,
 }
 
@@ -142,8 +144,8 @@ struct Half {
 struct SideError(&'static str, io::Error);
 
 impl Half {
-    /// Drives this direction as far as it can go; `Ready(Ok)` once the source reached EOF, all
-    /// of it was written and the destination's write side was shut down.
+    /// Drives this direction as far as it can go; `Ready(Ok)` once the source reached EOF and
+    /// all of it was written ([`Relay::step`] passes the EOF on).
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
@@ -178,7 +180,6 @@ impl Half {
                 }
             }
             if self.eof {
-                ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(|e| SideError(names.1, e))?;
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
@@ -257,7 +258,6 @@ impl Half {
                 }
             }
             if self.eof {
-                ready!(Pin::new(&mut *to).poll_shutdown(cx)).map_err(|e| SideError(names.1, e))?;
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
@@ -355,7 +355,20 @@ impl Relay<'_> {
             return Poll::Ready(End::Error(side, e));
         }
         if a.is_ready() && b.is_ready() {
+            // Closing the sockets sends both FINs (each receive side is drained, so close(2)
+            // sends no reset): a shutdown(2) here would be a wasted syscall per connection.
             return Poll::Ready(End::Done);
+        }
+        for (half, to, name) in [
+            (&mut self.up, &*self.upstream, "upstream"),
+            (&mut self.down, &*self.client, "client"),
+        ] {
+            if half.done && !half.shut {
+                half.shut = true;
+                if let Err(e) = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write) {
+                    return Poll::Ready(End::Error(name, e));
+                }
+            }
         }
         if let Some(idle) = self.idle {
             if moved {

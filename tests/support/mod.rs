@@ -525,6 +525,16 @@ impl Proxy {
         send_signal(&self.child, sig);
     }
 
+    /// The number of threads the process runs now (from /proc).
+    pub fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("Threads: line in /proc/PID/status")
+    }
+
     /// Waits for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         assert!(
