@@ -27,18 +27,32 @@ thread_local! {
     static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_buf() -> Box<[u8]> {
+pub(super) fn take_buf() -> Box<[u8]> {
     POOL.with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice())
 }
 
-fn give_buf(buf: Box<[u8]>) {
+pub(super) fn give_buf(buf: Box<[u8]>) {
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < POOL_CAP {
             p.push(buf);
         }
     });
+}
+
+/// Reads what `from` already has queued, without waiting: 0 when nothing is, at EOF or on an
+/// error (the relay meets those again on its first read). Unlike `try_read`, a short read
+/// forgets the socket's readiness, so the relay's first read is not a wasted empty read(2).
+pub(super) async fn read_queued(from: &mut TcpStream, buf: &mut [u8]) -> usize {
+    std::future::poll_fn(|cx| {
+        let mut rb = ReadBuf::new(&mut *buf);
+        Poll::Ready(match Pin::new(&mut *from).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => rb.filled().len(),
+            Poll::Ready(Err(_)) | Poll::Pending => 0,
+        })
+    })
+    .await
 }
 
 /// How bytes are moved from one socket to the other.

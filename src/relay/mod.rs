@@ -151,7 +151,7 @@ async fn handle<U: Upstream>(
     m.active.inc();
     let _active = Active(&m.active);
     let started = Instant::now();
-    let Some((mut up, lease)) = Box::pin(connect(&client, peer, &route)).await else {
+    let Some((mut up, lease)) = Box::pin(connect(&mut client, peer, &route)).await else {
         return;
     };
     let counters = copy::Counters {
@@ -197,7 +197,7 @@ async fn handle<U: Upstream>(
 
 /// Dials the upstream and writes the PROXY header; `None` when the connection is over.
 async fn connect<U: Upstream>(
-    client: &TcpStream,
+    client: &mut TcpStream,
     peer: SocketAddr,
     route: &Route<U>,
 ) -> Option<(TcpStream, U::Lease)> {
@@ -233,13 +233,13 @@ async fn connect<U: Upstream>(
     // Send the header together with whatever the client already sent (an HTTP request, a TLS
     // ClientHello): one segment instead of two, so the ingress controller is woken once per
     // new connection. Only bytes already queued are taken; nothing waits for the client.
-    let mut first = [0u8; FIRST_WRITE];
+    let mut first = copy::take_buf();
     let hlen = header.as_bytes().len();
     first[..hlen].copy_from_slice(header.as_bytes());
-    // 0 bytes: nothing queued yet (WouldBlock), the client already shut its write side, or an
-    // error; the relay meets the EOF or error again on its first read.
-    let early = client.try_read(&mut first[hlen..]).unwrap_or_default();
-    if let Err(e) = up.write_all(&first[..hlen + early]).await {
+    let early = copy::read_queued(client, &mut first[hlen..]).await;
+    let written = up.write_all(&first[..hlen + early]).await;
+    copy::give_buf(first);
+    if let Err(e) = written {
         m.closed[2].inc();
         tracing::debug!(listener = route.name, client = %peer, upstream = %up_addr, error = %e, "writing the PROXY header failed");
         return None;
@@ -280,9 +280,6 @@ async fn drain(
         );
     }
 }
-
-/// Header plus the client's first bytes, written in one call before the relay starts.
-const FIRST_WRITE: usize = 16 * 1024;
 
 /// Dials `upstream`, sends a LOCAL (v2) / UNKNOWN (v1) header and closes: proves the target
 /// answers without making it log a broken PROXY header.
