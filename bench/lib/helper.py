@@ -7,6 +7,7 @@ Subcommands:
   wait-port PORT SECONDS       poll until 127.0.0.1:PORT accepts a TCP connection
   spread URL N                 GET URL N times on new connections, print "body count" per answer
   cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
+  cpu-jiffies CPU              print "busy total" jiffies of one CPU from /proc/stat
   wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
   idle ...                     hold many idle keep-alive connections, report RSS per connection
   report RAW.tsv META.tsv      render the markdown result table
@@ -14,6 +15,7 @@ Subcommands:
 
 import json
 import os
+import random
 import resource
 import socket
 import statistics
@@ -280,6 +282,21 @@ def _fmt(fmt, v):
     return fmt.format(v)
 
 
+def ratio_interval(subject, base, n=2000, level=0.90):
+    """Bootstrap interval of median(subject) / median(base), resampling each variant's rounds:
+    how far the ratio could move on this machine's run-to-run noise alone. None below 3 samples."""
+    if len(subject) < 3 or len(base) < 3:
+        return None
+    rng = random.Random(1)  # the same samples always print the same interval
+    ratios = sorted(
+        statistics.median(rng.choices(subject, k=len(subject)))
+        / statistics.median(rng.choices(base, k=len(base)))
+        for _ in range(n)
+    )
+    tail = (1 - level) / 2
+    return ratios[int(tail * n)], ratios[int((1 - tail) * n) - 1]
+
+
 def report(raw_path, meta_path):
     samples = {}
     errors = {}
@@ -341,8 +358,15 @@ def report(raw_path, meta_path):
         cells = [_fmt(fmt, vals.get("direct")), _fmt(fmt, h)]
         for v in subjects:
             cells.append(_fmt(fmt, vals[v]))
-            cells.append(f"{ratios[v]:.2f}×" if ratios[v] is not None else "—")
+            if ratios[v] is None:
+                cells.append("—")
+                continue
+            ci = ratio_interval(samples.get((v, key), []), samples.get(("haproxy", key), []))
+            cells.append(f"{ratios[v]:.2f}×" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else ""))
         out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
+    out.append("")
+    out.append("Ratios are of medians; in brackets, a 90 % bootstrap interval over the rounds. Where "
+               "it spans the target, this run cannot tell the two apart on that row.")
     saturated = []
     for m in ("ka", "close"):
         busy = [med(v, f"{m}_load_busy") for v in variants if (v, f"{m}_load_busy") in samples]
