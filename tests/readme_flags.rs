@@ -1,0 +1,92 @@
+//! Every flag and environment variable a subcommand's `--help` lists is documented in the
+//! README's flag tables, so a new option cannot ship undocumented. Flag names repeat across
+//! subcommands (`--threads`); their env vars (`OUROBOROS_EDGE_THREADS`) do not, so those pin
+//! each option to its own subcommand's table.
+
+use std::process::Command;
+
+const SUBCOMMANDS: &[&[&str]] = &[
+    &["proxy"],
+    &["edge"],
+    &["controller"],
+    &["cleanup"],
+    &["doctor"],
+    &["render"],
+    &["render", "coredns"],
+    &["render", "coredns-import"],
+    &["render", "etc-hosts"],
+    &["render", "external-dns"],
+    &["whoami"],
+];
+
+/// The long flags and env vars a `--help` output defines (option lines, not prose).
+fn options(help: &str) -> (Vec<String>, Vec<String>) {
+    let mut flags = Vec::new();
+    let mut envs = Vec::new();
+    for line in help.lines() {
+        let t = line.trim_start();
+        // Option lines start with `--name` or `-x, --name`; prose never does.
+        let rest = t.strip_prefix("--").or_else(|| {
+            t.get(4..)
+                .filter(|_| t.starts_with('-'))
+                .and_then(|r| r.strip_prefix("--"))
+        });
+        if let Some(rest) = rest {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if !name.is_empty() && name != "help" && name != "version" {
+                flags.push(format!("--{name}"));
+            }
+        }
+        if let Some(i) = t.find("[env: ") {
+            let env: String = t[i + 6..].chars().take_while(|c| *c != '=').collect();
+            envs.push(env);
+        }
+    }
+    (flags, envs)
+}
+
+#[test]
+fn every_flag_and_env_var_is_in_the_readme() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut missing = Vec::new();
+    for sub in SUBCOMMANDS {
+        let out = Command::new(env!("CARGO_BIN_EXE_ouroboros"))
+            .args(*sub)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let sub = sub.join(" ");
+        assert!(out.status.success(), "{sub} --help failed");
+        let help = String::from_utf8(out.stdout).unwrap();
+        let (flags, envs) = options(&help);
+        // Every subcommand has at least the global --log-format and --log-level.
+        assert!(
+            flags.len() >= 2,
+            "{sub}: no options parsed from --help:\n{help}"
+        );
+        for f in flags {
+            // Tables write the flag in backticks, alone or with its value name.
+            if !readme.contains(&format!("`{f}`")) && !readme.contains(&format!("`{f} ")) {
+                missing.push(format!("{sub} {f}"));
+            }
+        }
+        for e in envs {
+            if !readme.contains(&format!("`{e}`")) {
+                missing.push(format!("{sub} {e}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in README.md: {missing:#?}");
+}
+
+#[test]
+fn option_lines_are_told_from_prose() {
+    let help = "Usage: x\n\n  -l, --listen <ADDR>\n          Bind here; see --other-flag in prose\n          [env: OUROBOROS_X_LISTEN=]\n      --threads <N>\n          [env: OUROBOROS_X_THREADS=]\n  -h, --help\n";
+    let (flags, envs) = options(help);
+    assert_eq!(flags, ["--listen", "--threads"]);
+    assert_eq!(envs, ["OUROBOROS_X_LISTEN", "OUROBOROS_X_THREADS"]);
+}
