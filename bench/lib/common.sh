@@ -1,8 +1,10 @@
+# shellcheck shell=bash
 # Shared by bench/proxy/run.sh and bench/edge/run.sh (sourced, not run): settings, prerequisites,
 # temp dir and cleanup, nginx backends requiring the PROXY protocol, the measured phases (idle
 # memory, bulk, keep-alive and new-connection wrk runs) and the report. The sourcing script sets
-# BENCH (result file prefix), defines the variants (start_variant, url_of, BACKEND_PP_PORTS) and
-# calls the functions below in order. See bench/README.md.
+# BENCH (result file prefix), the ports (P_PLAIN, P_HAPROXY, P_OURO, P_OURO_HEALTH, P_SPLICE,
+# P_SPLICE_HEALTH, BACKEND_PP_PORTS), HAPROXY_BACKEND and OURO_SUBCOMMAND, defines
+# ouroboros_args, and calls the functions below in order. See bench/README.md.
 #
 # Settings (environment):
 #   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
@@ -168,11 +170,66 @@ EOF
     "${HELPER[@]}" wait-port "$pp" 10 || die "$name did not start: $(tail -5 "$d/error.log" "$DIR/logs/$name.out")"
 }
 
+# start_variants: starts HAProxy and ouroboros for every variant in VARIANTS. HAProxy gets
+# HAPROXY_BACKEND as the body of its `backend be`; ouroboros runs OURO_SUBCOMMAND with the
+# flags `ouroboros_args PORT HEALTH_PORT` puts in OURO_ARGS (listeners and upstreams).
+start_variants() {
+    local v
+    for v in "${VARS[@]}"; do
+        case $v in
+            direct) ;;
+            haproxy) start_haproxy ;;
+            ouroboros) start_ouroboros ouroboros "$P_OURO" "$P_OURO_HEALTH" ;;
+            ouroboros_splice) start_ouroboros ouroboros_splice "$P_SPLICE" "$P_SPLICE_HEALTH" --copy-mode splice ;;
+            *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice)" ;;
+        esac
+    done
+}
+
+# HAProxy 2.6 in mode tcp, PROXY_THREADS threads, pinned to PROXY_CPU, listening on P_HAPROXY
+start_haproxy() {
+    cat >"$DIR/haproxy.cfg" <<EOF
+global
+    nbthread $PROXY_THREADS
+    maxconn $((IDLE_CONNS + 2000))
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend fe
+    bind 127.0.0.1:$P_HAPROXY
+    default_backend be
+backend be
+$HAPROXY_BACKEND
+EOF
+    taskset -c "$PROXY_CPU" "$HAPROXY" -f "$DIR/haproxy.cfg" -db >"$DIR/logs/haproxy.log" 2>&1 &
+    PID[haproxy]=$!
+}
+
+start_ouroboros() { # variant port health-port extra-args...
+    local v=$1
+    ouroboros_args "$2" "$3"
+    shift 3
+    taskset -c "$PROXY_CPU" "$BIN" --log-level warn "$OURO_SUBCOMMAND" --threads "$PROXY_THREADS" \
+        --max-connections $((IDLE_CONNS + 2000)) "${OURO_ARGS[@]}" "$@" >"$DIR/logs/$v.log" 2>&1 &
+    PID[$v]=$!
+}
+
+url_of() {
+    case $1 in
+        direct) echo "http://127.0.0.1:$P_PLAIN" ;;
+        haproxy) echo "http://127.0.0.1:$P_HAPROXY" ;;
+        ouroboros) echo "http://127.0.0.1:$P_OURO" ;;
+        ouroboros_splice) echo "http://127.0.0.1:$P_SPLICE" ;;
+    esac
+}
+
 # PIDs whose CPU and memory are charged to a variant (the proxy and its children; none for direct)
 pids_of() {
     [[ $1 == direct ]] && return 0
     local p=${PID[$1]}
-    echo "$p" $(pgrep -P "$p" || true)
+    echo "$p $(pgrep -P "$p" | xargs)"
 }
 
 # check_variants: every variant answers; through a proxy nginx must have seen a PROXY header
@@ -189,7 +246,12 @@ check_variants() {
 }
 
 rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RAW"; }
-ticks() { if [[ $1 == direct ]]; then echo 0; else "${HELPER[@]}" cpu-ticks $(pids_of "$1"); fi; }
+ticks() {
+    local pids
+    if [[ $1 == direct ]]; then echo 0; return; fi
+    read -ra pids <<<"$(pids_of "$1")"
+    "${HELPER[@]}" cpu-ticks "${pids[@]}"
+}
 
 # write_meta COMMAND LABELS: run metadata for the report; LABELS is "variant=label;..."
 write_meta() {
@@ -213,13 +275,14 @@ write_meta() {
 
 # phase 1: idle memory (fresh proxies, before other phases grow their pools)
 idle_phase() {
-    local v port out kib alive backend
+    local v port out kib alive backend pids
     for v in "${VARS[@]}"; do
         [[ $v == direct ]] && continue
         log "$v: holding $IDLE_CONNS idle keep-alive connections"
         port=$(url_of "$v")
         port=${port##*:}
-        out=$(taskset -c "$LOAD_CPU" "${HELPER[@]}" idle "$port" "$IDLE_CONNS" "$BACKEND_PP_PORTS" 2 /1k.bin $(pids_of "$v")) ||
+        read -ra pids <<<"$(pids_of "$v")"
+        out=$(taskset -c "$LOAD_CPU" "${HELPER[@]}" idle "$port" "$IDLE_CONNS" "$BACKEND_PP_PORTS" 2 /1k.bin "${pids[@]}") ||
             die "$v: idle-connection phase failed"
         log "$v: $out"
         read -r kib alive backend <<<"$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["kib_per_conn"], d["alive"], d["backend_established_delta"])' "$out")"
