@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, Once};
 use clap::Parser;
 use serde_json::{json, Value};
 
+mod golden_file;
 mod kube_mock;
 use kube_mock::{not_found, serve_fn, status, Seen};
 
@@ -223,25 +224,8 @@ fn check<'a>(r: &'a Report, id: &str) -> &'a ouroboros::doctor::Check {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/doctor")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    assert!(
-        want == actual,
-        "{} differs from the output (UPDATE_GOLDEN=1 rewrites it)\n--- golden\n{want}\n--- actual\n{actual}",
-        path.display()
-    );
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/doctor");
+    golden_file::check(&dir.join(name), actual);
 }
 
 const SERVICES_AUTO: &str =

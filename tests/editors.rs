@@ -4,6 +4,7 @@
 //! `UPDATE_GOLDEN=1 cargo test --test editors` rewrites the golden files instead of comparing
 //! (review the diff before committing).
 
+mod golden_file;
 mod support;
 
 use std::collections::BTreeSet;
@@ -39,23 +40,7 @@ fn read(p: &Path) -> String {
 
 /// Compares `actual` with the golden file, or writes it when UPDATE_GOLDEN=1.
 fn golden(rel: &str, actual: &str) {
-    let path = fixtures().join("golden").join(rel);
-    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    assert!(
-        want == actual,
-        "{} differs from the output (UPDATE_GOLDEN=1 rewrites it)\n--- golden\n{want}\n--- actual\n{actual}",
-        path.display()
-    );
+    golden_file::check(&fixtures().join("golden").join(rel), actual);
 }
 
 fn stem(p: &Path) -> String {
