@@ -4,9 +4,11 @@
 //! real CLI accepts, hardened pods, probes. Needs Helm and kubernetes-validate in .ci/bin
 //! (`.ci/tools.sh` installs them).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Once;
 
 use clap::Parser;
@@ -55,31 +57,8 @@ fn setup() {
 }
 
 fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = common::run(cmd, stdin);
+    (out.code == 0, out.stdout, out.stderr)
 }
 
 /// `helm template` of the chart with `--set` values: the YAML, or Helm's error.

@@ -51,6 +51,11 @@ pub fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> O
     for (k, v) in env {
         cmd.env(k, v);
     }
+    run(&mut cmd, stdin)
+}
+
+/// Runs `cmd` to its end with `stdin` (or nothing) as its input.
+pub fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -58,12 +63,14 @@ pub fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> O
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawning ouroboros");
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().unwrap();
         pipe.write_all(input.as_bytes()).unwrap();
     }
-    let out = child.wait_with_output().expect("waiting for ouroboros");
+    let out = child.wait_with_output().expect("waiting for the child");
     Output {
         code: out
             .status
