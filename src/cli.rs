@@ -2,8 +2,11 @@
 //! and exit codes: 0 ok, 1 runtime failure, 64 bad usage (EX_USAGE).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+
+use crate::runtime;
 
 use crate::telemetry::{self, LogArgs};
 
@@ -88,37 +91,21 @@ pub fn main() -> ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
+    // Only the relaying subcommands take runtime flags.
+    let default = || runtime::build(0, Duration::ZERO);
     match command {
-        Command::Proxy(args) => runtime(args.threads)?.block_on(crate::proxy::run(args)),
-        Command::Whoami(args) => runtime(0)?.block_on(crate::whoami::run(args)),
+        Command::Proxy(args) => {
+            runtime::build(args.threads, args.busy_poll)?.block_on(crate::proxy::run(args))
+        }
+        Command::Whoami(args) => default()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
-        Command::Edge(args) => runtime(args.threads)?.block_on(crate::edge::run(args)),
-        Command::Doctor(args) => runtime(0)?.block_on(crate::doctor::run(args)),
-        Command::Cleanup(args) => runtime(0)?.block_on(crate::cleanup::run(args)),
-        Command::Controller(args) => runtime(0)?.block_on(crate::controller::run(args)),
+        Command::Edge(args) => {
+            runtime::build(args.threads, args.busy_poll)?.block_on(crate::edge::run(args))
+        }
+        Command::Doctor(args) => default()?.block_on(crate::doctor::run(args)),
+        Command::Cleanup(args) => default()?.block_on(crate::cleanup::run(args)),
+        Command::Controller(args) => default()?.block_on(crate::controller::run(args)),
     }
-}
-
-/// `threads`: 0 = one per CPU this process may use (affinity and cgroup quota count); 1 = the
-/// current-thread scheduler, which skips work stealing, cross-thread wakeups and per-batch
-/// poll-time bookkeeping (13 % fewer instructions per relayed keep-alive request than one
-/// worker of the multi-threaded one, bench/README.md); N = N workers.
-fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(threads);
-        b
-    };
-    builder
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))
 }
 
 /// Parses the flags of one `Args` struct alone, as its subcommand would (for unit tests).

@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod render;
+pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
 pub mod whoami;

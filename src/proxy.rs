@@ -185,6 +185,11 @@ pub struct ProxyArgs {
         value_name = "N"
     )]
     pub threads: usize,
+    /// Before a relay thread sleeps, watch for new events for up to this long (at most 1ms;
+    /// 0 = off). Spends CPU to spare the peers the cost of waking it: on VMs without guest halt
+    /// polling, that wake-up is an interrupt the sending CPU pays for. E.g. 50us.
+    #[arg(long, env = "OUROBOROS_PROXY_BUSY_POLL", default_value = "0", value_parser = crate::runtime::parse_busy_poll, value_name = "DURATION")]
+    pub busy_poll: Duration,
 }
 
 /// Checked settings derived from the flags.
@@ -399,6 +404,7 @@ mod tests {
         assert_eq!(a.idle_timeout, Duration::from_secs(3600));
         assert_eq!(a.max_connections, 65536);
         assert_eq!(a.threads, 0);
+        assert_eq!(a.busy_poll, Duration::ZERO);
     }
 
     #[test]

@@ -194,6 +194,7 @@ const CASES: &[(&str, &[&str])] = &[
             "edge.healthInterval=5s",
             "edge.copyMode=splice",
             "edge.threads=1",
+            "edge.busyPoll=50us",
         ],
     ),
     (

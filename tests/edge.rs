@@ -149,8 +149,14 @@ fn one_thread_relays_on_the_single_threaded_scheduler() {
     let seen = tally(addrs[0], 30);
     assert!(seen.values().all(|c| *c == 10), "{seen:?}");
     assert_eq!(p.threads(), 1);
-    let (p, _) = edge(&backends, &["127.0.0.1:0"], &["--threads", "3"]);
+    let (p, addrs) = edge(
+        &backends,
+        &["127.0.0.1:0"],
+        &["--threads", "3", "--busy-poll", "50us"],
+    );
     assert_eq!(p.threads(), 4, "main thread and three workers");
+    let seen = tally(addrs[0], 30);
+    assert!(seen.values().all(|c| *c == 10), "{seen:?}");
 }
 
 #[test]

@@ -195,14 +195,23 @@ fn relay_64_mib(copy_mode: &str) {
 fn half_close_client_still_gets_the_whole_reply() {
     for copy_mode in ["userspace", "splice"] {
         for threads in ["0", "1"] {
-            half_close(copy_mode, threads);
+            for busy_poll in ["0", "50us"] {
+                half_close(&[
+                    "--copy-mode",
+                    copy_mode,
+                    "--threads",
+                    threads,
+                    "--busy-poll",
+                    busy_poll,
+                ]);
+            }
         }
     }
 }
 
-fn half_close(copy_mode: &str, threads: &str) {
+fn half_close(flags: &[&str]) {
     let (up, accepted) = tcp_upstream();
-    let proxy = proxy_to(up, &["--copy-mode", copy_mode, "--threads", threads]);
+    let proxy = proxy_to(up, flags);
     let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
     client.write_all(b"question").unwrap();
     client.shutdown(Shutdown::Write).unwrap();
@@ -561,6 +570,7 @@ fn bad_flags_exit_64_naming_the_flag() {
             "--listen-http",
         ),
         (&["--dial-timeout", "soon"][..], "--dial-timeout"),
+        (&["--busy-poll", "2ms"][..], "--busy-poll"),
         (&["--target-http-port", "0"][..], "--target-http-port"),
         (&["--listen-health", "nope"][..], "--listen-health"),
         (
@@ -585,6 +595,29 @@ fn bad_flags_exit_64_naming_the_flag() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--proxy-protocol"));
+}
+
+#[test]
+fn busy_poll_spins_only_briefly_after_traffic() {
+    let (up, accepted) = tcp_upstream();
+    let proxy = proxy_to(up, &["--threads", "1", "--busy-poll", "1ms"]);
+    let mut client = TcpStream::connect(port_of(proxy.http)).unwrap();
+    client.write_all(b"ping").unwrap();
+    let (mut server, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut b = [0u8; 4];
+    server.read_exact(&mut b).unwrap();
+    server.write_all(b"pong").unwrap();
+    client.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"pong");
+    // Idle now: each sleep is preceded by at most 1ms of spinning, so two idle seconds cost a
+    // small fraction of two CPU seconds (a spin that never ended would cost all of them).
+    let before = proxy.cpu_time();
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = proxy.cpu_time() - before;
+    assert!(
+        spent < Duration::from_millis(500),
+        "{spent:?} CPU while idle"
+    );
 }
 
 /// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.

@@ -535,6 +535,22 @@ impl Proxy {
             .expect("Threads: line in /proc/PID/status")
     }
 
+    /// User plus system CPU time the process has used so far (from /proc).
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let ticks: u64 = rest
+            .split(' ')
+            .skip(11)
+            .take(2)
+            .map(|t| t.parse::<u64>().unwrap())
+            .sum();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Duration::from_millis(ticks * 1000 / hz)
+    }
+
     /// Waits for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         assert!(

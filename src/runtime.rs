@@ -1,0 +1,187 @@
+//! The async runtime each subcommand runs on: how many threads, and whether they busy-poll.
+//!
+//! Busy polling (`--busy-poll`): when a worker runs out of work it would block in
+//! `epoll_wait(2)`, and the next packet then has to wake it. On a virtual machine without guest
+//! halt polling, waking an idle vCPU is an inter-processor interrupt that costs the *sender* a
+//! VM exit, so the clients and backends on other CPUs pay for every time the relay fell asleep
+//! (bench/README.md measures it). With a window set, the worker first watches its epoll instance
+//! for up to that long, and goes on the moment anything is ready. Tokio has no such option, and
+//! no crate adds one: the hook below is written here.
+
+use std::collections::BTreeSet;
+use std::os::fd::RawFd;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Builds the runtime. `threads`: 0 = one per CPU this process may use (affinity and cgroup
+/// quota count); 1 = the current-thread scheduler, which skips work stealing, cross-thread
+/// wakeups and per-batch poll-time bookkeeping (13 % fewer instructions per relayed keep-alive
+/// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
+/// `busy_poll`: the spin window before a worker sleeps; zero turns it off.
+pub fn build(threads: usize, busy_poll: Duration) -> anyhow::Result<tokio::runtime::Runtime> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    builder.enable_all();
+    if busy_poll.is_zero() {
+        return builder
+            .build()
+            .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"));
+    }
+    // The epoll descriptors only exist once the runtime is built; the hook waits for them.
+    let epoll = Arc::new(OnceLock::<Vec<RawFd>>::new());
+    let hook = epoll.clone();
+    builder.on_thread_park(move || {
+        if let Some(fds) = hook.get() {
+            spin_until_ready(fds, busy_poll);
+        }
+    });
+    let before = epoll_fds()?;
+    let runtime = builder
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    let new: Vec<RawFd> = epoll_fds()?.difference(&before).copied().collect();
+    if new.is_empty() || new.len() > MAX_EPOLL_FDS {
+        anyhow::bail!(
+            "--busy-poll: expected 1 to {MAX_EPOLL_FDS} new epoll descriptors in /proc/self/fd \
+             after starting the runtime, found {}; run without --busy-poll",
+            new.len()
+        );
+    }
+    let _ = epoll.set(new);
+    Ok(runtime)
+}
+
+/// Tokio opens one epoll instance and may `dup(2)` it (its signal driver does); all are polled.
+const MAX_EPOLL_FDS: usize = 4;
+
+/// Longest `--busy-poll` window: past this, sleeping and being woken costs less than spinning.
+pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
+
+/// Parses `--busy-poll`: a duration up to [`MAX_BUSY_POLL`], `0` for off.
+pub fn parse_busy_poll(s: &str) -> Result<Duration, String> {
+    let d = crate::cli::parse_duration(s)?;
+    if d > MAX_BUSY_POLL {
+        return Err(format!(
+            "{s} is longer than the 1ms maximum (e.g. 50us; 0 = off)"
+        ));
+    }
+    Ok(d)
+}
+
+/// The process's open epoll descriptors (their /proc/self/fd links name `[eventpoll]`).
+fn epoll_fds() -> anyhow::Result<BTreeSet<RawFd>> {
+    let dir = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| anyhow::anyhow!("--busy-poll: listing /proc/self/fd: {e}"))?;
+    Ok(dir
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[eventpoll]")
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+/// Polls the epoll descriptors `fds` (without taking their events, which stay for the runtime's
+/// own `epoll_wait`) until something is ready or `window` has passed. True when something is.
+fn spin_until_ready(fds: &[RawFd], window: Duration) -> bool {
+    let end = Instant::now() + window;
+    // poll(2) skips negative descriptors.
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; MAX_EPOLL_FDS];
+    for (p, &fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd;
+    }
+    loop {
+        // SAFETY: the array holds MAX_EPOLL_FDS pollfds; zero timeout.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), MAX_EPOLL_FDS as libc::nfds_t, 0) } != 0 {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_poll_windows() {
+        for (input, want) in [
+            ("0", Some(Duration::ZERO)),
+            ("50us", Some(Duration::from_micros(50))),
+            ("1ms", Some(Duration::from_millis(1))),
+            ("1001us", None),
+            ("1s", None),
+            ("50", None),
+        ] {
+            assert_eq!(parse_busy_poll(input).ok(), want, "{input:?}");
+        }
+    }
+
+    /// An epoll instance watching an eventfd, and the eventfd.
+    fn epoll_with_eventfd() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain descriptor-creating calls; results checked before use.
+        unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            let ev = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
+            assert!(ep >= 0 && ev >= 0);
+            let (ep, ev) = (
+                std::os::fd::OwnedFd::from_raw_fd(ep),
+                std::os::fd::OwnedFd::from_raw_fd(ev),
+            );
+            let mut e = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: 1,
+            };
+            let r = libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, ev.as_raw_fd(), &mut e);
+            assert_eq!(r, 0);
+            (ep, ev)
+        }
+    }
+
+    #[test]
+    fn spin_returns_as_soon_as_an_event_is_ready_and_leaves_it_for_epoll_wait() {
+        use std::os::fd::AsRawFd;
+        let (ep, ev) = epoll_with_eventfd();
+        // Nothing ready: the whole window passes.
+        let start = Instant::now();
+        assert!(!spin_until_ready(
+            &[ep.as_raw_fd()],
+            Duration::from_millis(5)
+        ));
+        assert!(start.elapsed() >= Duration::from_millis(5));
+        // Ready: back long before a 60 s window ends.
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an eventfd.
+        assert_eq!(
+            unsafe { libc::write(ev.as_raw_fd(), one.as_ptr().cast(), 8) },
+            8
+        );
+        let start = Instant::now();
+        assert!(spin_until_ready(&[ep.as_raw_fd()], Duration::from_secs(60)));
+        assert!(start.elapsed() < Duration::from_secs(30));
+        // The event is still there for the edge-triggered epoll_wait.
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: the buffer holds 4 events.
+        let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), out.as_mut_ptr(), 4, 0) };
+        assert_eq!(n, 1);
+        assert_eq!({ out[0].u64 }, 1);
+    }
+}
