@@ -3,7 +3,7 @@
 # temp dir and cleanup, nginx backends requiring the PROXY protocol, the measured phases (idle
 # memory, bulk, keep-alive and new-connection wrk runs) and the report. The sourcing script sets
 # BENCH (result file prefix), the ports (P_PLAIN, P_HAPROXY, P_OURO, P_OURO_HEALTH, P_SPLICE,
-# P_SPLICE_HEALTH, BACKEND_PP_PORTS), HAPROXY_BACKEND and OURO_SUBCOMMAND, defines
+# P_SPLICE_HEALTH, P_BUSY, P_BUSY_HEALTH, BACKEND_PP_PORTS), HAPROXY_BACKEND and OURO_SUBCOMMAND, defines
 # ouroboros_args, and calls the functions below in order. See bench/README.md.
 #
 # Settings (environment):
@@ -38,6 +38,7 @@ OUROBOROS_BIN=${OUROBOROS_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
 NICE=${NICE:--19}
 PROXY_THREADS=${PROXY_THREADS:-1}
+BUSY_POLL=${BUSY_POLL:-50us}
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -181,7 +182,8 @@ start_variants() {
             haproxy) start_haproxy ;;
             ouroboros) start_ouroboros ouroboros "$P_OURO" "$P_OURO_HEALTH" ;;
             ouroboros_splice) start_ouroboros ouroboros_splice "$P_SPLICE" "$P_SPLICE_HEALTH" --copy-mode splice ;;
-            *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice)" ;;
+            ouroboros_busy) start_ouroboros ouroboros_busy "$P_BUSY" "$P_BUSY_HEALTH" --busy-poll "$BUSY_POLL" ;;
+            *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice ouroboros_busy)" ;;
         esac
     done
 }
@@ -222,6 +224,7 @@ url_of() {
         haproxy) echo "http://127.0.0.1:$P_HAPROXY" ;;
         ouroboros) echo "http://127.0.0.1:$P_OURO" ;;
         ouroboros_splice) echo "http://127.0.0.1:$P_SPLICE" ;;
+        ouroboros_busy) echo "http://127.0.0.1:$P_BUSY" ;;
     esac
 }
 
@@ -245,6 +248,7 @@ check_variants() {
     done
 }
 
+per_req() { awk -v d="$1" -v n="$2" 'BEGIN {printf "%.3f", d / n}'; } # total requests
 rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RAW"; }
 ticks() {
     local pids
@@ -326,21 +330,33 @@ wrk_run() { # variant mode(ka|close) round
     file=$DIR/logs/wrk-$v-$mode-$3.txt
     local hdr=()
     [[ $mode == close ]] && hdr=(-H 'Connection: close')
-    local lb0 lt0 lb1 lt1 pb0 pt0 pb1 pt1
-    read -r lb0 lt0 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
-    read -r pb0 pt0 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    local lb0 lt0 ls0 lb1 lt1 ls1 pb0 pt0 ps0 pb1 pt1 ps1 s0 s1 i0 i1 pids
+    read -ra pids <<<"$(pids_of "$v")"
+    read -r lb0 lt0 ls0 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
+    read -r pb0 pt0 ps0 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    s0=$("${HELPER[@]}" sleeps "${pids[@]}")
+    i0=$("${HELPER[@]}" wake-ipis "$PROXY_CPU")
     t0=$(ticks "$v")
     taskset -c "$LOAD_CPU" wrk -t1 -c"$WRK_CONNS" -d"$WRK_DURATION" --latency "${hdr[@]}" "$url" >"$file"
     t1=$(ticks "$v")
-    read -r lb1 lt1 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
-    read -r pb1 pt1 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    i1=$("${HELPER[@]}" wake-ipis "$PROXY_CPU")
+    s1=$("${HELPER[@]}" sleeps "${pids[@]}")
+    read -r lb1 lt1 ls1 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
+    read -r pb1 pt1 ps1 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    rec "$v" "${mode}_steal" $((100 * (ls1 - ls0 + ps1 - ps0) / (lt1 - lt0 + pt1 - pt0))) "round $3"
     rec "$v" "${mode}_load_busy" $((100 * (lb1 - lb0) / (lt1 - lt0))) "round $3"
     [[ $v != direct ]] && rec "$v" "${mode}_proxy_busy" $((100 * (pb1 - pb0) / (pt1 - pt0))) "round $3"
     read -r rps p99 errors reqs < <("${HELPER[@]}" wrk-parse "$file") || die "cannot parse $file"
     rec "$v" "${mode}_rps" "$rps" "round $3"
     rec "$v" "${mode}_p99_us" "$p99" "round $3"
     rec "$v" "${mode}_errors" "$errors" "round $3"
-    [[ $v != direct ]] && rec "$v" "${mode}_cpu_us_per_req" "$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d / hz * 1e6 / n}')" "round $3"
+    local us=$((1000000 / CLK_TCK))
+    rec "$v" "${mode}_load_us_per_req" "$(per_req $(((lb1 - lb0) * us)) "$reqs")" "round $3"
+    if [[ $v != direct ]]; then
+        rec "$v" "${mode}_cpu_us_per_req" "$(per_req $(((t1 - t0) * us)) "$reqs")" "round $3"
+        rec "$v" "${mode}_sleeps_per_req" "$(per_req $((s1 - s0)) "$reqs")" "round $3"
+        rec "$v" "${mode}_wake_ipis_per_req" "$(per_req $((i1 - i0)) "$reqs")" "round $3"
+    fi
     log "$v round $3 $mode: $rps req/s, p99 ${p99}us, errors $errors"
 }
 

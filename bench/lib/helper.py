@@ -7,7 +7,9 @@ Subcommands:
   wait-port PORT SECONDS       poll until 127.0.0.1:PORT accepts a TCP connection
   spread URL N                 GET URL N times on new connections, print "body count" per answer
   cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
-  cpu-jiffies CPU              print "busy total" jiffies of one CPU from /proc/stat
+  cpu-jiffies CPU              print "busy total steal" jiffies of one CPU from /proc/stat
+  sleeps PID...                print the voluntary context switches of all their threads
+  wake-ipis CPU                print the RES + CAL interrupts one CPU has received
   wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
   idle ...                     hold many idle keep-alive connections, report RSS per connection
   report RAW.tsv META.tsv      render the markdown result table
@@ -87,15 +89,37 @@ def cpu_ticks(pids):
     return total
 
 
+def sleeps(pids):
+    """Voluntary context switches of every thread of `pids` so far: how often they slept."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    return total
+
+
+def wake_ipis(cpu):
+    """Rescheduling plus function-call interrupts CPU `cpu` received so far (/proc/interrupts):
+    what other CPUs sent it to wake a task there while it was idle."""
+    with open("/proc/interrupts") as f:
+        cpus = f.readline().split()
+        col = cpus.index(f"CPU{cpu}") + 1
+        return sum(int(l.split()[col]) for l in f if l.split()[0] in ("RES:", "CAL:"))
+
+
 def cpu_jiffies(cpu):
-    """Busy and total jiffies of one CPU so far, from /proc/stat ("busy total")."""
+    """Busy, total and stolen jiffies of one CPU so far, from /proc/stat ("busy total steal";
+    steal is time the hypervisor ran something else while this vCPU wanted to run)."""
     with open("/proc/stat") as f:
         for line in f:
             fields = line.split()
             if fields[0] == f"cpu{cpu}":
                 ticks = [int(x) for x in fields[1:]]
                 idle = ticks[3] + ticks[4]  # idle, iowait
-                return sum(ticks) - idle, sum(ticks)
+                return sum(ticks) - idle, sum(ticks), ticks[7]
     raise SystemExit(f"error: no cpu{cpu} in /proc/stat")
 
 
@@ -251,8 +275,9 @@ DEFAULT_LABELS = {
     "haproxy": "HAProxy 2.6",
     "ouroboros": "ouroboros",
     "ouroboros_splice": "ouroboros --copy-mode splice",
+    "ouroboros_busy": "ouroboros --busy-poll",
 }
-RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_splice": "splice"}
+RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll"}
 
 # metric key, label, unit format, better ("high"|"low"), target ratio or None, aggregate
 ROWS = [
@@ -269,6 +294,14 @@ ROWS = [
     ("ka_proxy_busy", "Proxy CPU busy during keep-alive runs (%)", "{:.0f}", "low", None),
     ("close_load_busy", "Load CPU busy (wrk + nginx) during new-connection runs (%)", "{:.0f}", "low", None),
     ("close_proxy_busy", "Proxy CPU busy during new-connection runs (%)", "{:.0f}", "low", None),
+    ("ka_steal", "Host steal on both CPUs during keep-alive runs (%)", "{:.0f}", "low", None),
+    ("close_steal", "Host steal on both CPUs during new-connection runs (%)", "{:.0f}", "low", None),
+    ("ka_load_us_per_req", "Load CPU µs per keep-alive request (wrk + nginx)", "{:.1f}", "low", None),
+    ("ka_sleeps_per_req", "Proxy sleeps per keep-alive request", "{:.3f}", "low", None),
+    ("ka_wake_ipis_per_req", "Wake-up interrupts to the proxy CPU per keep-alive request", "{:.3f}", "low", None),
+    ("close_load_us_per_req", "Load CPU µs per new-connection request (wrk + nginx)", "{:.1f}", "low", None),
+    ("close_sleeps_per_req", "Proxy sleeps per new-connection request", "{:.3f}", "low", None),
+    ("close_wake_ipis_per_req", "Wake-up interrupts to the proxy CPU per new-connection request", "{:.3f}", "low", None),
 ]
 # Past this share of the load CPU, wrk and nginx are the bottleneck rather than the proxy.
 SATURATED_PCT = 97
@@ -423,6 +456,12 @@ def main(argv):
         return spread(args[0], args[1])
     if cmd == "cpu-ticks":
         print(cpu_ticks(args))
+        return 0
+    if cmd == "sleeps":
+        print(sleeps(args))
+        return 0
+    if cmd == "wake-ipis":
+        print(wake_ipis(args[0]))
         return 0
     if cmd == "cpu-jiffies":
         print(*cpu_jiffies(args[0]))
