@@ -279,7 +279,8 @@ DEFAULT_LABELS = {
 }
 RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll"}
 
-# metric key, label, unit format, better ("high"|"low"), target ratio or None, aggregate
+# metric key, label, unit format, better ("high"|"low"; "none": a condition of the run, no
+# ratio), target ratio or None
 ROWS = [
     ("bulk_mbps", "Bulk throughput, {bulk_mb} MiB file (MB/s)", "{:.0f}", "high", 1.0),
     ("cpu_s_per_gb", "Proxy CPU seconds per GB relayed", "{:.3f}", "low", None),
@@ -294,8 +295,8 @@ ROWS = [
     ("ka_proxy_busy", "Proxy CPU busy during keep-alive runs (%)", "{:.0f}", "low", None),
     ("close_load_busy", "Load CPU busy (wrk + nginx) during new-connection runs (%)", "{:.0f}", "low", None),
     ("close_proxy_busy", "Proxy CPU busy during new-connection runs (%)", "{:.0f}", "low", None),
-    ("ka_steal", "Host steal on both CPUs during keep-alive runs (%)", "{:.0f}", "low", None),
-    ("close_steal", "Host steal on both CPUs during new-connection runs (%)", "{:.0f}", "low", None),
+    ("ka_steal", "Host steal on both CPUs during keep-alive runs (%)", "{:.0f}", "none", None),
+    ("close_steal", "Host steal on both CPUs during new-connection runs (%)", "{:.0f}", "none", None),
     ("ka_load_us_per_req", "Load CPU µs per keep-alive request (wrk + nginx)", "{:.1f}", "low", None),
     ("ka_sleeps_per_req", "Proxy sleeps per keep-alive request", "{:.3f}", "low", None),
     ("ka_wake_ipis_per_req", "Wake-up interrupts to the proxy CPU per keep-alive request", "{:.3f}", "low", None),
@@ -317,8 +318,9 @@ def _fmt(fmt, v):
 
 def ratio_interval(subject, base, n=2000, level=0.90):
     """Bootstrap interval of median(subject) / median(base), resampling each variant's rounds:
-    how far the ratio could move on this machine's run-to-run noise alone. None below 3 samples."""
-    if len(subject) < 3 or len(base) < 3:
+    how far the ratio could move on this machine's run-to-run noise alone. None below 3 samples
+    or when a base sample is 0 (a resampled median could be 0)."""
+    if len(subject) < 3 or len(base) < 3 or min(base) <= 0:
         return None
     rng = random.Random(1)  # the same samples always print the same interval
     ratios = sorted(
@@ -376,7 +378,8 @@ def report(raw_path, meta_path):
     for key, label, fmt, better, target in ROWS:
         vals = {v: med(v, key) for v in variants}
         h = vals.get("haproxy")
-        ratios = {v: (vals[v] / h if (h and vals[v] is not None) else None) for v in subjects}
+        ratios = {v: (vals[v] / h if (h and vals[v] is not None and better != "none") else None)
+                  for v in subjects}
         ratio = ratios.get(judged)
         if target is None:
             tgt, met = "—", ""
