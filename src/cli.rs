@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::runtime;
-
 use crate::telemetry::{self, LogArgs};
 
 /// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
