@@ -80,6 +80,8 @@ fn hex(bytes: &[u8]) -> String {
 fn capture_live() -> Vec<Capture> {
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
     let mut jobs = Vec::new();
+    // Frontend ports stay bound until every backend listener has its port, so none collide.
+    let mut held = Vec::new();
     let mut cfg = String::from(
         "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n",
     );
@@ -90,7 +92,9 @@ fn capture_live() -> Vec<Capture> {
             }
             let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
             let backend = TcpListener::bind((lo, 0)).unwrap();
-            let front = SocketAddr::new(lo, support::free_port(lo));
+            let hold = TcpListener::bind((lo, 0)).unwrap();
+            let front = hold.local_addr().unwrap();
+            held.push(hold);
             let extra = if options == "-" {
                 String::new()
             } else {
@@ -115,6 +119,7 @@ fn capture_live() -> Vec<Capture> {
         }
     }
     let fronts: Vec<SocketAddr> = jobs.iter().map(|j| j.5).collect();
+    drop(held);
     let _haproxy = support::Haproxy::with_config(&cfg, &fronts);
     jobs.into_iter()
         .map(|(case, version, src, dst, options, front, backend)| {

@@ -382,18 +382,14 @@ fn env_vars_configure_it() {
 #[test]
 fn behind_haproxy_the_client_address_arrives() {
     let w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", "required"]);
-    let fronts: Vec<(SocketAddr, &str, u8)> = [
-        ("127.0.0.1", "send-proxy", 1),
-        ("127.0.0.1", "send-proxy-v2", 2),
-        ("::1", "send-proxy", 1),
-        ("::1", "send-proxy-v2", 2),
-    ]
-    .into_iter()
-    .map(|(ip, kw, v)| {
-        let ip: IpAddr = ip.parse().unwrap();
-        (SocketAddr::new(ip, support::free_port(ip)), kw, v)
-    })
-    .collect();
+    let (v4, v6): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+    let (p4, p6) = (support::free_ports(v4, 2), support::free_ports(v6, 2));
+    let fronts: Vec<(SocketAddr, &str, u8)> = vec![
+        (SocketAddr::new(v4, p4[0]), "send-proxy", 1),
+        (SocketAddr::new(v4, p4[1]), "send-proxy-v2", 2),
+        (SocketAddr::new(v6, p6[0]), "send-proxy", 1),
+        (SocketAddr::new(v6, p6[1]), "send-proxy-v2", 2),
+    ];
     let mut cfg = String::from(
         "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n",
     );
@@ -520,8 +516,8 @@ fn behind_haproxy_http_mode_with_tlvs_and_forwarded_for() {
 fn behind_haproxy_tls_termination_tlvs_are_named() {
     let w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", "required"]);
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
-    let plain = SocketAddr::new(lo, support::free_port(lo));
-    let tls = SocketAddr::new(lo, support::free_port(lo));
+    let ports = support::free_ports(lo, 2);
+    let (plain, tls) = (SocketAddr::new(lo, ports[0]), SocketAddr::new(lo, ports[1]));
     let pem = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/whoami-test-tls.pem"

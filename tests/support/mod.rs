@@ -55,6 +55,20 @@ pub fn free_port(ip: IpAddr) -> u16 {
         .unwrap_or_else(|e| panic!("binding {ip}:0 for a free port: {e}"))
 }
 
+/// `n` distinct ports free on `ip` now: all are held until the last is picked, so two calls in a
+/// row cannot hand out the same port.
+pub fn free_ports(ip: IpAddr, n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| {
+            TcpListener::bind((ip, 0))
+                .unwrap_or_else(|e| panic!("binding {ip}:0 for a free port: {e}"))
+        })
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
 /// Connects, retrying until `addr` accepts or `deadline` passes; reads time out after
 /// [`DEADLINE`].
 pub fn connect_with_deadline(addr: SocketAddr, deadline: Duration) -> TcpStream {
@@ -229,8 +243,9 @@ impl Nginx {
         let dir = TempDir::new("nginx");
         let d = dir.path().display().to_string();
         std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
-        let http_port = free_port(V4);
-        let stream_port = free_port(V4);
+        let [http_port, stream_port] = free_ports(V4, 2)[..] else {
+            unreachable!()
+        };
         let user = if unsafe { libc::geteuid() } == 0 {
             "user root;"
         } else {
@@ -349,7 +364,7 @@ frontend fe
 "#
             );
             // A port race makes haproxy exit: try again with a new port.
-            if let Some(h) = Haproxy::try_start(&conf, &[(V4, port).into(), (V6, port).into()]) {
+            if let Ok(h) = Haproxy::try_start(&conf, &[(V4, port).into(), (V6, port).into()]) {
                 return h;
             }
         }
@@ -359,11 +374,13 @@ frontend fe
     /// Starts haproxy with `config` (checked with `haproxy -c` first) and waits until every
     /// address in `ready` accepts connections.
     pub fn with_config(config: &str, ready: &[SocketAddr]) -> Haproxy {
-        Haproxy::try_start(config, ready)
-            .unwrap_or_else(|| panic!("haproxy did not listen on {ready:?} with:\n{config}"))
+        Haproxy::try_start(config, ready).unwrap_or_else(|stderr| {
+            panic!("haproxy did not listen on {ready:?} with:\n{config}\nstderr:\n{stderr}")
+        })
     }
 
-    fn try_start(config: &str, ready: &[SocketAddr]) -> Option<Haproxy> {
+    /// Err carries what haproxy wrote to stderr.
+    fn try_start(config: &str, ready: &[SocketAddr]) -> Result<Haproxy, String> {
         let dir = TempDir::new("haproxy");
         let cfg = dir.path().join("haproxy.cfg");
         std::fs::write(&cfg, config).unwrap();
@@ -384,16 +401,16 @@ frontend fe
             .arg(&cfg)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()
             .expect("running /usr/sbin/haproxy (apt install haproxy)");
         for addr in ready {
             if poll_connect(*addr, &mut child).is_none() {
                 kill(&mut child);
-                return None;
+                return Err(std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default());
             }
         }
-        Some(Haproxy {
+        Ok(Haproxy {
             child,
             port: ready.first().map_or(0, |a| a.port()),
             _dir: dir,
