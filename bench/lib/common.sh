@@ -332,17 +332,9 @@ wrk_run() { # variant mode(ka|close) round
     [[ $mode == close ]] && hdr=(-H 'Connection: close')
     local lb0 lt0 ls0 lb1 lt1 ls1 pb0 pt0 ps0 pb1 pt1 ps1 s0 s1 i0 i1 pids
     read -ra pids <<<"$(pids_of "$v")"
-    read -r lb0 lt0 ls0 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
-    read -r pb0 pt0 ps0 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
-    s0=$("${HELPER[@]}" sleeps "${pids[@]}")
-    i0=$("${HELPER[@]}" wake-ipis "$PROXY_CPU")
-    t0=$(ticks "$v")
+    read -r lb0 lt0 ls0 pb0 pt0 ps0 s0 i0 t0 < <("${HELPER[@]}" snapshot "$LOAD_CPU" "$PROXY_CPU" "${pids[@]}")
     taskset -c "$LOAD_CPU" wrk -t1 -c"$WRK_CONNS" -d"$WRK_DURATION" --latency "${hdr[@]}" "$url" >"$file"
-    t1=$(ticks "$v")
-    i1=$("${HELPER[@]}" wake-ipis "$PROXY_CPU")
-    s1=$("${HELPER[@]}" sleeps "${pids[@]}")
-    read -r lb1 lt1 ls1 < <("${HELPER[@]}" cpu-jiffies "$LOAD_CPU")
-    read -r pb1 pt1 ps1 < <("${HELPER[@]}" cpu-jiffies "$PROXY_CPU")
+    read -r lb1 lt1 ls1 pb1 pt1 ps1 s1 i1 t1 < <("${HELPER[@]}" snapshot "$LOAD_CPU" "$PROXY_CPU" "${pids[@]}")
     rec "$v" "${mode}_steal" $((100 * (ls1 - ls0 + ps1 - ps0) / (lt1 - lt0 + pt1 - pt0))) "round $3"
     rec "$v" "${mode}_load_busy" $((100 * (lb1 - lb0) / (lt1 - lt0))) "round $3"
     [[ $v != direct ]] && rec "$v" "${mode}_proxy_busy" $((100 * (pb1 - pb0) / (pt1 - pt0))) "round $3"

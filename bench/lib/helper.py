@@ -7,9 +7,10 @@ Subcommands:
   wait-port PORT SECONDS       poll until 127.0.0.1:PORT accepts a TCP connection
   spread URL N                 GET URL N times on new connections, print "body count" per answer
   cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
-  cpu-jiffies CPU              print "busy total steal" jiffies of one CPU from /proc/stat
-  sleeps PID...                print the voluntary context switches of all their threads
-  wake-ipis CPU                print the RES + CAL interrupts one CPU has received
+  snapshot LOAD PROXY PID...   print the counters a wrk run is measured with, in one read:
+                               "busy total steal" jiffies of CPU LOAD and of CPU PROXY
+                               (/proc/stat), the PIDs' voluntary context switches, the RES + CAL
+                               interrupts CPU PROXY received, and the PIDs' CPU ticks
   wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
   idle ...                     hold many idle keep-alive connections, report RSS per connection
   report RAW.tsv META.tsv      render the markdown result table
@@ -89,16 +90,19 @@ def cpu_ticks(pids):
     return total
 
 
+def _status(path, key):
+    """The number after `key:` in a /proc status file."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def sleeps(pids):
     """Voluntary context switches of every thread of `pids` so far: how often they slept."""
-    total = 0
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-    return total
+    return sum(_status(f"/proc/{pid}/task/{tid}/status", "voluntary_ctxt_switches")
+               for pid in pids for tid in os.listdir(f"/proc/{pid}/task"))
 
 
 def wake_ipis(cpu):
@@ -124,13 +128,7 @@ def cpu_jiffies(cpu):
 
 
 def rss_kib(pids):
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return total
+    return sum(_status(f"/proc/{pid}/status", "VmRSS") for pid in pids)
 
 
 def _to_us(text):
@@ -460,14 +458,11 @@ def main(argv):
     if cmd == "cpu-ticks":
         print(cpu_ticks(args))
         return 0
-    if cmd == "sleeps":
-        print(sleeps(args))
-        return 0
-    if cmd == "wake-ipis":
-        print(wake_ipis(args[0]))
-        return 0
-    if cmd == "cpu-jiffies":
-        print(*cpu_jiffies(args[0]))
+    if cmd == "snapshot":
+        load, proxy, pids = args[0], args[1], args[2:]
+        # One process for all counters, so the helper's own start-up stays out of the window.
+        print(*cpu_jiffies(load), *cpu_jiffies(proxy), sleeps(pids), wake_ipis(proxy),
+              cpu_ticks(pids))
         return 0
     if cmd == "rss-kib":
         print(rss_kib(args))

@@ -49,10 +49,7 @@ impl Drop for TempDir {
 
 /// A port the OS just handed out on `ip` (for servers that take a port in their config).
 pub fn free_port(ip: IpAddr) -> u16 {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("binding {ip}:0 for a free port: {e}"))
+    free_ports(ip, 1)[0]
 }
 
 /// `n` distinct ports free on `ip` now: all are held until the last is picked, so two calls in a
