@@ -661,6 +661,9 @@ fn schema_rejects_typos_and_bad_values() {
         ("controller.externalDns.proxyIps={not-an-ip}", "proxyIps"),
         ("controller.proxyFqdn=no-trailing-dot.example", "proxyFqdn"),
         ("etcHosts.hostPath=etc/hosts", "hostPath"),
+        ("proxy.busyPoll=2ms", "busyPoll"),
+        ("edge.busyPoll=1001us", "busyPoll"),
+        ("edge.busyPoll=50", "busyPoll"),
     ] {
         let err = template(&[set], true).expect_err(set);
         assert!(

@@ -685,6 +685,72 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     assert_eq!(api.count("PUT", COREDNS), 3);
 }
 
+#[tokio::test]
+async fn our_own_writes_seen_late_on_the_watch_are_not_reverts() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &["--leader-elect=false", "--listen-health", &listen],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    let first = {
+        let st = r.state.lock().unwrap();
+        configmap(st.rv, &st.corefile)
+    };
+    // A second Ingress: the set grows and is written again.
+    let blog = ingress("blog", &["blog.example.com"]);
+    r.state.lock().unwrap().ingresses.push(blog.clone());
+    let added = json!({"type": "ADDED", "object": blog});
+    assert!(
+        r.api
+            .wait_for(5, |a| a.release(
+                "/apis/networking.k8s.io/v1/ingresses?&watch=true",
+                std::slice::from_ref(&added)
+            ) == 1)
+            .await
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    let second = {
+        let st = r.state.lock().unwrap();
+        configmap(st.rv, &st.corefile)
+    };
+    // Only now does the watch bring the first write (which lacks the new host), then the second.
+    for cm in [first, second] {
+        let event = json!({"type": "MODIFIED", "object": cm});
+        assert!(
+            r.api
+                .wait_for(5, |a| a.release(
+                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
+                    std::slice::from_ref(&event)
+                ) == 1)
+                .await,
+            "a held watch to answer: {:#?}",
+            r.api.calls()
+        );
+    }
+    tokio::time::sleep(ouroboros::controller::revert::SETTLE + Duration::from_millis(500)).await;
+    let (code, metrics) = http_get(port, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "ouroboros_controller_block_reverts_total 0"),
+        "no revert counted:\n{metrics}"
+    );
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 2, "nothing restored");
+    assert_eq!(api.count("POST", EVENTS), 0, "no Event");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// GET `path` on 127.0.0.1:`port` (HTTP/1.0): (status, body).
 async fn http_get(port: u16, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -703,11 +769,7 @@ async fn http_get(port: u16, path: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn readiness_and_metrics() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut st = state_with(vec![ingress(
         "shop",

@@ -79,10 +79,33 @@ impl Reverts {
     }
 }
 
+/// How long a Corefile must stay drifted before it counts as a revert. Our own writes come
+/// back on this watch too, and not always in step with `applied`: the event of a write can
+/// arrive before the write's response (the set is not yet marked applied), and the event of an
+/// earlier write can arrive after a later one has been applied. Either is followed within
+/// milliseconds by the event or the `applied` update that matches; a real revert stays.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// Whether `text` (`None`: the ConfigMap or its key is gone) no longer holds the set last
+/// applied. Nothing is a revert before the first set is applied.
+fn reverted(
+    text: Option<&str>,
+    applied: &watch::Receiver<Option<BTreeSet<Hostname>>>,
+    proxy: &ProxyFqdn,
+) -> bool {
+    let Some(hosts) = applied.borrow().clone() else {
+        return false;
+    };
+    match text {
+        Some(text) => drifted(text, &hosts, proxy) == Some(true),
+        None => true, // deleted, or the key is gone: the next sync reports it
+    }
+}
+
 /// Watches `target`'s ConfigMap (field selector on its name) until `stop`. `applied` holds the
 /// set last applied successfully (`None` before the first, and in dry run); each time the
-/// Corefile no longer holds it, `on_revert` is told and, after the revert's delay, `forced` is
-/// bumped so the engine restores it whatever its change detection says.
+/// Corefile stops holding it for [`SETTLE`], `on_revert` is told and, after the revert's delay,
+/// `forced` is bumped so the engine restores it whatever its change detection says.
 pub async fn watch(
     client: Client,
     target: ConfigMapKey,
@@ -96,9 +119,27 @@ pub async fn watch(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
     let mut events = pin!(watcher::watcher(api, config).default_backoff());
     let mut reverts = Reverts::default();
+    // The key's text in the latest event (`None`: gone), and when a drift seen in it settles.
+    let mut latest: Option<String> = None;
+    let mut settles: Option<Instant> = None;
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(settles.unwrap_or_else(Instant::now)), if settles.is_some() => {
+                settles = None;
+                if reverted(latest.as_deref(), &applied, &proxy) {
+                    let r = reverts.record(Instant::now());
+                    on_revert(&r);
+                    if !r.delay.is_zero() {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(r.delay) => {}
+                        }
+                    }
+                    forced.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                continue;
+            }
             e = events.next() => e,
         };
         let cm = match event {
@@ -116,29 +157,14 @@ pub async fn watch(
                 continue;
             }
         };
-        let Some(hosts) = applied.borrow().clone() else {
-            continue;
-        };
-        let text = cm
-            .as_ref()
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|d| d.get(&target.key));
-        let reverted = match text {
-            Some(text) => drifted(text, &hosts, &proxy) == Some(true),
-            None => true, // deleted, or the key is gone: the next sync reports it
-        };
-        if !reverted {
-            continue;
+        latest = cm
+            .and_then(|cm| cm.data)
+            .and_then(|mut d| d.remove(&target.key));
+        if !reverted(latest.as_deref(), &applied, &proxy) {
+            settles = None;
+        } else if settles.is_none() {
+            settles = Some(Instant::now() + SETTLE);
         }
-        let r = reverts.record(Instant::now());
-        on_revert(&r);
-        if !r.delay.is_zero() {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(r.delay) => {}
-            }
-        }
-        forced.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
