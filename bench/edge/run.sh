@@ -41,6 +41,7 @@ ouroboros_args() { # port health-port
 
 start_variants
 check_variants
+cpu_limit_prepare
 
 # round robin over three: 30 new connections must land 10 on each backend, for both balancers
 for v in "${VARS[@]}"; do

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by bench/proxy/run.sh and bench/edge/run.sh (sourced, not run): settings, prerequisites,
 # temp dir and cleanup, nginx backends requiring the PROXY protocol, the measured phases (idle
-# memory, bulk, keep-alive and new-connection wrk runs) and the report. The sourcing script sets
+# memory, bulk, keep-alive and new-connection wrk runs, the same with each proxy under a CPU limit)
+# and the report. The sourcing script sets
 # BENCH (result file prefix), the ports (P_PLAIN, P_HAPROXY, P_OURO, P_OURO_HEALTH, P_SPLICE,
 # P_SPLICE_HEALTH, P_BUSY, P_BUSY_HEALTH, BACKEND_PP_PORTS), HAPROXY_BACKEND and OURO_SUBCOMMAND, defines
 # ouroboros_args, and calls the functions below in order. See bench/README.md.
@@ -19,6 +20,9 @@
 #   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros --threads (1 = its
 #                       single-threaded scheduler); both would use 1 by themselves on one pinned CPU
 #   SCHED=other|fifo    scheduling class of everything the run starts (fifo needs root)
+#   CPU_LIMIT=400m      CFS quota of each proxy in the CPU-limited runs, as a pod's
+#                       `resources.limits.cpu` sets it (100 ms period); 0 skips those runs. They
+#                       need a writable cgroup cpu controller (v1 or v2; root)
 #   KEEP_TMP=1          keep the temp dir (configs, logs, raw samples) after the run
 #   NOTES=text          added under the table
 
@@ -39,6 +43,8 @@ KEEP_TMP=${KEEP_TMP:-0}
 NICE=${NICE:--19}
 PROXY_THREADS=${PROXY_THREADS:-1}
 BUSY_POLL=${BUSY_POLL:-50us}
+CPU_LIMIT=${CPU_LIMIT:-400m}
+CFS_PERIOD_US=100000 # the kubelet's default
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -96,9 +102,14 @@ bench_prepare() {
             die "$BIN has no working '$sub' subcommand (no $flag in its help); run with VARIANTS=\"direct haproxy\" to benchmark only the others"
     fi
 
+    if [[ $CPU_LIMIT != 0 ]]; then
+        [[ $CPU_LIMIT =~ ^([1-9][0-9]*)m$ ]] || die "CPU_LIMIT must be millicores like 400m, or 0, got $CPU_LIMIT"
+        CPU_QUOTA_US=$((BASH_REMATCH[1] * CFS_PERIOD_US / 1000))
+    fi
+
     DIR=$(mktemp -d /tmp/ouroboros-bench.XXXXXX)
     mkdir -p "$DIR"/{www,logs}
-    declare -gA PID=()
+    declare -gA PID=() CGROUP=()
     trap bench_cleanup EXIT
     trap 'exit 130' INT TERM
 
@@ -119,6 +130,7 @@ bench_cleanup() {
     done
     for name in "${!PID[@]}"; do kill -KILL "${PID[$name]}" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    for name in "${!CGROUP[@]}"; do rmdir "${CGROUP[$name]}" 2>/dev/null || log "warning: cannot remove cgroup ${CGROUP[$name]}"; done
     rm -f "$DIR/www/big.bin"
     if ((rc != 0)) || [[ $KEEP_TMP == 1 ]]; then
         log "configs, logs and raw samples kept in $DIR"
@@ -248,6 +260,45 @@ check_variants() {
     done
 }
 
+# cpu_limit_prepare: moves each proxy into a cgroup of its own (unlimited until `cpu_limit
+# VARIANT on`). Without a writable cpu controller (cgroup v2 with `cpu` delegated, or v1's
+# cpu hierarchy) the CPU-limited runs are skipped with a warning.
+cpu_limit_prepare() {
+    [[ $CPU_LIMIT == 0 ]] && return 0
+    local root v d p
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        CGROUP_V=2 root=/sys/fs/cgroup
+        grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu >"$root/cgroup.subtree_control" 2>/dev/null
+    else
+        CGROUP_V=1 root=/sys/fs/cgroup/cpu
+    fi
+    for v in "${VARS[@]}"; do
+        [[ $v == direct ]] && continue
+        d=$root/ouroboros-bench-$$-$v
+        if ! mkdir "$d" 2>/dev/null || ! cpu_limit_write "$d" off; then
+            log "warning: no writable cgroup cpu controller under $root (not root, or not delegated): skipping the CPU-limited runs; CPU_LIMIT=0 silences this"
+            rmdir "$d" 2>/dev/null
+            CPU_LIMIT=0
+            return 0
+        fi
+        CGROUP[$v]=$d
+        for p in $(pids_of "$v"); do echo "$p" >"$d/cgroup.procs" || die "cannot move $v ($p) into $d"; done
+    done
+}
+
+cpu_limit_write() { # cgroup-dir on|off
+    local q=max
+    [[ $2 == on ]] && q=$CPU_QUOTA_US
+    if [[ $CGROUP_V == 2 ]]; then
+        echo "$q $CFS_PERIOD_US" >"$1/cpu.max"
+    else
+        [[ $q == max ]] && q=-1
+        echo "$CFS_PERIOD_US" >"$1/cpu.cfs_period_us" && echo "$q" >"$1/cpu.cfs_quota_us"
+    fi 2>/dev/null
+}
+
+cpu_limit() { cpu_limit_write "${CGROUP[$1]}" "$2" || die "cannot set the CPU limit of $1 (${CGROUP[$1]})"; }
+
 per_req() { awk -v d="$1" -v n="$2" 'BEGIN {printf "%.3f", d / n}'; } # total requests
 rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RAW"; }
 ticks() {
@@ -269,9 +320,9 @@ write_meta() {
         printf 'command\t%s\n' "$1"
         printf 'labels\t%s\n' "$2"
         printf 'variants\t%s\n' "$VARIANTS"
-        printf 'settings\t%s\n' "ROUNDS=$ROUNDS WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice) SCHED=${SCHED:-other}; $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+        printf 'settings\t%s\n' "ROUNDS=$ROUNDS CPU_LIMIT=$CPU_LIMIT WRK_DURATION=$WRK_DURATION WRK_CONNS=$WRK_CONNS BULK_MB=$BULK_MB BULK_REPEAT=$BULK_REPEAT IDLE_CONNS=$IDLE_CONNS PROXY_CPU=$PROXY_CPU LOAD_CPU=$LOAD_CPU PROXY_THREADS=$PROXY_THREADS NICE=$(nice) SCHED=${SCHED:-other}; $($HAPROXY -v | head -1 | cut -d' ' -f1-3), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
         printf 'load_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-        printf "bulk_mb\t%s\nidle_conns\t%s\nwrk_conns\t%s\n" "$BULK_MB" "$IDLE_CONNS" "$WRK_CONNS"
+        printf "bulk_mb\t%s\nidle_conns\t%s\nwrk_conns\t%s\ncpu_limit\t%s\n" "$BULK_MB" "$IDLE_CONNS" "$WRK_CONNS" "$CPU_LIMIT"
     } >"$META"
     [[ $(cut -d. -f1 /proc/loadavg) -ge 1 ]] && log "warning: load average $(cut -d' ' -f1-3 /proc/loadavg) — other work on this machine will skew the figures"
     return 0
@@ -324,12 +375,12 @@ bulk() { # variant round
     log "$v round $2: bulk $(awk -F'\t' -v v="$v" -v r="round $2" '$1 == v && $2 == "bulk_mbps" && $4 == r {printf "%s ", $3}' "$RAW")MB/s"
 }
 
-wrk_run() { # variant mode(ka|close) round
+wrk_run() { # variant mode(ka|close|ka_cap|close_cap) round
     local v=$1 mode=$2 url t0 t1 file rps p99 errors reqs
     url=$(url_of "$v")/1k.bin
     file=$DIR/logs/wrk-$v-$mode-$3.txt
     local hdr=()
-    [[ $mode == close ]] && hdr=(-H 'Connection: close')
+    [[ $mode == close* ]] && hdr=(-H 'Connection: close')
     local lb0 lt0 ls0 lb1 lt1 ls1 pb0 pt0 ps0 pb1 pt1 ps1 s0 s1 i0 i1 pids
     read -ra pids <<<"$(pids_of "$v")"
     read -r lb0 lt0 ls0 pb0 pt0 ps0 s0 i0 t0 < <("${HELPER[@]}" snapshot "$LOAD_CPU" "$PROXY_CPU" "${pids[@]}")
@@ -353,7 +404,7 @@ wrk_run() { # variant mode(ka|close) round
 }
 
 measure_rounds() {
-    local r i v order
+    local r i v order mode
     for ((r = 1; r <= ROUNDS; r++)); do
         # rotate the order each round so no variant always runs first or right after another
         order=()
@@ -362,6 +413,15 @@ measure_rounds() {
         for v in "${order[@]}"; do bulk "$v" "$r"; done
         for v in "${order[@]}"; do wrk_run "$v" ka "$r"; done
         for v in "${order[@]}"; do wrk_run "$v" close "$r"; done
+        [[ $CPU_LIMIT == 0 ]] && continue
+        for mode in ka_cap close_cap; do
+            for v in "${order[@]}"; do
+                [[ $v == direct ]] && continue
+                cpu_limit "$v" on
+                wrk_run "$v" "$mode" "$r"
+                cpu_limit "$v" off
+            done
+        done
     done
 }
 

@@ -288,6 +288,12 @@ ROWS = [
     ("close_rps", "New connection per request, requests/s", "{:.0f}", "high", 1.0),
     ("close_p99_us", "New connection per request, p99 latency (ms)", "ms", "low", 1.0),
     ("close_cpu_us_per_req", "Proxy CPU µs per new-connection request", "{:.1f}", "low", None),
+    ("ka_cap_rps", "Keep-alive requests/s, proxy limited to {cpu_limit} CPU", "{:.0f}", "high", 1.0),
+    ("ka_cap_p99_us", "Keep-alive p99 latency, proxy limited to {cpu_limit} CPU (ms)", "ms", "low", 1.0),
+    ("close_cap_rps", "New connection per request, requests/s, proxy limited to {cpu_limit} CPU",
+     "{:.0f}", "high", 1.0),
+    ("close_cap_p99_us", "New connection per request, p99 latency, proxy limited to {cpu_limit} CPU (ms)",
+     "ms", "low", 1.0),
     ("idle_kib_per_conn", "RSS per idle connection (KiB, {idle_conns} held)", "{:.1f}", "low", 1.0),
     ("ka_load_busy", "Load CPU busy (wrk + nginx) during keep-alive runs (%)", "{:.0f}", "low", None),
     ("ka_proxy_busy", "Proxy CPU busy during keep-alive runs (%)", "{:.0f}", "low", None),
@@ -375,6 +381,8 @@ def report(raw_path, meta_path):
     out.append(rule + " --- | --- |")
     for key, label, fmt, better, target in ROWS:
         vals = {v: med(v, key) for v in variants}
+        if all(x is None for x in vals.values()):
+            continue  # a phase this run skipped (CPU_LIMIT=0)
         h = vals.get("haproxy")
         ratios = {v: (vals[v] / h if (h and vals[v] is not None and better != "none") else None)
                   for v in subjects}
@@ -411,7 +419,8 @@ def report(raw_path, meta_path):
         out.append("")
         out.append(f"The load CPU (wrk and nginx) was saturated during the {runs} runs of every "
                    f"variant (median ≥ {SATURATED_PCT} % busy): there, requests/s and p99 are "
-                   "bounded by the load generator, and the proxy's own cost is its CPU per request.")
+                   "bounded by the load generator, and the proxy's own cost is its CPU per request "
+                   "and the rows with the proxy under a CPU limit.")
     out.append("")
     # per-round samples, so the spread is visible
     out.append("<details><summary>All samples (rounds in run order)</summary>")

@@ -32,6 +32,7 @@ ouroboros_args() { # port health-port
 
 start_variants
 check_variants
+cpu_limit_prepare
 
 write_meta "bench/proxy/run.sh" "direct=direct (no proxy);haproxy=HAProxy 2.6;ouroboros=ouroboros;ouroboros_splice=ouroboros --copy-mode splice;ouroboros_busy=ouroboros --busy-poll $BUSY_POLL"
 idle_phase
