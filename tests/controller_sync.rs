@@ -244,6 +244,21 @@ impl Running {
         self.api
     }
 
+    /// Answers the held watch on the CoreDNS ConfigMap with one MODIFIED event of `cm`.
+    async fn coredns_modified(&self, cm: Value) {
+        let event = json!({"type": "MODIFIED", "object": cm});
+        assert!(
+            self.api
+                .wait_for(5, |a| a.release(
+                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
+                    std::slice::from_ref(&event)
+                ) == 1)
+                .await,
+            "a held watch on the CoreDNS ConfigMap to answer: {:#?}",
+            self.api.calls()
+        );
+    }
+
     fn puts(&self) -> Vec<Value> {
         self.api
             .matching("PUT", COREDNS)
@@ -642,17 +657,7 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
             st.rv += 1;
             st.rv
         };
-        let event = json!({"type": "MODIFIED", "object": configmap(rv, COREFILE)});
-        assert!(
-            r.api
-                .wait_for(5, |a| a.release(
-                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
-                    std::slice::from_ref(&event)
-                ) == 1)
-                .await,
-            "round {round}: a held watch to answer: {:#?}",
-            r.api.calls()
-        );
+        r.coredns_modified(configmap(rv, COREFILE)).await;
         if round < 3 {
             assert!(
                 r.api
@@ -717,17 +722,7 @@ async fn our_own_writes_seen_late_on_the_watch_are_not_reverts() {
     };
     // Only now does the watch bring the first write (which lacks the new host), then the second.
     for cm in [first, second] {
-        let event = json!({"type": "MODIFIED", "object": cm});
-        assert!(
-            r.api
-                .wait_for(5, |a| a.release(
-                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
-                    std::slice::from_ref(&event)
-                ) == 1)
-                .await,
-            "a held watch to answer: {:#?}",
-            r.api.calls()
-        );
+        r.coredns_modified(cm).await;
     }
     tokio::time::sleep(ouroboros::controller::revert::SETTLE + Duration::from_millis(500)).await;
     let (code, metrics) = http_get(port, "/metrics").await;
