@@ -20,5 +20,7 @@ pub mod relay;
 pub mod render;
 pub mod runtime;
 pub mod shutdown;
+#[cfg(test)]
+mod table;
 pub mod telemetry;
 pub mod whoami;

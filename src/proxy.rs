@@ -436,13 +436,7 @@ mod tests {
         ] {
             let a = parse(argv).unwrap();
             let got = Config::from_args(&a).map(|c| c.target_host);
-            match want {
-                Ok(host) => assert_eq!(got.as_deref(), Ok(host), "{argv:?}"),
-                Err(flag) => assert!(
-                    got.as_ref().is_err_and(|e| e.contains(flag)),
-                    "{argv:?}: {got:?}"
-                ),
-            }
+            crate::table::expect(&got, &want, argv);
         }
     }
 

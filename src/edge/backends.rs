@@ -325,14 +325,7 @@ mod tests {
             ),
             (PortRef::Number(443), None, Err("not known yet")),
         ] {
-            let got = port_name(&port, ports);
-            match want {
-                Ok(w) => assert_eq!(got.as_deref(), Ok(w), "{port:?}"),
-                Err(w) => assert!(
-                    got.as_ref().is_err_and(|e| e.contains(w)),
-                    "{port:?}: {got:?}"
-                ),
-            }
+            crate::table::expect(&port_name(&port, ports), &want, &port);
         }
     }
 

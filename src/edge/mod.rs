@@ -611,14 +611,7 @@ mod tests {
             ),
         ] {
             let a = parse(argv).unwrap();
-            let got = source(&a);
-            match want {
-                Ok(w) => assert_eq!(got, Ok(w), "{argv:?}"),
-                Err(msg) => assert!(
-                    got.as_ref().is_err_and(|e| e.contains(msg)),
-                    "{argv:?}: {got:?}"
-                ),
-            }
+            crate::table::expect(&source(&a), &want, argv);
         }
     }
 
