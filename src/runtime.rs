@@ -31,11 +31,35 @@ pub fn build(threads: usize, busy_poll: Duration) -> anyhow::Result<tokio::runti
         b
     };
     builder.enable_all();
-    if busy_poll.is_zero() {
-        return builder
+    let runtime = if busy_poll.is_zero() {
+        builder
             .build()
-            .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"));
+            .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?
+    } else {
+        with_busy_poll(builder, busy_poll)?
+    };
+    runtime.spawn(heartbeat());
+    Ok(runtime)
+}
+
+/// Tokio wakes its I/O driver (an eventfd write, and an extra return from `epoll_wait`) each
+/// time a newly armed timer expires before every timer already armed. A relay's other timers
+/// are idle timeouts an hour away, so every dial's timeout would be that timer: a syscall and
+/// a wake-up per new connection. A timer re-armed every second keeps the earliest expiry
+/// within a second, and dial timeouts (5 s by default) are armed without waking anything.
+async fn heartbeat() {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
     }
+}
+
+/// Builds the runtime with the `--busy-poll` park hook.
+fn with_busy_poll(
+    mut builder: tokio::runtime::Builder,
+    busy_poll: Duration,
+) -> anyhow::Result<tokio::runtime::Runtime> {
     if let Some(cpus) = cpu_limit() {
         tracing::warn!(
             busy_poll_us = busy_poll.as_micros() as u64,
