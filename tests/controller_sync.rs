@@ -21,6 +21,7 @@ const COREDNS_PUT: &str =
     "/api/v1/namespaces/kube-system/configmaps/coredns?&fieldManager=ouroboros";
 const COREDNS_WATCH_LIST: &str =
     "/api/v1/namespaces/kube-system/configmaps?&fieldSelector=metadata.name%3Dcoredns&limit=500";
+const COREDNS_WATCH: &str = "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
@@ -244,19 +245,10 @@ impl Running {
         self.api
     }
 
-    /// Answers the held watch on the CoreDNS ConfigMap with one MODIFIED event of `cm`.
-    async fn coredns_modified(&self, cm: Value) {
-        let event = json!({"type": "MODIFIED", "object": cm});
-        assert!(
-            self.api
-                .wait_for(5, |a| a.release(
-                    "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns",
-                    std::slice::from_ref(&event)
-                ) == 1)
-                .await,
-            "a held watch on the CoreDNS ConfigMap to answer: {:#?}",
-            self.api.calls()
-        );
+    /// The CoreDNS ConfigMap as the fake API server holds it now.
+    fn coredns_now(&self) -> Value {
+        let st = self.state.lock().unwrap();
+        configmap(st.rv, &st.corefile)
     }
 
     fn puts(&self) -> Vec<Value> {
@@ -657,7 +649,12 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
             st.rv += 1;
             st.rv
         };
-        r.coredns_modified(configmap(rv, COREFILE)).await;
+        r.api
+            .deliver(
+                COREDNS_WATCH,
+                json!({"type": "MODIFIED", "object": configmap(rv, COREFILE)}),
+            )
+            .await;
         if round < 3 {
             assert!(
                 r.api
@@ -699,30 +696,23 @@ async fn our_own_writes_seen_late_on_the_watch_are_not_reverts() {
         &["--leader-elect=false", "--listen-health", &listen],
     );
     assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
-    let first = {
-        let st = r.state.lock().unwrap();
-        configmap(st.rv, &st.corefile)
-    };
+    let first = r.coredns_now();
     // A second Ingress: the set grows and is written again.
     let blog = ingress("blog", &["blog.example.com"]);
     r.state.lock().unwrap().ingresses.push(blog.clone());
-    let added = json!({"type": "ADDED", "object": blog});
-    assert!(
-        r.api
-            .wait_for(5, |a| a.release(
-                "/apis/networking.k8s.io/v1/ingresses?&watch=true",
-                std::slice::from_ref(&added)
-            ) == 1)
-            .await
-    );
+    r.api
+        .deliver(
+            "/apis/networking.k8s.io/v1/ingresses?&watch=true",
+            json!({"type": "ADDED", "object": blog}),
+        )
+        .await;
     assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
-    let second = {
-        let st = r.state.lock().unwrap();
-        configmap(st.rv, &st.corefile)
-    };
+    let second = r.coredns_now();
     // Only now does the watch bring the first write (which lacks the new host), then the second.
     for cm in [first, second] {
-        r.coredns_modified(cm).await;
+        r.api
+            .deliver(COREDNS_WATCH, json!({"type": "MODIFIED", "object": cm}))
+            .await;
     }
     tokio::time::sleep(ouroboros::controller::revert::SETTLE + Duration::from_millis(500)).await;
     let (code, metrics) = http_get(port, "/metrics").await;

@@ -93,11 +93,12 @@ fn reverted(
     applied: &watch::Receiver<Option<BTreeSet<Hostname>>>,
     proxy: &ProxyFqdn,
 ) -> bool {
-    let Some(hosts) = applied.borrow().clone() else {
+    let applied = applied.borrow();
+    let Some(hosts) = applied.as_ref() else {
         return false;
     };
     match text {
-        Some(text) => drifted(text, &hosts, proxy) == Some(true),
+        Some(text) => drifted(text, hosts, proxy) == Some(true),
         None => true, // deleted, or the key is gone: the next sync reports it
     }
 }

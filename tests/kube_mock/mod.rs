@@ -195,6 +195,19 @@ impl Routed {
         n
     }
 
+    /// Waits up to 5 s for exactly one held watch whose URI contains `uri_part` and answers it
+    /// with `event`; panics, listing the calls, when none is held.
+    pub async fn deliver(&self, uri_part: &str, event: Value) {
+        let events = [event];
+        assert!(
+            self.wait_for(5, |a| a.release(uri_part, &events) == 1)
+                .await,
+            "a held watch on {uri_part} to answer {}: {:#?}",
+            events[0],
+            self.calls()
+        );
+    }
+
     /// Waits until `cond` holds (polling every 10 ms), at most `secs` seconds.
     pub async fn wait_for(&self, secs: u64, mut cond: impl FnMut(&Routed) -> bool) -> bool {
         let end = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
