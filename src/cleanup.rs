@@ -181,6 +181,7 @@ mod tests {
                 });
             }
             Ok(Applied {
+                answer: None,
                 outcome: Outcome::Written,
                 findings: None,
                 conflicts: 0,

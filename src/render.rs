@@ -13,9 +13,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::cli::UsageError;
-use crate::controller::args::RecordArgs;
-use crate::controller::args::Selection;
+use crate::controller::args::{AnswerForm, RecordArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs};
+use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::{self, external, ProxyFqdn};
 use crate::hostname::Hostname;
 use crate::manifests::Manifests;
@@ -41,9 +41,10 @@ pub struct RenderArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Target {
-    /// A Corefile with the ouroboros `rewrite` block spliced into its root server block.
+    /// A Corefile with the ouroboros block (the A/AAAA template pair) spliced into its root
+    /// server block; the same text suits node-local-dns's Corefile.
     Coredns(Box<CorednsArgs>),
-    /// The rewrite rules alone, for a Corefile with `import /etc/coredns/custom/*.override`.
+    /// The block alone, for a Corefile with `import /etc/coredns/custom/*.override`.
     CorednsImport(Box<CorednsImportArgs>),
     /// A hosts file with the ouroboros block of `IP host` lines.
     EtcHosts(Box<EtcHostsArgs>),
@@ -62,9 +63,26 @@ pub struct Input {
     pub manifests: Vec<PathBuf>,
 }
 
+/// How `render coredns` and `render coredns-import` answer: the controller's flags.
 #[derive(Args, Debug, Clone)]
-pub struct ProxyFqdnArg {
-    /// The proxy Service's fully qualified name, with the trailing dot: the rewrite target.
+pub struct AnswerArgs {
+    /// `template` (A/AAAA answers with --proxy-ip, every other query type left public) or
+    /// `rewrite` (`rewrite name` lines to --proxy-fqdn; wildcards need CoreDNS 1.8.4+).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
+    pub coredns_answer: AnswerForm,
+
+    /// template: the proxy Service's ClusterIPs (repeatable, IPv4 and IPv6; comma-separated in
+    /// the environment variable): `kubectl -n ouroboros get service ouroboros-proxy -o
+    /// jsonpath='{.spec.clusterIPs}'`. Required unless the host set is empty.
+    #[arg(
+        long = "proxy-ip",
+        env = "OUROBOROS_CONTROLLER_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ','
+    )]
+    pub proxy_ips: Vec<IpAddr>,
+
+    /// rewrite: the proxy Service's fully qualified name, with the trailing dot.
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_PROXY_FQDN",
@@ -73,6 +91,26 @@ pub struct ProxyFqdnArg {
         value_parser = ProxyFqdn::parse
     )]
     pub proxy_fqdn: ProxyFqdn,
+}
+
+impl AnswerArgs {
+    /// The answer for a non-empty host set; a missing --proxy-ip is a usage error (exit 64).
+    fn answer(&self, hosts: &BTreeSet<Hostname>) -> anyhow::Result<Answer> {
+        match self.coredns_answer {
+            AnswerForm::Rewrite => Ok(Answer::Rewrite(self.proxy_fqdn.clone())),
+            AnswerForm::Template => match ProxyAddrs::new(&self.proxy_ips) {
+                Some(a) => Ok(Answer::Template(a)),
+                // Nothing is rendered for an empty set, so any answer will do.
+                None if hosts.is_empty() => Ok(Answer::Rewrite(self.proxy_fqdn.clone())),
+                None => Err(UsageError::err(
+                    "--proxy-ip is required with --coredns-answer template (the default): \
+                     pass the proxy Service's ClusterIPs (kubectl -n ouroboros get service \
+                     ouroboros-proxy -o jsonpath='{.spec.clusterIPs}'), or use \
+                     --coredns-answer rewrite",
+                )),
+            },
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -96,7 +134,7 @@ pub struct CorednsArgs {
     #[arg(long, env = "OUROBOROS_RENDER_COREFILE", value_name = "FILE")]
     pub corefile: PathBuf,
     #[command(flatten)]
-    pub proxy: ProxyFqdnArg,
+    pub proxy: AnswerArgs,
     #[command(flatten)]
     pub input: Input,
 }
@@ -104,7 +142,7 @@ pub struct CorednsArgs {
 #[derive(Args, Debug, Clone)]
 pub struct CorednsImportArgs {
     #[command(flatten)]
-    pub proxy: ProxyFqdnArg,
+    pub proxy: AnswerArgs,
     #[command(flatten)]
     pub input: Input,
 }
@@ -148,9 +186,19 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Target::Coredns(a) => {
             let hosts = desired_hosts(&a.input, &[&a.corefile])?;
             let text = read_input(&a.corefile, "Corefile")?;
-            let edit = dns::corefile::splice(&text, &hosts, &a.proxy.proxy_fqdn).map_err(|e| {
+            let answer = a.proxy.answer(&hosts)?;
+            let edit = dns::corefile::splice(&text, &hosts, &answer).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
             })?;
+            for s in &edit.findings.shadowing {
+                tracing::warn!(
+                    corefile = %a.corefile.display(),
+                    hostname = %s.host,
+                    block = %s.block,
+                    line = s.line,
+                    "this hostname's queries go to a more specific server block, not to the root block holding the ouroboros block; add the same block there or remove that server block"
+                );
+            }
             if !hosts.is_empty() && !edit.findings.has_reload {
                 tracing::warn!(
                     corefile = %a.corefile.display(),
@@ -172,7 +220,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         }
         Target::CorednsImport(a) => {
             let hosts = desired_hosts(&a.input, &[])?;
-            let text = dns::coredns_import::render(&hosts, &a.proxy.proxy_fqdn);
+            let text = dns::coredns_import::render(&hosts, &a.proxy.answer(&hosts)?);
             tracing::info!(hosts = hosts.len(), "rendered the CoreDNS import snippet");
             text
         }

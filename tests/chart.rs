@@ -114,7 +114,24 @@ const CASES: &[(&str, &[&str])] = &[
             "controller.gatewayClass=eg",
             "controller.replicas=2",
             "controller.leaseName=my-lease",
+            "controller.corednsAnswer=rewrite",
             "controller.proxyFqdn=p.example.svc.cluster.local.",
+        ],
+    ),
+    (
+        "coredns, node-local-dns (kubespray's name)",
+        &[
+            "controller.nodeLocalDns.enabled=true",
+            "controller.nodeLocalDns.configmap=nodelocaldns",
+        ],
+    ),
+    (
+        "coredns-import, node-local-dns in its own namespace, fixed proxy IPs",
+        &[
+            "controller.mode=coredns-import",
+            "controller.nodeLocalDns.enabled=true",
+            "controller.nodeLocalDns.namespace=nl",
+            "controller.proxyIps={10.0.0.9,fd00::9}",
         ],
     ),
     (
@@ -319,13 +336,7 @@ fn controller_needs(args: &[String]) -> Needs {
     let f = ControllerFlags::try_parse_from(&args[1..])
         .unwrap_or_else(|e| panic!("controller flags {args:?}: {e}"));
     let c = &f.controller;
-    Needs::for_controller(
-        &c.dns,
-        &c.hostnames,
-        &c.election,
-        &c.node_local_dns,
-        NAMESPACE,
-    )
+    Needs::for_controller(&c.dns, &c.hostnames, &c.election, NAMESPACE)
 }
 
 fn cleanup_needs(args: &[String]) -> Needs {

@@ -13,10 +13,11 @@ mod kube_mock;
 use kube_mock::{calls, conflict, echo, reply, serve, status};
 use serde_json::{json, Value};
 
+use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::apply::{
     ApplyError, ConfigMapKey, CorefileWriter, ImportWriter, Outcome, Retry,
 };
-use ouroboros::dns::{coredns_import, corefile, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN};
+use ouroboros::dns::{coredns_import, corefile, BEGIN_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
 
 const COREDNS_PATH: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
@@ -41,8 +42,9 @@ fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
     names.iter().map(|n| p.check(n).unwrap()).collect()
 }
 
-fn proxy() -> ProxyFqdn {
-    ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap()
+/// The answer the writers render: the template pair for an IPv4-only proxy.
+fn proxy() -> Answer {
+    Answer::Template(ProxyAddrs::new(&["10.96.0.53".parse().unwrap()]).unwrap())
 }
 
 /// A ConfigMap as the API server returns it (with managedFields, which we must not send back).
@@ -75,21 +77,11 @@ fn coredns_cm(rv: &str, corefile: &str) -> Value {
 }
 
 fn coredns_writer(client: Client) -> CorefileWriter {
-    CorefileWriter::new(
-        client,
-        ConfigMapKey::coredns_default(),
-        proxy(),
-        Retry::default(),
-    )
+    CorefileWriter::new(client, ConfigMapKey::coredns_default(), Retry::default())
 }
 
 fn import_writer(client: Client) -> ImportWriter {
-    ImportWriter::new(
-        client,
-        ConfigMapKey::import_default(),
-        proxy(),
-        Retry::default(),
-    )
+    ImportWriter::new(client, ConfigMapKey::import_default(), Retry::default())
 }
 
 #[tokio::test]
@@ -104,7 +96,7 @@ async fn coredns_first_sync_writes_once_second_only_reads() {
     ]);
     let w = coredns_writer(client);
 
-    let first = w.apply(&want).await.unwrap();
+    let first = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!(first.outcome, Outcome::Written);
     assert_eq!(first.conflicts, 0);
     let f = first.findings.unwrap();
@@ -114,7 +106,7 @@ async fn coredns_first_sync_writes_once_second_only_reads() {
     assert_eq!(change.before.as_deref(), Some(original.as_str()));
     assert_eq!(change.after.as_deref(), Some(spliced.as_str()));
 
-    let second = w.apply(&want).await.unwrap();
+    let second = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!(second.outcome, Outcome::Unchanged);
     assert_eq!(second.change, None);
     drop(w);
@@ -137,10 +129,9 @@ async fn coredns_first_sync_writes_once_second_only_reads() {
     assert_eq!(put["data"], json!({ "Corefile": spliced }));
     let text = put["data"]["Corefile"].as_str().unwrap();
     assert!(text.contains(BEGIN_MARKER));
-    assert!(text.contains(&format!(
-        "    rewrite name app.example.com {DEFAULT_PROXY_FQDN}\n"
-    )));
-    assert!(text.contains(r"rewrite name regex ^[a-z0-9-]+\.example\.org\.$"));
+    assert!(text.contains("    template IN A example.com example.org {\n"));
+    assert!(text.contains(r"match ^(?:[a-z0-9-]+\.example\.org|app\.example\.com)\.$"));
+    assert!(text.contains(r#"answer "{{ .Name }} 30 IN A 10.96.0.53""#));
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,7 +148,7 @@ async fn coredns_conflict_is_retried_from_the_get() {
     ]);
     let w = coredns_writer(client);
     let start = tokio::time::Instant::now();
-    let applied = w.apply(&want).await.unwrap();
+    let applied = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!(applied.outcome, Outcome::Written);
     assert_eq!(applied.conflicts, 1);
     assert!(start.elapsed() >= Retry::default().backoff, "no backoff");
@@ -201,7 +192,10 @@ async fn coredns_conflicts_are_bounded() {
     let (client, task) = serve(replies);
     let w = coredns_writer(client);
     let start = tokio::time::Instant::now();
-    let err = w.apply(&hosts(&["app.example.com"])).await.unwrap_err();
+    let err = w
+        .apply(&hosts(&["app.example.com"]), &proxy())
+        .await
+        .unwrap_err();
     // 100 + 200 + 400 + 800 ms between the five attempts.
     assert_eq!(start.elapsed(), Duration::from_millis(1500));
     assert!(
@@ -227,7 +221,10 @@ async fn coredns_unparseable_corefile_is_never_written() {
     let bad = corefile_fixture("bad/two-blocks.Corefile");
     let (client, task) = serve(vec![reply(200, coredns_cm("77", &bad))]);
     let w = coredns_writer(client);
-    let err = w.apply(&hosts(&["app.example.com"])).await.unwrap_err();
+    let err = w
+        .apply(&hosts(&["app.example.com"]), &proxy())
+        .await
+        .unwrap_err();
     drop(w);
     let ApplyError::Unparseable { target, line, .. } = &err else {
         panic!("{err:?}");
@@ -264,7 +261,10 @@ async fn coredns_forbidden_names_verb_resource_and_role() {
         ),
     ]);
     let w = coredns_writer(client);
-    let err = w.apply(&hosts(&["app.example.com"])).await.unwrap_err();
+    let err = w
+        .apply(&hosts(&["app.example.com"]), &proxy())
+        .await
+        .unwrap_err();
     drop(w);
     assert_eq!(err.reason(), "forbidden");
     let msg = err.to_string();
@@ -294,7 +294,7 @@ async fn coredns_forbidden_get() {
     )]);
     let w = coredns_writer(client);
     let msg = w
-        .apply(&hosts(&["a.example.com"]))
+        .apply(&hosts(&["a.example.com"]), &proxy())
         .await
         .unwrap_err()
         .to_string();
@@ -325,7 +325,7 @@ async fn coredns_missing_configmap_or_key() {
     let w = coredns_writer(client);
     let h = hosts(&["a.example.com"]);
 
-    let err = w.apply(&h).await.unwrap_err();
+    let err = w.apply(&h, &proxy()).await.unwrap_err();
     assert_eq!(err.reason(), "not_found");
     let msg = err.to_string();
     assert!(
@@ -333,7 +333,7 @@ async fn coredns_missing_configmap_or_key() {
         "{msg}"
     );
 
-    let err = w.apply(&h).await.unwrap_err();
+    let err = w.apply(&h, &proxy()).await.unwrap_err();
     assert_eq!(err.reason(), "key_missing");
     assert_eq!(
         err.to_string(),
@@ -387,7 +387,7 @@ async fn coredns_reports_missing_reload_and_other_keys_survive() {
     );
     let (client, task) = serve(vec![reply(200, cm), echo("4")]);
     let w = coredns_writer(client);
-    let applied = w.apply(&hosts(&["a.example.com"])).await.unwrap();
+    let applied = w.apply(&hosts(&["a.example.com"]), &proxy()).await.unwrap();
     drop(w);
     assert!(!applied.findings.unwrap().has_reload);
     let seen = task.await.unwrap();
@@ -421,10 +421,13 @@ async fn import_creates_the_configmap_when_absent_then_reads_only() {
         ),
     ]);
     let w = import_writer(client);
-    let first = w.apply(&want).await.unwrap();
+    let first = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!(first.outcome, Outcome::Written);
     assert_eq!(first.findings, None);
-    assert_eq!(w.apply(&want).await.unwrap().outcome, Outcome::Unchanged);
+    assert_eq!(
+        w.apply(&want, &proxy()).await.unwrap().outcome,
+        Outcome::Unchanged
+    );
     drop(w);
     let seen = task.await.unwrap();
     assert_eq!(
@@ -466,7 +469,10 @@ async fn import_updates_only_our_key() {
         echo("56"),
     ]);
     let w = import_writer(client);
-    assert_eq!(w.apply(&want).await.unwrap().outcome, Outcome::Written);
+    assert_eq!(
+        w.apply(&want, &proxy()).await.unwrap().outcome,
+        Outcome::Written
+    );
     drop(w);
     let seen = task.await.unwrap();
     assert_eq!(calls(&seen), [("GET", CUSTOM_PATH), ("PUT", CUSTOM_PUT)]);
@@ -505,7 +511,7 @@ async fn import_create_race_is_retried_from_the_get() {
         echo("8"),
     ]);
     let w = import_writer(client);
-    let applied = w.apply(&want).await.unwrap();
+    let applied = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!((applied.outcome, applied.conflicts), (Outcome::Written, 1));
     drop(w);
     let seen = task.await.unwrap();
@@ -623,7 +629,7 @@ async fn import_forbidden_create_names_the_unrestricted_resource() {
     ]);
     let w = import_writer(client);
     let msg = w
-        .apply(&hosts(&["a.example.com"]))
+        .apply(&hosts(&["a.example.com"]), &proxy())
         .await
         .unwrap_err()
         .to_string();
@@ -651,7 +657,7 @@ async fn coredns_dry_run_reads_and_reports_the_change_only() {
     let want = hosts(&["app.example.com"]);
     let (client, task) = serve(vec![reply(200, coredns_cm("42", &original))]);
     let w = coredns_writer(client).dry_run(true);
-    let applied = w.apply(&want).await.unwrap();
+    let applied = w.apply(&want, &proxy()).await.unwrap();
     drop(w);
     assert_eq!(applied.outcome, Outcome::DryRun);
     let change = applied.change.unwrap();
@@ -668,7 +674,7 @@ async fn import_dry_run_never_creates() {
     let want = hosts(&["app.example.com"]);
     let (client, task) = serve(vec![reply(404, status(404, "NotFound", "not found"))]);
     let w = import_writer(client).dry_run(true);
-    let applied = w.apply(&want).await.unwrap();
+    let applied = w.apply(&want, &proxy()).await.unwrap();
     drop(w);
     assert_eq!(applied.outcome, Outcome::DryRun);
     let change = applied.change.unwrap();
@@ -688,7 +694,10 @@ async fn server_error_names_the_call_and_is_not_retried_here() {
         ),
     ]);
     let w = coredns_writer(client);
-    let err = w.apply(&hosts(&["a.example.com"])).await.unwrap_err();
+    let err = w
+        .apply(&hosts(&["a.example.com"]), &proxy())
+        .await
+        .unwrap_err();
     drop(w);
     assert_eq!(err.reason(), "api");
     assert_eq!(*err.target(), ConfigMapKey::coredns_default());
@@ -751,10 +760,13 @@ async fn configured_namespace_name_and_key_are_used() {
     cm["data"] = json!({ "Corefile.main": original });
     let (client, task) = serve(vec![reply(200, cm), echo("9")]);
     let target = ConfigMapKey::new("dns-system", "rke2-coredns-rke2-coredns", "Corefile.main");
-    let w = CorefileWriter::new(client, target.clone(), proxy(), Retry::default());
+    let w = CorefileWriter::new(client, target.clone(), Retry::default());
     assert_eq!(*w.target(), target);
     let want = hosts(&["a.example.com"]);
-    assert_eq!(w.apply(&want).await.unwrap().outcome, Outcome::Written);
+    assert_eq!(
+        w.apply(&want, &proxy()).await.unwrap().outcome,
+        Outcome::Written
+    );
     drop(w);
     let seen = task.await.unwrap();
     let path = "/api/v1/namespaces/dns-system/configmaps/rke2-coredns-rke2-coredns";

@@ -23,6 +23,10 @@ const COREDNS_WATCH_LIST: &str =
     "/api/v1/namespaces/kube-system/configmaps?&fieldSelector=metadata.name%3Dcoredns&limit=500";
 const COREDNS_WATCH: &str = "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/";
+const PROXY_SERVICE: &str = "/api/v1/namespaces/ouroboros/services/ouroboros-proxy";
+const PROXY_SERVICE_WATCH_LIST: &str =
+    "/api/v1/namespaces/ouroboros/services?&fieldSelector=metadata.name%3Douroboros-proxy&limit=500";
+const PROXY_SERVICE_WATCH: &str = "/api/v1/namespaces/ouroboros/services?&watch=true";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
 
@@ -49,6 +53,11 @@ fn args(extra: &[&str]) -> ControllerArgs {
     if extra.contains(&"--listen-health") {
         let at = v.iter().position(|a| *a == "--listen-health").unwrap();
         v.drain(at..at + 2);
+    }
+    // The engine's tests read the block as one line per host; the template answers and the
+    // proxy Service they follow have tests of their own (`template_answers_*`).
+    if !extra.contains(&"--coredns-answer") {
+        v.extend(["--coredns-answer", "rewrite"]);
     }
     v.extend_from_slice(extra);
     T::try_parse_from(v).expect("flags").c
@@ -106,6 +115,8 @@ struct State {
     lease_fails: bool,
     /// When each GET of the CoreDNS ConfigMap arrived.
     coredns_reads: Vec<std::time::SystemTime>,
+    /// The proxy Service (`None`: 404).
+    proxy_service: Option<Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -184,6 +195,19 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                 st.corefile = body["data"]["Corefile"].as_str().unwrap().to_string();
                 Answer::Json(200, configmap(st.rv, &st.corefile))
             }
+            "GET" if u == PROXY_SERVICE => match &st.proxy_service {
+                Some(svc) => Answer::Json(200, svc.clone()),
+                None => not_found("services \"ouroboros-proxy\""),
+            },
+            "GET" if u == PROXY_SERVICE_WATCH_LIST => Answer::Json(
+                200,
+                list(
+                    "v1",
+                    "ServiceList",
+                    "100",
+                    st.proxy_service.iter().cloned().collect(),
+                ),
+            ),
             "GET" if u.contains("/configmaps/node-local-dns") => {
                 not_found("configmaps \"node-local-dns\"")
             }
@@ -825,4 +849,103 @@ async fn dry_run_reads_but_writes_nothing() {
     assert!(writes(&api).is_empty(), "{:#?}", writes(&api));
     assert_eq!(api.count("GET", LEASE), 0, "no lease in a dry run");
     assert_eq!(api.count("POST", EVENTS), 0, "no Events in a dry run");
+}
+
+fn proxy_service(ips: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "ouroboros-proxy", "namespace": "ouroboros", "resourceVersion": "100"},
+        "spec": {"type": "ClusterIP", "clusterIP": ips[0], "clusterIPs": ips}
+    })
+}
+
+#[tokio::test]
+async fn template_answers_follow_the_proxy_service() {
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let first = r.state.lock().unwrap().corefile.clone();
+    assert!(
+        first.contains("    template IN A example.com {\n"),
+        "{first}"
+    );
+    assert!(first.contains(r"match ^shop\.example\.com\.$"), "{first}");
+    assert!(
+        first.contains(r#"answer "{{ .Name }} 30 IN A 10.96.0.53""#),
+        "{first}"
+    );
+    assert!(!first.contains("rewrite"), "{first}");
+
+    // The Service is recreated with new ClusterIPs (dual-stack now): the block follows at once,
+    // not at the next resync.
+    let moved = proxy_service(&["10.96.7.7", "fd00::7"]);
+    r.state.lock().unwrap().proxy_service = Some(moved.clone());
+    r.api
+        .deliver(
+            PROXY_SERVICE_WATCH,
+            json!({"type": "MODIFIED", "object": moved}),
+        )
+        .await;
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let second = r.state.lock().unwrap().corefile.clone();
+    assert!(
+        second.contains(r#"answer "{{ .Name }} 30 IN A 10.96.7.7""#),
+        "{second}"
+    );
+    assert!(
+        second.contains(r#"answer "{{ .Name }} 30 IN AAAA fd00::7""#),
+        "{second}"
+    );
+    r.shutdown().await;
+}
+
+#[tokio::test]
+async fn template_answers_without_a_proxy_address_write_nothing_and_tell_once() {
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--resync",
+            "200ms",
+        ],
+    );
+    // Several syncs find no Service; none writes, one Event names the Service.
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("GET", PROXY_SERVICE) >= 3)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 0, "{:#?}", api.calls());
+    let events = api.matching("POST", "/apis/events.k8s.io/v1/namespaces/ouroboros/events");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let ev = events[0].1.clone().unwrap();
+    assert_eq!(ev["reason"], "ProxyAddressMissing");
+    assert_eq!(ev["regarding"]["kind"], "Service");
+    assert_eq!(ev["regarding"]["name"], "ouroboros-proxy");
 }

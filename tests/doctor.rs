@@ -16,6 +16,7 @@ mod kube_mock;
 use kube_mock::{not_found, serve_fn, status, Seen};
 
 use ouroboros::cli::{Cli, Command};
+use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{corefile, ProxyFqdn, DEFAULT_PROXY_FQDN};
 use ouroboros::doctor::{diagnose, DoctorArgs, Report, Status};
 use ouroboros::hostname::{HostPolicy, Hostname};
@@ -147,9 +148,18 @@ fn corefile_fixture(name: &str) -> String {
     fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-fn with_block(corefile: &str, names: &[&str]) -> String {
-    let proxy = ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap();
-    corefile::splice(corefile, &hosts(names), &proxy)
+/// The default answer: the template pair with the proxy Service's ClusterIP.
+fn template() -> Answer {
+    Answer::Template(ProxyAddrs::new(&["10.96.0.20".parse().unwrap()]).unwrap())
+}
+
+/// `--coredns-answer rewrite`: `rewrite name` lines to the proxy Service's FQDN.
+fn rewrite() -> Answer {
+    Answer::Rewrite(ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap())
+}
+
+fn with_block(corefile: &str, names: &[&str], answer: &Answer) -> String {
+    corefile::splice(corefile, &hosts(names), answer)
         .unwrap()
         .text
 }
@@ -236,6 +246,10 @@ const NGINX_CM: &str = "/api/v1/namespaces/ingress-nginx/configmaps/ingress-ngin
 const INGRESSES: &str = "/apis/networking.k8s.io/v1/ingresses?";
 const COREDNS: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
 const EVENTS: &str = "/api/v1/namespaces/kube-system/events?&fieldSelector=involvedObject.kind%3DConfigMap%2CinvolvedObject.name%3Dcoredns%2Creason%3DBlockReverted";
+const CUSTOM: &str = "/api/v1/namespaces/kube-system/configmaps/coredns-custom";
+const COREDNS_DEPLOY: &str = "/apis/apps/v1/namespaces/kube-system/deployments/coredns";
+const KUBE_DNS_DEPLOYS: &str =
+    "/apis/apps/v1/namespaces/kube-system/deployments?&labelSelector=k8s-app%3Dkube-dns";
 const NODE_LOCAL: &str = "/api/v1/namespaces/kube-system/configmaps/node-local-dns";
 const PROXY_SVC: &str = "/api/v1/namespaces/ouroboros/services/ouroboros-proxy";
 const PROXY_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/ouroboros/endpointslices?&labelSelector=kubernetes.io%2Fservice-name%3Douroboros-proxy";
@@ -294,10 +308,20 @@ fn healthy() -> Cluster {
                 "kube-system",
                 "coredns",
                 json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"),
-                    &["shop.example.com", "blog.example.com", "*.blog.example.com"])}),
+                    &["shop.example.com", "blog.example.com", "*.blog.example.com"], &template())}),
             ),
         )
         .at(EVENTS, list("EventList", "v1", vec![]))
+        .at(
+            COREDNS_DEPLOY,
+            deployment(
+                "kube-system",
+                "coredns",
+                json!({"k8s-app": "kube-dns"}),
+                "registry.k8s.io/coredns/coredns:v1.11.3",
+                vec!["-conf", "/etc/coredns/Corefile"],
+            ),
+        )
         .at(PROXY_SVC, proxy_service())
         .at(PROXY_SLICES, slices(&[("10.244.1.7", true), ("10.244.2.9", true)]))
         .at(
@@ -329,10 +353,12 @@ async fn healthy_cluster_passes_with_the_exact_calls() {
         ("GET", NGINX_DAEMONSETS),
         ("GET", NGINX_CM),
         ("GET", INGRESSES),
+        ("GET", PROXY_SVC),
         ("GET", COREDNS),
         ("GET", EVENTS),
+        ("GET", CUSTOM),
+        ("GET", COREDNS_DEPLOY),
         ("GET", NODE_LOCAL),
-        ("GET", PROXY_SVC),
         ("GET", PROXY_SLICES),
         ("GET", SA),
     ];
@@ -369,9 +395,11 @@ async fn healthy_cluster_passes_with_the_exact_calls() {
     );
 }
 
-/// Traefik without the PROXY protocol, a rejected hostname, a stale block in a Corefile without
-/// `reload` that keeps being reverted, node-local-dns, the proxy not ready, Gateway API with
-/// TLSRoute missing, and a ServiceAccount short of two permissions.
+/// Traefik without the PROXY protocol, a rejected hostname, a stale (rewrite) block in a Corefile
+/// without `reload` that keeps being reverted, a `.server` fragment taking two hairpinned names,
+/// RKE2's CoreDNS Deployment (found by label) too old for the wildcard rewrite line, node-local-dns
+/// without --node-local-dns, the proxy not ready, Gateway API with TLSRoute missing, and a
+/// ServiceAccount short of two permissions. Run with BROKEN_ARGS.
 fn broken() -> Cluster {
     let traefik = json!({
         "apiVersion": "v1", "kind": "Service",
@@ -408,7 +436,7 @@ fn broken() -> Cluster {
             list(
                 "IngressList",
                 "networking.k8s.io/v1",
-                vec![ingress("shop", "web", &["shop.example.com", "shop_admin.example.com"])],
+                vec![ingress("shop", "web", &["shop.example.com", "*.shop.example.com", "shop_admin.example.com"])],
             ),
         )
         .at("/apis/gateway.networking.k8s.io/v1/gateways?", gw("GatewayList"))
@@ -419,7 +447,7 @@ fn broken() -> Cluster {
             configmap(
                 "kube-system",
                 "coredns",
-                json!({"Corefile": with_block(&base, &["old.example.com"])}),
+                json!({"Corefile": with_block(&base, &["old.example.com"], &rewrite())}),
             ),
         )
         .at(
@@ -428,6 +456,28 @@ fn broken() -> Cluster {
                 "EventList",
                 "v1",
                 vec![event("BlockReverted", 6, "our block was removed by another writer; restored it")],
+            ),
+        )
+        .at(
+            CUSTOM,
+            configmap(
+                "kube-system",
+                "coredns-custom",
+                json!({"shop.server": "shop.example.com:53 {\n    forward . 10.0.0.53\n}\n"}),
+            ),
+        )
+        .at(
+            KUBE_DNS_DEPLOYS,
+            list(
+                "DeploymentList",
+                "apps/v1",
+                vec![deployment(
+                    "kube-system",
+                    "rke2-coredns-rke2-coredns",
+                    json!({"k8s-app": "kube-dns"}),
+                    "rancher/hardened-coredns:v1.8.3-build20210223",
+                    vec!["-conf", "/etc/coredns/Corefile"],
+                )],
             ),
         )
         .at(NODE_LOCAL, configmap("kube-system", "node-local-dns", json!({"Corefile": "cluster.local:53 {}"})))
@@ -444,9 +494,11 @@ fn broken() -> Cluster {
         .deny("create leases")
 }
 
+const BROKEN_ARGS: &[&str] = &["--gateway-api", "--coredns-answer", "rewrite"];
+
 #[tokio::test]
 async fn broken_cluster_reports_each_problem() {
-    let (report, _) = run(broken(), &args(&["--gateway-api"])).await;
+    let (report, seen) = run(broken(), &args(BROKEN_ARGS)).await;
     golden("broken.txt", &report.to_text());
     golden("broken.json", &report.to_json());
     assert_eq!(report.exit_code(), 1);
@@ -461,6 +513,8 @@ async fn broken_cluster_reports_each_problem() {
         ("coredns-import", Status::Ok),
         ("coredns-block", Status::Fail),
         ("coredns-reverted", Status::Warn),
+        ("coredns-shadowing", Status::Warn),
+        ("coredns-version", Status::Fail),
         ("node-local-dns", Status::Warn),
         ("proxy-service", Status::Ok),
         ("proxy-endpoints", Status::Fail),
@@ -489,6 +543,41 @@ async fn broken_cluster_reports_each_problem() {
     assert!(check(&report, "coredns-reverted")
         .summary
         .contains("6 time(s)"));
+    // The shadowing `.server` fragment and the CoreDNS Deployment found by its label.
+    assert_eq!(
+        check(&report, "coredns-shadowing").evidence,
+        [
+            "*.shop.example.com: server block 'shop.example.com:53' in ConfigMap \
+             kube-system/coredns-custom key \"shop.server\" (line 1)",
+            "shop.example.com: server block 'shop.example.com:53' in ConfigMap \
+             kube-system/coredns-custom key \"shop.server\" (line 1)",
+        ]
+    );
+    let v = check(&report, "coredns-version");
+    assert_eq!(
+        v.evidence[0],
+        "Deployment kube-system/rke2-coredns-rke2-coredns: image \
+         rancher/hardened-coredns:v1.8.3-build20210223"
+    );
+    assert!(
+        v.action
+            .as_deref()
+            .unwrap()
+            .starts_with("use --coredns-answer template (the default)"),
+        "{v:?}"
+    );
+    let uris: Vec<&str> = seen.iter().map(|s| s.uri.as_str()).collect();
+    let at = |u: &str| uris.iter().position(|x| *x == u).unwrap();
+    assert!(at(EVENTS) < at(CUSTOM) && at(CUSTOM) < at(COREDNS_DEPLOY));
+    assert_eq!(at(COREDNS_DEPLOY) + 1, at(KUBE_DNS_DEPLOYS));
+    assert_eq!(at(KUBE_DNS_DEPLOYS) + 1, at(NODE_LOCAL));
+    assert!(check(&report, "node-local-dns")
+        .action
+        .as_deref()
+        .unwrap()
+        .starts_with(
+        "use --coredns-answer template (the default, which it needs) and turn on --node-local-dns"
+    ));
 }
 
 #[tokio::test]
@@ -557,7 +646,7 @@ async fn ingress_nginx_without_proxy_protocol_warns() {
 #[tokio::test]
 async fn forbidden_reads_fail_with_the_permission_doctor_lacks() {
     let c = healthy().fail(INGRESSES, 403, "Forbidden");
-    let (report, _) = run(c, &args(&[])).await;
+    let (report, seen) = run(c, &args(&[])).await;
     let h = check(&report, "hostnames");
     assert_eq!(h.status, Status::Fail);
     assert_eq!(
@@ -571,8 +660,14 @@ async fn forbidden_reads_fail_with_the_permission_doctor_lacks() {
             .contains("may not list ingresses.networking.k8s.io"),
         "{h:?}"
     );
-    // Without the desired hostnames the block is not judged.
+    // Without the desired hostnames the block is not judged, nor what depends on it, which is
+    // not read either.
     assert_eq!(check(&report, "coredns-block").status, Status::Skip);
+    assert_eq!(check(&report, "coredns-shadowing").status, Status::Skip);
+    assert_eq!(check(&report, "coredns-version").status, Status::Skip);
+    assert!(seen
+        .iter()
+        .all(|s| s.uri != CUSTOM && s.uri != COREDNS_DEPLOY));
     assert_eq!(report.exit_code(), 1);
 }
 
@@ -595,7 +690,7 @@ async fn stale_and_missing_blocks_fail() {
         configmap(
             "kube-system",
             "coredns",
-            json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"), &["shop.example.com"])}),
+            json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"), &["shop.example.com"], &template())}),
         ),
     );
     let (report, _) = run(stale, &args(&[])).await;
@@ -626,11 +721,9 @@ async fn stale_and_missing_blocks_fail() {
 #[tokio::test]
 async fn coredns_import_mode_reads_the_snippet() {
     use ouroboros::dns::coredns_import;
-    const CUSTOM: &str = "/api/v1/namespaces/kube-system/configmaps/coredns-custom";
-    let proxy = ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap();
     let snippet = coredns_import::render(
         &hosts(&["shop.example.com", "blog.example.com", "*.blog.example.com"]),
-        &proxy,
+        &template(),
     );
     let importing = corefile_fixture("kubeadm.Corefile").replace(
         "reload\n",
@@ -658,6 +751,10 @@ async fn coredns_import_mode_reads_the_snippet() {
         "no revert Events in import mode"
     );
     assert!(report.checks.iter().all(|c| c.id != "coredns-reverted"));
+    // The import ConfigMap is read once, for the snippet and the `.server` fragments.
+    assert_eq!(seen.iter().filter(|s| s.uri == CUSTOM).count(), 1);
+    assert_eq!(check(&report, "coredns-shadowing").status, Status::Ok);
+    assert_eq!(check(&report, "coredns-version").status, Status::Ok);
     // The Corefile without the import: the snippet is never loaded.
     let c = c.at(
         COREDNS,
@@ -685,7 +782,13 @@ async fn external_dns_mode_needs_the_crd_and_its_rules() {
     assert!(seen
         .iter()
         .any(|s| s.uri == format!("{CRD}dnsendpoints.externaldns.k8s.io")));
-    assert!(seen.iter().all(|s| s.uri != COREDNS));
+    assert!(seen
+        .iter()
+        .all(|s| s.uri != COREDNS && s.uri != CUSTOM && s.uri != COREDNS_DEPLOY));
+    assert!(report
+        .checks
+        .iter()
+        .all(|c| c.id != "coredns-version" && c.id != "coredns-shadowing"));
     // The rules asked about include DNSEndpoint writes and reading the proxy Service.
     let asked: BTreeSet<String> = seen
         .iter()
@@ -850,4 +953,159 @@ async fn traefik_with_proxy_protocol_class_filter_and_unparseable_corefile() {
     assert_eq!(cf.status, Status::Fail);
     assert!(cf.evidence[0].starts_with("line "), "{cf:?}");
     assert!(report.checks.iter().all(|c| c.id != "coredns-block"));
+}
+
+/// node-local-dns's Corefile as its upstream manifest has it (trimmed): zone blocks for the
+/// cluster domain and reverse lookups, and a `.:53` block forwarding upstream.
+const NODE_LOCAL_COREFILE: &str = "cluster.local:53 {\n    errors\n    cache 30\n    reload\n    bind 169.254.20.10 10.96.0.10\n    forward . 10.96.0.11 {\n        force_tcp\n    }\n}\nin-addr.arpa:53 {\n    errors\n    bind 169.254.20.10 10.96.0.10\n    forward . 10.96.0.11\n}\n.:53 {\n    errors\n    cache 30\n    reload\n    bind 169.254.20.10 10.96.0.10\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
+
+#[tokio::test]
+async fn node_local_dns_holds_the_same_block_when_opted_in() {
+    let a = args(&["--node-local-dns"]);
+    // Missing: the controller cannot write it.
+    let (report, seen) = run(healthy(), &a).await;
+    let n = check(&report, "node-local-dns");
+    assert_eq!(n.status, Status::Fail, "{n:?}");
+    assert!(
+        n.action.as_deref().unwrap().contains("`nodelocaldns`"),
+        "{n:?}"
+    );
+    assert!(seen.iter().any(|s| s.uri == NODE_LOCAL));
+    assert_eq!(report.exit_code(), 1);
+    let all = ["shop.example.com", "blog.example.com", "*.blog.example.com"];
+    let node_local = |text: String| {
+        healthy().at(
+            NODE_LOCAL,
+            configmap("kube-system", "node-local-dns", json!({ "Corefile": text })),
+        )
+    };
+    // Current: the same block as CoreDNS's, in its `.:53` block.
+    let current = with_block(NODE_LOCAL_COREFILE, &all, &template());
+    assert!(current.find("template IN A") > current.find(".:53 {"));
+    let (report, _) = run(node_local(current), &a).await;
+    let n = check(&report, "node-local-dns");
+    assert_eq!(
+        (n.status, n.summary.as_str()),
+        (
+            Status::Ok,
+            "our block in ConfigMap kube-system/node-local-dns is present and current (3 \
+             hostname(s))"
+        )
+    );
+    assert_eq!(report.exit_code(), 0, "{}", report.to_text());
+    // Stale and missing.
+    let stale = with_block(NODE_LOCAL_COREFILE, &["shop.example.com"], &template());
+    let (report, _) = run(node_local(stale), &a).await;
+    let n = check(&report, "node-local-dns");
+    assert_eq!(
+        (n.status, n.summary.as_str()),
+        (
+            Status::Fail,
+            "our block in ConfigMap kube-system/node-local-dns is stale"
+        )
+    );
+    assert_eq!(n.evidence.len(), 2, "{n:?}");
+    let (report, _) = run(node_local(NODE_LOCAL_COREFILE.to_string()), &a).await;
+    assert_eq!(
+        check(&report, "node-local-dns").summary,
+        "our block in ConfigMap kube-system/node-local-dns is missing (3 hostname(s) to hairpin)"
+    );
+    // Off: installed node-local-dns bypasses the block, and the option is named.
+    let (report, _) = run(node_local(NODE_LOCAL_COREFILE.to_string()), &args(&[])).await;
+    let n = check(&report, "node-local-dns");
+    assert_eq!(n.status, Status::Warn);
+    assert!(
+        n.action
+            .as_deref()
+            .unwrap()
+            .starts_with("turn on --node-local-dns (chart: controller.nodeLocalDns.enabled)"),
+        "{n:?}"
+    );
+}
+
+#[tokio::test]
+async fn coredns_version_comes_from_the_deployment_image() {
+    let image = |img: &str| {
+        deployment(
+            "kube-system",
+            "coredns",
+            json!({"k8s-app": "kube-dns"}),
+            img,
+            vec![],
+        )
+    };
+    let v = |r: &Report| check(r, "coredns-version").clone();
+    let (report, _) = run(healthy(), &args(&[])).await;
+    assert_eq!(
+        v(&report).summary,
+        "CoreDNS 1.11.3 parses our template block (needs 1.7.0 or later)"
+    );
+    // Too old for a wildcard rewrite line (the Corefile's template block is stale for rewrite,
+    // which coredns-block reports; here only the version matters).
+    let old = healthy().at(COREDNS_DEPLOY, image("registry.k8s.io/coredns:1.8.3"));
+    let (report, _) = run(old.clone(), &args(&["--coredns-answer", "rewrite"])).await;
+    assert_eq!(v(&report).status, Status::Fail, "{:?}", v(&report));
+    let (report, _) = run(old, &args(&[])).await;
+    assert_eq!(v(&report).status, Status::Ok);
+    // An unparseable tag, a forbidden read, no Deployment at all: WARN, with how to check.
+    let digest = healthy().at(
+        COREDNS_DEPLOY,
+        image("registry.k8s.io/coredns/coredns@sha256:0123abcd"),
+    );
+    let (report, _) = run(digest, &args(&[])).await;
+    assert_eq!(v(&report).status, Status::Warn);
+    assert!(v(&report).action.unwrap().contains("logs deploy/coredns"));
+    let (report, _) = run(healthy().fail(COREDNS_DEPLOY, 403, "Forbidden"), &args(&[])).await;
+    let c = v(&report);
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(
+        c.evidence[0],
+        "get deployments.apps \"coredns\" in namespace kube-system: HTTP 403: denied by the test"
+    );
+    assert!(
+        c.action.as_deref().unwrap().starts_with(
+            "check the version by hand: kubectl -n kube-system get deploy coredns -o \
+             jsonpath='{.spec.template.spec.containers[*].image}'"
+        ),
+        "{c:?}"
+    );
+    assert_eq!(report.exit_code(), 0);
+    let mut gone = healthy();
+    gone.routes.remove(COREDNS_DEPLOY);
+    let (report, seen) = run(gone, &args(&[])).await;
+    assert_eq!(v(&report).status, Status::Warn);
+    assert!(seen.iter().any(|s| s.uri == KUBE_DNS_DEPLOYS));
+}
+
+#[tokio::test]
+async fn server_blocks_for_more_specific_zones_shadow_hosts() {
+    let all = ["shop.example.com", "blog.example.com", "*.blog.example.com"];
+    let corefile = format!(
+        "blog.example.com:53 {{\n    forward . 10.0.0.53\n}}\n{}",
+        with_block(&corefile_fixture("kubeadm.Corefile"), &all, &template())
+    );
+    let c = healthy().at(
+        COREDNS,
+        configmap("kube-system", "coredns", json!({ "Corefile": corefile })),
+    );
+    let (report, _) = run(c, &args(&[])).await;
+    let s = check(&report, "coredns-shadowing");
+    assert_eq!(s.status, Status::Warn, "{s:?}");
+    assert_eq!(
+        s.evidence,
+        [
+            "*.blog.example.com: server block 'blog.example.com:53' (line 1)",
+            "blog.example.com: server block 'blog.example.com:53' (line 1)",
+        ]
+    );
+    assert_eq!(
+        s.action.as_deref(),
+        Some(
+            "add the same ouroboros template block to that server block (copy the lines between \
+             the markers, without the marker lines, which the controller would move into the \
+             root block), or remove the block"
+        )
+    );
+    assert_eq!(check(&report, "coredns-block").status, Status::Ok);
+    assert_eq!(report.exit_code(), 0);
 }

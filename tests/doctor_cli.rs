@@ -30,7 +30,9 @@ fn help_lists_doctor_flags_and_their_variables() {
         "--dial-timeout",
         "--leader-elect",
         "--lease-namespace",
+        "--node-local-dns",
         "--node-local-dns-configmap",
+        "--coredns-answer",
         "--mode",
         "--coredns-configmap",
         "--gateway-api",
@@ -47,6 +49,7 @@ fn usage_errors_exit_64() {
         &["--output", "yaml"],
         &["--gateway-class", "internal"],
         &["--deny-domain", "bad domain"],
+        &["--node-local-dns", "--coredns-answer", "rewrite"],
     ] {
         let (code, _, err) = doctor(args);
         assert_eq!(code, 64, "{args:?}: {err}");

@@ -12,6 +12,7 @@ use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
@@ -65,8 +66,17 @@ fn sample_hosts() -> BTreeSet<Hostname> {
     ])
 }
 
-fn proxy() -> ProxyFqdn {
-    ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap()
+/// The default answer every golden output is rendered with: a dual-stack proxy.
+fn proxy() -> Answer {
+    Answer::Template(ProxyAddrs::new(&proxy_ips()).unwrap())
+}
+
+fn ipv4_only() -> Answer {
+    Answer::Template(ProxyAddrs::new(&["10.43.0.53".parse().unwrap()]).unwrap())
+}
+
+fn rewrite() -> Answer {
+    Answer::Rewrite(ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap())
 }
 
 fn proxy_ips() -> Vec<IpAddr> {
@@ -113,6 +123,7 @@ fn corefile_golden_outputs() {
             block_lines(&edit.text),
             coredns_import::render(&hosts, &proxy())
                 .lines()
+                .map(str::trim)
                 .filter(|l| *l != BEGIN_MARKER && *l != END_MARKER)
                 .collect::<Vec<_>>(),
             "{name}"
@@ -142,6 +153,59 @@ fn corefile_golden_outputs() {
         );
         assert_eq!(edit.text.ends_with('\n'), input.ends_with('\n'), "{name}");
     }
+}
+
+/// Each distribution's Corefile × host set × proxy family, and the opt-in rewrite form: the
+/// goldens under `coredns/matrix/` are what a reviewer reads to see the block on each.
+#[test]
+fn corefile_distro_matrix() {
+    let exact = host_set(&["www.example.com", "example.com", "shop.example.net"]);
+    let wildcard = host_set(&["*.apps.example.org", "*.example.com"]);
+    let mixed = sample_hosts();
+    for distro in ["kubeadm", "k3s", "rke2", "eks", "aks", "microk8s"] {
+        let input = read(&fixtures().join(format!("corefiles/{distro}.Corefile")));
+        for (variant, hosts, answer) in [
+            ("exact", &exact, ipv4_only()),
+            ("wildcard", &wildcard, ipv4_only()),
+            ("ipv4-only", &mixed, ipv4_only()),
+            ("dual-stack", &mixed, proxy()),
+            ("rewrite", &mixed, rewrite()),
+        ] {
+            let edit = corefile::splice(&input, hosts, &answer)
+                .unwrap_or_else(|e| panic!("{distro} {variant}: {e}"));
+            golden(
+                &format!("coredns/matrix/{distro}.{variant}.Corefile"),
+                &edit.text,
+            );
+            assert_eq!(outside(&edit.text), outside(&input), "{distro} {variant}");
+            let again = corefile::splice(&edit.text, hosts, &answer).unwrap();
+            assert!(!again.changed, "{distro} {variant}");
+            assert_eq!(corefile::remove(&edit.text).unwrap().text, outside(&input));
+        }
+    }
+}
+
+/// A block written by the reference tool or an earlier version (same markers, `rewrite name`
+/// lines) is replaced by the template pair in one edit, in place.
+#[test]
+fn takes_over_a_reference_tool_block() {
+    let input = read(&fixtures().join("corefiles/reference-tool-block.Corefile"));
+    assert!(block_lines(&input)
+        .iter()
+        .any(|l| l.starts_with("rewrite name ")));
+    let edit = corefile::splice(&input, &sample_hosts(), &proxy()).unwrap();
+    assert!(edit.changed);
+    let block = block_lines(&edit.text);
+    assert!(block.iter().all(|l| !l.starts_with("rewrite")), "{block:?}");
+    assert_eq!(
+        block
+            .iter()
+            .filter(|l| l.starts_with("template IN "))
+            .count(),
+        2
+    );
+    assert_eq!(outside(&edit.text), outside(&input));
+    assert_eq!(edit.text.matches(BEGIN_MARKER).count(), 1);
 }
 
 #[test]
@@ -208,14 +272,14 @@ fn coredns_import_golden() {
         "coredns-import/empty.override",
         &coredns_import::render(&BTreeSet::new(), &proxy()),
     );
-    // The snippet is the Corefile block, unindented.
+    // The snippet is the Corefile block, one level of indentation less.
     let edit = corefile::splice(".:53 {\n}\n", &sample_hosts(), &proxy()).unwrap();
     let block: String = edit
         .text
         .lines()
         .skip(1)
         .take_while(|l| *l != "}")
-        .map(|l| format!("{}\n", l.trim_start()))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap()))
         .collect();
     assert_eq!(snippet, block);
 }
@@ -325,14 +389,16 @@ fn hostile_names_never_reach_an_output() {
     assert_eq!(hosts.len(), good.len());
 
     let mut outputs = Vec::new();
-    for path in inputs(&fixtures().join("corefiles"), "Corefile") {
-        let input = read(&path);
-        let out = corefile::splice(&input, &hosts, &proxy()).unwrap().text;
-        // Only our block is new text; the rest is the fixture's own.
-        assert_eq!(outside(&out), outside(&input));
-        outputs.push(block_lines(&out).join("\n"));
+    for answer in [proxy(), rewrite()] {
+        for path in inputs(&fixtures().join("corefiles"), "Corefile") {
+            let input = read(&path);
+            let out = corefile::splice(&input, &hosts, &answer).unwrap().text;
+            // Only our block is new text; the rest is the fixture's own.
+            assert_eq!(outside(&out), outside(&input));
+            outputs.push(block_lines(&out).join("\n"));
+        }
+        outputs.push(coredns_import::render(&hosts, &answer));
     }
-    outputs.push(coredns_import::render(&hosts, &proxy()));
     outputs.push(
         block_lines(
             &etc_hosts::splice("127.0.0.1 localhost\n", &hosts, &proxy_ips())
@@ -342,7 +408,7 @@ fn hostile_names_never_reach_an_output() {
         .join("\n"),
     );
     for out in &outputs {
-        assert!(out.contains("good.example.com"), "{out}");
+        assert!(out.contains("good"), "{out}");
         assert!(out.matches(END_MARKER).count() <= 1, "{out}");
         for (raw, payload) in hostile {
             assert!(!out.contains(payload), "{raw:?}: {payload:?} in\n{out}");
@@ -365,6 +431,13 @@ fn hostile_names_never_reach_an_output() {
                         "auto",
                     ]
                 || words == ["10.43.0.53", "good.example.com"]
+                || line == "template IN A example.com {"
+                || line == "template IN AAAA example.com {"
+                || line == r"match ^(?:good|[a-z0-9-]+\.wild)\.example\.com\.$"
+                || line == r#"answer "{{ .Name }} 30 IN A 10.43.0.53""#
+                || line == r#"answer "{{ .Name }} 30 IN AAAA fd00:10:43::53""#
+                || line == "fallthrough"
+                || line == "}"
                 || words == ["fd00:10:43::53", "good.example.com"];
             assert!(ok, "unexpected line {line:?}");
         }

@@ -683,3 +683,32 @@ async fn many_names_one_refused_the_rest_still_written() {
     let wanted: BTreeSet<String> = w8.iter().map(|(n, _)| n.clone()).collect();
     assert_eq!(patched, wanted);
 }
+
+#[test]
+fn service_names_are_dns1035_labels_and_dnsendpoint_names_unchanged() {
+    let names = ["1password.example.com", "0.example.com", "www.example.com"];
+    let services = want(Output::Service, &names, &["192.0.2.1"]);
+    let endpoints = want(Output::DnsEndpoint, &names, &["192.0.2.1"]);
+    let got: Vec<&str> = services.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            "h-0-example-com-f1be45cc05834bd4",
+            "h-1password-example-com-9e2fe40f336f8937",
+            "www-example-com-83c9f4f4d6e3c9e9",
+        ]
+    );
+    for (n, body) in &services {
+        assert_eq!(body["metadata"]["name"], n.as_str());
+        assert!(n.len() <= 63 && n.starts_with(|c: char| c.is_ascii_lowercase()));
+    }
+    let got: Vec<&str> = endpoints.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            name("0.example.com"),
+            name("1password.example.com"),
+            name("www.example.com")
+        ]
+    );
+}

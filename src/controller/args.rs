@@ -13,13 +13,14 @@ use crate::dns::external_writer::{ExternalWriter, Output, Settings};
 use crate::dns::hosts_writer::HostsWriter;
 use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
+use crate::dns::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ProxyFqdn;
 use crate::hostname::HostPolicy;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
-    /// A marked `rewrite name` block in the CoreDNS Corefile ConfigMap.
+    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
     Coredns,
     /// A snippet under one key of the ConfigMap a Corefile imports
     /// (`import /etc/coredns/custom/*.override`).
@@ -39,6 +40,20 @@ impl Mode {
             Mode::ExternalDns => "external-dns",
         }
     }
+}
+
+/// How the CoreDNS block answers (coredns and coredns-import modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AnswerForm {
+    /// `template IN A` / `template IN AAAA` answering only A and AAAA queries with the proxy
+    /// Service's ClusterIPs (or --proxy-ip); every other query type keeps its public answer.
+    /// Works on CoreDNS 1.7 and later and in node-local-dns.
+    Template,
+    /// `rewrite name` lines to --proxy-fqdn, as the reference tool writes. A name rewrite
+    /// answers every query type for the host from the cluster domain (breaks cert-manager
+    /// DNS-01 for apex and delegated hosts; before CoreDNS 1.8.4 for every host), autopath
+    /// skips it, and wildcard lines need CoreDNS 1.8.4 or later (`answer auto`).
+    Rewrite,
 }
 
 /// What external-dns mode writes.
@@ -123,13 +138,21 @@ pub struct DnsArgs {
     )]
     pub coredns_import_key: String,
 
-    /// coredns, coredns-import: the rewrite target, the proxy Service's FQDN with its trailing
-    /// dot [default: PROXY_SERVICE_NAME.PROXY_SERVICE_NAMESPACE.svc.CLUSTER_DOMAIN.].
+    /// coredns, coredns-import: how the block answers. `template` (A/AAAA only, with the proxy
+    /// Service's ClusterIPs) works on every CoreDNS from 1.7; `rewrite` (a name target,
+    /// --proxy-fqdn) hijacks every query type for the host and its wildcard lines need CoreDNS
+    /// 1.8.4 or later (docs/coredns-answers.md).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
+    pub coredns_answer: AnswerForm,
+
+    /// coredns, coredns-import with --coredns-answer rewrite: the rewrite target, the proxy
+    /// Service's FQDN with its trailing dot [default:
+    /// PROXY_SERVICE_NAME.PROXY_SERVICE_NAMESPACE.svc.CLUSTER_DOMAIN.].
     #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_FQDN", value_name = "FQDN", value_parser = ProxyFqdn::parse)]
     pub proxy_fqdn: Option<ProxyFqdn>,
 
-    /// The proxy Service's name (for the default --proxy-fqdn and, without --proxy-ip, for
-    /// reading its ClusterIPs).
+    /// The proxy Service's name: without --proxy-ip its ClusterIPs are the answers (watched, so
+    /// a changed Service is followed), and the default --proxy-fqdn is built from it.
     #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_SERVICE_NAME", value_name = "NAME", default_value = DEFAULT_PROXY_SERVICE)]
     pub proxy_service_name: String,
 
@@ -150,8 +173,9 @@ pub struct DnsArgs {
     )]
     pub etc_hosts: PathBuf,
 
-    /// etc-hosts: the proxy's IP addresses (repeatable; comma-separated in the environment
-    /// variable) [default: the proxy Service's ClusterIPs, read from the API].
+    /// coredns, coredns-import (template answers), etc-hosts: the proxy's IP addresses
+    /// (repeatable; comma-separated in the environment variable) [default: the proxy Service's
+    /// ClusterIPs, read from the API].
     #[arg(
         long = "proxy-ip",
         env = "OUROBOROS_CONTROLLER_PROXY_IP",
@@ -195,6 +219,9 @@ pub struct DnsArgs {
 
     #[command(flatten)]
     pub records: RecordArgs,
+
+    #[command(flatten)]
+    pub node_local_dns: NodeLocalDnsArgs,
 }
 
 /// What every external-dns record carries: flags of `controller` and `cleanup` and of
@@ -258,11 +285,26 @@ pub struct ElectionArgs {
     pub lease_namespace: Option<String>,
 }
 
-/// Where node-local-dns is looked for: flags of `controller` (coredns mode warns about it) and
-/// `doctor` (checks it).
+/// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
+/// on whether its Corefile holds our block.
 #[derive(Args, Clone, Debug)]
 pub struct NodeLocalDnsArgs {
-    /// coredns: namespace of the node-local-dns ConfigMap (its presence is warned about).
+    /// coredns, coredns-import: also write the template block into node-local-dns's Corefile
+    /// (its `.:53` server block), whose cache otherwise forwards public names past CoreDNS.
+    /// Off: the controller only warns when that ConfigMap exists. Needs --coredns-answer
+    /// template.
+    #[arg(
+        long = "node-local-dns",
+        env = "OUROBOROS_CONTROLLER_NODE_LOCAL_DNS",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub enabled: bool,
+
+    /// coredns, coredns-import: namespace of the node-local-dns ConfigMap.
     #[arg(
         long,
         env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
@@ -271,7 +313,8 @@ pub struct NodeLocalDnsArgs {
     )]
     pub node_local_dns_namespace: String,
 
-    /// coredns: name of the node-local-dns ConfigMap.
+    /// coredns, coredns-import: name of the node-local-dns ConfigMap (`nodelocaldns` on
+    /// kubespray); its key `Corefile` holds the Corefile.
     #[arg(
         long,
         env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
@@ -364,25 +407,89 @@ impl DnsArgs {
         )
     }
 
+    pub fn node_local_dns_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.node_local_dns.node_local_dns_namespace,
+            &self.node_local_dns.node_local_dns_configmap,
+            "Corefile",
+        )
+    }
+
+    /// Whether the block is also written into node-local-dns (coredns modes, opted in).
+    pub fn writes_node_local_dns(&self) -> bool {
+        self.node_local_dns.enabled && matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+    }
+
+    /// Whether the CoreDNS modes answer with the proxy's addresses.
+    fn template_answers(&self) -> bool {
+        matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+            && self.coredns_answer == AnswerForm::Template
+    }
+
+    /// Checks the flag combinations of the CoreDNS modes; errors are `UsageError`s (exit 64).
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
+            return Err(crate::cli::UsageError::err(
+                "--node-local-dns needs --coredns-answer template: node-local-dns has no \
+                 kubernetes plugin, so a rewritten cluster name would be forwarded upstream \
+                 and fail",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the CoreDNS modes' answers come from. `client`: `None` only for removal.
+    fn answer_source(
+        &self,
+        client: Option<kube::Client>,
+        cluster_domain: &str,
+    ) -> anyhow::Result<AnswerSource> {
+        Ok(match self.coredns_answer {
+            AnswerForm::Template => AnswerSource::Template(ProxyIps::new(
+                client,
+                &self.proxy_ips,
+                &self.proxy_service_namespace(),
+                &self.proxy_service_name,
+                "--proxy-ip",
+            )),
+            AnswerForm::Rewrite => AnswerSource::Rewrite(
+                self.proxy_fqdn(cluster_domain)
+                    .map_err(crate::cli::UsageError::err)?,
+            ),
+        })
+    }
+
     /// The backend for `--mode`. Flag errors are `UsageError`s (exit 64).
     pub async fn sink(
         &self,
         client: kube::Client,
         cluster_domain: &str,
     ) -> anyhow::Result<AnySink> {
-        let fqdn = || {
-            self.proxy_fqdn(cluster_domain)
-                .map_err(crate::cli::UsageError::err)
+        self.check()?;
+        let coredns = |target| -> anyhow::Result<AnySink> {
+            let node_local = self.writes_node_local_dns().then(|| {
+                CorefileWriter::node_local_dns(
+                    client.clone(),
+                    self.node_local_dns_target(),
+                    Retry::default(),
+                )
+                .dry_run(self.dry_run)
+            });
+            Ok(AnySink::Coredns(CorednsSink {
+                target,
+                node_local,
+                answer: self.answer_source(Some(client.clone()), cluster_domain)?,
+            }))
         };
         Ok(match self.mode {
-            Mode::Coredns => AnySink::Coredns(
-                CorefileWriter::new(client, self.coredns_target(), fqdn()?, Retry::default())
+            Mode::Coredns => coredns(CorednsTarget::Corefile(
+                CorefileWriter::new(client.clone(), self.coredns_target(), Retry::default())
                     .dry_run(self.dry_run),
-            ),
-            Mode::CorednsImport => AnySink::CorednsImport(
-                ImportWriter::new(client, self.import_target(), fqdn()?, Retry::default())
+            ))?,
+            Mode::CorednsImport => coredns(CorednsTarget::Import(
+                ImportWriter::new(client.clone(), self.import_target(), Retry::default())
                     .dry_run(self.dry_run),
-            ),
+            ))?,
             Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))?),
             Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
         })
@@ -423,14 +530,20 @@ impl DnsArgs {
         )
     }
 
-    /// The Service whose ClusterIPs this mode reads (for RBAC), if any: etc-hosts without
-    /// --proxy-ip, external-dns without --external-dns-proxy-ip.
+    /// The Service whose ClusterIPs this mode reads (for RBAC), if any: the CoreDNS modes with
+    /// template answers and etc-hosts without --proxy-ip, external-dns without
+    /// --external-dns-proxy-ip.
     pub fn proxy_service_read(&self) -> Option<(String, String)> {
         match self.mode {
-            Mode::EtcHosts if self.proxy_ips.is_empty() => Some((
-                self.proxy_service_namespace(),
-                self.proxy_service_name.clone(),
-            )),
+            Mode::EtcHosts | Mode::Coredns | Mode::CorednsImport
+                if self.proxy_ips.is_empty()
+                    && (self.mode == Mode::EtcHosts || self.template_answers()) =>
+            {
+                Some((
+                    self.proxy_service_namespace(),
+                    self.proxy_service_name.clone(),
+                ))
+            }
             Mode::ExternalDns if self.external_dns_proxy_ips.is_empty() => {
                 Some(self.external_dns_proxy_service())
             }

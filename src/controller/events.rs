@@ -18,6 +18,9 @@ pub const REPORTER: &str = "ouroboros-controller";
 pub const HOSTNAME_REJECTED: &str = "HostnameRejected";
 pub const COREFILE_UNPARSEABLE: &str = "CorefileUnparseable";
 pub const BLOCK_REVERTED: &str = "BlockReverted";
+pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
+pub const PROXY_ADDRESS_MISSING: &str = "ProxyAddressMissing";
+pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
 /// The API keeps at most 1 kB of an Event's note.
 const MAX_NOTE: usize = 1000;
 

@@ -6,6 +6,7 @@ pub mod events;
 pub mod hostnames;
 pub mod lease;
 pub mod metrics;
+pub mod proxy_watch;
 pub mod rbac;
 pub mod revert;
 pub mod sources;
@@ -23,15 +24,15 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
+use self::args::{DnsArgs, ElectionArgs, Mode, Selection};
 use self::events::Notifier;
 use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::cli::UsageError;
-use crate::dns::apply::{Applied, Outcome};
-use crate::dns::sink::{Sink, SinkError};
+use crate::dns::apply::{Applied, ConfigMapKey, Outcome};
+use crate::dns::sink::{ObjectKey, Sink, SinkError};
 use crate::hostname::Hostname;
 
 pub use self::args::DEFAULT_LEASE_NAME;
@@ -62,10 +63,6 @@ pub struct ControllerArgs {
     /// Listener for /healthz, /readyz and /metrics; empty disables it.
     #[arg(long, env = "OUROBOROS_CONTROLLER_LISTEN_HEALTH", value_name = "ADDR", default_value = ":8081", value_parser = parse_listen)]
     pub listen_health: crate::proxy::Listen,
-
-    /// node-local-dns (shared with `doctor`).
-    #[command(flatten)]
-    pub node_local_dns: NodeLocalDnsArgs,
 }
 
 fn parse_listen(s: &str) -> Result<crate::proxy::Listen, String> {
@@ -82,6 +79,7 @@ impl ControllerArgs {
         if self.resync.is_zero() {
             return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
         }
+        self.dns.check()?;
         Selection::of(&self.hostnames)
     }
 
@@ -191,72 +189,49 @@ pub async fn run_with(
     let (forced_tx, forced_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(None);
     let mut side_tasks = Vec::new();
-    if args.dns.mode == Mode::Coredns && !args.dns.dry_run {
-        let proxy = args
-            .dns
-            .proxy_fqdn(&cluster_domain)
-            .map_err(UsageError::err)?;
-        let target = args.dns.coredns_target();
-        let (m, n) = (metrics.clone(), notifier.clone());
-        let object = crate::dns::sink::ObjectKey {
-            api_version: "v1",
-            kind: "ConfigMap",
-            namespace: target.namespace.clone(),
-            name: target.name.clone(),
-        };
-        let on_revert = move |r: &revert::Revert| {
-            m.reverts.inc();
-            if !r.repeated {
-                tracing::info!(
-                    configmap = %object,
-                    count = r.count,
-                    "our Corefile block was removed or changed by someone else; restoring it"
-                );
-                return;
-            }
-            tracing::warn!(
-                configmap = %object,
-                count = r.count,
-                restore_in_s = r.delay.as_secs(),
-                "our Corefile block keeps being reverted ({} times in 10 minutes): another \
-                 writer (Helm, k3s, an addon manager) re-renders the Corefile; restoring with \
-                 backoff. Make that writer keep the block, or use --mode coredns-import",
-                r.count
-            );
-            n.send(events::Notice {
-                regarding: events::key_reference(&object),
-                reason: events::BLOCK_REVERTED,
-                action: "Restore",
-                note: format!(
-                    "the ouroboros block in the Corefile was reverted {} times within 10 \
-                     minutes; another writer re-renders this ConfigMap. ouroboros keeps \
-                     restoring it with backoff; consider --mode coredns-import",
-                    r.count
-                ),
-            });
-        };
-        side_tasks.push(tokio::spawn(revert::watch(
-            client.clone(),
-            target,
-            proxy,
-            applied_rx,
-            forced_tx,
-            on_revert,
-            stop.clone(),
-        )));
+    let coredns_modes = matches!(args.dns.mode, Mode::Coredns | Mode::CorednsImport);
+    if !args.dns.dry_run {
+        // Our own Corefile blocks: restored within seconds when another writer drops them.
+        let mut corefiles = Vec::new();
+        if args.dns.mode == Mode::Coredns {
+            corefiles.push(args.dns.coredns_target());
+        }
+        if args.dns.writes_node_local_dns() {
+            corefiles.push(args.dns.node_local_dns_target());
+        }
+        for target in corefiles {
+            let on_revert = revert_reporter(&target, metrics.clone(), notifier.clone());
+            side_tasks.push(tokio::spawn(revert::watch(
+                client.clone(),
+                target,
+                applied_rx.clone(),
+                forced_tx.clone(),
+                on_revert,
+                stop.clone(),
+            )));
+        }
+    }
+    if coredns_modes && !args.dns.node_local_dns.enabled {
         side_tasks.push(tokio::spawn(check_node_local_dns(
             client.clone(),
-            args.node_local_dns.node_local_dns_namespace.clone(),
-            args.node_local_dns.node_local_dns_configmap.clone(),
+            args.dns.node_local_dns_target(),
         )));
-    } else {
-        drop(applied_rx);
-        // Keep the channel open (a closed one is simply ignored by the engine).
-        side_tasks.push(tokio::spawn(async move {
-            let _keep = forced_tx;
-            std::future::pending::<()>().await
-        }));
     }
+    if let (true, Some((namespace, name))) = (coredns_modes, args.dns.proxy_service_read()) {
+        side_tasks.push(tokio::spawn(proxy_watch::watch(
+            client.clone(),
+            namespace,
+            name,
+            forced_tx.clone(),
+            stop.clone(),
+        )));
+    }
+    drop(applied_rx);
+    // Keep the channel open (a closed one is simply ignored by the engine).
+    side_tasks.push(tokio::spawn(async move {
+        let _keep = forced_tx;
+        std::future::pending::<()>().await
+    }));
 
     let mut hooks = ControllerHooks {
         mode,
@@ -266,7 +241,10 @@ pub async fn run_with(
         reported: events::Reported::default(),
         applied_tx,
         reload_warned: false,
-        last_unparseable: None,
+        target: (args.dns.mode == Mode::Coredns)
+            .then(|| configmap_object(&args.dns.coredns_target())),
+        shadows_warned: BTreeSet::new(),
+        last_notice: None,
     };
     let inputs = sync::Inputs {
         changes: watches.changes.clone(),
@@ -305,17 +283,68 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Warns once at start when a node-local-dns ConfigMap exists: pods that use its cache may
-/// not see the Corefile rewrite.
-async fn check_node_local_dns(client: Client, namespace: String, name: String) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-    match api.get_opt(&name).await {
+/// The revert watch's report for one ConfigMap: counted always, logged, and from the
+/// threshold on warned about with an Event.
+fn revert_reporter(
+    target: &ConfigMapKey,
+    metrics: Metrics,
+    notifier: Notifier,
+) -> impl FnMut(&revert::Revert) + Send + 'static {
+    let object = configmap_object(target);
+    move |r: &revert::Revert| {
+        metrics.reverts.inc();
+        if !r.repeated {
+            tracing::info!(
+                configmap = %object,
+                count = r.count,
+                "our Corefile block was removed or changed by someone else; restoring it"
+            );
+            return;
+        }
+        tracing::warn!(
+            configmap = %object,
+            count = r.count,
+            restore_in_s = r.delay.as_secs(),
+            "our Corefile block keeps being reverted ({} times in 10 minutes): another writer \
+             (Helm, k3s, an addon manager) re-renders the Corefile; restoring with backoff. \
+             Make that writer keep the block, or use --mode coredns-import",
+            r.count
+        );
+        notifier.send(events::Notice {
+            regarding: events::key_reference(&object),
+            reason: events::BLOCK_REVERTED,
+            action: "Restore",
+            note: format!(
+                "the ouroboros block in the Corefile was reverted {} times within 10 minutes; \
+                 another writer re-renders this ConfigMap. ouroboros keeps restoring it with \
+                 backoff; consider --mode coredns-import",
+                r.count
+            ),
+        });
+    }
+}
+
+fn configmap_object(target: &ConfigMapKey) -> ObjectKey {
+    ObjectKey {
+        api_version: "v1",
+        kind: "ConfigMap",
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    }
+}
+
+/// Warns once at start when a node-local-dns ConfigMap exists and --node-local-dns is off:
+/// pods that resolve through its cache bypass the CoreDNS block.
+async fn check_node_local_dns(client: Client, target: ConfigMapKey) {
+    let (namespace, name) = (&target.namespace, &target.name);
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    match api.get_opt(name).await {
         Ok(Some(_)) => tracing::warn!(
             configmap = %format!("{namespace}/{name}"),
-            "node-local-dns is installed: pods resolving through its node cache may bypass \
-             the CoreDNS rewrite (it forwards only some zones to CoreDNS, and caches). If \
-             hairpinned names still resolve to the public address, use --mode external-dns \
-             (records published through external-dns) instead"
+            "node-local-dns is installed: pods resolving through its node cache bypass the \
+             CoreDNS block (its `.:53` block forwards public names straight upstream). Turn on \
+             --node-local-dns (chart: controller.nodeLocalDns.enabled) to write the same \
+             block there, or use --mode external-dns"
         ),
         Ok(None) => tracing::debug!(%namespace, %name, "no node-local-dns ConfigMap"),
         Err(kube::Error::Api(s)) if s.code == 403 => tracing::debug!(
@@ -333,9 +362,14 @@ struct ControllerHooks {
     status: Arc<Mutex<Status>>,
     notifier: Notifier,
     reported: events::Reported,
-    applied_tx: watch::Sender<Option<BTreeSet<Hostname>>>,
+    applied_tx: watch::Sender<Option<revert::Written>>,
     reload_warned: bool,
-    last_unparseable: Option<String>,
+    /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
+    target: Option<ObjectKey>,
+    /// (host, server block) pairs already warned about.
+    shadows_warned: BTreeSet<(String, String)>,
+    /// The message of the last failure that was given an Event (one per distinct failure).
+    last_notice: Option<String>,
 }
 
 impl sync::Hooks for ControllerHooks {
@@ -381,7 +415,7 @@ impl sync::Hooks for ControllerHooks {
         self.metrics.conflicts.inc_by(u64::from(a.conflicts));
         self.metrics.succeeded();
         self.status.lock().expect("status lock").last = Some(Ok(()));
-        self.last_unparseable = None;
+        self.last_notice = None;
         if let Some(change) = &a.change {
             let diff = diff_lines(
                 change.before.as_deref().unwrap_or(""),
@@ -405,6 +439,30 @@ impl sync::Hooks for ControllerHooks {
             _ => tracing::debug!(mode = self.mode, hosts = hosts.len(), result, "synced"),
         }
         if let Some(f) = &a.findings {
+            for s in &f.shadowing {
+                if !self
+                    .shadows_warned
+                    .insert((s.host.clone(), s.block.clone()))
+                {
+                    continue;
+                }
+                let note = format!(
+                    "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) \
+                     is more specific for it, so CoreDNS sends its queries there and never to \
+                     the root block that holds the ouroboros block. Add the same template \
+                     block to that server block, or remove it",
+                    s.host, s.block, s.line
+                );
+                tracing::warn!(mode = self.mode, hostname = %s.host, block = %s.block, "{note}");
+                if let Some(o) = &self.target {
+                    self.notifier.send(events::Notice {
+                        regarding: events::key_reference(o),
+                        reason: events::HOSTNAME_SHADOWED,
+                        action: "Edit",
+                        note,
+                    });
+                }
+            }
             if !f.has_reload && !self.reload_warned {
                 tracing::warn!(
                     mode = self.mode,
@@ -416,7 +474,8 @@ impl sync::Hooks for ControllerHooks {
             }
         }
         if a.outcome != Outcome::DryRun {
-            self.applied_tx.send_replace(Some(hosts.clone()));
+            let written = a.answer.clone().map(|answer| (hosts.clone(), answer));
+            self.applied_tx.send_replace(written);
         }
     }
 
@@ -425,34 +484,47 @@ impl sync::Hooks for ControllerHooks {
         self.status.lock().expect("status lock").last = Some(Err(e.message.clone()));
         self.applied_tx.send_replace(None);
         let object = e.object.as_ref().map(ToString::to_string);
-        if e.reason == "unparseable" {
-            tracing::error!(
-                mode = self.mode,
-                object,
-                retry_in_s = retry_in.as_secs(),
-                "{}",
-                e.message
-            );
-            if let Some(o) = &e.object {
-                if self.last_unparseable.as_deref() != Some(e.message.as_str()) {
+        // Failures the operator must fix get an Event on the object, once per distinct message;
+        // the log line repeats only at debug level.
+        let notice = match e.reason {
+            "unparseable" => Some((events::COREFILE_UNPARSEABLE, "Edit")),
+            crate::dns::apply::TOO_LARGE => Some((events::BLOCK_TOO_LARGE, "Write")),
+            "no_cluster_ip" | "not_found"
+                if e.object.as_ref().is_some_and(|o| o.kind == "Service") =>
+            {
+                Some((events::PROXY_ADDRESS_MISSING, "Resolve"))
+            }
+            _ => None,
+        };
+        let fresh = self.last_notice.as_deref() != Some(e.message.as_str());
+        match notice {
+            Some((reason, action)) if fresh => {
+                tracing::error!(
+                    mode = self.mode,
+                    object,
+                    retry_in_s = (!e.is_permanent()).then_some(retry_in.as_secs()),
+                    "{}",
+                    e.message
+                );
+                if let Some(o) = &e.object {
                     self.notifier.send(events::Notice {
                         regarding: events::key_reference(o),
-                        reason: events::COREFILE_UNPARSEABLE,
-                        action: "Edit",
+                        reason,
+                        action,
                         note: e.message.clone(),
                     });
-                    self.last_unparseable = Some(e.message.clone());
                 }
+                self.last_notice = Some(e.message.clone());
             }
-        } else {
-            tracing::warn!(
+            Some(_) => tracing::debug!(mode = self.mode, object, "{}", e.message),
+            None => tracing::warn!(
                 mode = self.mode,
                 object,
                 reason = e.reason,
                 retry_in_s = retry_in.as_secs(),
                 "sync failed: {}",
                 e.message
-            );
+            ),
         }
     }
 
@@ -539,7 +611,10 @@ mod tests {
         assert_eq!(t.debounce, Duration::from_secs(1));
         assert_eq!(t.resync, Duration::from_secs(600));
         assert_eq!(t.election.lease_name, "ouroboros-controller");
-        assert_eq!(t.node_local_dns.node_local_dns_configmap, "node-local-dns");
+        assert_eq!(
+            t.dns.node_local_dns.node_local_dns_configmap,
+            "node-local-dns"
+        );
         let t = parse(&["--leader-elect=false", "--debounce", "250ms"]);
         assert!(!t.election.leader_elect);
         assert_eq!(t.debounce, Duration::from_millis(250));

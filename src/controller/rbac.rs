@@ -3,7 +3,7 @@
 //! cannot drift apart. Keep it equal to the calls the code really makes: add a rule here in the
 //! same change that adds a call.
 
-use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode, NodeLocalDnsArgs};
+use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode};
 use super::hostnames::HostnameArgs;
 
 // The uninstall hook's and edge's rules (used by the chart).
@@ -47,12 +47,14 @@ pub struct Needs {
     pub lease_name: String,
     pub coredns_namespace: String,
     pub coredns_configmap: String,
+    /// --node-local-dns: our block is written into node-local-dns's Corefile too.
+    pub node_local_dns: bool,
     pub node_local_dns_namespace: String,
     pub node_local_dns_configmap: String,
     pub import_namespace: String,
     pub import_configmap: String,
-    /// The proxy Service is read for its ClusterIPs (etc-hosts without --proxy-ip,
-    /// external-dns without --external-dns-proxy-ip).
+    /// The proxy Service is read for its ClusterIPs (the CoreDNS modes' template answers and
+    /// etc-hosts without --proxy-ip, external-dns without --external-dns-proxy-ip).
     pub proxy_service: Option<(String, String)>,
     pub external_dns_namespace: String,
     pub external_dns_output: ExternalDnsOutput,
@@ -66,7 +68,6 @@ impl Needs {
         dns: &DnsArgs,
         hostnames: &HostnameArgs,
         election: &ElectionArgs,
-        node_local_dns: &NodeLocalDnsArgs,
         namespace: &str,
     ) -> Needs {
         Needs {
@@ -75,8 +76,9 @@ impl Needs {
             leader_elect: election.leader_elect,
             namespace: election.lease_namespace_or(namespace),
             lease_name: election.lease_name.clone(),
-            node_local_dns_namespace: node_local_dns.node_local_dns_namespace.clone(),
-            node_local_dns_configmap: node_local_dns.node_local_dns_configmap.clone(),
+            proxy_service: dns.proxy_service_read(),
+            node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
+            node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
         }
     }
@@ -84,6 +86,13 @@ impl Needs {
     /// What `cleanup` with these flags needs (see `cleanup_required`): the DNS targets only; no
     /// sources, no Lease.
     pub fn for_cleanup(dns: &DnsArgs, namespace: &str) -> Needs {
+        let nl = |s: &String| {
+            if dns.writes_node_local_dns() {
+                s.clone()
+            } else {
+                String::new()
+            }
+        };
         Needs {
             mode: dns.mode,
             gateway_api: false,
@@ -93,11 +102,16 @@ impl Needs {
             lease_name: String::new(),
             coredns_namespace: dns.coredns_namespace.clone(),
             coredns_configmap: dns.coredns_configmap.clone(),
-            node_local_dns_namespace: String::new(),
-            node_local_dns_configmap: String::new(),
+            node_local_dns: dns.writes_node_local_dns(),
+            // Only a block written there is removed there.
+            node_local_dns_namespace: nl(&dns.node_local_dns.node_local_dns_namespace),
+            node_local_dns_configmap: nl(&dns.node_local_dns.node_local_dns_configmap),
             import_namespace: dns.coredns_import_namespace.clone(),
             import_configmap: dns.coredns_import_configmap.clone(),
-            proxy_service: dns.proxy_service_read(),
+            // Removing a CoreDNS block needs no answer, so no Service read.
+            proxy_service: dns
+                .proxy_service_read()
+                .filter(|_| !matches!(dns.mode, Mode::Coredns | Mode::CorednsImport)),
             external_dns_namespace: dns.external_dns_namespace_or(namespace),
             external_dns_output: dns.external_dns_output,
         }
@@ -190,13 +204,41 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         ));
     }
     if let Some((ns, name)) = &n.proxy_service {
+        // The CoreDNS modes also watch it (field selector metadata.name=<name>), to follow a
+        // changed Service at once.
+        let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
         rules.push(rule(
             Namespace(ns.clone()),
             "",
             "services",
             &[name],
-            &["get"],
+            if coredns {
+                &["get", "list", "watch"]
+            } else {
+                &["get"]
+            },
             "read the proxy Service's ClusterIPs",
+        ));
+    }
+    let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
+    if coredns_modes && n.node_local_dns {
+        rules.push(rule(
+            Namespace(n.node_local_dns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.node_local_dns_configmap],
+            // list/watch: the revert watch, as for the CoreDNS ConfigMap.
+            &["get", "list", "watch", "update"],
+            "write the block into node-local-dns's Corefile and restore it when reverted",
+        ));
+    } else if n.mode == Mode::Coredns && !n.node_local_dns_configmap.is_empty() {
+        rules.push(rule(
+            Namespace(n.node_local_dns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.node_local_dns_configmap],
+            &["get"],
+            "warn when node-local-dns bypasses CoreDNS (--node-local-dns is off)",
         ));
     }
     match n.mode {
@@ -210,15 +252,6 @@ pub fn required(n: &Needs) -> Vec<Rule> {
                 // list/watch: the revert watch (field selector metadata.name=<name>).
                 &["get", "list", "watch", "update"],
                 "edit the Corefile and restore it when reverted",
-            ));
-            let nl = Namespace(n.node_local_dns_namespace.clone());
-            rules.push(rule(
-                nl,
-                "",
-                "configmaps",
-                &[&n.node_local_dns_configmap],
-                &["get"],
-                "warn when node-local-dns bypasses CoreDNS",
             ));
         }
         Mode::CorednsImport => {
@@ -287,6 +320,7 @@ mod tests {
             lease_name: "ouroboros-controller".into(),
             coredns_namespace: "kube-system".into(),
             coredns_configmap: "coredns".into(),
+            node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
             import_namespace: "kube-system".into(),
@@ -419,8 +453,6 @@ mod needs_tests {
         hostnames: HostnameArgs,
         #[command(flatten)]
         election: ElectionArgs,
-        #[command(flatten)]
-        node_local_dns: NodeLocalDnsArgs,
     }
 
     fn of(extra: &[&str]) -> (Needs, Needs) {
@@ -428,7 +460,7 @@ mod needs_tests {
         argv.extend_from_slice(extra);
         let f = Flags::try_parse_from(argv).unwrap();
         (
-            Needs::for_controller(&f.dns, &f.hostnames, &f.election, &f.node_local_dns, "own"),
+            Needs::for_controller(&f.dns, &f.hostnames, &f.election, "own"),
             Needs::for_cleanup(&f.dns, "own"),
         )
     }
@@ -447,16 +479,18 @@ mod needs_tests {
                 lease_name: "ouroboros-controller".into(),
                 coredns_namespace: "kube-system".into(),
                 coredns_configmap: "coredns".into(),
+                node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
                 import_namespace: "kube-system".into(),
                 import_configmap: "coredns-custom".into(),
-                proxy_service: None,
+                proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
                 external_dns_namespace: "own".into(),
                 external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
         );
-        // cleanup: the same DNS targets, nothing watched, no Lease.
+        // cleanup: the same DNS targets, nothing watched, no Lease, and no proxy Service
+        // (removing a block needs no answer).
         assert_eq!(
             cleanup,
             Needs {
@@ -464,6 +498,7 @@ mod needs_tests {
                 lease_name: String::new(),
                 node_local_dns_namespace: String::new(),
                 node_local_dns_configmap: String::new(),
+                proxy_service: None,
                 ..c
             }
         );

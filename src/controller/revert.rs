@@ -1,4 +1,4 @@
-//! coredns mode: watching the one CoreDNS ConfigMap, so that when Helm, k3s or an addon manager
+//! coredns mode (and node-local-dns when opted in): watching the one ConfigMap, so that when Helm, k3s or an addon manager
 //! re-renders the Corefile and drops our block, it is restored within seconds rather than at the
 //! next resync. Repeated reverts are counted; from [`THRESHOLD`] within [`WINDOW`] on, each one is
 //! reported loudly and restoring backs off, instead of fighting the other writer silently.
@@ -16,9 +16,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::dns::answer::Answer;
 use crate::dns::apply::ConfigMapKey;
-use crate::dns::{corefile, ProxyFqdn};
+use crate::dns::corefile;
 use crate::hostname::Hostname;
+
+/// What was last written: the host set and the answer it was rendered with.
+pub type Written = (BTreeSet<Hostname>, Answer);
 
 /// Reverts counted together.
 pub const WINDOW: Duration = Duration::from_secs(600);
@@ -30,8 +34,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(300);
 
 /// Whether `text` lacks what we last applied (`None`: it cannot be parsed; the next sync says
 /// so). Pure: the same splice the writer runs; a text it would change has been edited.
-pub fn drifted(text: &str, applied: &BTreeSet<Hostname>, proxy: &ProxyFqdn) -> Option<bool> {
-    corefile::splice(text, applied, proxy)
+pub fn drifted(text: &str, applied: &BTreeSet<Hostname>, answer: &Answer) -> Option<bool> {
+    corefile::splice(text, applied, answer)
         .ok()
         .map(|e| e.changed)
 }
@@ -88,17 +92,13 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 
 /// Whether `text` (`None`: the ConfigMap or its key is gone) no longer holds the set last
 /// applied. Nothing is a revert before the first set is applied.
-fn reverted(
-    text: Option<&str>,
-    applied: &watch::Receiver<Option<BTreeSet<Hostname>>>,
-    proxy: &ProxyFqdn,
-) -> bool {
+fn reverted(text: Option<&str>, applied: &watch::Receiver<Option<Written>>) -> bool {
     let applied = applied.borrow();
-    let Some(hosts) = applied.as_ref() else {
+    let Some((hosts, answer)) = applied.as_ref() else {
         return false;
     };
     match text {
-        Some(text) => drifted(text, hosts, proxy) == Some(true),
+        Some(text) => drifted(text, hosts, answer) == Some(true),
         None => true, // deleted, or the key is gone: the next sync reports it
     }
 }
@@ -110,8 +110,7 @@ fn reverted(
 pub async fn watch(
     client: Client,
     target: ConfigMapKey,
-    proxy: ProxyFqdn,
-    applied: watch::Receiver<Option<BTreeSet<Hostname>>>,
+    applied: watch::Receiver<Option<Written>>,
     forced: watch::Sender<u64>,
     mut on_revert: impl FnMut(&Revert) + Send,
     stop: CancellationToken,
@@ -128,7 +127,7 @@ pub async fn watch(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(settles.unwrap_or_else(Instant::now)), if settles.is_some() => {
                 settles = None;
-                if reverted(latest.as_deref(), &applied, &proxy) {
+                if reverted(latest.as_deref(), &applied) {
                     let r = reverts.record(Instant::now());
                     on_revert(&r);
                     if !r.delay.is_zero() {
@@ -152,7 +151,7 @@ pub async fn watch(
                 tracing::warn!(
                     configmap = %format!("{}/{}", target.namespace, target.name),
                     error = %e,
-                    "watching the CoreDNS ConfigMap failed (needs `list` and `watch` on it); \
+                    "watching the Corefile's ConfigMap failed (needs `list` and `watch` on it); \
                      retrying with backoff"
                 );
                 continue;
@@ -161,7 +160,7 @@ pub async fn watch(
         latest = cm
             .and_then(|cm| cm.data)
             .and_then(|mut d| d.remove(&target.key));
-        if !reverted(latest.as_deref(), &applied, &proxy) {
+        if !reverted(latest.as_deref(), &applied) {
             settles = None;
         } else if settles.is_none() {
             settles = Some(Instant::now() + SETTLE);
@@ -183,7 +182,9 @@ mod tests {
 
     #[test]
     fn drift_is_a_text_the_splice_would_change() {
-        let proxy = ProxyFqdn::parse(crate::dns::DEFAULT_PROXY_FQDN).unwrap();
+        let proxy = Answer::Template(
+            crate::dns::answer::ProxyAddrs::new(&["10.96.0.5".parse().unwrap()]).unwrap(),
+        );
         let h = hosts(&["a.example.com"]);
         let ours = corefile::splice(COREFILE, &h, &proxy).unwrap().text;
         assert_eq!(drifted(&ours, &h, &proxy), Some(false));
@@ -193,6 +194,10 @@ mod tests {
             Some(true)
         );
         assert_eq!(drifted(".:53 {\n", &h, &proxy), None, "unparseable");
+        let moved = Answer::Template(
+            crate::dns::answer::ProxyAddrs::new(&["10.96.0.6".parse().unwrap()]).unwrap(),
+        );
+        assert_eq!(drifted(&ours, &h, &moved), Some(true), "new address");
         let edited = ours.replace("errors", "errors\n    log");
         assert_eq!(
             drifted(&edited, &h, &proxy),

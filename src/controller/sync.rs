@@ -10,7 +10,8 @@
 //!   change of a burst, so a constant flood still syncs.
 //! - Every `resync` the sink is called even without events (it reads and repairs drift).
 //! - A set that was applied successfully is not applied again on a plain change; after a
-//!   failure the sync is retried with exponential backoff, capped.
+//!   failure the sync is retried with exponential backoff, capped, except a failure the same set
+//!   can never get past (too large for its ConfigMap), which waits for a new set.
 //! - Only the leader writes: a standby computes (for metrics) but never calls the sink; gaining
 //!   the lease syncs at once; losing it cancels an in-flight write.
 
@@ -306,6 +307,13 @@ where
                             hooks.applied(&desired.hosts, &a);
                             applied = Some(desired.hosts);
                         }
+                        Some(Err(e)) if e.is_permanent() => {
+                            // Retrying the same set cannot help: wait for a new one (or a
+                            // forced sync), and report the failure as it stands.
+                            trigger.succeeded(Instant::now());
+                            hooks.failed(&e, Duration::ZERO);
+                            applied = Some(desired.hosts);
+                        }
                         Some(Err(e)) => {
                             applied = None;
                             let delay = trigger.failed(Instant::now());
@@ -534,6 +542,7 @@ mod tests {
                 });
             }
             Ok(Applied {
+                answer: None,
                 outcome: Outcome::Written,
                 findings: None,
                 conflicts: 0,

@@ -3,8 +3,12 @@
 //! writes only when the text changed, guarded by the `resourceVersion` it read (optimistic
 //! concurrency). A 409 Conflict starts again from the read, a bounded number of times.
 //!
+//! A write the API server would refuse for its size (a ConfigMap's data over 1 MiB) is never
+//! sent: it fails with [`ApplyError::TooLarge`] before the PUT.
+//!
 //! API calls (this list is the RBAC matrix in the docs; keep them equal):
-//! - coredns: `get`, `update` on `configmaps/<name>` in its namespace.
+//! - coredns, and node-local-dns when opted in: `get`, `update` on `configmaps/<name>` in its
+//!   namespace.
 //! - coredns-import: `get`, `update` on `configmaps/<name>`, `create` on `configmaps` in its
 //!   namespace (only when the ConfigMap is absent), `delete` on `configmaps/<name>` (cleanup only,
 //!   only when we created it and our key was its last one).
@@ -19,12 +23,16 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
 
+use super::answer::Answer;
+use super::coredns_import;
 use super::corefile::{self, Findings};
-use super::{coredns_import, ProxyFqdn};
 use crate::hostname::Hostname;
 
 /// The field manager recorded for our writes (`metadata.managedFields`).
 pub const FIELD_MANAGER: &str = "ouroboros";
+/// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
+/// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
+pub const MAX_CONFIGMAP_DATA: usize = 1 << 20;
 /// Label put on a ConfigMap we create; cleanup deletes only ConfigMaps that carry it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "ouroboros";
@@ -55,6 +63,11 @@ impl ConfigMapKey {
     pub fn import_default() -> Self {
         Self::new("kube-system", "coredns-custom", "ouroboros.override")
     }
+
+    /// `kube-system/node-local-dns`, `Corefile` (kubespray names it `nodelocaldns`).
+    pub fn node_local_dns_default() -> Self {
+        Self::new("kube-system", "node-local-dns", "Corefile")
+    }
 }
 
 impl fmt::Display for ConfigMapKey {
@@ -67,11 +80,13 @@ impl fmt::Display for ConfigMapKey {
     }
 }
 
-/// Which mode a write belongs to (names the chart's Role in RBAC errors).
+/// Which target a write belongs to (names the chart's Role and the flags in errors).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Coredns,
     CorednsImport,
+    /// The node-local-dns Corefile, written beside either mode when opted in.
+    NodeLocalDns,
 }
 
 impl Mode {
@@ -79,6 +94,39 @@ impl Mode {
         match self {
             Mode::Coredns => "coredns",
             Mode::CorednsImport => "coredns-import",
+            Mode::NodeLocalDns => "node-local-dns",
+        }
+    }
+
+    /// The flags that name this target's ConfigMap.
+    fn configmap_flags(self) -> &'static str {
+        match self {
+            Mode::Coredns => "--coredns-namespace and --coredns-configmap",
+            Mode::CorednsImport => "--coredns-import-namespace and --coredns-import-configmap",
+            Mode::NodeLocalDns => {
+                "--node-local-dns-namespace and --node-local-dns-configmap (`node-local-dns` \
+                 upstream, `nodelocaldns` on kubespray)"
+            }
+        }
+    }
+
+    /// The flag that names the data key.
+    fn key_flag(self) -> &'static str {
+        match self {
+            Mode::Coredns => "--coredns-key",
+            Mode::CorednsImport => "--coredns-import-key",
+            Mode::NodeLocalDns => "that node-local-dns's Corefile key is `Corefile`",
+        }
+    }
+
+    /// The chart's Role that grants this target's verbs.
+    fn role(self) -> &'static str {
+        match self {
+            Mode::Coredns => "the chart's coredns-mode Role",
+            Mode::CorednsImport => "the chart's coredns-import-mode Role",
+            Mode::NodeLocalDns => {
+                "the chart's node-local-dns Role (controller.nodeLocalDns.enabled)"
+            }
         }
     }
 }
@@ -119,6 +167,8 @@ pub struct Applied {
     pub outcome: Outcome,
     /// What the Corefile says about `reload` and imports (coredns mode only).
     pub findings: Option<Findings>,
+    /// The answer the rules were rendered with (the CoreDNS modes), for drift checks.
+    pub answer: Option<Answer>,
     /// 409 Conflicts met (and retried) on the way, for the write-conflict metric.
     pub conflicts: u32,
     /// The key's text before and after (`None`: absent), unless `Unchanged`; for logging a diff.
@@ -164,24 +214,40 @@ pub enum ApplyError {
         reason: String,
     },
     #[error(
-        "ConfigMap {}/{} not found: check --coredns-namespace and --coredns-configmap (the \
-         ConfigMap holding CoreDNS's Corefile: `kubectl get configmaps -n {} | grep -i dns`)",
-        .target.namespace, .target.name, .target.namespace
+        "ConfigMap {}/{} not found: check {} (the ConfigMap holding the Corefile: `kubectl get \
+         configmaps -n {} | grep -i dns`)",
+        .target.namespace, .target.name, .mode.configmap_flags(), .target.namespace
     )]
-    CorefileConfigMapMissing { target: ConfigMapKey },
+    CorefileConfigMapMissing { mode: Mode, target: ConfigMapKey },
     #[error(
-        "ConfigMap {}/{} has no key {:?} (it has: {}): check --coredns-key",
-        .target.namespace, .target.name, .target.key, list_or_none(.present)
+        "ConfigMap {}/{} has no key {:?} (it has: {}): check {}",
+        .target.namespace, .target.name, .target.key, list_or_none(.present), .mode.key_flag()
     )]
     KeyMissing {
+        mode: Mode,
         target: ConfigMapKey,
         present: Vec<String>,
     },
+    /// The write would exceed the API server's ConfigMap size limit; it was not sent.
+    #[error(
+        "{target}: the {} block for {hosts} hostnames would make the ConfigMap's data {bytes} \
+         bytes, over the API server's limit of {} bytes; nothing was written and this set will \
+         not be retried. Hairpin fewer names (--ingress-class, --allow-domain), or use \
+         --mode coredns-import (a ConfigMap of its own) or --mode external-dns (one object per \
+         name)",
+        .mode.as_str(), MAX_CONFIGMAP_DATA
+    )]
+    TooLarge {
+        mode: Mode,
+        target: ConfigMapKey,
+        hosts: usize,
+        bytes: usize,
+    },
     #[error(
         "{} configmaps/{} in {}: forbidden ({message}); grant the controller's ServiceAccount \
-         `{}` on {} in namespace {} (the chart's {}-mode Role does)",
+         `{}` on {} in namespace {} ({} does)",
         .verb.as_str(), .target.name, .target.namespace, .verb.as_str(),
-        rbac_resource(*.verb, &.target.name), .target.namespace, .mode.as_str()
+        rbac_resource(*.verb, &.target.name), .target.namespace, .mode.role()
     )]
     Forbidden {
         mode: Mode,
@@ -213,6 +279,7 @@ impl ApplyError {
             ApplyError::Unparseable { .. } => "unparseable",
             ApplyError::CorefileConfigMapMissing { .. } => "not_found",
             ApplyError::KeyMissing { .. } => "key_missing",
+            ApplyError::TooLarge { .. } => TOO_LARGE,
             ApplyError::Forbidden { .. } => "forbidden",
             ApplyError::Conflicts { .. } => "conflict",
             ApplyError::Api { .. } => "api",
@@ -223,14 +290,19 @@ impl ApplyError {
     pub fn target(&self) -> &ConfigMapKey {
         match self {
             ApplyError::Unparseable { target, .. }
-            | ApplyError::CorefileConfigMapMissing { target }
+            | ApplyError::CorefileConfigMapMissing { target, .. }
             | ApplyError::KeyMissing { target, .. }
+            | ApplyError::TooLarge { target, .. }
             | ApplyError::Forbidden { target, .. }
             | ApplyError::Conflicts { target, .. }
             | ApplyError::Api { target, .. } => target,
         }
     }
 }
+
+/// The metric reason of [`ApplyError::TooLarge`]: the one failure a retry cannot fix, so the
+/// sync engine waits for a new set instead.
+pub const TOO_LARGE: &str = "too_large";
 
 fn list_or_none(keys: &[String]) -> String {
     if keys.is_empty() {
@@ -253,10 +325,10 @@ fn rbac_resource(verb: Verb, name: &str) -> String {
 pub struct Writer<M> {
     api: Api<ConfigMap>,
     target: ConfigMapKey,
-    proxy: ProxyFqdn,
+    mode: Mode,
     retry: Retry,
     dry_run: bool,
-    mode: PhantomData<M>,
+    kind: PhantomData<M>,
 }
 
 /// The coredns mode: our block in the Corefile key of the CoreDNS ConfigMap.
@@ -273,14 +345,14 @@ pub enum CorednsMode {}
 pub enum ImportMode {}
 
 impl<M> Writer<M> {
-    pub fn new(client: Client, target: ConfigMapKey, proxy: ProxyFqdn, retry: Retry) -> Self {
+    fn build(client: Client, target: ConfigMapKey, mode: Mode, retry: Retry) -> Self {
         Self {
             api: Api::namespaced(client, &target.namespace),
             target,
-            proxy,
+            mode,
             retry,
             dry_run: false,
-            mode: PhantomData,
+            kind: PhantomData,
         }
     }
 
@@ -296,72 +368,103 @@ impl<M> Writer<M> {
 }
 
 impl CorefileWriter {
-    /// Makes the block hold exactly `hosts` (an empty set removes it).
-    pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
-        let t = &self.target;
-        converge(
-            &self.api,
-            t,
-            Mode::Coredns,
-            self.retry,
-            self.dry_run,
-            |cm| {
-                let cm =
-                    cm.ok_or_else(|| ApplyError::CorefileConfigMapMissing { target: t.clone() })?;
-                let Some(text) = cm.data.as_ref().and_then(|d| d.get(&t.key)) else {
-                    return Err(ApplyError::KeyMissing {
-                        target: t.clone(),
-                        present: data_keys(&cm),
-                    });
-                };
-                let edit = corefile::splice(text, hosts, &self.proxy).map_err(|e| {
-                    ApplyError::Unparseable {
-                        target: t.clone(),
-                        line: e.line,
-                        reason: e.reason,
-                    }
-                })?;
-                let findings = Some(edit.findings);
-                if !edit.changed {
-                    return Ok((Step::Unchanged, findings));
-                }
-                let change = Change {
-                    before: Some(text.clone()),
-                    after: Some(edit.text.clone()),
-                };
-                let mut cm = cm;
-                cm.data
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(t.key.clone(), edit.text);
-                Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
-            },
-        )
-        .await
+    /// The coredns mode's writer for the CoreDNS Corefile.
+    pub fn new(client: Client, target: ConfigMapKey, retry: Retry) -> Self {
+        Self::build(client, target, Mode::Coredns, retry)
+    }
+
+    /// The same block in node-local-dns's Corefile (its root `.:53` block).
+    pub fn node_local_dns(client: Client, target: ConfigMapKey, retry: Retry) -> Self {
+        Self::build(client, target, Mode::NodeLocalDns, retry)
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Makes the block hold exactly `hosts` answered with `answer` (an empty set removes it).
+    pub async fn apply(
+        &self,
+        hosts: &BTreeSet<Hostname>,
+        answer: &Answer,
+    ) -> Result<Applied, ApplyError> {
+        self.edit(hosts, |text| corefile::splice(text, hosts, answer))
+            .await
     }
 
     /// Removes our block (for `ouroboros cleanup`).
     pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
-        self.apply(&BTreeSet::new()).await
+        self.edit(&BTreeSet::new(), corefile::remove).await
+    }
+
+    async fn edit<E>(&self, hosts: &BTreeSet<Hostname>, edit: E) -> Result<Applied, ApplyError>
+    where
+        E: Fn(&str) -> Result<corefile::Edit, corefile::CorefileError>,
+    {
+        let (t, mode) = (&self.target, self.mode);
+        converge(&self.api, t, mode, self.retry, self.dry_run, |cm| {
+            let cm = cm.ok_or_else(|| ApplyError::CorefileConfigMapMissing {
+                mode,
+                target: t.clone(),
+            })?;
+            let Some(text) = cm.data.as_ref().and_then(|d| d.get(&t.key)) else {
+                return Err(ApplyError::KeyMissing {
+                    mode,
+                    target: t.clone(),
+                    present: data_keys(&cm),
+                });
+            };
+            let edit = edit(text).map_err(|e| ApplyError::Unparseable {
+                target: t.clone(),
+                line: e.line,
+                reason: e.reason,
+            })?;
+            let findings = Some(edit.findings);
+            if !edit.changed {
+                return Ok((Step::Unchanged, findings));
+            }
+            let change = Change {
+                before: Some(text.clone()),
+                after: Some(edit.text.clone()),
+            };
+            let mut cm = cm;
+            cm.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert(t.key.clone(), edit.text);
+            check_size(&cm, mode, t, hosts.len())?;
+            Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
+        })
+        .await
     }
 }
 
 impl ImportWriter {
-    /// Makes our key hold the snippet for `hosts`, creating the ConfigMap if absent. An empty
-    /// set keeps the key with the marker lines only (CoreDNS imports nothing from it).
-    pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, ApplyError> {
-        self.set(Some(coredns_import::render(hosts, &self.proxy)))
+    /// The coredns-import mode's writer for our key of the imported ConfigMap.
+    pub fn new(client: Client, target: ConfigMapKey, retry: Retry) -> Self {
+        Self::build(client, target, Mode::CorednsImport, retry)
+    }
+
+    /// Makes our key hold the snippet for `hosts` answered with `answer`, creating the
+    /// ConfigMap if absent. An empty set keeps the key with the marker lines only (CoreDNS
+    /// imports nothing from it).
+    pub async fn apply(
+        &self,
+        hosts: &BTreeSet<Hostname>,
+        answer: &Answer,
+    ) -> Result<Applied, ApplyError> {
+        self.set(Some(coredns_import::render(hosts, answer)), hosts.len())
             .await
     }
 
     /// Removes our key (for `ouroboros cleanup`); deletes the ConfigMap only when we created it
     /// (our managed-by label) and nothing else is left in it.
     pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
-        self.set(None).await
+        self.set(None, 0).await
     }
 
-    async fn set(&self, snippet: Option<String>) -> Result<Applied, ApplyError> {
+    async fn set(&self, snippet: Option<String>, hosts: usize) -> Result<Applied, ApplyError> {
         let t = &self.target;
-        let mode = Mode::CorednsImport;
+        let mode = self.mode;
         converge(&self.api, t, mode, self.retry, self.dry_run, |cm| {
             let current = cm
                 .as_ref()
@@ -375,12 +478,17 @@ impl ImportWriter {
                 after: snippet.clone(),
             };
             let op = match (cm, &snippet) {
-                (None, Some(s)) => Op::Create(self.new_configmap(s)),
+                (None, Some(s)) => {
+                    let cm = self.new_configmap(s);
+                    check_size(&cm, mode, t, hosts)?;
+                    Op::Create(cm)
+                }
                 (None, None) => return Ok((Step::Unchanged, None)),
                 (Some(mut cm), Some(s)) => {
                     cm.data
                         .get_or_insert_with(BTreeMap::new)
                         .insert(t.key.clone(), s.clone());
+                    check_size(&cm, mode, t, hosts)?;
                     Op::Replace(cm)
                 }
                 (Some(mut cm), None) => {
@@ -453,6 +561,7 @@ where
         let current = get(api, target, mode).await?;
         let (step, findings) = plan(current)?;
         let applied = |outcome, change| Applied {
+            answer: None,
             outcome,
             findings,
             conflicts,
@@ -505,8 +614,8 @@ async fn execute(
 ) -> Result<(), ApplyError> {
     match op {
         Op::Replace(cm) => replace(api, target, mode, cm).await,
-        Op::Create(cm) => create(api, target, cm).await,
-        Op::Delete(cm) => delete(api, target, &cm).await,
+        Op::Create(cm) => create(api, target, mode, cm).await,
+        Op::Delete(cm) => delete(api, target, mode, &cm).await,
     }
 }
 
@@ -516,6 +625,43 @@ fn created_by_us(cm: &ConfigMap) -> bool {
         .as_ref()
         .and_then(|l| l.get(MANAGED_BY_LABEL))
         .is_some_and(|v| v == MANAGED_BY_VALUE)
+}
+
+/// What the API server counts against [`MAX_CONFIGMAP_DATA`]: the values of `data` and the
+/// decoded values of `binaryData`.
+pub fn data_size(cm: &ConfigMap) -> usize {
+    let data: usize = cm
+        .data
+        .iter()
+        .flat_map(|d| d.values())
+        .map(String::len)
+        .sum();
+    let binary: usize = cm
+        .binary_data
+        .iter()
+        .flat_map(|d| d.values())
+        .map(|b| b.0.len())
+        .sum();
+    data + binary
+}
+
+/// Refuses a ConfigMap the API server would refuse for its size.
+fn check_size(
+    cm: &ConfigMap,
+    mode: Mode,
+    target: &ConfigMapKey,
+    hosts: usize,
+) -> Result<(), ApplyError> {
+    let bytes = data_size(cm);
+    if bytes > MAX_CONFIGMAP_DATA {
+        return Err(ApplyError::TooLarge {
+            mode,
+            target: target.clone(),
+            hosts,
+            bytes,
+        });
+    }
+    Ok(())
 }
 
 fn data_keys(cm: &ConfigMap) -> Vec<String> {
@@ -579,18 +725,20 @@ async fn replace(
 async fn create(
     api: &Api<ConfigMap>,
     target: &ConfigMapKey,
+    mode: Mode,
     cm: ConfigMap,
 ) -> Result<(), ApplyError> {
     // A 409 AlreadyExists (created by someone else since our read) is retried from the read.
     api.create(&post_params(), &cm)
         .await
         .map(drop)
-        .map_err(|e| api_error(Mode::CorednsImport, Verb::Create, target, e))
+        .map_err(|e| api_error(mode, Verb::Create, target, e))
 }
 
 async fn delete(
     api: &Api<ConfigMap>,
     target: &ConfigMapKey,
+    mode: Mode,
     cm: &ConfigMap,
 ) -> Result<(), ApplyError> {
     let dp = DeleteParams {
@@ -603,6 +751,6 @@ async fn delete(
     match api.delete(&target.name, &dp).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(api_error(Mode::CorednsImport, Verb::Delete, target, e)),
+        Err(e) => Err(api_error(mode, Verb::Delete, target, e)),
     }
 }

@@ -1,31 +1,25 @@
-//! The plugin-only snippet for `import /etc/coredns/custom/*.override`: the same rewrite rules as
-//! the Corefile block, between the same marker lines, unindented, LF line endings. With no
+//! The plugin-only snippet for `import /etc/coredns/custom/*.override`: the same rules as the
+//! Corefile block (`super::answer`), between the same marker lines, unindented, LF line endings. With no
 //! hostnames it is the two marker lines only (comments, which CoreDNS imports as nothing), so the
 //! ConfigMap key can stay in place.
 
 use std::collections::BTreeSet;
 
+use super::answer::{self, Answer};
 use super::block::Writer;
-use super::corefile::write_rules;
-use super::ProxyFqdn;
 use crate::hostname::Hostname;
 
-/// The snippet text for the import ConfigMap key (the same rewrite rules as the Corefile block).
-pub fn render(hosts: &BTreeSet<Hostname>, proxy: &ProxyFqdn) -> String {
-    let mut w = Writer::new(
-        &[],
-        "",
-        "\n",
-        hosts.len() * (proxy.as_str().len() + 80) + 96,
-    );
-    write_rules(&mut w, hosts, proxy);
+/// The snippet text for the import ConfigMap key (the same rules as the Corefile block).
+pub fn render(hosts: &BTreeSet<Hostname>, answer: &Answer) -> String {
+    let mut w = Writer::new(&[], "", "\n", answer::size_hint(hosts, answer) + 96);
+    answer::write(&mut w, hosts, answer, "    ");
     w.finish(true, "")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dns::{BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER};
+    use crate::dns::{ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER};
     use crate::hostname::HostPolicy;
 
     #[test]
@@ -35,7 +29,7 @@ mod tests {
             .iter()
             .map(|n| p.check(n).unwrap())
             .collect();
-        let proxy = ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap();
+        let proxy = Answer::Rewrite(ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap());
         assert_eq!(
             render(&hosts, &proxy),
             format!(

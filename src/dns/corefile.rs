@@ -1,34 +1,43 @@
-//! The marked `rewrite` block inside the Corefile's root server block.
+//! Our marked block inside the Corefile's root server block: the rules of [`super::answer`].
 //!
 //! The Corefile is read the way CoreDNS's lexer reads it: tokens split on whitespace, `#` starts a
 //! comment anywhere outside quotes, a `"` at the start of a token opens a quoted token (which may
 //! span lines and escapes `\"`), and only a bare `{` or `}` token opens or closes a block, so
 //! braces in comments, quotes or words such as `{$ENV}` do not count.
 //!
-//! Rules written (accepted by CoreDNS 1.10 and later):
-//! - an exact name: `rewrite name HOST PROXY`. CoreDNS always maps the answer of an exact
-//!   rewrite back to the name asked, so clients see `HOST A <proxy ClusterIP>`.
-//! - a wildcard `*.BASE`: `rewrite name regex ^[a-z0-9-]+\.BASE\.$ PROXY answer auto`. The regex
-//!   matches exactly one LDH label (CoreDNS matches the lowercased name with its trailing dot),
-//!   so `_acme-challenge.BASE` and `a.b.BASE` are left alone, as a wildcard certificate would
-//!   leave them; `answer auto` maps the proxy's name in the answer back to the name asked. The
-//!   regex has no braces or quotes so the Corefile lexer keeps it one token.
+//! The block goes into the root block (`.:53`, `.`) because that is where public names are
+//! resolved; [`Findings::shadowing`] lists the server blocks for more specific zones that would
+//! take a hairpinned name's queries away from it (CoreDNS routes a query to the server block with
+//! the longest matching zone).
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use super::answer::{self, Answer};
 use super::block::{self, Writer};
-use super::ProxyFqdn;
 use crate::hostname::Hostname;
 
 /// What the Corefile tells us beyond the edit (for warnings and `doctor`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Findings {
     /// The root server block has the `reload` plugin (otherwise CoreDNS needs a restart).
     pub has_reload: bool,
     /// The root server block already has `import /etc/coredns/custom/*.override` (or the relative
     /// `import custom/*.override` that AKS writes next to `/etc/coredns/Corefile`).
     pub imports_custom_override: bool,
+    /// Hairpinned names whose queries another server block takes: one for a more specific zone
+    /// on the root block's port (a user's `example.com:53 { … }`). CoreDNS routes each query to
+    /// the block with the longest matching zone, so our block never sees these names.
+    pub shadowing: Vec<Shadow>,
+}
+
+/// A hairpinned name that a more specific server block takes (see [`Findings::shadowing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shadow {
+    pub host: String,
+    /// The server block's keys as written, and its line in the input.
+    pub block: String,
+    pub line: usize,
 }
 
 /// The result of a splice.
@@ -55,9 +64,6 @@ const CUSTOM_OVERRIDE_IMPORTS: [&str; 3] = [
     "./custom/*.override",
 ];
 
-/// The one-label pattern used for wildcards (see the module docs).
-const WILDCARD_LABEL: &str = "^[a-z0-9-]+\\.";
-
 /// Replaces (or inserts, or with an empty set removes) our block. Text outside the markers is
 /// preserved byte for byte.
 ///
@@ -66,7 +72,20 @@ const WILDCARD_LABEL: &str = "^[a-z0-9-]+\\.";
 pub fn splice(
     corefile: &str,
     hosts: &BTreeSet<Hostname>,
-    proxy: &ProxyFqdn,
+    answer: &Answer,
+) -> Result<Edit, CorefileError> {
+    edit(corefile, hosts, Some(answer))
+}
+
+/// Removes our block, if any (the splice of an empty set, which needs no answer).
+pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
+    edit(corefile, &BTreeSet::new(), None)
+}
+
+fn edit(
+    corefile: &str,
+    hosts: &BTreeSet<Hostname>,
+    answer: Option<&Answer>,
 ) -> Result<Edit, CorefileError> {
     if corefile.is_empty() {
         return Err(CorefileError {
@@ -109,11 +128,10 @@ pub fn splice(
     let findings = Findings {
         has_reload: root.has_reload,
         imports_custom_override: root.imports_override,
+        shadowing: shadowing(&parsed.blocks, root, hosts, &line_in_input),
     };
 
-    let text = if hosts.is_empty() {
-        base.into_owned()
-    } else {
+    let text = if let (false, Some(answer)) = (hosts.is_empty(), answer) {
         let eol = block::eol(&base, span.as_ref());
         let indent: Cow<str> = match (root.first_directive, in_place, &span) {
             (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(&base, off)..off]),
@@ -130,7 +148,7 @@ pub fn splice(
                 &indent,
                 eol,
                 hosts,
-                proxy,
+                answer,
             ),
             _ => {
                 if !root.close_line_first {
@@ -144,9 +162,11 @@ pub fn splice(
                     });
                 }
                 let at = block::line_start(&base, root.close);
-                write(&base[..at], &base[at..], &indent, eol, hosts, proxy)
+                write(&base[..at], &base[at..], &indent, eol, hosts, answer)
             }
         }
+    } else {
+        base.into_owned()
     };
     Ok(Edit {
         changed: text != corefile,
@@ -161,43 +181,79 @@ fn write(
     indent: &str,
     eol: &str,
     hosts: &BTreeSet<Hostname>,
-    proxy: &ProxyFqdn,
+    answer: &Answer,
 ) -> String {
-    let per_line = indent.len() + eol.len() + proxy.as_str().len() + 80;
     let mut w = Writer::new(
         &[prefix],
         indent,
         eol,
-        hosts.len() * per_line + suffix.len() + 128,
+        answer::size_hint(hosts, answer) + suffix.len() + 128,
     );
-    write_rules(&mut w, hosts, proxy);
+    answer::write(&mut w, hosts, answer, unit_indent(indent));
     w.finish(true, suffix)
 }
 
-/// One rule per host, in the set's order. Shared with the import snippet.
-pub(crate) fn write_rules(w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, proxy: &ProxyFqdn) {
-    let mut escaped = String::new();
-    for h in hosts {
-        if h.is_wildcard() {
-            escaped.clear();
-            for (i, label) in h.base().split('.').enumerate() {
-                if i > 0 {
-                    escaped.push_str("\\.");
-                }
-                escaped.push_str(label);
+/// One level of indentation in the style of `indent`: a tab where the Corefile uses tabs.
+pub(crate) fn unit_indent(indent: &str) -> &'static str {
+    if indent.contains('\t') {
+        "\t"
+    } else {
+        "    "
+    }
+}
+
+/// The hairpinned names that a server block on the root block's port with a more specific zone
+/// takes (a wildcard counts when the zone holds its base).
+fn shadowing(
+    blocks: &[ServerBlock],
+    root: &ServerBlock,
+    hosts: &BTreeSet<Hostname>,
+    line_in_input: &dyn Fn(usize) -> usize,
+) -> Vec<Shadow> {
+    let ports: Vec<&str> = root.zones.iter().map(|(_, p)| p.as_str()).collect();
+    let mut out = Vec::new();
+    for b in blocks.iter().filter(|b| !b.root) {
+        for (zone, port) in &b.zones {
+            if zone == "." || !ports.contains(&port.as_str()) {
+                continue;
             }
-            w.line(&[
-                "rewrite name regex ",
-                WILDCARD_LABEL,
-                &escaped,
-                "\\.$ ",
-                proxy.as_str(),
-                " answer auto",
-            ]);
-        } else {
-            w.line(&["rewrite name ", h.as_str(), " ", proxy.as_str()]);
+            for h in hosts {
+                let name = h.base();
+                let inside = name == zone
+                    || (name.len() > zone.len()
+                        && name.ends_with(zone.as_str())
+                        && name.as_bytes()[name.len() - zone.len() - 1] == b'.');
+                if inside {
+                    out.push(Shadow {
+                        host: h.to_string(),
+                        block: b.keys.clone(),
+                        line: line_in_input(b.open),
+                    });
+                }
+            }
         }
     }
+    out
+}
+
+/// A server block key's zone (lower-case, no trailing dot; `.` for the root) and port, for
+/// plain DNS (`dns://` or no scheme); `None` for other transports (`tls://`, `https://`, …),
+/// which listen elsewhere.
+fn key_zone(key: &str) -> Option<(String, String)> {
+    let key = key.trim_end_matches(',').to_ascii_lowercase();
+    let rest = key.strip_prefix("dns://").unwrap_or(&key);
+    if rest.contains("://") || rest.is_empty() {
+        return None;
+    }
+    let (zone, port) = match rest.rsplit_once(':') {
+        Some((z, p)) => (z, p),
+        None => (rest, "53"),
+    };
+    let zone = match zone.trim_end_matches('.') {
+        "" => ".",
+        z => z,
+    };
+    Some((zone.to_string(), port.to_string()))
 }
 
 fn no_root_error(blocks: &[ServerBlock], line_in_input: &dyn Fn(usize) -> usize) -> CorefileError {
@@ -327,6 +383,8 @@ struct ServerBlock {
     first_directive: Option<usize>,
     has_reload: bool,
     imports_override: bool,
+    /// Zone and port of each plain-DNS key.
+    zones: Vec<(String, String)>,
 }
 
 /// Nesting at the probed offset.
@@ -389,6 +447,7 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
                         first_directive: None,
                         has_reload: false,
                         imports_override: false,
+                        zones: keys.iter().filter_map(|k| key_zone(k)).collect(),
                     });
                     cur = Some(blocks.len() - 1);
                     pending.clear();
@@ -454,7 +513,8 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dns::{BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER};
+    use crate::dns::answer::ProxyAddrs;
+    use crate::dns::{ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER};
     use crate::hostname::HostPolicy;
 
     fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
@@ -462,8 +522,10 @@ mod tests {
         names.iter().map(|n| p.check(n).unwrap()).collect()
     }
 
-    fn proxy() -> ProxyFqdn {
-        ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap()
+    /// The splicing tests use the one-line-per-host rewrite form, which shows placement
+    /// plainly; the template form has its own tests below and in `answer`.
+    fn proxy() -> Answer {
+        Answer::Rewrite(ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap())
     }
 
     fn splice_ok(text: &str, names: &[&str]) -> Edit {
@@ -488,7 +550,8 @@ mod tests {
             e.findings,
             Findings {
                 has_reload: true,
-                imports_custom_override: false
+                imports_custom_override: false,
+                shadowing: Vec::new(),
             }
         );
         let again = splice_ok(&e.text, &["a.example.com", "b.example.com"]);
@@ -509,6 +572,77 @@ mod tests {
                 ". {{\n\tforward . 1.1.1.1\n\t{BEGIN_MARKER}\n\trewrite name regex ^[a-z0-9-]+\\.apps\\.example\\.com\\.$ {DEFAULT_PROXY_FQDN} answer auto\n\t{END_MARKER}\n}}"
             )
         );
+    }
+
+    #[test]
+    fn template_pair_nests_one_level_in_the_corefile_style() {
+        let ips: Vec<std::net::IpAddr> = vec!["10.96.0.5".parse().unwrap()];
+        let answer = Answer::Template(ProxyAddrs::new(&ips).unwrap());
+        for (text, unit) in [(KUBEADM, "    "), (". {\n\tforward . 1.1.1.1\n}\n", "\t")] {
+            let e = splice(text, &hosts(&["a.example.com"]), &answer).unwrap();
+            let indent = if unit == "\t" { "\t" } else { "    " };
+            let want = format!(
+                "{indent}{BEGIN_MARKER}\n{indent}template IN A example.com {{\n{indent}{unit}match \
+                 ^a\\.example\\.com\\.$\n{indent}{unit}answer \"{{{{ .Name }}}} 30 IN A \
+                 10.96.0.5\"\n{indent}{unit}fallthrough\n{indent}}}\n{indent}template IN AAAA \
+                 example.com {{\n{indent}{unit}match ^a\\.example\\.com\\.$\n{indent}{unit}\
+                 fallthrough\n{indent}}}\n{indent}{END_MARKER}\n}}\n"
+            );
+            assert!(e.text.ends_with(&want), "{}", e.text);
+            // Our own nested braces do not disturb the next parse: idempotent and removable.
+            let again = splice(&e.text, &hosts(&["a.example.com"]), &answer).unwrap();
+            assert!(!again.changed);
+            assert_eq!(
+                splice(&e.text, &BTreeSet::new(), &answer).unwrap().text,
+                text
+            );
+        }
+    }
+
+    #[test]
+    fn more_specific_server_blocks_shadow_hosts() {
+        let t = "example.com:53 {\n    forward . 10.0.0.1\n}\nshop.example.org {\n}\nexample.net:5353 {\n}\ntls://example.io {\n}\n.:53 {\n    forward . /etc/resolv.conf\n}\n";
+        let f = splice(
+            t,
+            &hosts(&[
+                "a.example.com",
+                "example.com",
+                "*.shop.example.org",
+                "x.example.org",
+                "a.example.net",
+                "a.example.io",
+            ]),
+            &proxy(),
+        )
+        .unwrap()
+        .findings;
+        let got: Vec<(&str, &str, usize)> = f
+            .shadowing
+            .iter()
+            .map(|s| (s.host.as_str(), s.block.as_str(), s.line))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a.example.com", "example.com:53", 1),
+                ("example.com", "example.com:53", 1),
+                ("*.shop.example.org", "shop.example.org", 4),
+            ]
+        );
+        for (key, want) in [
+            ("example.com:53", Some(("example.com", "53"))),
+            ("DNS://Example.com.:1053", Some(("example.com", "1053"))),
+            (".", Some((".", "53"))),
+            (".:53,", Some((".", "53"))),
+            ("tls://example.com", None),
+        ] {
+            let got = key_zone(key);
+            assert_eq!(
+                got.as_ref().map(|(z, p)| (z.as_str(), p.as_str())),
+                want,
+                "{key}"
+            );
+        }
     }
 
     #[test]

@@ -136,13 +136,45 @@ pub fn selector(instance: &str) -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY},{INSTANCE_LABEL}={instance}")
 }
 
+/// Object names are at most this long: a DNS-1123 label for `DNSEndpoint`s, a DNS-1035 label
+/// for Services.
+const NAME_MAX: usize = 63;
+/// Hex digits of the hash that ends every object name.
+const HASH_HEX: usize = 16;
+/// Put before a Service name whose readable part does not start with a letter (`1password.x`,
+/// `0.x`): a Service name must be a DNS-1035 label, which starts with a letter.
+pub const SERVICE_NAME_MARKER: &str = "h-";
+
 /// The object name for a hostname: a readable part of the name plus 16 hex digits of SHA-256 over
 /// the instance and the full name, as one DNS-1123 label. The hash keeps distinct names apart
 /// where the readable part cannot (`a-b.x` / `a.b-x`, `*.x`, truncated long names); a
 /// cryptographic hash means a tenant cannot craft a name that lands on another tenant's object.
 pub fn object_name(instance: &str, host: &Hostname) -> String {
-    const HASH_HEX: usize = 16;
-    const MAX: usize = 63;
+    let (readable, hash) = name_parts(instance, host);
+    join_name("", &readable, &hash)
+}
+
+/// The Service name for a hostname (`--external-dns-output service`): a DNS-1035 label of at most
+/// 63 characters. It is [`object_name`] wherever that already starts with a letter, so Services
+/// written before this rule keep their names and an upgrade renames nothing; the others (names
+/// starting with a digit, which the API server refuses for Services, so none of them exist) get
+/// [`SERVICE_NAME_MARKER`] in front and a readable part shortened to make room. The hash is the
+/// same as in [`object_name`], so names stay distinct: the marker only changes the readable part,
+/// which never kept names apart on its own.
+pub fn service_name(instance: &str, host: &Hostname) -> String {
+    let (readable, hash) = name_parts(instance, host);
+    let prefix = if readable.starts_with(|c: char| c.is_ascii_lowercase()) {
+        ""
+    } else {
+        SERVICE_NAME_MARKER
+    };
+    let name = join_name(prefix, &readable, &hash);
+    debug_assert!(is_dns1035_label(&name), "{host:?} -> {name}");
+    name
+}
+
+/// The whole readable part (dots as '-', `*.` as `wildcard-`) and the hash of an object name.
+fn name_parts(instance: &str, host: &Hostname) -> (String, String) {
     let digest = Sha256::new()
         .chain_update(instance.as_bytes())
         .chain_update([0u8])
@@ -158,13 +190,32 @@ pub fn object_name(instance: &str, host: &Hostname) -> String {
         None => host.as_str().to_string(),
     }
     .replace('.', "-");
-    let mut readable = &readable[..readable.len().min(MAX - HASH_HEX - 1)];
-    readable = readable.trim_end_matches('-');
-    format!("{readable}-{hash}")
+    (readable, hash)
+}
+
+/// `prefix`, the readable part cut to what fits in [`NAME_MAX`], '-' and the hash. A cut never
+/// leaves a '-' before the separator, and the readable part (a hostname's first label, which
+/// starts alphanumeric) never becomes empty.
+fn join_name(prefix: &str, readable: &str, hash: &str) -> String {
+    let room = NAME_MAX - prefix.len() - HASH_HEX - 1;
+    let readable = readable[..readable.len().min(room)].trim_end_matches('-');
+    format!("{prefix}{readable}-{hash}")
 }
 
 /// One `DNSEndpoint` per host, in host order.
 pub fn endpoints(hosts: &BTreeSet<Hostname>, opts: &Options) -> Vec<DnsEndpoint> {
+    endpoints_named(hosts, opts, object_name)
+}
+
+/// [`endpoints`] with each object named by `name` (instance, host): [`service_name`] for the
+/// Service output, whose names have a stricter syntax than a `DNSEndpoint`'s. The objects' names
+/// are where both outputs take them from, so the name an object is written under, listed under
+/// and deleted under is always the same one.
+pub fn endpoints_named(
+    hosts: &BTreeSet<Hostname>,
+    opts: &Options,
+    name: fn(&str, &Hostname) -> String,
+) -> Vec<DnsEndpoint> {
     let mut labels = opts.labels.clone();
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
     labels.insert(INSTANCE_LABEL.into(), opts.instance.clone());
@@ -187,7 +238,7 @@ pub fn endpoints(hosts: &BTreeSet<Hostname>, opts: &Options) -> Vec<DnsEndpoint>
                 api_version: API_VERSION.into(),
                 kind: KIND.into(),
                 metadata: ObjectMeta {
-                    name: Some(object_name(&opts.instance, host)),
+                    name: Some(name(&opts.instance, host)),
                     namespace: Some(opts.namespace.clone()),
                     labels: Some(labels.clone()),
                     annotations: annotations.clone(),
@@ -277,6 +328,11 @@ fn is_dns1123_label(s: &str) -> bool {
 
 fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// A DNS-1123 label that starts with a letter: what a Service name must be.
+fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -373,6 +429,172 @@ mod tests {
             .collect();
         assert_eq!(objects.len(), hosts.len());
         assert!(objects.iter().all(|n| is_dns1123_label(n)));
+    }
+
+    #[test]
+    fn dns1035_labels() {
+        for (s, ok) in [
+            ("a", true),
+            ("www-example-com-83c9f4f4d6e3c9e9", true),
+            ("h-1password-example-com-9e2fe40f336f8937", true),
+            ("xn--bcher-kva", true),
+            (&"a".repeat(63), true),
+            (&"a".repeat(64), false),
+            ("", false),
+            ("1password-example-com-9e2fe40f336f8937", false),
+            ("0", false),
+            ("-a", false),
+            ("a-", false),
+            ("A", false),
+            ("a.b", false),
+            ("a_b", false),
+        ] {
+            assert_eq!(is_dns1035_label(s), ok, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn service_names_are_dns1035_labels() {
+        let long = format!("{0}.{0}.{0}.{1}.com", "a".repeat(63), "b".repeat(57));
+        let long_digit = format!(
+            "{0}.{1}.{1}.{2}.com",
+            "1".repeat(63),
+            "a".repeat(63),
+            "b".repeat(57)
+        );
+        let label63 = format!("9{}.example.com", "x".repeat(62));
+        // The cut for the marker's room falls on the '-' that was the dot after the first label.
+        let cut_at_dash = format!("1{}.x-y.example", "b".repeat(42));
+        // Pinned: a change here renames Services in running clusters.
+        let table: [(&str, &str); 16] = [
+            // Digit-led: the marker in front, the same hash as the DNSEndpoint name.
+            (
+                "1password.example.com",
+                "h-1password-example-com-9e2fe40f336f8937",
+            ),
+            ("0.example.com", "h-0-example-com-f1be45cc05834bd4"),
+            (
+                &label63,
+                "h-9xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx-fc20772e3dc1ee5f",
+            ),
+            (
+                &long_digit,
+                "h-11111111111111111111111111111111111111111111-1ef1743aba97b6b2",
+            ),
+            (
+                &cut_at_dash,
+                "h-1bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-abac697eca0970e8",
+            ),
+            ("1-2.example.com", "h-1-2-example-com-d56665747ba0703b"),
+            ("1.2.example.com", "h-1-2-example-com-c5c86a43ad7e2fbb"),
+            ("12.example.com", "h-12-example-com-707f3ab4ea8130c9"),
+            // Already valid: the name from before this rule, so nothing is renamed.
+            ("www.example.com", "www-example-com-83c9f4f4d6e3c9e9"),
+            (
+                "xn--bcher-kva.example.com",
+                "xn--bcher-kva-example-com-78126b091f4e86c1",
+            ),
+            ("xn--80ak6aa92e.com", "xn--80ak6aa92e-com-cf85c6219b2274f4"),
+            (
+                "*.apps.example.com",
+                "wildcard-apps-example-com-0a569736015e03f6",
+            ),
+            ("*.1.example.com", "wildcard-1-example-com-6479e1c81c39f899"),
+            (
+                &long,
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-5282f7aa86db12a6",
+            ),
+            ("a-b.example.com", "a-b-example-com-b60d040b5f1ac780"),
+            ("api.example.com", "api-example-com-6870ca982f5c3007"),
+        ];
+        assert_eq!(long.len(), 253);
+        assert_eq!(long_digit.len(), 253);
+        let mut seen = BTreeSet::new();
+        for (h, pinned) in table {
+            let h = host(h);
+            let old = object_name(DEFAULT_INSTANCE, &h);
+            let name = service_name(DEFAULT_INSTANCE, &h);
+            assert!(is_dns1035_label(&name), "{h:?} -> {name}");
+            assert!(name.len() <= 63, "{h:?} -> {name}");
+            assert_eq!(name, service_name(DEFAULT_INSTANCE, &h), "deterministic");
+            if is_dns1035_label(&old) {
+                assert_eq!(name, old, "{h:?}: a valid name is kept");
+            } else {
+                assert!(name.starts_with(SERVICE_NAME_MARKER), "{h:?} -> {name}");
+                assert_eq!(
+                    name[name.len() - 17..],
+                    old[old.len() - 17..],
+                    "{h:?}: same hash"
+                );
+            }
+            assert_eq!(name, pinned, "{h:?}");
+            // DNSEndpoint names are untouched by the Service rule.
+            assert!(is_dns1123_label(&old), "{h:?} -> {old}");
+            assert!(seen.insert(name.clone()), "{h:?} -> {name} twice");
+        }
+        assert_ne!(
+            service_name("a", &host("1.example.com")),
+            service_name("b", &host("1.example.com"))
+        );
+    }
+
+    #[test]
+    fn service_names_do_not_collide() {
+        // Digit-led names next to the letter-led names their marked form reads like, plus many
+        // generated ones.
+        let mut names: Vec<String> = vec![
+            "1password.example.com".into(),
+            "h-1password.example.com".into(),
+            "h.1password.example.com".into(),
+            "0.example.com".into(),
+            "h-0.example.com".into(),
+            "*.0.example.com".into(),
+            "wildcard-0.example.com".into(),
+        ];
+        let stem = "9".repeat(60);
+        for i in 0..2000 {
+            names.push(format!("{stem}.{i}.example.com"));
+            names.push(format!("{i}.example.net"));
+            names.push(format!("h-{i}.example.net"));
+            names.push(format!("*.{i}.example.net"));
+            names.push(format!("{i}x.example.net"));
+        }
+        let hosts: BTreeSet<Hostname> = names.iter().map(|n| host(n)).collect();
+        assert_eq!(hosts.len(), names.len());
+        let services: BTreeSet<String> = hosts
+            .iter()
+            .map(|h| service_name(DEFAULT_INSTANCE, h))
+            .collect();
+        assert_eq!(services.len(), hosts.len());
+        assert!(services.iter().all(|n| is_dns1035_label(n)));
+    }
+
+    #[test]
+    fn endpoints_take_the_given_names() {
+        let hosts = BTreeSet::from([host("1password.example.com"), host("www.example.com")]);
+        let o = opts(&["192.0.2.1"]);
+        let names = |objs: Vec<DnsEndpoint>| -> Vec<String> {
+            objs.into_iter().map(|e| e.metadata.name.unwrap()).collect()
+        };
+        assert_eq!(
+            names(endpoints(&hosts, &o)),
+            [
+                "1password-example-com-9e2fe40f336f8937",
+                "www-example-com-83c9f4f4d6e3c9e9"
+            ]
+        );
+        assert_eq!(
+            names(endpoints_named(&hosts, &o, service_name)),
+            [
+                "h-1password-example-com-9e2fe40f336f8937",
+                "www-example-com-83c9f4f4d6e3c9e9"
+            ]
+        );
+        let as_services = endpoints_named(&hosts, &o, service_name);
+        for (a, b) in endpoints(&hosts, &o).iter().zip(&as_services) {
+            assert_eq!(a.spec, b.spec);
+            assert_eq!(a.metadata.labels, b.metadata.labels);
+        }
     }
 
     #[test]

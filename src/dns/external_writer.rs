@@ -134,7 +134,12 @@ pub fn desired(
     hosts: &BTreeSet<Hostname>,
     opts: &Options,
 ) -> BTreeMap<String, Value> {
-    external::endpoints(hosts, opts)
+    // A Service name must be a DNS-1035 label (letter-led), a DNSEndpoint's only a DNS-1123 one.
+    let name_of = match output {
+        Output::DnsEndpoint => external::object_name,
+        Output::Service => external::service_name,
+    };
+    external::endpoints_named(hosts, opts, name_of)
         .into_iter()
         .map(|ep| {
             let name = ep.metadata.name.clone().unwrap_or_default();
@@ -333,6 +338,7 @@ impl ExternalWriter {
             Err(e) if e.reason == "crd_missing" => {
                 tracing::info!("the DNSEndpoint CRD is not installed: no DNSEndpoints to delete");
                 Ok(Applied {
+                    answer: None,
                     outcome: Outcome::Unchanged,
                     findings: None,
                     conflicts: 0,
@@ -486,6 +492,7 @@ impl ExternalWriter {
             return Err(e);
         }
         Ok(Applied {
+            answer: None,
             outcome,
             findings: None,
             conflicts: 0,

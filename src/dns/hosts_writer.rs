@@ -558,6 +558,7 @@ impl HostsWriter {
             after: Some(u.after),
         });
         Applied {
+            answer: None,
             outcome,
             findings: None,
             conflicts: u.restarts,

@@ -1,10 +1,12 @@
 //! PURE renderers of the DNS configuration that points hairpinned names at the proxy: the
-//! CoreDNS Corefile block, the CoreDNS import snippet, the hosts-file block and external-dns
-//! DNSEndpoint objects. Text in, text out (or a typed error); no I/O.
+//! CoreDNS Corefile block (`answer`: the A/AAAA `template` pair, or the opt-in `rewrite` lines),
+//! the CoreDNS import snippet, the hosts-file block and external-dns DNSEndpoint objects. Text
+//! in, text out (or a typed error); no I/O.
 //! The exceptions are the write paths that run them on live targets: `apply` (CoreDNS
 //! ConfigMaps), `hosts_writer` (the node's hosts file), `external_writer` (external-dns objects)
 //! and `proxy_ips` (the proxy Service's ClusterIPs).
 
+pub mod answer;
 pub mod apply;
 mod block;
 pub mod coredns_import;
@@ -13,6 +15,7 @@ pub mod etc_hosts;
 pub mod external;
 pub mod external_writer;
 pub mod hosts_writer;
+mod name_regex;
 pub mod proxy_ips;
 pub mod sink;
 

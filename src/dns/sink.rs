@@ -6,9 +6,12 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 
-use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter};
+use super::answer::{Answer, ProxyAddrs};
+use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome, TOO_LARGE};
 use super::external_writer::ExternalWriter;
 use super::hosts_writer::HostsWriter;
+use super::proxy_ips::ProxyIps;
+use super::ProxyFqdn;
 use crate::hostname::Hostname;
 
 /// The object an error is about, for a Kubernetes Event on it (`None` in [`SinkError`] for
@@ -36,6 +39,14 @@ pub struct SinkError {
     /// Where to put a Warning Event.
     pub object: Option<ObjectKey>,
     pub message: String,
+}
+
+impl SinkError {
+    /// A failure another attempt with the same set cannot fix (the block would not fit the
+    /// ConfigMap): the controller waits for a new set instead of retrying.
+    pub fn is_permanent(&self) -> bool {
+        self.reason == TOO_LARGE
+    }
 }
 
 impl From<ApplyError> for SinkError {
@@ -72,31 +83,105 @@ pub trait Sink: Send + Sync {
     fn cleanup(&self) -> impl Future<Output = Result<Applied, SinkError>> + Send;
 }
 
-impl Sink for CorefileWriter {
-    fn mode(&self) -> &'static str {
-        "coredns"
-    }
+/// Where the CoreDNS modes' answers come from.
+pub enum AnswerSource {
+    /// The template pair with the proxy's addresses, resolved at each apply.
+    Template(ProxyIps),
+    /// Rewrite lines to the proxy Service's name.
+    Rewrite(ProxyFqdn),
+}
 
-    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        Ok(CorefileWriter::apply(self, hosts).await?)
-    }
-
-    async fn cleanup(&self) -> Result<Applied, SinkError> {
-        Ok(CorefileWriter::cleanup(self).await?)
+impl AnswerSource {
+    pub async fn resolve(&self) -> Result<Answer, SinkError> {
+        match self {
+            AnswerSource::Rewrite(fqdn) => Ok(Answer::Rewrite(fqdn.clone())),
+            AnswerSource::Template(ips) => {
+                let ips = ips.resolve().await?;
+                // `resolve` never returns an empty list on success.
+                ProxyAddrs::new(&ips)
+                    .map(Answer::Template)
+                    .ok_or_else(|| SinkError {
+                        reason: "no_cluster_ip",
+                        object: None,
+                        message: "the proxy has no address to answer with".into(),
+                    })
+            }
+        }
     }
 }
 
-impl Sink for ImportWriter {
+/// The CoreDNS target of the coredns or coredns-import mode.
+pub enum CorednsTarget {
+    Corefile(CorefileWriter),
+    Import(ImportWriter),
+}
+
+/// The coredns and coredns-import modes: the CoreDNS target and, opted in, node-local-dns's
+/// Corefile, both holding the same rules. Without an address to answer with nothing is
+/// written (an empty answer would black-hole the names).
+pub struct CorednsSink {
+    pub target: CorednsTarget,
+    pub node_local: Option<CorefileWriter>,
+    pub answer: AnswerSource,
+}
+
+impl CorednsSink {
+    /// Resolves the answer, then writes the main target and node-local-dns.
+    async fn write(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+        let answer = self.answer.resolve().await?;
+        let main = match &self.target {
+            CorednsTarget::Corefile(w) => w.apply(hosts, &answer).await?,
+            CorednsTarget::Import(w) => w.apply(hosts, &answer).await?,
+        };
+        let applied = match &self.node_local {
+            Some(w) => merge(main, w.apply(hosts, &answer).await?),
+            None => main,
+        };
+        Ok(Applied {
+            answer: Some(answer),
+            ..applied
+        })
+    }
+}
+
+/// One report for two writes: the main target's change and findings, the node-local one's
+/// write counted in the outcome and conflicts.
+fn merge(main: Applied, node_local: Applied) -> Applied {
+    let outcome = match (main.outcome, node_local.outcome) {
+        (Outcome::Unchanged, other) => other,
+        (own, _) => own,
+    };
+    Applied {
+        answer: None,
+        outcome,
+        conflicts: main.conflicts + node_local.conflicts,
+        change: main.change.or(node_local.change),
+        findings: main.findings,
+    }
+}
+
+impl Sink for CorednsSink {
     fn mode(&self) -> &'static str {
-        "coredns-import"
+        match self.target {
+            CorednsTarget::Corefile(_) => "coredns",
+            CorednsTarget::Import(_) => "coredns-import",
+        }
     }
 
     async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        Ok(ImportWriter::apply(self, hosts).await?)
+        self.write(hosts).await
     }
 
+    /// Needs no answer (and so no proxy address): removing a block only reads the ConfigMap.
     async fn cleanup(&self) -> Result<Applied, SinkError> {
-        Ok(ImportWriter::cleanup(self).await?)
+        let main = match &self.target {
+            CorednsTarget::Corefile(w) => w.cleanup().await?,
+            CorednsTarget::Import(w) => w.cleanup().await?,
+        };
+        Ok(match &self.node_local {
+            Some(w) => merge(main, w.cleanup().await?),
+            None => main,
+        })
     }
 }
 
@@ -129,9 +214,11 @@ impl Sink for ExternalWriter {
 }
 
 /// The backend chosen by `--mode`. (An enum rather than `dyn`: `Sink` has async methods.)
+// One per process, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum AnySink {
-    Coredns(CorefileWriter),
-    CorednsImport(ImportWriter),
+    /// coredns and coredns-import.
+    Coredns(CorednsSink),
     EtcHosts(HostsWriter),
     ExternalDns(ExternalWriter),
 }
@@ -140,7 +227,6 @@ impl Sink for AnySink {
     fn mode(&self) -> &'static str {
         match self {
             AnySink::Coredns(s) => s.mode(),
-            AnySink::CorednsImport(s) => s.mode(),
             AnySink::EtcHosts(s) => s.mode(),
             AnySink::ExternalDns(s) => s.mode(),
         }
@@ -149,7 +235,6 @@ impl Sink for AnySink {
     async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
         match self {
             AnySink::Coredns(s) => Sink::apply(s, hosts).await,
-            AnySink::CorednsImport(s) => Sink::apply(s, hosts).await,
             AnySink::EtcHosts(s) => Sink::apply(s, hosts).await,
             AnySink::ExternalDns(s) => Sink::apply(s, hosts).await,
         }
@@ -158,7 +243,6 @@ impl Sink for AnySink {
     async fn cleanup(&self) -> Result<Applied, SinkError> {
         match self {
             AnySink::Coredns(s) => Sink::cleanup(s).await,
-            AnySink::CorednsImport(s) => Sink::cleanup(s).await,
             AnySink::EtcHosts(s) => Sink::cleanup(s).await,
             AnySink::ExternalDns(s) => Sink::cleanup(s).await,
         }

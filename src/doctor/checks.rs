@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Service, ServiceAccount};
@@ -13,8 +13,9 @@ use super::report::Check;
 use crate::controller::args::{ExternalDnsOutput, Mode};
 use crate::controller::hostnames::Desired;
 use crate::controller::rbac::{Rule, Scope};
+use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
 use crate::dns::apply::ConfigMapKey;
-use crate::dns::{coredns_import, corefile, ProxyFqdn, BEGIN_MARKER, END_MARKER};
+use crate::dns::{coredns_import, corefile, BEGIN_MARKER, END_MARKER};
 use crate::hostname::Hostname;
 
 /// Evidence lists longer than this are cut, with a count of the rest.
@@ -591,18 +592,75 @@ fn rule_diff(want: &[String], have: &[String]) -> Vec<String> {
     cut(missing.chain(extra).collect())
 }
 
+/// The summary of the checks that judge our block when they cannot.
+pub const UNKNOWN: &str = "the desired hostnames or the proxy's addresses are unknown (see the \
+                           hostnames and proxy-service checks)";
+
+/// Our block in a Corefile (`corefile`, of which `edit` is the splice for `hosts` and `answer`):
+/// OK present and current, FAIL missing or stale (the rules missing and stale as evidence), WARN
+/// the same rules but misplaced. `place` follows "our block" in the summary (" in ConfigMap
+/// NS/NAME", or empty).
+fn block_verdict(
+    id: &'static str,
+    place: &str,
+    corefile: &str,
+    edit: &corefile::Edit,
+    hosts: &BTreeSet<Hostname>,
+    answer: &Answer,
+    action: &str,
+) -> Check {
+    if !edit.changed {
+        return Check::ok(
+            id,
+            if hosts.is_empty() {
+                format!("no block{place}, and no hostname to hairpin")
+            } else {
+                format!(
+                    "our block{place} is present and current ({} hostname(s))",
+                    hosts.len()
+                )
+            },
+        );
+    }
+    let want = block_lines(&coredns_import::render(hosts, answer)).unwrap_or_default();
+    let have = block_lines(corefile);
+    let c = match &have {
+        None => Check::fail(
+            id,
+            format!(
+                "our block{place} is missing ({} hostname(s) to hairpin)",
+                hosts.len()
+            ),
+        ),
+        Some(have) if rule_diff(&want, have).is_empty() => Check::warn(
+            id,
+            format!(
+                "our block{place} has the right rules but is misplaced or formatted differently"
+            ),
+        ),
+        Some(_) => Check::fail(id, format!("our block{place} is stale")),
+    };
+    c.evidence_all(rule_diff(&want, have.as_deref().unwrap_or_default()))
+        .action(action)
+}
+
 /// Findings of the Corefile: parse, root block, reload, import, our block.
-/// `hosts` is None when the sources could not be listed (the block is then not judged).
+/// `hosts` is None when the sources could not be listed, `answer` when the proxy's addresses
+/// are unknown (the block is then not judged).
 pub fn corefile_checks(
     mode: Mode,
     corefile: &str,
     hosts: Option<&BTreeSet<Hostname>>,
-    proxy: &ProxyFqdn,
+    answer: Option<&Answer>,
 ) -> (Vec<Check>, Option<corefile::Findings>) {
     let none = BTreeSet::new();
-    let known = hosts.is_some();
+    let known = hosts.is_some() && answer.is_some();
     let hosts = hosts.unwrap_or(&none);
-    let edit = match corefile::splice(corefile, hosts, proxy) {
+    let edited = match answer {
+        Some(a) => corefile::splice(corefile, hosts, a),
+        None => corefile::remove(corefile),
+    };
+    let edit = match edited {
         Ok(e) => e,
         Err(e) => {
             return (
@@ -616,7 +674,7 @@ pub fn corefile_checks(
             )
         }
     };
-    let f = edit.findings;
+    let f = edit.findings.clone();
     let mut out = vec![Check::ok(
         "coredns-corefile",
         "the Corefile parses and has a root server block (.:53)",
@@ -661,61 +719,32 @@ pub fn corefile_checks(
             "the root server block imports /etc/coredns/custom/*.override",
         ),
     });
-    let have = block_lines(corefile);
-    let block =
-        match mode {
-            Mode::Coredns if !known => Check::skip(
+    let block = match (mode, answer) {
+        (Mode::Coredns, Some(a)) if known => block_verdict(
+            "coredns-block",
+            "",
+            corefile,
+            &edit,
+            hosts,
+            a,
+            "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
+             deploy/ouroboros-controller) and that the rbac check passes",
+        ),
+        (Mode::Coredns, _) => Check::skip("coredns-block", UNKNOWN),
+        _ => match block_lines(corefile) {
+            Some(_) => Check::warn(
                 "coredns-block",
-                "the desired hostnames are unknown (see the hostnames check)",
-            ),
-            Mode::Coredns => {
-                if !edit.changed {
-                    Check::ok(
-                        "coredns-block",
-                        if hosts.is_empty() {
-                            "no block, and no hostname to hairpin".to_string()
-                        } else {
-                            format!(
-                                "our block is present and current ({} hostname(s))",
-                                hosts.len()
-                            )
-                        },
-                    )
-                } else {
-                    let want =
-                        block_lines(&coredns_import::render(hosts, proxy)).unwrap_or_default();
-                    let c = match &have {
-                    None => Check::fail(
-                        "coredns-block",
-                        format!("our block is missing ({} hostname(s) to hairpin)", hosts.len()),
-                    ),
-                    Some(have) if rule_diff(&want, have).is_empty() => Check::warn(
-                        "coredns-block",
-                        "our block has the right rules but is misplaced or formatted differently",
-                    ),
-                    Some(_) => Check::fail("coredns-block", "our block is stale"),
-                };
-                    c.evidence_all(rule_diff(&want, have.as_deref().unwrap_or_default()))
-                    .action(
-                        "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
-                         deploy/ouroboros-controller) and that the rbac check passes",
-                    )
-                }
-            }
-            _ => match &have {
-                Some(_) => Check::warn(
-                    "coredns-block",
-                    format!(
-                        "the Corefile still holds our block, unused in mode {}",
-                        mode.as_str()
-                    ),
-                )
-                .action(
-                    "remove it: ouroboros cleanup --mode coredns (with the same --coredns-* flags)",
+                format!(
+                    "the Corefile still holds our block, unused in mode {}",
+                    mode.as_str()
                 ),
-                None => Check::ok("coredns-block", "the Corefile holds no block of ours"),
-            },
-        };
+            )
+            .action(
+                "remove it: ouroboros cleanup --mode coredns (with the same --coredns-* flags)",
+            ),
+            None => Check::ok("coredns-block", "the Corefile holds no block of ours"),
+        },
+    };
     out.push(block);
     (out, Some(f))
 }
@@ -725,7 +754,7 @@ pub fn import_snippet(
     target: &ConfigMapKey,
     got: &Got<ConfigMap>,
     hosts: &BTreeSet<Hostname>,
-    proxy: &ProxyFqdn,
+    answer: &Answer,
 ) -> Check {
     const ID: &str = "coredns-import-snippet";
     let act = "check that the controller runs and is leader, and that the rbac check passes";
@@ -740,7 +769,7 @@ pub fn import_snippet(
         }
         Ok(Some(cm)) => cm.data.as_ref().and_then(|d| d.get(&target.key)),
     };
-    let want = coredns_import::render(hosts, proxy);
+    let want = coredns_import::render(hosts, answer);
     match text {
         None => Check::fail(ID, format!("{target} is missing")).action(act),
         Some(t) if *t == want => Check::ok(
@@ -816,30 +845,392 @@ pub fn block_reverted(
     .action(action)
 }
 
-pub fn node_local_dns(mode: Mode, namespace: &str, name: &str, got: &Got<ConfigMap>) -> Check {
-    const ID: &str = "node-local-dns";
-    match got {
-        Err(e) => e.check(ID),
-        Ok(None) => Check::ok(
-            ID,
-            format!("no node-local-dns (ConfigMap {namespace}/{name} not found)"),
-        ),
-        Ok(Some(_)) if uses_coredns(mode) => Check::warn(
+/// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so
+/// that our block (in the root server block) never answers them. `corefile` is the Corefile's
+/// [`corefile::Findings::shadowing`] (None when the Corefile could not be read or parsed);
+/// `import` is the ConfigMap whose `*.server` keys k3s and AKS import at the Corefile's top level
+/// (`import /etc/coredns/custom/*.server`), each a fragment of whole server blocks.
+pub fn coredns_shadowing(
+    mode: Mode,
+    corefile: Option<&[corefile::Shadow]>,
+    import: &ConfigMapKey,
+    import_got: &Got<ConfigMap>,
+    hosts: Option<&BTreeSet<Hostname>>,
+    answer: Option<&Answer>,
+) -> Check {
+    const ID: &str = "coredns-shadowing";
+    if !uses_coredns(mode) {
+        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    }
+    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let mut shadows: Vec<(String, String)> = corefile
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            (
+                s.host.clone(),
+                format!("{}: server block '{}' (line {})", s.host, s.block, s.line),
+            )
+        })
+        .collect();
+    // What kept doctor from looking everywhere, and the action for it.
+    let mut problems: Vec<String> = Vec::new();
+    let mut problem_action = None;
+    let cm = format!("ConfigMap {}/{}", import.namespace, import.name);
+    let searched = match import_got {
+        Err(e) => {
+            problems.push(e.to_string());
+            problem_action = Some(e.action());
+            format!("{cm} (could not be read)")
+        }
+        Ok(None) => format!("{cm} (not found)"),
+        Ok(Some(c)) => {
+            let servers: Vec<(&String, &String)> = c
+                .data
+                .iter()
+                .flatten()
+                .filter(|(k, _)| k.ends_with(".server"))
+                .collect();
+            for (key, text) in &servers {
+                match fragment_shadowing(text, hosts, answer) {
+                    Ok(found) => shadows.extend(found.into_iter().map(|s| {
+                        let line = format!(
+                            "{}: server block '{}' in {cm} key {key:?} (line {})",
+                            s.host, s.block, s.line
+                        );
+                        (s.host, line)
+                    })),
+                    Err(e) => {
+                        problems.push(format!("{cm} key {key:?} cannot be parsed: {e}"));
+                        problem_action.get_or_insert_with(|| {
+                            "fix that key: CoreDNS does not load a Corefile it cannot parse"
+                                .to_string()
+                        });
+                    }
+                }
+            }
+            let keys: Vec<&str> = servers.iter().map(|(k, _)| k.as_str()).collect();
+            if keys.is_empty() {
+                format!("{cm} (no *.server key)")
+            } else {
+                format!("{cm} ({})", keys.join(", "))
+            }
+        }
+    };
+    if !shadows.is_empty() {
+        let names: BTreeSet<&str> = shadows.iter().map(|(h, _)| h.as_str()).collect();
+        return Check::warn(
             ID,
             format!(
-                "node-local-dns is installed (ConfigMap {namespace}/{name}): pods resolving \
-                 through it send external names upstream and never see the CoreDNS rewrite"
+                "{} hairpinned name(s) are taken by a server block for a more specific zone, so \
+                 our block never answers them (CoreDNS routes a query to the block with the \
+                 longest matching zone)",
+                names.len()
             ),
         )
-        .action(
-            "use --mode external-dns, or add the same rewrite rules to node-local-dns's \
-             Corefile by hand",
+        .evidence_all(cut(shadows.into_iter().map(|(_, l)| l).collect()))
+        .evidence_all(problems)
+        .action(format!(
+            "add the same ouroboros {} block to that server block (copy the lines between the \
+             markers, without the marker lines, which the controller would move into the root \
+             block), or remove the block",
+            answer.form()
+        ));
+    }
+    if !problems.is_empty() {
+        return Check::warn(
+            ID,
+            "not every server block could be checked for hairpinned names it takes",
+        )
+        .evidence_all(problems)
+        .action(problem_action.unwrap_or_default());
+    }
+    if corefile.is_none() {
+        return Check::skip(
+            ID,
+            "the Corefile could not be read or parsed (see the coredns-configmap and \
+             coredns-corefile checks)",
+        )
+        .evidence(searched);
+    }
+    Check::ok(
+        ID,
+        "no server block for a more specific zone takes a hairpinned name",
+    )
+    .evidence(format!("searched: the Corefile; {searched}"))
+}
+
+/// The shadowing in a `*.server` fragment. `corefile::splice` reports shadowing relative to a
+/// root server block, which a fragment does not have (CoreDNS imports it beside the Corefile's
+/// own `.:53`): an empty `.:53 {}` is appended so the parse has one, and the fragment's blocks
+/// then shadow exactly as they do beside the real root block. Coming last, it leaves the
+/// fragment's line numbers as they are.
+fn fragment_shadowing(
+    fragment: &str,
+    hosts: &BTreeSet<Hostname>,
+    answer: &Answer,
+) -> Result<Vec<corefile::Shadow>, corefile::CorefileError> {
+    let text = format!("{fragment}\n.:53 {{\n}}\n");
+    corefile::splice(&text, hosts, answer).map(|e| e.findings.shadowing)
+}
+
+/// The CoreDNS Deployment doctor reads first; else the one labelled [`KUBE_DNS_SELECTOR`]
+/// (RKE2 names it `rke2-coredns-rke2-coredns`).
+pub const COREDNS_DEPLOYMENT: &str = "coredns";
+pub const KUBE_DNS_SELECTOR: &str = "k8s-app=kube-dns";
+
+/// An image reference without its digest, tag and registry path: `coredns` for
+/// `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`.
+fn image_name(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
+/// An image reference's tag (`v1.11.3` for `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`),
+/// None when it has none (digest only, or no tag at all).
+pub fn image_tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split_once(':')
+        .map(|(_, tag)| tag)
+        .filter(|t| !t.is_empty())
+}
+
+/// The workload's CoreDNS image: the first whose name contains `coredns` (`coredns`,
+/// `hardened-coredns`, `mirrored-coredns-coredns`).
+pub fn coredns_image(w: &Workload) -> Option<&str> {
+    w.images
+        .iter()
+        .map(String::as_str)
+        .find(|i| image_name(i).to_ascii_lowercase().contains("coredns"))
+}
+
+/// Among Deployments, the CoreDNS one: the first running a CoreDNS image, else the first.
+pub fn pick_coredns_workload(ws: &[Workload]) -> Option<&Workload> {
+    ws.iter()
+        .find(|w| coredns_image(w).is_some())
+        .or_else(|| ws.first())
+}
+
+/// coredns-version: the CoreDNS image's version against the oldest that parses our block.
+/// `deployment` is the CoreDNS Deployment in `namespace` (None when none was found).
+pub fn coredns_version(
+    mode: Mode,
+    namespace: &str,
+    deployment: &Got<Workload>,
+    hosts: Option<&BTreeSet<Hostname>>,
+    answer: Option<&Answer>,
+) -> Check {
+    const ID: &str = "coredns-version";
+    if !uses_coredns(mode) {
+        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    }
+    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let form = answer.form();
+    let (need, why) = oldest_coredns(hosts, answer);
+    let needs = format!("our {form} block needs CoreDNS {need} or later: {why}");
+    let w = match deployment {
+        Err(e) => {
+            return Check::warn(
+                ID,
+                "could not read the CoreDNS Deployment, so its version is unknown",
+            )
+            .evidence(e.to_string())
+            .evidence(needs)
+            .action(format!(
+                "check the version by hand: kubectl -n {namespace} get deploy \
+                 {COREDNS_DEPLOYMENT} -o jsonpath='{{.spec.template.spec.containers[*].image}}'; \
+                 {}",
+                e.action()
+            ))
+        }
+        Ok(None) => {
+            return Check::warn(
+                ID,
+                format!(
+                    "no CoreDNS Deployment in namespace {namespace} (none named \
+                     {COREDNS_DEPLOYMENT}, none labelled {KUBE_DNS_SELECTOR}), so its version \
+                     is unknown"
+                ),
+            )
+            .evidence(needs)
+            .action(format!(
+                "check the version by hand: kubectl -n {namespace} get deployments -o wide \
+                 (the IMAGES column), or check --coredns-namespace"
+            ))
+        }
+        Ok(Some(w)) => w,
+    };
+    let Some(image) = coredns_image(w) else {
+        return Check::warn(ID, format!("{} runs no CoreDNS image", w.reference()))
+            .evidence(format!("images: {}", w.images.join(", ")))
+            .evidence(needs)
+            .action(format!(
+            "check that the cluster DNS is CoreDNS {need} or later (kube-dns, as on GKE, reads \
+             no Corefile: use --mode external-dns there)"
+        ));
+    };
+    let evidence = format!("{}: image {image}", w.reference());
+    let Some(v) = image_tag(image).and_then(Version::parse) else {
+        return Check::warn(
+            ID,
+            format!("cannot tell the CoreDNS version from the image tag of {image}"),
+        )
+        .evidence(evidence)
+        .evidence(needs)
+        .action(format!(
+            "check the version by hand: kubectl -n {} logs deploy/{} | grep -m1 CoreDNS- \
+             (CoreDNS prints it when it starts)",
+            w.namespace, w.name
+        ));
+    };
+    if v >= need {
+        return Check::ok(
+            ID,
+            format!("CoreDNS {v} parses our {form} block (needs {need} or later)"),
+        )
+        .evidence(evidence);
+    }
+    let action = match answer {
+        Answer::Rewrite(_) => format!(
+            "use --coredns-answer template (the default), which parses on CoreDNS {} and later, \
+             or upgrade CoreDNS to {need} or later",
+            template_needs(hosts)
         ),
-        Ok(Some(_)) => Check::ok(
+        Answer::Template(_) => format!("upgrade CoreDNS to {need} or later"),
+    };
+    Check::fail(
+        ID,
+        format!(
+            "CoreDNS {v} is too old for our {form} block (needs {need} or later): it rejects \
+             the Corefile"
+        ),
+    )
+    .evidence(evidence)
+    .evidence(needs)
+    .action(action)
+}
+
+/// The oldest CoreDNS that parses the template form for `hosts`.
+fn template_needs(hosts: &BTreeSet<Hostname>) -> Version {
+    let any = ProxyAddrs::new(&[IpAddr::V4(Ipv4Addr::UNSPECIFIED)]).expect("one address");
+    oldest_coredns(hosts, &Answer::Template(any)).0
+}
+
+/// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold
+/// the same block as CoreDNS's; off, an installed node-local-dns bypasses the block.
+pub fn node_local_dns(
+    mode: Mode,
+    enabled: bool,
+    target: &ConfigMapKey,
+    got: &Got<ConfigMap>,
+    hosts: Option<&BTreeSet<Hostname>>,
+    answer: Option<&Answer>,
+) -> Check {
+    const ID: &str = "node-local-dns";
+    let (ns, name) = (&target.namespace, &target.name);
+    let writes = enabled && uses_coredns(mode);
+    let cm = match got {
+        Err(e) => return e.check(ID),
+        Ok(None) if writes => {
+            return Check::fail(
+                ID,
+                format!("ConfigMap {ns}/{name} not found, but --node-local-dns is on"),
+            )
+            .action(
+                "point --node-local-dns-namespace and --node-local-dns-configmap at \
+                 node-local-dns's ConfigMap (`node-local-dns` upstream, `nodelocaldns` on \
+                 kubespray: kubectl get configmaps -A | grep -i local), or turn --node-local-dns \
+                 off when node-local-dns is not installed",
+            )
+        }
+        Ok(None) => {
+            return Check::ok(
+                ID,
+                format!("no node-local-dns (ConfigMap {ns}/{name} not found)"),
+            )
+        }
+        Ok(Some(cm)) => cm,
+    };
+    if !uses_coredns(mode) {
+        return Check::ok(
             ID,
             format!(
                 "node-local-dns is installed; mode {} does not depend on CoreDNS",
                 mode.as_str()
+            ),
+        );
+    }
+    let text = cm.data.as_ref().and_then(|d| d.get(&target.key));
+    if !enabled {
+        let mut c = Check::warn(
+            ID,
+            format!(
+                "node-local-dns is installed (ConfigMap {ns}/{name}) and --node-local-dns is off: \
+                 pods resolving through it send external names upstream and never see the \
+                 CoreDNS block"
+            ),
+        );
+        if text.is_some_and(|t| block_lines(t).is_some()) {
+            c = c.evidence(
+                "its Corefile holds an ouroboros block, which the controller does not update \
+                 while --node-local-dns is off",
+            );
+        }
+        let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
+                       controller writes the same template block into its `.:53` server block, \
+                       or use --mode external-dns";
+        return c.action(match answer {
+            Some(Answer::Rewrite(_)) => {
+                format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
+            }
+            _ => turn_on.to_string(),
+        });
+    }
+    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let Some(text) = text else {
+        let keys: Vec<&str> = cm
+            .data
+            .iter()
+            .flat_map(|d| d.keys().map(String::as_str))
+            .collect();
+        return Check::fail(
+            ID,
+            format!("ConfigMap {ns}/{name} has no key {:?}", target.key),
+        )
+        .evidence(format!("keys: {}", keys.join(", ")))
+        .action(
+            "check --node-local-dns-namespace and --node-local-dns-configmap: node-local-dns \
+             keeps its Corefile under the key `Corefile`",
+        );
+    };
+    match corefile::splice(text, hosts, answer) {
+        Err(e) => Check::fail(
+            ID,
+            format!("the Corefile in ConfigMap {ns}/{name} cannot be edited"),
+        )
+        .evidence(e.to_string())
+        .action(
+            "fix node-local-dns's Corefile (the controller writes nothing there until it parses)",
+        ),
+        Ok(edit) => block_verdict(
+            ID,
+            &format!(" in ConfigMap {ns}/{name}"),
+            text,
+            &edit,
+            hosts,
+            answer,
+            &format!(
+                "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
+                 deploy/ouroboros-controller) and may get and update ConfigMap {ns}/{name} (the \
+                 rbac check)"
             ),
         ),
     }
@@ -1369,8 +1760,10 @@ mod tests {
         names.iter().map(|n| p.check(n).unwrap()).collect()
     }
 
-    fn proxy() -> ProxyFqdn {
-        ProxyFqdn::parse(crate::dns::DEFAULT_PROXY_FQDN).unwrap()
+    fn proxy() -> Answer {
+        Answer::Template(
+            crate::dns::answer::ProxyAddrs::new(&["10.96.0.5".parse().unwrap()]).unwrap(),
+        )
     }
 
     const PLAIN: &str = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
@@ -1439,24 +1832,18 @@ mod tests {
             ),
         ];
         for (mode, text, hosts, id, want) in cases {
-            let (checks, _) = corefile_checks(mode, text, Some(hosts), &proxy());
+            let (checks, _) = corefile_checks(mode, text, Some(hosts), Some(&proxy()));
             assert_eq!(status_of(&checks, id), want, "{mode:?} {id} {text:?}");
         }
-        let (checks, _) = corefile_checks(Mode::Coredns, &stale, Some(&h), &proxy());
-        let (unknown, _) = corefile_checks(Mode::Coredns, &stale, None, &proxy());
+        let (checks, _) = corefile_checks(Mode::Coredns, &stale, Some(&h), Some(&proxy()));
+        let (unknown, _) = corefile_checks(Mode::Coredns, &stale, None, Some(&proxy()));
         assert_eq!(status_of(&unknown, "coredns-block"), Status::Skip);
         let block = checks.iter().find(|c| c.id == "coredns-block").unwrap();
         assert_eq!(
             block.evidence,
             [
-                format!(
-                    "missing: rewrite name a.example.com {}",
-                    crate::dns::DEFAULT_PROXY_FQDN
-                ),
-                format!(
-                    "stale: rewrite name old.example.com {}",
-                    crate::dns::DEFAULT_PROXY_FQDN
-                ),
+                r"missing: match ^a\.example\.com\.$",
+                r"stale: match ^old\.example\.com\.$",
             ]
         );
     }
@@ -1513,19 +1900,476 @@ mod tests {
         );
     }
 
+    fn rewrite() -> Answer {
+        Answer::Rewrite(crate::dns::ProxyFqdn::parse(crate::dns::DEFAULT_PROXY_FQDN).unwrap())
+    }
+
+    fn forbidden(resource: &str, name: &str) -> ApiFailure {
+        ApiFailure {
+            verb: "get",
+            resource: resource.into(),
+            namespace: Some("kube-system".into()),
+            name: Some(name.into()),
+            code: Some(403),
+            message: "forbidden".into(),
+        }
+    }
+
+    #[test]
+    fn shadowing_verdicts() {
+        let t = ConfigMapKey::import_default();
+        let h = hosts(&["a.example.com", "*.b.example.org"]);
+        let zone = "example.com:53 {\n    forward . 10.0.0.1\n}\n";
+        let in_corefile = corefile::splice(&format!("{zone}{PLAIN}"), &h, &proxy())
+            .unwrap()
+            .findings
+            .shadowing;
+        let none: &[corefile::Shadow] = &[];
+        let custom = |k: &str, v: &str| Ok(Some(cm(json!({k: v, "ouroboros.override": "x"}))));
+        // (mode, Corefile shadows, import ConfigMap, want, first evidence line)
+        type Case<'a> = (
+            Mode,
+            Option<&'a [corefile::Shadow]>,
+            Got<ConfigMap>,
+            Status,
+            &'a str,
+        );
+        let cases: Vec<Case> =
+            vec![
+            (
+                Mode::Coredns,
+                Some(&in_corefile),
+                Ok(None),
+                Status::Warn,
+                "a.example.com: server block 'example.com:53' (line 1)",
+            ),
+            (
+                Mode::CorednsImport,
+                Some(none),
+                custom("b.server", "# org\nb.example.org {\n    forward . 10.0.0.2\n}"),
+                Status::Warn,
+                "*.b.example.org: server block 'b.example.org' in ConfigMap \
+                 kube-system/coredns-custom key \"b.server\" (line 2)",
+            ),
+            (
+                Mode::Coredns,
+                Some(none),
+                custom("other.server", "example.net:53 {\n}\nc.example.com:5353 {\n}\n"),
+                Status::Ok,
+                "searched: the Corefile; ConfigMap kube-system/coredns-custom (other.server)",
+            ),
+            (
+                Mode::Coredns,
+                Some(none),
+                custom("x.override", zone),
+                Status::Ok,
+                "searched: the Corefile; ConfigMap kube-system/coredns-custom (no *.server key)",
+            ),
+            (
+                Mode::Coredns,
+                Some(none),
+                Ok(None),
+                Status::Ok,
+                "searched: the Corefile; ConfigMap kube-system/coredns-custom (not found)",
+            ),
+            (
+                Mode::Coredns,
+                Some(none),
+                Err(forbidden("configmaps", "coredns-custom")),
+                Status::Warn,
+                "get configmaps \"coredns-custom\" in namespace kube-system: HTTP 403: forbidden",
+            ),
+            (
+                Mode::Coredns,
+                Some(none),
+                custom("bad.server", "example.com {\n"),
+                Status::Warn,
+                "ConfigMap kube-system/coredns-custom key \"bad.server\" cannot be parsed: line \
+                 1: this '{' is never closed; add the missing '}' (in this block or one nested \
+                 in it)",
+            ),
+            (
+                Mode::Coredns,
+                None,
+                Ok(None),
+                Status::Skip,
+                "ConfigMap kube-system/coredns-custom (not found)",
+            ),
+            (Mode::ExternalDns, Some(&in_corefile), Ok(None), Status::Skip, ""),
+        ];
+        for (mode, shadows, got, want, first) in cases {
+            let c = coredns_shadowing(mode, shadows, &t, &got, Some(&h), Some(&proxy()));
+            assert_eq!(c.status, want, "{c:?}");
+            let got = c.evidence.first().map_or("", String::as_str);
+            assert!(got.starts_with(first), "{first:?}: {c:?}");
+        }
+        let c = coredns_shadowing(
+            Mode::Coredns,
+            Some(&in_corefile),
+            &t,
+            &Ok(None),
+            Some(&h),
+            Some(&proxy()),
+        );
+        assert!(c
+            .action
+            .unwrap()
+            .starts_with("add the same ouroboros template block to that server block"));
+        for (hs, a) in [(None, Some(&proxy())), (Some(&h), None)] {
+            let c = coredns_shadowing(Mode::Coredns, Some(&in_corefile), &t, &Ok(None), hs, a);
+            assert_eq!(c.status, Status::Skip);
+        }
+    }
+
+    #[test]
+    fn image_tags_and_the_coredns_container() {
+        for (image, tag) in [
+            ("registry.k8s.io/coredns/coredns:v1.11.3", Some("v1.11.3")),
+            (
+                "registry:5000/coredns/coredns:1.8.3@sha256:abc",
+                Some("1.8.3"),
+            ),
+            ("registry:5000/coredns/coredns@sha256:abc", None),
+            ("registry:5000/coredns", None),
+            ("coredns:", None),
+        ] {
+            assert_eq!(image_tag(image), tag, "{image}");
+        }
+        let w = |name: &str, images: &[&str]| Workload {
+            kind: "Deployment",
+            namespace: "kube-system".into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            args: vec![],
+            images: images.iter().map(|s| s.to_string()).collect(),
+        };
+        let rke2 = w(
+            "rke2-coredns-rke2-coredns",
+            &["rancher/hardened-coredns:v1.11.1-build20240305"],
+        );
+        assert_eq!(
+            coredns_image(&rke2),
+            Some("rancher/hardened-coredns:v1.11.1-build20240305")
+        );
+        let sidecar = w("kube-dns", &["gke.gcr.io/k8s-dns-kube-dns:1.23.0"]);
+        assert_eq!(coredns_image(&sidecar), None);
+        let both = [sidecar.clone(), rke2.clone()];
+        assert_eq!(pick_coredns_workload(&both), Some(&rke2));
+        assert_eq!(
+            pick_coredns_workload(std::slice::from_ref(&sidecar)),
+            Some(&sidecar)
+        );
+        assert_eq!(pick_coredns_workload(&[]), None);
+    }
+
+    #[test]
+    fn version_verdicts() {
+        let exact = hosts(&["a.example.com"]);
+        let wild = hosts(&["a.example.com", "*.apps.example.com"]);
+        let dep = |image: &str| -> Got<Workload> {
+            Ok(Some(Workload {
+                kind: "Deployment",
+                namespace: "kube-system".into(),
+                name: "coredns".into(),
+                labels: BTreeMap::new(),
+                args: vec![],
+                images: vec![image.into()],
+            }))
+        };
+        // (image, hosts, answer, want)
+        let cases: Vec<(Got<Workload>, &BTreeSet<Hostname>, Answer, Status)> = vec![
+            (
+                dep("registry.k8s.io/coredns/coredns:v1.11.3"),
+                &wild,
+                rewrite(),
+                Status::Ok,
+            ),
+            (
+                dep("registry.k8s.io/coredns/coredns:v1.11.3"),
+                &wild,
+                proxy(),
+                Status::Ok,
+            ),
+            (dep("coredns/coredns:1.8.4"), &wild, rewrite(), Status::Ok),
+            (dep("coredns/coredns:1.8.3"), &wild, rewrite(), Status::Fail),
+            (dep("coredns/coredns:1.8.3"), &exact, rewrite(), Status::Ok),
+            (dep("coredns/coredns:1.8.3"), &wild, proxy(), Status::Ok),
+            (dep("coredns/coredns:1.6.7"), &exact, proxy(), Status::Fail),
+            (
+                dep("rancher/hardened-coredns:v1.8.3-build20210223"),
+                &wild,
+                rewrite(),
+                Status::Fail,
+            ),
+            (
+                dep("eks/coredns:v1.11.1-eksbuild.4"),
+                &wild,
+                rewrite(),
+                Status::Ok,
+            ),
+            (dep("coredns/coredns:latest"), &wild, proxy(), Status::Warn),
+            (
+                dep("coredns/coredns@sha256:0123"),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+            (
+                dep("gke.gcr.io/k8s-dns-kube-dns:1.23.0"),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+            (Ok(None), &wild, proxy(), Status::Warn),
+            (
+                Err(forbidden("deployments.apps", "coredns")),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+        ];
+        for (got, h, a, want) in cases {
+            let c = coredns_version(Mode::Coredns, "kube-system", &got, Some(h), Some(&a));
+            assert_eq!(c.status, want, "{got:?} {a:?}: {c:?}");
+        }
+        let old = dep("coredns/coredns:1.8.3");
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &old,
+            Some(&wild),
+            Some(&rewrite()),
+        );
+        assert_eq!(
+            c.summary,
+            "CoreDNS 1.8.3 is too old for our rewrite block (needs 1.8.4 or later): it rejects \
+             the Corefile"
+        );
+        assert_eq!(
+            c.evidence[0],
+            "Deployment kube-system/coredns: image coredns/coredns:1.8.3"
+        );
+        assert!(c.evidence[1].contains("answer auto"), "{c:?}");
+        assert!(
+            c.action.as_deref().unwrap().starts_with(
+                "use --coredns-answer template (the default), which parses on CoreDNS 1.7.0"
+            ),
+            "{c:?}"
+        );
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &dep("coredns/coredns:1.6.7"),
+            Some(&exact),
+            Some(&proxy()),
+        );
+        assert_eq!(
+            c.action.as_deref(),
+            Some("upgrade CoreDNS to 1.7.0 or later")
+        );
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &Err(forbidden("deployments.apps", "coredns")),
+            Some(&wild),
+            Some(&proxy()),
+        );
+        assert!(
+            c.action.as_deref().unwrap().starts_with(
+                "check the version by hand: kubectl -n kube-system get deploy coredns -o \
+                 jsonpath='{.spec.template.spec.containers[*].image}'"
+            ),
+            "{c:?}"
+        );
+        assert_eq!(
+            coredns_version(
+                Mode::EtcHosts,
+                "kube-system",
+                &old,
+                Some(&wild),
+                Some(&proxy())
+            )
+            .status,
+            Status::Skip
+        );
+        assert_eq!(
+            coredns_version(Mode::Coredns, "kube-system", &old, None, Some(&proxy())).status,
+            Status::Skip
+        );
+        assert_eq!(
+            coredns_version(Mode::Coredns, "kube-system", &old, Some(&wild), None).status,
+            Status::Skip
+        );
+    }
+
     #[test]
     fn node_local_verdicts() {
-        let present = Ok(Some(cm(json!({}))));
-        for (mode, got, want) in [
-            (Mode::Coredns, &present, Status::Warn),
-            (Mode::CorednsImport, &present, Status::Warn),
-            (Mode::ExternalDns, &present, Status::Ok),
-            (Mode::Coredns, &Ok(None), Status::Ok),
+        let t = ConfigMapKey::node_local_dns_default();
+        let h = hosts(&["a.example.com"]);
+        let nl = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
+        let corefile = |text: &str| Ok(Some(cm(json!({ "Corefile": text }))));
+        let current = corefile::splice(nl, &h, &proxy()).unwrap().text;
+        let stale = corefile::splice(nl, &hosts(&["old.example.com"]), &proxy())
+            .unwrap()
+            .text;
+        // (mode, --node-local-dns, ConfigMap, want, summary starts with)
+        let cases: Vec<(Mode, bool, Got<ConfigMap>, Status, &str)> = vec![
+            (
+                Mode::Coredns,
+                false,
+                corefile(nl),
+                Status::Warn,
+                "node-local-dns is installed",
+            ),
+            (
+                Mode::CorednsImport,
+                false,
+                corefile(nl),
+                Status::Warn,
+                "node-local-dns is installed",
+            ),
+            (
+                Mode::Coredns,
+                false,
+                Ok(None),
+                Status::Ok,
+                "no node-local-dns",
+            ),
+            (
+                Mode::ExternalDns,
+                false,
+                corefile(nl),
+                Status::Ok,
+                "node-local-dns is installed;",
+            ),
+            (
+                Mode::ExternalDns,
+                true,
+                Ok(None),
+                Status::Ok,
+                "no node-local-dns",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                corefile(&current),
+                Status::Ok,
+                "our block in ConfigMap kube-system/node-local-dns is present and current",
+            ),
+            (
+                Mode::CorednsImport,
+                true,
+                corefile(&current),
+                Status::Ok,
+                "our block in ConfigMap kube-system/node-local-dns is present and current",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                corefile(nl),
+                Status::Fail,
+                "our block in ConfigMap kube-system/node-local-dns is missing",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                corefile(&stale),
+                Status::Fail,
+                "our block in ConfigMap kube-system/node-local-dns is stale",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                corefile("cluster.local:53 {\n}\n"),
+                Status::Fail,
+                "the Corefile in ConfigMap kube-system/node-local-dns cannot be edited",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                Ok(Some(cm(json!({"Corefile.base": nl})))),
+                Status::Fail,
+                "ConfigMap kube-system/node-local-dns has no key \"Corefile\"",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                Ok(None),
+                Status::Fail,
+                "ConfigMap kube-system/node-local-dns not found, but --node-local-dns is on",
+            ),
+            (
+                Mode::Coredns,
+                true,
+                Err(forbidden("configmaps", "node-local-dns")),
+                Status::Fail,
+                "could not get configmaps",
+            ),
+        ];
+        for (mode, on, got, want, summary) in cases {
+            let c = node_local_dns(mode, on, &t, &got, Some(&h), Some(&proxy()));
+            assert_eq!(c.status, want, "{mode:?} {on} {c:?}");
+            assert!(c.summary.starts_with(summary), "{c:?}");
+        }
+        // Off: the action names the option; with rewrite, the answer form it needs first.
+        let c = node_local_dns(
+            Mode::Coredns,
+            false,
+            &t,
+            &corefile(&current),
+            Some(&h),
+            Some(&proxy()),
+        );
+        assert!(
+            c.action.as_deref().unwrap().starts_with(
+                "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
+                 controller writes the same template block into its `.:53` server block"
+            ),
+            "{c:?}"
+        );
+        assert_eq!(c.evidence.len(), 1, "a leftover block is mentioned: {c:?}");
+        let c = node_local_dns(
+            Mode::Coredns,
+            false,
+            &t,
+            &corefile(nl),
+            Some(&h),
+            Some(&rewrite()),
+        );
+        assert!(c
+            .action
+            .unwrap()
+            .starts_with("use --coredns-answer template"));
+        // Missing: both usual names and the flags.
+        let c = node_local_dns(Mode::Coredns, true, &t, &Ok(None), Some(&h), Some(&proxy()));
+        let a = c.action.unwrap();
+        for want in [
+            "`nodelocaldns`",
+            "`node-local-dns`",
+            "--node-local-dns-namespace",
+            "--node-local-dns-configmap",
         ] {
-            assert_eq!(
-                node_local_dns(mode, "kube-system", "node-local-dns", got).status,
-                want
-            );
+            assert!(a.contains(want), "{want}: {a}");
+        }
+        // Stale: the rule diff, as for CoreDNS's block.
+        let c = node_local_dns(
+            Mode::Coredns,
+            true,
+            &t,
+            &corefile(&stale),
+            Some(&h),
+            Some(&proxy()),
+        );
+        assert_eq!(
+            c.evidence,
+            [
+                r"missing: match ^a\.example\.com\.$",
+                r"stale: match ^old\.example\.com\.$",
+            ]
+        );
+        for (hs, a) in [(None, Some(&proxy())), (Some(&h), None)] {
+            let c = node_local_dns(Mode::Coredns, true, &t, &corefile(nl), hs, a);
+            assert_eq!(c.status, Status::Skip);
         }
     }
 

@@ -13,7 +13,10 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::checks::{ApiFailure, Got, Question, Workload};
+use super::checks::{
+    pick_coredns_workload, ApiFailure, Got, Question, Workload, COREDNS_DEPLOYMENT,
+    KUBE_DNS_SELECTOR,
+};
 
 const ATTEMPTS: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -219,6 +222,35 @@ pub async fn workloads(client: &Client, namespace: &str) -> Got<Vec<Workload>> {
         ))
     }));
     Ok(Some(out))
+}
+
+/// The CoreDNS Deployment of `namespace`, reduced to its pod template: the one named
+/// [`COREDNS_DEPLOYMENT`], else (404) among those labelled [`KUBE_DNS_SELECTOR`] the one
+/// running a CoreDNS image. None when there is neither.
+pub async fn coredns_deployment(client: &Client, namespace: &str) -> Got<Workload> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    const R: &str = "deployments.apps";
+    let named: Option<Deployment> = get(client, R, namespace, COREDNS_DEPLOYMENT).await?;
+    let found = match named {
+        Some(d) => vec![d],
+        None => {
+            let lp = ListParams::default().labels(KUBE_DNS_SELECTOR);
+            list(client, R, Some(namespace), &lp)
+                .await?
+                .unwrap_or_default()
+        }
+    };
+    let ws: Vec<Workload> = found
+        .iter()
+        .filter_map(|d| {
+            Some(workload(
+                "Deployment",
+                &d.metadata,
+                &d.spec.as_ref()?.template,
+            ))
+        })
+        .collect();
+    Ok(pick_coredns_workload(&ws).cloned())
 }
 
 /// The subject a ServiceAccount authenticates as, with the groups RBAC bindings may name.

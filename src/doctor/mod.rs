@@ -27,9 +27,11 @@ use kube::api::ListParams;
 use kube::Client;
 
 use crate::cli::UsageError;
-use crate::controller::args::{DnsArgs, ElectionArgs, Mode, NodeLocalDnsArgs, Selection};
+use crate::controller::args::{AnswerForm, DnsArgs, ElectionArgs, Mode, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, Sources};
 use crate::controller::rbac::{self, Needs};
+use crate::dns::answer::{Answer, ProxyAddrs};
+use crate::dns::proxy_ips::cluster_ips;
 use checks::{ControllerKind, Dial, Dials, Got};
 pub use report::{Check, Report, Status};
 
@@ -132,10 +134,7 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub election: ElectionArgs,
 
-    /// Where node-local-dns is looked for.
-    #[command(flatten)]
-    pub node_local_dns: NodeLocalDnsArgs,
-
+    /// The controller's DNS target: mode, CoreDNS, proxy and node-local-dns flags.
     #[command(flatten)]
     pub dns: DnsArgs,
 
@@ -160,7 +159,6 @@ impl DoctorArgs {
             &self.dns,
             &self.hostnames,
             &self.election,
-            &self.node_local_dns,
             &self.service_account().namespace,
         )
     }
@@ -177,6 +175,7 @@ impl DoctorArgs {
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
     pub fn validate(&self) -> anyhow::Result<Validated> {
         let s = Selection::of(&self.hostnames)?;
+        self.dns.check()?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
         Ok(Validated {
             fqdn: self
                 .dns
@@ -383,32 +382,53 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     };
     let hosts = desired.as_ref().map(|d| &d.hosts);
 
-    // 3. CoreDNS.
+    // The proxy Service: its ClusterIPs are the template answers (checked in 5).
+    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
+    let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
+    let answer = match d.coredns_answer {
+        AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
+        AnswerForm::Template if !d.proxy_ips.is_empty() => {
+            ProxyAddrs::new(&d.proxy_ips).map(Answer::Template)
+        }
+        AnswerForm::Template => proxy
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|s| cluster_ips(s).ok())
+            .and_then(|ips| ProxyAddrs::new(&ips))
+            .map(Answer::Template),
+    };
+
+    // 3. CoreDNS. The checks of our block need both the hostnames and the answer.
+    let known = hosts.zip(answer.as_ref());
     if checks::uses_coredns(mode) {
         let target = d.coredns_target();
         let got: Got<ConfigMap> =
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;
         let mut imports = None;
+        let mut shadows = None;
         match checks::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
-                let (cs, findings) = checks::corefile_checks(mode, text, hosts, &fqdn);
-                imports = findings.map(|f| f.imports_custom_override);
+                let (cs, findings) = checks::corefile_checks(mode, text, hosts, answer.as_ref());
+                imports = findings.as_ref().map(|f| f.imports_custom_override);
+                shadows = findings.map(|f| f.shadowing);
                 out.extend(cs);
             }
         }
+        // The import ConfigMap: the snippet's in coredns-import mode, and in both modes the
+        // `*.server` fragments k3s and AKS import beside the root block. Read once.
+        let it = d.import_target();
+        let mut import_cm: Option<Got<ConfigMap>> = None;
         if mode == Mode::CorednsImport {
-            let it = d.import_target();
             let got: Got<ConfigMap> =
                 fetch::get(client, "configmaps", &it.namespace, &it.name).await;
-            out.push(match hosts {
-                Some(h) => checks::import_snippet(&it, &got, h, &fqdn),
-                None => Check::skip(
-                    "coredns-import-snippet",
-                    "the desired hostnames are unknown (see the hostnames check)",
-                ),
+            out.push(match known {
+                Some((h, a)) => checks::import_snippet(&it, &got, h, a),
+                None => Check::skip("coredns-import-snippet", checks::UNKNOWN),
             });
+            import_cm = Some(got);
         } else {
             let lp = ListParams::default().fields(&format!(
                 "involvedObject.kind=ConfigMap,involvedObject.name={},reason=BlockReverted",
@@ -418,6 +438,31 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
                 fetch::list(client, "events", Some(&target.namespace), &lp).await;
             out.push(checks::block_reverted(mode, &target, &events, imports));
         }
+        // Nothing more is read when the checks would skip.
+        let import_cm = match (import_cm, known) {
+            (Some(got), _) => got,
+            (None, Some(_)) => fetch::get(client, "configmaps", &it.namespace, &it.name).await,
+            (None, None) => Ok(None),
+        };
+        out.push(checks::coredns_shadowing(
+            mode,
+            shadows.as_deref(),
+            &it,
+            &import_cm,
+            hosts,
+            answer.as_ref(),
+        ));
+        let deployment = match known {
+            Some(_) => fetch::coredns_deployment(client, &d.coredns_namespace).await,
+            None => Ok(None),
+        };
+        out.push(checks::coredns_version(
+            mode,
+            &d.coredns_namespace,
+            &deployment,
+            hosts,
+            answer.as_ref(),
+        ));
     } else {
         out.push(Check::skip(
             "coredns",
@@ -426,16 +471,18 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     }
 
     // 4. node-local-dns.
-    let (nl_ns, nl_name) = (
-        &args.node_local_dns.node_local_dns_namespace,
-        &args.node_local_dns.node_local_dns_configmap,
-    );
-    let got: Got<ConfigMap> = fetch::get(client, "configmaps", nl_ns, nl_name).await;
-    out.push(checks::node_local_dns(mode, nl_ns, nl_name, &got));
+    let nl = d.node_local_dns_target();
+    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &nl.namespace, &nl.name).await;
+    out.push(checks::node_local_dns(
+        mode,
+        d.node_local_dns.enabled,
+        &nl,
+        &got,
+        hosts,
+        answer.as_ref(),
+    ));
 
     // 5. The proxy: Service, ready endpoints, answers.
-    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
-    let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
     out.push(checks::proxy_service(&p_ns, &p_name, &proxy));
     let proxy_obj = proxy.as_ref().ok().and_then(Option::as_ref);
     if proxy_obj.is_some() {
@@ -523,6 +570,12 @@ mod tests {
         let n = parse(&[]).needs();
         assert!(n.leader_elect);
         assert_eq!(n.namespace, "ouroboros");
+        // The template answers are the proxy Service's ClusterIPs.
+        assert_eq!(
+            n.proxy_service,
+            Some(("ouroboros".into(), "ouroboros-proxy".into()))
+        );
+        let n = parse(&["--proxy-ip", "10.0.0.1"]).needs();
         assert_eq!(n.proxy_service, None);
         let n = parse(&["--leader-elect=false", "--ingress-class", "nginx"]).needs();
         assert!(!n.leader_elect && n.ingress_class_filter);
@@ -553,6 +606,12 @@ mod tests {
             ("l", "ctl")
         );
         assert!(parse(&["--gateway-class", "x"]).validate().is_err());
+        // What the controller refuses, doctor refuses too (exit 64).
+        let Err(e) = parse(&["--node-local-dns", "--coredns-answer", "rewrite"]).validate() else {
+            panic!("--node-local-dns with rewrite validated");
+        };
+        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+        assert!(parse(&["--node-local-dns"]).validate().is_ok());
     }
 
     #[test]

@@ -93,8 +93,23 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 - --coredns-import-configmap={{ $v.corednsImport.configmap }}
 - --coredns-import-key={{ $v.corednsImport.key }}
 {{- end }}
-{{- if and (has .mode (list "coredns" "coredns-import")) $v.proxyFqdn }}
+{{- if has .mode (list "coredns" "coredns-import") }}
+{{- if and $v.nodeLocalDns.enabled (eq $v.corednsAnswer "rewrite") }}
+{{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template: node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
+{{- end }}
+- --coredns-answer={{ $v.corednsAnswer }}
+{{- if eq $v.corednsAnswer "template" }}
+{{- range $v.proxyIps }}
+- --proxy-ip={{ . }}
+{{- end }}
+{{- else if $v.proxyFqdn }}
 - --proxy-fqdn={{ $v.proxyFqdn }}
+{{- end }}
+{{- if $v.nodeLocalDns.enabled }}
+- --node-local-dns=true
+{{- end }}
+- --node-local-dns-namespace={{ $v.nodeLocalDns.namespace }}
+- --node-local-dns-configmap={{ $v.nodeLocalDns.configmap }}
 {{- end }}
 {{- if eq .mode "etc-hosts" }}
 - --etc-hosts=/host/etc/hosts

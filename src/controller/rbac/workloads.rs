@@ -40,6 +40,16 @@ pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
             )]
         }
     };
+    if n.node_local_dns && matches!(n.mode, Mode::Coredns | Mode::CorednsImport) {
+        rules.push(rule(
+            Scope::Namespace(n.node_local_dns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.node_local_dns_configmap],
+            &["get", "update"],
+            "remove the block from node-local-dns's Corefile",
+        ));
+    }
     rules.sort();
     rules
 }
@@ -94,6 +104,7 @@ mod tests {
             lease_name: "lease".into(),
             coredns_namespace: "kube-system".into(),
             coredns_configmap: "coredns".into(),
+            node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
             import_namespace: "imp".into(),

@@ -1,0 +1,117 @@
+//! coredns and coredns-import modes with template answers: watching the proxy Service, so the
+//! block follows its ClusterIPs within seconds when the Service is recreated (a reinstall
+//! allocates new ones) or becomes dual-stack, instead of at the next resync. The sink reads the
+//! addresses itself at each write; this only makes the engine write again, whatever its change
+//! detection says.
+//!
+//! API call: `list`/`watch` on `services` with the field selector `metadata.name=<name>`, which
+//! RBAC authorises by resourceName.
+
+use std::net::IpAddr;
+use std::pin::pin;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::sources::{classify, Failure};
+use crate::dns::proxy_ips::cluster_ips;
+
+/// What a Service event means for the block: its addresses (`None`: gone or without a
+/// ClusterIP).
+fn addresses(svc: Option<&Service>) -> Option<Vec<IpAddr>> {
+    svc.and_then(|s| cluster_ips(s).ok())
+}
+
+/// Watches Service `namespace/name` until `stop`; bumps `forced` each time its addresses differ
+/// from the ones seen before (not for the first event: the first sync reads them anyway).
+pub async fn watch(
+    client: Client,
+    namespace: String,
+    name: String,
+    forced: watch::Sender<u64>,
+    stop: CancellationToken,
+) {
+    let api: Api<Service> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = pin!(watcher::watcher(api, config).default_backoff());
+    let mut seen: Option<Option<Vec<IpAddr>>> = None;
+    let mut last_failure: Option<String> = None;
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+        };
+        let now = match event {
+            None => return,
+            Some(Ok(Event::Apply(svc) | Event::InitApply(svc))) => addresses(Some(&svc)),
+            Some(Ok(Event::Delete(_))) => None,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
+                // Logged once per kind of failure; the watcher retries with capped backoff.
+                let hint = match classify(&e) {
+                    Failure::Forbidden(m) => format!(
+                        "forbidden ({m}): grant the controller's ServiceAccount `list` and \
+                         `watch` on services (resourceNames: [{name}]) in {namespace}, or pass \
+                         --proxy-ip"
+                    ),
+                    Failure::Missing | Failure::Other(_) => format!("{e}"),
+                };
+                if last_failure.as_deref() != Some(hint.as_str()) {
+                    tracing::warn!(
+                        service = %format!("{namespace}/{name}"),
+                        "watching the proxy Service failed: {hint}; retrying with backoff"
+                    );
+                    last_failure = Some(hint);
+                }
+                continue;
+            }
+        };
+        last_failure = None;
+        match &seen {
+            Some(before) if *before != now => {
+                tracing::info!(
+                    service = %format!("{namespace}/{name}"),
+                    before = ?before,
+                    now = ?now,
+                    "the proxy Service's ClusterIPs changed; rewriting the DNS block"
+                );
+                forced.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            _ => {}
+        }
+        seen = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServiceSpec;
+
+    #[test]
+    fn addresses_of_events() {
+        let svc = |ips: &[&str]| Service {
+            spec: Some(ServiceSpec {
+                cluster_ips: Some(ips.iter().map(|s| s.to_string()).collect()),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            addresses(Some(&svc(&["10.0.0.1"]))),
+            Some(vec![ip("10.0.0.1")])
+        );
+        assert_eq!(
+            addresses(Some(&svc(&["fd00::1", "10.0.0.1"]))),
+            Some(vec![ip("10.0.0.1"), ip("fd00::1")])
+        );
+        assert_eq!(addresses(Some(&svc(&["None"]))), None);
+        assert_eq!(addresses(None), None);
+    }
+}
