@@ -782,3 +782,35 @@ async fn configured_namespace_name_and_key_are_used() {
         json!({ "Corefile.main": corefile::splice(&original, &want, &proxy()).unwrap().text })
     );
 }
+
+/// A set whose block would push the ConfigMap over the API server's 1 MiB is refused before any
+/// write: one GET, no PUT, a `too_large` error that names the ways out.
+#[tokio::test]
+async fn coredns_over_budget_is_never_sent() {
+    let original = corefile_fixture("kubeadm.Corefile");
+    let (client, task) = serve(vec![reply(200, coredns_cm("1234", &original))]);
+    let w = coredns_writer(client);
+    // Hash-like labels share almost nothing, so 60,000 of them cannot be compressed to fit.
+    let names: Vec<String> = (0..60_000u64)
+        .map(|i| {
+            format!(
+                "h{:016x}.example.com",
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            )
+        })
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let err = w.apply(&hosts(&refs), &proxy()).await.unwrap_err();
+    drop(w);
+    assert_eq!(err.reason(), "too_large");
+    let msg = err.to_string();
+    for part in [
+        "1048576",
+        "coredns-import",
+        "external-dns",
+        "nothing was written",
+    ] {
+        assert!(msg.contains(part), "{part}: {msg}");
+    }
+    assert_eq!(calls(&task.await.unwrap()), [("GET", COREDNS_PATH)]);
+}

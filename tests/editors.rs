@@ -443,3 +443,55 @@ fn hostile_names_never_reach_an_output() {
         }
     }
 }
+
+/// 10,000 Ingresses × 3 TLS hosts with realistic names (per-app subdomains, team zones, preview
+/// environments with hash-like labels, a few wildcards): the block, twice over in A and AAAA,
+/// fits a kubeadm Corefile in one ConfigMap (the API server's 1 MiB), and every pattern is one
+/// CoreDNS 1.14 accepts.
+#[test]
+fn thirty_thousand_hosts_fit_in_one_configmap() {
+    const WORDS: [&str; 12] = [
+        "shop", "api", "checkout", "billing", "auth", "search", "media", "docs", "status", "admin",
+        "grafana", "cart",
+    ];
+    let policy = HostPolicy::new("cluster.local", &[], &[]);
+    let mut hosts = BTreeSet::new();
+    for i in 0..10_000u64 {
+        let app = format!("{}-{i}", WORDS[(i % 12) as usize]);
+        let team = format!("team-{}", i % 50);
+        let hash = format!(
+            "{:06x}",
+            (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) & 0xff_ffff
+        );
+        let names = [
+            format!("{app}.example.com"),
+            format!("www.{app}.{team}.example.net"),
+            if i % 100 == 0 {
+                format!("*.{team}.apps.example.org")
+            } else {
+                format!("pr-{i}-{hash}.preview.example.io")
+            },
+        ];
+        for n in names {
+            hosts.insert(policy.check(&n).unwrap());
+        }
+    }
+    assert!(hosts.len() >= 29_900, "{}", hosts.len());
+    let input = read(&fixtures().join("corefiles/kubeadm.Corefile"));
+    let edit = corefile::splice(&input, &hosts, &proxy()).unwrap();
+    let bytes = edit.text.len();
+    eprintln!("{} hosts: Corefile of {bytes} bytes", hosts.len());
+    assert!(
+        bytes <= ouroboros::dns::apply::MAX_CONFIGMAP_DATA,
+        "{bytes}"
+    );
+    for line in edit
+        .text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("match "))
+    {
+        for pattern in line.split_whitespace().skip(1) {
+            assert!(pattern.len() <= 10_000, "{}", pattern.len());
+        }
+    }
+}
