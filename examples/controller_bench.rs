@@ -160,8 +160,9 @@ async fn main() -> anyhow::Result<()> {
         "--leader-elect=false",
         "--cluster-domain",
         "cluster.local",
-        "--proxy-fqdn",
-        "ouroboros-proxy.ouroboros.svc.cluster.local.",
+        // The template answers' address, so the run needs no proxy Service.
+        "--proxy-ip",
+        "10.96.0.53",
         "--listen-health",
         "",
     ])?

@@ -23,6 +23,11 @@ const COREDNS_WATCH_LIST: &str =
     "/api/v1/namespaces/kube-system/configmaps?&fieldSelector=metadata.name%3Dcoredns&limit=500";
 const COREDNS_WATCH: &str = "&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcoredns";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/";
+const NODE_LOCAL: &str = "/api/v1/namespaces/kube-system/configmaps/node-local-dns";
+const NODE_LOCAL_PUT: &str =
+    "/api/v1/namespaces/kube-system/configmaps/node-local-dns?&fieldManager=ouroboros";
+const NODE_LOCAL_WATCH_LIST: &str =
+    "/api/v1/namespaces/kube-system/configmaps?&fieldSelector=metadata.name%3Dnode-local-dns&limit=500";
 const PROXY_SERVICE: &str = "/api/v1/namespaces/ouroboros/services/ouroboros-proxy";
 const PROXY_SERVICE_WATCH_LIST: &str =
     "/api/v1/namespaces/ouroboros/services?&fieldSelector=metadata.name%3Douroboros-proxy&limit=500";
@@ -79,11 +84,15 @@ fn ingress(name: &str, hosts: &[&str]) -> Value {
 }
 
 fn configmap(rv: u64, corefile: &str) -> Value {
+    named_configmap("coredns", rv, corefile)
+}
+
+fn named_configmap(name: &str, rv: u64, corefile: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": "coredns", "namespace": "kube-system",
+            "name": name, "namespace": "kube-system",
             "uid": "8d5c1f4e-2f0a-4a52-9a57-3f1e0c6b7a11",
             "resourceVersion": rv.to_string()
         },
@@ -117,6 +126,8 @@ struct State {
     coredns_reads: Vec<std::time::SystemTime>,
     /// The proxy Service (`None`: 404).
     proxy_service: Option<Value>,
+    /// node-local-dns's Corefile and resourceVersion (`None`: 404).
+    node_local: Option<(String, u64)>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -208,6 +219,23 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                     st.proxy_service.iter().cloned().collect(),
                 ),
             ),
+            "GET" if u == NODE_LOCAL && st.node_local.is_some() => {
+                let (text, rv) = st.node_local.clone().unwrap();
+                Answer::Json(200, named_configmap("node-local-dns", rv, &text))
+            }
+            "GET" if u == NODE_LOCAL_WATCH_LIST => {
+                let items = st.node_local.iter();
+                let items = items.map(|(t, rv)| named_configmap("node-local-dns", *rv, t));
+                Answer::Json(200, list("v1", "ConfigMapList", "1", items.collect()))
+            }
+            "PUT" if u == NODE_LOCAL_PUT => {
+                let body = s.body.clone().unwrap();
+                let (_, rv) = st.node_local.clone().expect("PUT of an absent ConfigMap");
+                assert_eq!(body["metadata"]["resourceVersion"], json!(rv.to_string()));
+                let text = body["data"]["Corefile"].as_str().unwrap().to_string();
+                st.node_local = Some((text.clone(), rv + 1));
+                Answer::Json(200, named_configmap("node-local-dns", rv + 1, &text))
+            }
             "GET" if u.contains("/configmaps/node-local-dns") => {
                 not_found("configmaps \"node-local-dns\"")
             }
@@ -948,4 +976,75 @@ async fn template_answers_without_a_proxy_address_write_nothing_and_tell_once() 
     assert_eq!(ev["reason"], "ProxyAddressMissing");
     assert_eq!(ev["regarding"]["kind"], "Service");
     assert_eq!(ev["regarding"]["name"], "ouroboros-proxy");
+}
+
+/// Opted in, node-local-dns's Corefile gets the same block in the same sync, its `__PILLAR__`
+/// tokens untouched, and a revert there is restored like one in CoreDNS's.
+#[tokio::test]
+async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
+    const NODE_LOCAL_COREFILE: &str = ".:53 {\n    errors\n    cache 30\n    reload\n    bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.node_local = Some((NODE_LOCAL_COREFILE.to_string(), 7));
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-ip",
+            "10.96.0.53",
+            "--node-local-dns",
+        ],
+    );
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("PUT", COREDNS) >= 1
+                && a.count("PUT", NODE_LOCAL) >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let (coredns, node_local) = {
+        let st = r.state.lock().unwrap();
+        (st.corefile.clone(), st.node_local.clone().unwrap().0)
+    };
+    let block = |t: &str| {
+        let start = t.find(BEGIN_MARKER).unwrap();
+        t[start..]
+            .lines()
+            .take_while(|l| !l.contains("=== END"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(block(&node_local), block(&coredns));
+    assert!(
+        node_local.contains(r#"answer "{{ .Name }} 30 IN A 10.96.0.53""#),
+        "{node_local}"
+    );
+    assert_eq!(
+        node_local.matches("__PILLAR__").count(),
+        NODE_LOCAL_COREFILE.matches("__PILLAR__").count()
+    );
+
+    // Someone re-applies the upstream manifest: the block is back within seconds.
+    r.state.lock().unwrap().node_local = Some((NODE_LOCAL_COREFILE.to_string(), 9));
+    r.api
+        .deliver(
+            "/api/v1/namespaces/kube-system/configmaps?&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dnode-local-dns",
+            json!({"type": "MODIFIED", "object": named_configmap("node-local-dns", 9, NODE_LOCAL_COREFILE)}),
+        )
+        .await;
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("PUT", NODE_LOCAL) >= 2)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    assert_eq!(
+        api.count("GET", PROXY_SERVICE),
+        0,
+        "--proxy-ip: no Service read"
+    );
 }
