@@ -269,7 +269,7 @@ fn no_root_error(blocks: &[ServerBlock], line_in_input: &dyn Fn(usize) -> usize)
     CorefileError {
         line: 1,
         reason: format!(
-            "no root server block ('.:53 {{', '. {{' or 'dns://.:53 {{') to add the rewrite rules \
+            "no root server block ('.:53 {{', '. {{' or 'dns://.:53 {{') to add the ouroboros block \
              to; {found}. Add the root block, or use coredns-import or external-dns mode"
         ),
     }
