@@ -7,6 +7,24 @@ use std::path::PathBuf;
 
 use common::*;
 
+/// Most tests here check placement, line endings and hostile input, which read most plainly in
+/// the one-line-per-host rewrite form; the default template form has tests of its own
+/// (`template_*`). The environment variable leaves a test's own `--coredns-answer` in charge.
+fn render(args: &[&str]) -> Output {
+    render_env(args, None, &[])
+}
+
+fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
+    let mut env = env.to_vec();
+    if !env
+        .iter()
+        .any(|(k, _)| *k == "OUROBOROS_CONTROLLER_COREDNS_ANSWER")
+    {
+        env.push(("OUROBOROS_CONTROLLER_COREDNS_ANSWER", "rewrite"));
+    }
+    common::render_env(args, stdin, &env)
+}
+
 const PROXY: &str = "ouroboros-proxy.ouroboros.svc.cluster.local.";
 const BEGIN: &str = "# === BEGIN ouroboros (do not edit by hand) ===";
 const END: &str = "# === END ouroboros ===";
@@ -416,4 +434,71 @@ fn unparseable_hosts_file_fails_naming_file_and_line() {
     let good = tmp.file("good", "127.0.0.1 localhost\n");
     let stderr = fails(render(&["etc-hosts", "--hosts-file", &good]), 64);
     assert!(stderr.contains("--proxy-ip"), "{stderr}");
+}
+
+/// The default form from the command line: the template pair with the given ClusterIPs, one
+/// regex that takes exactly the accepted hosts, and a usage error without an address.
+#[test]
+fn template_block_from_examples() {
+    let (path, input) = example_corefile();
+    let env = [("OUROBOROS_CONTROLLER_COREDNS_ANSWER", "template")];
+    let out = render_env(
+        &[
+            "coredns",
+            "--corefile",
+            &path,
+            "--proxy-ip",
+            "10.96.0.10,fd00::10",
+            &examples(),
+        ],
+        None,
+        &env,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (block, rest) = split_block(&out.stdout);
+    assert_eq!(rest, input);
+    let heads: Vec<&String> = block
+        .iter()
+        .filter(|l| l.starts_with("template "))
+        .collect();
+    assert_eq!(heads.len(), 2, "{block:?}");
+    assert!(
+        heads[0].starts_with("template IN A example.com"),
+        "{block:?}"
+    );
+    assert!(block.contains(&r#"answer "{{ .Name }} 30 IN A 10.96.0.10""#.to_string()));
+    assert!(block.contains(&r#"answer "{{ .Name }} 30 IN AAAA fd00::10""#.to_string()));
+    let pattern = block
+        .iter()
+        .find_map(|l| l.strip_prefix("match "))
+        .expect("a match line");
+    let re = regex::Regex::new(pattern).unwrap();
+    for host in [
+        "api.example.com.",
+        "shop.example.com.",
+        "team.example.com.",
+        "wiki.corp.example.com.",
+        "www.example.com.",
+        "any.apps.example.com.",
+    ] {
+        assert!(re.is_match(host), "{host} against {pattern}");
+    }
+    for other in [
+        "example.com.",
+        "a.b.apps.example.com.",
+        "_acme-challenge.shop.example.com.",
+    ] {
+        assert!(!re.is_match(other), "{other} against {pattern}");
+    }
+
+    let stderr = fails(
+        render_env(&["coredns", "--corefile", &path, &examples()], None, &env),
+        64,
+    );
+    assert!(stderr.contains("--proxy-ip is required"), "{stderr}");
+    // An empty host set needs no address: the block is only removed.
+    assert_eq!(
+        ok(render_env(&["coredns", "--corefile", &path], None, &env)),
+        input
+    );
 }
