@@ -211,7 +211,8 @@ pub async fn run_with(
             )));
         }
     }
-    if coredns_modes && !args.dns.node_local_dns.enabled {
+    // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
+    if args.dns.mode == Mode::Coredns && !args.dns.node_local_dns.enabled {
         side_tasks.push(tokio::spawn(check_node_local_dns(
             client.clone(),
             args.dns.node_local_dns_target(),
@@ -449,7 +450,7 @@ impl sync::Hooks for ControllerHooks {
                 let note = format!(
                     "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) \
                      is more specific for it, so CoreDNS sends its queries there and never to \
-                     the root block that holds the ouroboros block. Add the same template \
+                     the root block that holds the ouroboros block. Add the same ouroboros \
                      block to that server block, or remove it",
                     s.host, s.block, s.line
                 );
