@@ -11,5 +11,5 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$here"
-GO111MODULE=off GOPATH=/usr/share/gocode:$HOME/go GOFLAGS= go build -o "$tmp/coredns-match" .
+GO111MODULE=off GOPATH=/usr/share/gocode:$HOME/go GOFLAGS='' go build -o "$tmp/coredns-match" .
 "$tmp/coredns-match" "$@"
