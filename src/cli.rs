@@ -1,5 +1,6 @@
 //! Command line: one `Args` struct per subcommand (owned by that subcommand's module), dispatch
-//! and exit codes: 0 ok, 1 runtime failure, 64 bad usage (EX_USAGE).
+//! and exit codes: 0 ok, 1 runtime failure, 64 bad usage (EX_USAGE). Only `main.rs` imports this
+//! module; the flag types the subcommands share live in `flags`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,8 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::runtime;
 use crate::telemetry::{self, LogArgs};
 
-/// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
+pub use crate::flags::{parse_duration, UsageError, EXIT_USAGE};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -46,17 +46,6 @@ pub enum Command {
     Cleanup(crate::cleanup::CleanupArgs),
     /// Keep in-cluster DNS for Ingress/Gateway hostnames pointing at the proxy (CoreDNS, hosts file or external-dns).
     Controller(crate::controller::ControllerArgs),
-}
-
-/// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-impl UsageError {
-    pub fn err(msg: impl Into<String>) -> anyhow::Error {
-        anyhow::Error::new(UsageError(msg.into()))
-    }
 }
 
 /// Entry point behind `main.rs`.
@@ -107,49 +96,9 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Parses the flags of one `Args` struct alone, as its subcommand would (for unit tests).
-#[cfg(test)]
-pub(crate) fn parse_args<A: clap::Args>(argv: &[&str]) -> Result<A, clap::Error> {
-    #[derive(Parser)]
-    struct Alone<A: clap::Args> {
-        #[command(flatten)]
-        args: A,
-    }
-    Alone::<A>::try_parse_from(std::iter::once("ouroboros").chain(argv.iter().copied()))
-        .map(|a| a.args)
-}
-
-/// Parses durations such as `500ms`, `5s`, `1m`, `1h` or `0` (used by every duration flag).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(std::time::Duration::ZERO);
-    }
-    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 5s, 1m, 1h)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations() {
-        for (input, want) in [
-            ("500ms", Some(Duration::from_millis(500))),
-            ("5s", Some(Duration::from_secs(5))),
-            ("1m", Some(Duration::from_secs(60))),
-            ("1h", Some(Duration::from_secs(3600))),
-            ("0", Some(Duration::ZERO)),
-            ("1m30s", Some(Duration::from_secs(90))),
-            ("", None),
-            ("5", None),
-            ("-1s", None),
-            ("abc", None),
-        ] {
-            assert_eq!(parse_duration(input).ok(), want, "{input:?}");
-        }
-    }
 
     #[test]
     fn cli_is_consistent() {

@@ -1,7 +1,23 @@
 //! ouroboros: keeps client IPs intact across the paths a Kubernetes cluster's traffic takes.
 //!
-//! Pure modules (`hostname`, `proxy_protocol`, `dns`) do no I/O; the subcommand modules wire
-//! them to sockets, files and the Kubernetes API.
+//! Module map (PURE: data in, data out, no sockets, files or API calls):
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | `cli` | the subcommands and dispatch; imported only by `main.rs` |
+//! | `flags` | flag types every subcommand shares (usage errors, durations, listen addresses) |
+//! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
+//! | `proxy_protocol` | PURE: PROXY v1/v2 encode and decode |
+//! | `relay` | the accept loop, upstream dialling and the byte relay of `proxy` and `edge` |
+//! | `proxy`, `edge`, `whoami` | those subcommands |
+//! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) and their write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`, `sink`) |
+//! | `controller` | sources to desired hosts (`hostnames`, PURE), the sync engine, lease, watches, RBAC as data |
+//! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE) |
+//! | `manifests` | manifest files to typed objects for `render` |
+//! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
+//! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers |
+
+#![deny(unsafe_code)]
 
 pub mod admin;
 pub mod cleanup;
@@ -11,6 +27,7 @@ pub mod controller;
 pub mod dns;
 pub mod doctor;
 pub mod edge;
+pub mod flags;
 pub mod hostname;
 pub mod kube_client;
 pub mod manifests;
@@ -20,6 +37,7 @@ pub mod relay;
 pub mod render;
 pub mod runtime;
 pub mod shutdown;
+mod sys;
 #[cfg(test)]
 mod table;
 pub mod telemetry;

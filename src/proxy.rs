@@ -9,7 +9,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 
 use crate::admin::ReadyCheck;
-use crate::cli::{parse_duration, UsageError};
+use crate::flags::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
 use crate::relay::{
     self, CopyMode, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
@@ -23,13 +23,7 @@ pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.sv
 /// enough that a burst of connections does not cost a DNS query each.
 const DNS_CACHE: Duration = Duration::from_secs(1);
 
-/// A listen address flag value; empty disables the listener.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listen(pub Option<ListenAddr>);
-
-fn parse_listen_flag(s: &str) -> Result<Listen, String> {
-    relay::parse_listen(s).map(Listen)
-}
+pub use crate::flags::Listen;
 
 /// An IP literal (IPv6 optionally in brackets) or a DNS name.
 fn parse_target_host(s: &str) -> Result<String, String> {
@@ -87,16 +81,16 @@ fn parse_dns_label(s: &str) -> Result<String, String> {
 pub struct ProxyArgs {
     /// Listener for plain HTTP traffic: `:PORT` (all interfaces, IPv6 and IPv4), `HOST:PORT`
     /// or `[IPv6]:PORT`; empty disables it.
-    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTP", default_value = ":8080", value_parser = parse_listen_flag, value_name = "ADDR")]
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTP", default_value = ":8080", value_parser = Listen::parse, value_name = "ADDR")]
     pub listen_http: Listen,
 
     /// Listener for TLS traffic (relayed as is, never decrypted); same forms as --listen-http;
     /// empty disables it.
-    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTPS", default_value = ":8443", value_parser = parse_listen_flag, value_name = "ADDR")]
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HTTPS", default_value = ":8443", value_parser = Listen::parse, value_name = "ADDR")]
     pub listen_https: Listen,
 
     /// Listener for /healthz, /readyz and /metrics; empty disables it.
-    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HEALTH", default_value = ":8081", value_parser = parse_listen_flag, value_name = "ADDR")]
+    #[arg(long, env = "OUROBOROS_PROXY_LISTEN_HEALTH", default_value = ":8081", value_parser = Listen::parse, value_name = "ADDR")]
     pub listen_health: Listen,
 
     /// Upstream host (DNS name or IP), resolved (A and AAAA) on every connection.
@@ -383,7 +377,7 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<ProxyArgs, String> {
-        crate::cli::parse_args(argv).map_err(|e| e.to_string())
+        crate::flags::parse_args(argv).map_err(|e| e.to_string())
     }
 
     #[test]

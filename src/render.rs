@@ -12,11 +12,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::cli::UsageError;
 use crate::controller::args::{AnswerForm, RecordArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::{self, external, ProxyFqdn};
+use crate::flags::UsageError;
 use crate::hostname::Hostname;
 use crate::manifests::Manifests;
 

@@ -102,7 +102,7 @@ pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
 
 /// Parses `--busy-poll`: a duration up to [`MAX_BUSY_POLL`], `0` for off.
 pub fn parse_busy_poll(s: &str) -> Result<Duration, String> {
-    let d = crate::cli::parse_duration(s)?;
+    let d = crate::flags::parse_duration(s)?;
     if d > MAX_BUSY_POLL {
         return Err(format!(
             "{s} is longer than the 1ms maximum (e.g. 50us; 0 = off)"
@@ -192,8 +192,8 @@ fn spin_until_ready(fds: &[RawFd], window: Duration) -> bool {
         p.fd = fd;
     }
     loop {
-        // SAFETY: the array holds MAX_EPOLL_FDS pollfds; zero timeout.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), MAX_EPOLL_FDS as libc::nfds_t, 0) } != 0 {
+        // Zero timeout; an error also ends the spin.
+        if !matches!(crate::sys::poll(&mut pfds, 0), Ok(0)) {
             return true;
         }
         if Instant::now() >= end {
@@ -206,6 +206,8 @@ fn spin_until_ready(fds: &[RawFd], window: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    use nix::sys::eventfd::{EfdFlags, EventFd};
 
     #[test]
     fn busy_poll_windows() {
@@ -222,25 +224,14 @@ mod tests {
     }
 
     /// An epoll instance watching an eventfd, and the eventfd.
-    fn epoll_with_eventfd() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
-        use std::os::fd::{AsRawFd, FromRawFd};
-        // SAFETY: plain descriptor-creating calls; results checked before use.
-        unsafe {
-            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-            let ev = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
-            assert!(ep >= 0 && ev >= 0);
-            let (ep, ev) = (
-                std::os::fd::OwnedFd::from_raw_fd(ep),
-                std::os::fd::OwnedFd::from_raw_fd(ev),
-            );
-            let mut e = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-                u64: 1,
-            };
-            let r = libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, ev.as_raw_fd(), &mut e);
-            assert_eq!(r, 0);
-            (ep, ev)
-        }
+    fn epoll_with_eventfd() -> (Epoll, EventFd) {
+        let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+        let ev = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .unwrap();
+        let e = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, 1);
+        let r = ep.add(&ev, e);
+        assert_eq!(r, Ok(()));
+        (ep, ev)
     }
 
     #[test]
@@ -326,25 +317,23 @@ mod tests {
         // Nothing ready: the whole window passes.
         let start = Instant::now();
         assert!(!spin_until_ready(
-            &[ep.as_raw_fd()],
+            &[ep.0.as_raw_fd()],
             Duration::from_millis(5)
         ));
         assert!(start.elapsed() >= Duration::from_millis(5));
         // Ready: back long before a 60 s window ends.
         let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to an eventfd.
-        assert_eq!(
-            unsafe { libc::write(ev.as_raw_fd(), one.as_ptr().cast(), 8) },
-            8
-        );
+        assert_eq!(nix::unistd::write(&ev, &one), Ok(8));
         let start = Instant::now();
-        assert!(spin_until_ready(&[ep.as_raw_fd()], Duration::from_secs(60)));
+        assert!(spin_until_ready(
+            &[ep.0.as_raw_fd()],
+            Duration::from_secs(60)
+        ));
         assert!(start.elapsed() < Duration::from_secs(30));
         // The event is still there for the edge-triggered epoll_wait.
-        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
-        // SAFETY: the buffer holds 4 events.
-        let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), out.as_mut_ptr(), 4, 0) };
-        assert_eq!(n, 1);
-        assert_eq!({ out[0].u64 }, 1);
+        let mut out = [EpollEvent::empty(); 4];
+        let n = ep.wait(&mut out, 0u8);
+        assert_eq!(n, Ok(1));
+        assert_eq!(out[0].data(), 1);
     }
 }

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::cli::UsageError;
+use crate::flags::UsageError;
 use crate::proxy_protocol::{self, DecodeError, Header, Version};
 use crate::relay;
 
@@ -63,7 +63,7 @@ pub struct WhoamiArgs {
         long,
         env = "OUROBOROS_WHOAMI_READ_TIMEOUT",
         default_value = "10s",
-        value_parser = crate::cli::parse_duration,
+        value_parser = crate::flags::parse_duration,
         value_name = "DURATION"
     )]
     pub read_timeout: Duration,

@@ -345,11 +345,11 @@ pub struct Selection {
 impl Selection {
     /// Checks the hostname flags; errors are `UsageError`s (exit 64).
     pub fn of(hostnames: &HostnameArgs) -> anyhow::Result<Selection> {
-        let filters = hostnames.filters().map_err(crate::cli::UsageError::err)?;
+        let filters = hostnames.filters().map_err(crate::flags::UsageError::err)?;
         let cluster_domain = crate::cluster_domain::resolve(hostnames.cluster_domain.as_deref());
         let policy = hostnames
             .policy(&cluster_domain)
-            .map_err(crate::cli::UsageError::err)?;
+            .map_err(crate::flags::UsageError::err)?;
         Ok(Selection {
             filters,
             cluster_domain,
@@ -429,7 +429,7 @@ impl DnsArgs {
     /// Checks the flag combinations of the CoreDNS modes; errors are `UsageError`s (exit 64).
     pub fn check(&self) -> anyhow::Result<()> {
         if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
-            return Err(crate::cli::UsageError::err(
+            return Err(crate::flags::UsageError::err(
                 "--node-local-dns needs --coredns-answer template: node-local-dns has no \
                  kubernetes plugin, so a rewritten cluster name would be forwarded upstream \
                  and fail",
@@ -454,7 +454,7 @@ impl DnsArgs {
             )),
             AnswerForm::Rewrite => AnswerSource::Rewrite(
                 self.proxy_fqdn(cluster_domain)
-                    .map_err(crate::cli::UsageError::err)?,
+                    .map_err(crate::flags::UsageError::err)?,
             ),
         })
     }
@@ -573,7 +573,7 @@ impl DnsArgs {
             annotations: self.records.external_dns_annotations.clone(),
         };
         let w = ExternalWriter::new(client, output, settings, ips)
-            .map_err(|e| crate::cli::UsageError::err(format!("external-dns flags: {e}")))?;
+            .map_err(|e| crate::flags::UsageError::err(format!("external-dns flags: {e}")))?;
         Ok(w.dry_run(self.dry_run))
     }
 }
@@ -581,7 +581,7 @@ impl DnsArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::parse_args;
+    use crate::flags::parse_args;
 
     #[tokio::test]
     async fn etc_hosts_and_external_dns_sinks() {
@@ -636,7 +636,7 @@ mod tests {
                 Err(e) => e,
             };
             assert!(
-                e.downcast_ref::<crate::cli::UsageError>().is_some(),
+                e.downcast_ref::<crate::flags::UsageError>().is_some(),
                 "{bad:?}: {e}"
             );
         }

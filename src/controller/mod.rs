@@ -30,9 +30,9 @@ use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
-use crate::cli::UsageError;
 use crate::dns::apply::{Applied, ConfigMapKey, Outcome};
 use crate::dns::sink::{ObjectKey, Sink, SinkError};
+use crate::flags::UsageError;
 use crate::hostname::Hostname;
 
 pub use self::args::DEFAULT_LEASE_NAME;
@@ -48,12 +48,12 @@ pub struct ControllerArgs {
     pub hostnames: HostnameArgs,
 
     /// Apply the desired state this often even without events (repairs drift).
-    #[arg(long, env = "OUROBOROS_CONTROLLER_RESYNC", value_name = "DURATION", default_value = "10m", value_parser = crate::cli::parse_duration)]
+    #[arg(long, env = "OUROBOROS_CONTROLLER_RESYNC", value_name = "DURATION", default_value = "10m", value_parser = crate::flags::parse_duration)]
     pub resync: Duration,
 
     /// Quiet time after the last change before syncing; a constant stream of changes still
     /// syncs every 5 × this.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_DEBOUNCE", value_name = "DURATION", default_value = "1s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, env = "OUROBOROS_CONTROLLER_DEBOUNCE", value_name = "DURATION", default_value = "1s", value_parser = crate::flags::parse_duration)]
     pub debounce: Duration,
 
     /// Leader election (shared with `doctor`).
@@ -61,12 +61,8 @@ pub struct ControllerArgs {
     pub election: ElectionArgs,
 
     /// Listener for /healthz, /readyz and /metrics; empty disables it.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LISTEN_HEALTH", value_name = "ADDR", default_value = ":8081", value_parser = parse_listen)]
-    pub listen_health: crate::proxy::Listen,
-}
-
-fn parse_listen(s: &str) -> Result<crate::proxy::Listen, String> {
-    crate::relay::parse_listen(s).map(crate::proxy::Listen)
+    #[arg(long, env = "OUROBOROS_CONTROLLER_LISTEN_HEALTH", value_name = "ADDR", default_value = ":8081", value_parser = crate::flags::Listen::parse)]
+    pub listen_health: crate::flags::Listen,
 }
 
 impl ControllerArgs {
@@ -575,7 +571,7 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> ControllerArgs {
-        crate::cli::parse_args(argv).unwrap()
+        crate::flags::parse_args(argv).unwrap()
     }
 
     #[test]
@@ -623,6 +619,6 @@ mod tests {
         assert!(!t.elects(), "etc-hosts never uses a lease");
         let t = parse(&["--dry-run"]);
         assert!(!t.elects());
-        assert!(crate::cli::parse_args::<ControllerArgs>(&["--leader-elect=maybe"]).is_err());
+        assert!(crate::flags::parse_args::<ControllerArgs>(&["--leader-elect=maybe"]).is_err());
     }
 }

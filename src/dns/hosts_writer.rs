@@ -324,56 +324,24 @@ fn replace_by_rename(
 fn copy_xattrs(src: &Path, dst: &File) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
+        use crate::sys::{fsetxattr, getxattr, listxattr};
         use std::ffi::CString;
-        use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
-        use std::ptr::null_mut;
         let path = CString::new(src.as_os_str().as_bytes())?;
-        // SAFETY (all calls below): valid NUL-terminated strings, buffers with their true lengths.
-        let len = unsafe { libc::listxattr(path.as_ptr(), null_mut(), 0) };
-        if len < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ENOTSUP) => Ok(()),
-                _ => Err(e),
-            };
-        }
-        let mut names = vec![0u8; len as usize];
-        let len = unsafe { libc::listxattr(path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-        if len < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        names.truncate(len as usize);
+        let len = match listxattr(&path, &mut []) {
+            Ok(len) => len,
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut names = vec![0u8; len];
+        let len = listxattr(&path, &mut names)?;
+        names.truncate(len);
         for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
             let name = CString::new(name)?;
-            let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), null_mut(), 0) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut value = vec![0u8; n as usize];
-            let n = unsafe {
-                libc::getxattr(
-                    path.as_ptr(),
-                    name.as_ptr(),
-                    value.as_mut_ptr().cast(),
-                    value.len(),
-                )
-            };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let rc = unsafe {
-                libc::fsetxattr(
-                    dst.as_raw_fd(),
-                    name.as_ptr(),
-                    value.as_ptr().cast(),
-                    n as usize,
-                    0,
-                )
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            let n = getxattr(&path, &name, &mut [])?;
+            let mut value = vec![0u8; n];
+            let n = getxattr(&path, &name, &mut value)?;
+            fsetxattr(dst, &name, &value[..n])?;
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -428,21 +396,13 @@ pub fn pad(text: &[u8], len: usize) -> Vec<u8> {
 fn reserve(f: &File, len: usize) -> Result<(), Failed> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open descriptor; no memory is passed.
-        let rc = unsafe {
-            libc::fallocate(
-                f.as_raw_fd(),
-                libc::FALLOC_FL_KEEP_SIZE,
-                0,
-                len as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-                return Err(Failed::Io("reserving space for the new text", e));
-            }
+        use nix::errno::Errno;
+        use nix::fcntl::{fallocate, FallocateFlags};
+        let keep_size = FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        if let Err(e @ (Errno::ENOSPC | Errno::EDQUOT)) =
+            fallocate(f, keep_size, 0, len as libc::off_t)
+        {
+            return Err(Failed::Io("reserving space for the new text", e.into()));
         }
     }
     #[cfg(not(target_os = "linux"))]

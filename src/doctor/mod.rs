@@ -26,12 +26,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::ListParams;
 use kube::Client;
 
-use crate::cli::UsageError;
 use crate::controller::args::{AnswerForm, DnsArgs, ElectionArgs, Mode, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, Sources};
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::proxy_ips::cluster_ips;
+use crate::flags::UsageError;
 use checks::{ControllerKind, Dial, Dials, Got};
 pub use report::{Check, Report, Status};
 
@@ -126,7 +126,7 @@ pub struct DoctorArgs {
         env = "OUROBOROS_DOCTOR_DIAL_TIMEOUT",
         value_name = "DURATION",
         default_value = "3s",
-        value_parser = crate::cli::parse_duration
+        value_parser = crate::flags::parse_duration
     )]
     pub dial_timeout: Duration,
 
@@ -562,7 +562,7 @@ mod tests {
     fn parse(extra: &[&str]) -> DoctorArgs {
         let mut argv = vec!["--proxy-service-namespace", "ouroboros"];
         argv.extend_from_slice(extra);
-        crate::cli::parse_args(&argv).unwrap()
+        crate::flags::parse_args(&argv).unwrap()
     }
 
     #[test]

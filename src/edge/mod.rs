@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::ReadyCheck;
-use crate::cli::{parse_duration, UsageError};
+use crate::flags::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
 use crate::relay::{self, CopyMode, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
 use backends::PortRef;
@@ -158,8 +158,8 @@ pub struct EdgeArgs {
     pub eject_backoff: Duration,
 
     /// Listener for /healthz, /readyz and /metrics; empty disables it.
-    #[arg(long, env = "OUROBOROS_EDGE_LISTEN_HEALTH", default_value = ":8081", value_parser = parse_health_listen, value_name = "ADDR")]
-    pub listen_health: crate::proxy::Listen,
+    #[arg(long, env = "OUROBOROS_EDGE_LISTEN_HEALTH", default_value = ":8081", value_parser = crate::flags::Listen::parse, value_name = "ADDR")]
+    pub listen_health: crate::flags::Listen,
 
     /// After SIGTERM/SIGINT, keep accepting for this long (with /readyz failing) so load
     /// balancers in front stop sending before clients are refused.
@@ -199,10 +199,6 @@ pub struct EdgeArgs {
     /// (at most 1ms, 0 = off).
     #[arg(long, env = "OUROBOROS_EDGE_BUSY_POLL", default_value = "0", value_parser = crate::runtime::parse_busy_poll, value_name = "DURATION")]
     pub busy_poll: Duration,
-}
-
-fn parse_health_listen(s: &str) -> Result<crate::proxy::Listen, String> {
-    relay::parse_listen(s).map(crate::proxy::Listen)
 }
 
 /// Where the backends come from.
@@ -438,7 +434,7 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<EdgeArgs, String> {
-        crate::cli::parse_args(argv).map_err(|e| e.to_string())
+        crate::flags::parse_args(argv).map_err(|e| e.to_string())
     }
 
     fn addrs(v: &[&str]) -> Vec<SocketAddr> {

@@ -75,21 +75,11 @@ thread_local! {
 }
 
 fn take_pipe() -> io::Result<Pipe> {
-    use std::os::fd::FromRawFd;
+    use nix::fcntl::OFlag;
     if let Some(p) = PIPES.with(|p| p.borrow_mut().pop()) {
         return Ok(p);
     }
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two descriptors into the array, which we then own.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((
-            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        ))
-    }
+    Ok(nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?)
 }
 
 /// Only empty pipes may be given back.
@@ -102,24 +92,15 @@ fn give_pipe(pipe: Pipe) {
     });
 }
 
-fn splice(from: std::os::fd::RawFd, to: std::os::fd::RawFd, len: usize) -> io::Result<usize> {
-    // SAFETY: both descriptors are open for the duration of the call; null offsets mean "use
-    // the file position", as required for sockets and pipes.
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+fn splice(
+    from: impl std::os::fd::AsFd,
+    to: impl std::os::fd::AsFd,
+    len: usize,
+) -> io::Result<usize> {
+    use nix::fcntl::SpliceFFlags;
+    // No offsets: "use the file position", as required for sockets and pipes.
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    Ok(nix::fcntl::splice(from, None, to, None, len, flags)?)
 }
 
 /// How a relayed connection ended.
@@ -239,7 +220,6 @@ impl Half {
         counter: &AtomicU64,
         moved: &mut bool,
     ) -> Poll<Result<(), SideError>> {
-        use std::os::fd::AsRawFd;
         use tokio::io::Interest;
         if self.done {
             return Poll::Ready(Ok(()));
@@ -248,9 +228,8 @@ impl Half {
             if let Some((r, _)) = &self.pipe {
                 while self.end > 0 {
                     ready!(to.poll_write_ready(cx)).map_err(|e| SideError(names.1, e))?;
-                    let (src, dst) = (r.as_raw_fd(), to.as_raw_fd());
                     let len = self.end as usize;
-                    match to.try_io(Interest::WRITABLE, || splice(src, dst, len)) {
+                    match to.try_io(Interest::WRITABLE, || splice(r, &*to, len)) {
                         Ok(0) => {
                             return Poll::Ready(Err(SideError(
                                 names.1,
@@ -277,8 +256,7 @@ impl Half {
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| SideError(names.0, e))?;
             let pipe = take_pipe().map_err(|e| SideError(names.0, e))?;
-            let (src, dst) = (from.as_raw_fd(), pipe.1.as_raw_fd());
-            match from.try_io(Interest::READABLE, || splice(src, dst, BUF_SIZE)) {
+            match from.try_io(Interest::READABLE, || splice(&*from, &pipe.1, BUF_SIZE)) {
                 Ok(0) => {
                     give_pipe(pipe);
                     self.eof = true;
@@ -299,28 +277,30 @@ impl Half {
     }
 }
 
-/// The relay as a plain struct rather than an `async` block: it is alive for the whole life of
-/// every connection, so its size is memory per idle connection.
-pub struct Relay<'a> {
-    client: &'a mut TcpStream,
-    upstream: &'a mut TcpStream,
-    counters: Counters<'a>,
-    up: Half,
-    down: Half,
-    mode: CopyMode,
-    idle: Option<Duration>,
-    last: Instant,
-    /// Structurally pinned: never moved out of `Relay`.
-    timer: Sleep,
+pin_project_lite::pin_project! {
+    #[project = RelayProj]
+    /// The relay as a plain struct rather than an `async` block: it is alive for the whole life
+    /// of every connection, so its size is memory per idle connection.
+    pub struct Relay<'a> {
+        client: &'a mut TcpStream,
+        upstream: &'a mut TcpStream,
+        counters: Counters<'a>,
+        up: Half,
+        down: Half,
+        mode: CopyMode,
+        idle: Option<Duration>,
+        last: Instant,
+        // Structurally pinned: never moved out of `Relay`.
+        #[pin]
+        timer: Sleep,
+    }
 }
 
 impl Future for Relay<'_> {
     type Output = (End, u64, u64);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: only `timer` needs pinning and it is only ever used through `Pin::new_unchecked`
-        // below, never moved; every other field is Unpin.
-        let this = unsafe { self.get_unchecked_mut() };
+        let mut this = self.project();
         let end = match this.step(cx) {
             Poll::Ready(end) => end,
             Poll::Pending => return Poll::Pending,
@@ -337,7 +317,7 @@ impl Future for Relay<'_> {
     }
 }
 
-impl Relay<'_> {
+impl RelayProj<'_, '_> {
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         let mut moved = false;
         let poll = match self.mode {
@@ -345,7 +325,7 @@ impl Relay<'_> {
             CopyMode::Splice => Half::poll_splice,
         };
         let a = poll(
-            &mut self.up,
+            self.up,
             cx,
             self.client,
             self.upstream,
@@ -357,7 +337,7 @@ impl Relay<'_> {
             return Poll::Ready(End::Error(side, e));
         }
         let b = poll(
-            &mut self.down,
+            self.down,
             cx,
             self.upstream,
             self.client,
@@ -374,8 +354,8 @@ impl Relay<'_> {
             return Poll::Ready(End::Done);
         }
         for (half, to, name) in [
-            (&mut self.up, &*self.upstream, "upstream"),
-            (&mut self.down, &*self.client, "client"),
+            (&mut *self.up, &**self.upstream, "upstream"),
+            (&mut *self.down, &**self.client, "client"),
         ] {
             if half.done && !half.shut {
                 half.shut = true;
@@ -384,16 +364,15 @@ impl Relay<'_> {
                 }
             }
         }
-        if let Some(idle) = self.idle {
+        if let Some(idle) = *self.idle {
             if moved {
-                self.last = Instant::now();
+                *self.last = Instant::now();
             }
-            // SAFETY: see `poll`; `timer` stays in place inside the pinned `Relay`.
-            let mut timer = unsafe { Pin::new_unchecked(&mut self.timer) };
+            let timer = &mut self.timer;
             // Activity only records a timestamp; the timer, when it fires, moves itself to
             // `last + idle` if something happened meanwhile.
             while timer.as_mut().poll(cx).is_ready() {
-                let due = self.last + idle;
+                let due = *self.last + idle;
                 if due <= Instant::now() {
                     return Poll::Ready(End::Idle);
                 }

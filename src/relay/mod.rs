@@ -303,24 +303,13 @@ pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), Di
 /// descriptors, and the default soft limit (often 1024) would cap the proxy far below
 /// `--max-connections`. Returns the limit now in force.
 pub fn raise_fd_limit() -> std::io::Result<u64> {
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
-    unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            lim = want;
-        }
-        Ok(lim.rlim_cur as u64)
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (mut cur, max) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if cur < max {
+        setrlimit(Resource::RLIMIT_NOFILE, max, max)?;
+        cur = max;
     }
+    Ok(cur)
 }
 
 #[cfg(test)]

@@ -274,47 +274,10 @@ pub async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, (Cause, S
 }
 
 fn getaddrinfo(name: &std::ffi::CStr, port: u16) -> Result<Vec<SocketAddr>, (Cause, String)> {
-    // SAFETY: hints is a zeroed addrinfo with only the documented input fields set; the result
-    // list is walked read-only and freed exactly once.
-    unsafe {
-        let mut hints: libc::addrinfo = std::mem::zeroed();
-        hints.ai_family = libc::AF_UNSPEC;
-        hints.ai_socktype = libc::SOCK_STREAM;
-        let mut res: *mut libc::addrinfo = std::ptr::null_mut();
-        let rc = libc::getaddrinfo(name.as_ptr(), std::ptr::null(), &hints, &mut res);
-        if rc != 0 {
-            let detail = if rc == libc::EAI_SYSTEM {
-                std::io::Error::last_os_error().to_string()
-            } else {
-                std::ffi::CStr::from_ptr(libc::gai_strerror(rc))
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            return Err((Cause::of_gai(rc), detail));
-        }
-        let mut out = Vec::new();
-        let mut cur = res;
-        while !cur.is_null() {
-            let ai = &*cur;
-            match ai.ai_family {
-                libc::AF_INET => {
-                    let sa = &*(ai.ai_addr as *const libc::sockaddr_in);
-                    let ip = std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr));
-                    out.push(SocketAddr::new(ip.into(), port));
-                }
-                libc::AF_INET6 => {
-                    let sa = &*(ai.ai_addr as *const libc::sockaddr_in6);
-                    let ip = std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr);
-                    out.push(SocketAddr::new(ip.into(), port));
-                }
-                _ => {}
-            }
-            cur = ai.ai_next;
-        }
-        libc::freeaddrinfo(res);
-        out.dedup();
-        Ok(out)
-    }
+    let mut out =
+        crate::sys::getaddrinfo(name, port).map_err(|e| (Cause::of_gai(e.code), e.detail))?;
+    out.dedup();
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,0 +1,79 @@
+//! Flag value types and parsers every subcommand shares: usage errors, durations, listen
+//! addresses, and the parser unit tests use for one `Args` struct.
+//!
+//! A leaf of the module graph for the subcommands: it imports none of them and not `cli`, so each
+//! subcommand's `Args` can live with the code it configures while `cli` (which dispatches to all
+//! of them) is imported by none.
+
+use crate::relay::listen::{parse_listen, ListenAddr};
+
+/// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+/// A flag combination that parses but makes no sense; reported like a clap error, exit 64.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn err(msg: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(UsageError(msg.into()))
+    }
+}
+
+/// Parses durations such as `500ms`, `5s`, `1m`, `1h` or `0` (used by every duration flag).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 5s, 1m, 1h)"))
+}
+
+/// A listen address flag value; empty disables the listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<ListenAddr>);
+
+impl Listen {
+    /// The `value_parser` of every listen flag (`:8080`, `0.0.0.0:80`, `[::1]:8081`, or empty).
+    pub fn parse(s: &str) -> Result<Listen, String> {
+        parse_listen(s).map(Listen)
+    }
+}
+
+/// Parses the flags of one `Args` struct alone, as its subcommand would (for unit tests).
+#[cfg(test)]
+pub(crate) fn parse_args<A: clap::Args>(argv: &[&str]) -> Result<A, clap::Error> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Alone<A: clap::Args> {
+        #[command(flatten)]
+        args: A,
+    }
+    Alone::<A>::try_parse_from(std::iter::once("ouroboros").chain(argv.iter().copied()))
+        .map(|a| a.args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        for (input, want) in [
+            ("500ms", Some(Duration::from_millis(500))),
+            ("5s", Some(Duration::from_secs(5))),
+            ("1m", Some(Duration::from_secs(60))),
+            ("1h", Some(Duration::from_secs(3600))),
+            ("0", Some(Duration::ZERO)),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("", None),
+            ("5", None),
+            ("-1s", None),
+            ("abc", None),
+        ] {
+            assert_eq!(parse_duration(input).ok(), want, "{input:?}");
+        }
+    }
+}
