@@ -78,12 +78,12 @@ pub async fn serve(
 /// Binds `addr` (when set) and serves the admin endpoint on it until `stop` is cancelled; logs
 /// the bound address as listener `health`.
 pub async fn start(
-    addr: Option<&crate::relay::ListenAddr>,
+    addr: Option<&crate::listen::ListenAddr>,
     state: AdminState,
     stop: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>> {
     let Some(addr) = addr else { return Ok(None) };
-    let listener = crate::relay::bind(addr).await.map_err(|e| {
+    let listener = crate::listen::bind(addr).await.map_err(|e| {
         anyhow::anyhow!("binding --listen-health {addr}: {e}; is the port free and allowed?")
     })?;
     tracing::info!(listener = "health", addr = %listener.local_addr()?, "listening");

@@ -30,10 +30,7 @@ pub struct CleanupArgs {
 
 /// Errors that another attempt cannot fix: the input or the configuration is wrong.
 fn permanent(e: &SinkError) -> bool {
-    matches!(
-        e.reason,
-        "unparseable" | "not_found" | "key_missing" | "invalid" | "foreign_object"
-    )
+    e.reason.is_configuration()
 }
 
 /// The wait before attempt `n + 1` (n >= 1): 1s, 2s, 4s, 8s, 8s, ...
@@ -76,7 +73,7 @@ pub async fn with_retries<S: Sink>(
                     attempt = n,
                     of = attempts,
                     retry_in_ms = wait.as_millis() as u64,
-                    reason = e.reason,
+                    reason = e.reason.as_str(),
                     error = %e,
                     "cleanup failed; retrying"
                 );
@@ -154,7 +151,7 @@ mod tests {
 
     /// Fails with `reason` `fails` times, then succeeds; counts calls.
     struct Flaky {
-        reason: &'static str,
+        reason: crate::dns::sink::Reason,
         fails: u32,
         calls: std::sync::atomic::AtomicU32,
     }
@@ -190,7 +187,7 @@ mod tests {
         }
     }
 
-    fn flaky(reason: &'static str, fails: u32) -> Flaky {
+    fn flaky(reason: crate::dns::sink::Reason, fails: u32) -> Flaky {
         Flaky {
             reason,
             fails,
@@ -200,14 +197,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_transient_errors_with_backoff() {
-        let s = flaky("api", 2);
+        let s = flaky(crate::dns::sink::Reason::Api, 2);
         let start = tokio::time::Instant::now();
         let a = with_retries(&s, 5, backoff).await.unwrap();
         assert_eq!(a.outcome, Outcome::Written);
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(start.elapsed(), Duration::from_secs(1 + 2));
 
-        let s = flaky("conflict", 10);
+        let s = flaky(crate::dns::sink::Reason::Conflict, 10);
         let e = with_retries(&s, 5, backoff).await.unwrap_err();
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 5);
         assert!(
@@ -216,7 +213,7 @@ mod tests {
             "{e}"
         );
 
-        let s = flaky("unparseable", 10);
+        let s = flaky(crate::dns::sink::Reason::Unparseable, 10);
         let start = tokio::time::Instant::now();
         with_retries(&s, 5, backoff).await.unwrap_err();
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -230,16 +227,11 @@ mod tests {
             object: None,
             message: String::new(),
         };
-        for r in [
-            "unparseable",
-            "not_found",
-            "key_missing",
-            "invalid",
-            "foreign_object",
-        ] {
+        use crate::dns::sink::Reason::*;
+        for r in [Unparseable, NotFound, KeyMissing, Invalid, ForeignObject] {
             assert!(permanent(&e(r)), "{r}");
         }
-        for r in ["api", "conflict", "io", "forbidden", "no_cluster_ip"] {
+        for r in [Api, Conflict, Io, Forbidden, NoClusterIp] {
             assert!(!permanent(&e(r)), "{r}");
         }
     }

@@ -5,7 +5,7 @@
 //! subcommand's `Args` can live with the code it configures while `cli` (which dispatches to all
 //! of them) is imported by none.
 
-use crate::relay::listen::{parse_listen, ListenAddr};
+use crate::listen::{parse_listen, ListenAddr};
 
 /// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;

@@ -6,16 +6,21 @@
 //! | --- | --- |
 //! | `cli` | the subcommands and dispatch; imported only by `main.rs` |
 //! | `flags` | flag types every subcommand shares (usage errors, durations, listen addresses) |
+//! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode and decode |
 //! | `relay` | the accept loop, upstream dialling and the byte relay of `proxy` and `edge` |
 //! | `proxy`, `edge`, `whoami` | those subcommands |
-//! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) and their write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`, `sink`) |
+//! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
+//! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE), the sync engine, lease, watches, RBAC as data |
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE) |
 //! | `manifests` | manifest files to typed objects for `render` |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
 //! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers |
+//!
+//! `module_rules` (a unit test) checks the PURE modules import no I/O, the top-level modules
+//! import each other without a cycle, and nothing imports `cli`.
 
 #![deny(unsafe_code)]
 
@@ -30,7 +35,10 @@ pub mod edge;
 pub mod flags;
 pub mod hostname;
 pub mod kube_client;
+pub mod listen;
 pub mod manifests;
+#[cfg(test)]
+mod module_rules;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod relay;

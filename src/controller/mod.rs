@@ -31,7 +31,7 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::apply::{Applied, ConfigMapKey, Outcome};
-use crate::dns::sink::{ObjectKey, Sink, SinkError};
+use crate::dns::sink::{ObjectKey, Reason, Sink, SinkError};
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
 
@@ -477,16 +477,16 @@ impl sync::Hooks for ControllerHooks {
     }
 
     fn failed(&mut self, e: &SinkError, retry_in: Duration) {
-        self.metrics.sync(self.mode, e.reason);
+        self.metrics.sync(self.mode, e.reason.as_str());
         self.status.lock().expect("status lock").last = Some(Err(e.message.clone()));
         self.applied_tx.send_replace(None);
         let object = e.object.as_ref().map(ToString::to_string);
         // Failures the operator must fix get an Event on the object, once per distinct message;
         // the log line repeats only at debug level.
         let notice = match e.reason {
-            "unparseable" => Some((events::COREFILE_UNPARSEABLE, "Edit")),
-            crate::dns::apply::TOO_LARGE => Some((events::BLOCK_TOO_LARGE, "Write")),
-            "no_cluster_ip" | "not_found"
+            Reason::Unparseable => Some((events::COREFILE_UNPARSEABLE, "Edit")),
+            Reason::TooLarge => Some((events::BLOCK_TOO_LARGE, "Write")),
+            Reason::NoClusterIp | Reason::NotFound
                 if e.object.as_ref().is_some_and(|o| o.kind == "Service") =>
             {
                 Some((events::PROXY_ADDRESS_MISSING, "Resolve"))
@@ -517,7 +517,7 @@ impl sync::Hooks for ControllerHooks {
             None => tracing::warn!(
                 mode = self.mode,
                 object,
-                reason = e.reason,
+                reason = e.reason.as_str(),
                 retry_in_s = retry_in.as_secs(),
                 "sync failed: {}",
                 e.message

@@ -536,7 +536,7 @@ mod tests {
             if *fail > 0 {
                 *fail -= 1;
                 return Err(SinkError {
-                    reason: "api",
+                    reason: crate::dns::sink::Reason::Api,
                     object: None,
                     message: "boom".into(),
                 });

@@ -1,23 +1,20 @@
-//! PURE renderers of the DNS configuration that points hairpinned names at the proxy: the
-//! CoreDNS Corefile block (`answer`: the A/AAAA `template` pair, or the opt-in `rewrite` lines),
-//! the CoreDNS import snippet, the hosts-file block and external-dns DNSEndpoint objects. Text
-//! in, text out (or a typed error); no I/O.
-//! The exceptions are the write paths that run them on live targets: `apply` (CoreDNS
-//! ConfigMaps), `hosts_writer` (the node's hosts file), `external_writer` (external-dns objects)
-//! and `proxy_ips` (the proxy Service's ClusterIPs).
+//! The DNS configuration that points hairpinned names at the proxy. The modules here are PURE
+//! renderers and editors: the CoreDNS Corefile block (`answer`: the A/AAAA `template` pair, or
+//! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
+//! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
+//! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
+//! them on live targets; its modules are re-exported here under their old paths.
 
 pub mod answer;
-pub mod apply;
 mod block;
 pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
-pub mod external_writer;
-pub mod hosts_writer;
 mod name_regex;
-pub mod proxy_ips;
-pub mod sink;
+pub mod write;
+
+pub use write::{apply, external_writer, hosts_writer, proxy_ips, sink};
 
 use std::fmt;
 

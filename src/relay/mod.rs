@@ -8,7 +8,6 @@
 
 pub mod copy;
 pub mod lifecycle;
-pub mod listen;
 pub mod metrics;
 pub mod upstream;
 
@@ -25,10 +24,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::listen::{bind, bind_v6only, parse_listen, ListenAddr};
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
 pub use lifecycle::{Lifecycle, ReadyState};
-pub use listen::{bind, bind_v6only, parse_listen, ListenAddr};
 pub use metrics::{ListenerMetrics, RelayMetrics};
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
 

@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::apply::{Applied, Change, Outcome};
-use super::etc_hosts;
+use super::error::{Reason, SinkError};
 use super::proxy_ips::ProxyIps;
-use super::sink::SinkError;
+use crate::dns::etc_hosts;
 use crate::hostname::Hostname;
 
 /// How the file may be replaced.
@@ -105,12 +105,12 @@ pub enum FileError {
 }
 
 impl FileError {
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            FileError::NotFound { .. } => "not_found",
-            FileError::Unparseable { .. } | FileError::NotUtf8 { .. } => "unparseable",
-            FileError::KeepsChanging { .. } => "conflict",
-            FileError::Io { .. } => "io",
+            FileError::NotFound { .. } => Reason::NotFound,
+            FileError::Unparseable { .. } | FileError::NotUtf8 { .. } => Reason::Unparseable,
+            FileError::KeepsChanging { .. } => Reason::Conflict,
+            FileError::Io { .. } => Reason::Io,
         }
     }
 }
@@ -475,7 +475,7 @@ impl HostsWriter {
         })
         .await
         .map_err(|e| SinkError {
-            reason: "io",
+            reason: Reason::Io,
             object: None,
             message: format!(
                 "hosts file {}: the write task failed: {e}",

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Service;
 use kube::{Api, Client};
 
-use super::sink::{ObjectKey, SinkError};
+use super::error::{ObjectKey, Reason, SinkError};
 
 /// Where the proxy IPs come from.
 pub enum ProxyIps {
@@ -75,7 +75,7 @@ impl ProxyIps {
             } => (api, namespace, name, *flag),
             ProxyIps::Unavailable(why) => {
                 return Err(SinkError {
-                    reason: "invalid",
+                    reason: Reason::Invalid,
                     object: None,
                     message: why.clone(),
                 })
@@ -93,7 +93,7 @@ impl ProxyIps {
             Ok(Some(svc)) => svc,
             Ok(None) => {
                 return Err(SinkError {
-                    reason: "not_found",
+                    reason: Reason::NotFound,
                     object: object(),
                     message: format!(
                     "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
@@ -103,7 +103,7 @@ impl ProxyIps {
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 return Err(SinkError {
-                    reason: "forbidden",
+                    reason: Reason::Forbidden,
                     object: object(),
                     message: format!(
                     "get services/{name} in {namespace}: forbidden ({}); grant the controller's \
@@ -115,14 +115,14 @@ impl ProxyIps {
             }
             Err(e) => {
                 return Err(SinkError {
-                    reason: "api",
+                    reason: Reason::Api,
                     object: object(),
                     message: format!("get Service {namespace}/{name}: {}", describe(&e)),
                 })
             }
         };
         cluster_ips(&svc).map_err(|e| SinkError {
-            reason: "no_cluster_ip",
+            reason: Reason::NoClusterIp,
             object: object(),
             message: format!("proxy Service {namespace}/{name}: {e}; pass {flag} instead"),
         })

@@ -36,9 +36,9 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
-use super::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
+use super::error::{ObjectKey, Reason, SinkError};
 use super::proxy_ips::ProxyIps;
-use super::sink::{ObjectKey, SinkError};
+use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
 use crate::hostname::Hostname;
 use crate::kube_client::describe;
 
@@ -322,7 +322,7 @@ impl ExternalWriter {
         } else {
             let ips = self.ips.resolve().await?;
             let opts = self.settings.options(&ips).map_err(|e| SinkError {
-                reason: "invalid",
+                reason: Reason::Invalid,
                 object: None,
                 message: format!("external-dns records: {e}"),
             })?;
@@ -335,7 +335,7 @@ impl ExternalWriter {
     /// DNSEndpoint CRD there is nothing to delete.
     pub async fn cleanup(&self) -> Result<Applied, SinkError> {
         match self.sync(BTreeMap::new()).await {
-            Err(e) if e.reason == "crd_missing" => {
+            Err(e) if e.reason == Reason::CrdMissing => {
                 tracing::info!("the DNSEndpoint CRD is not installed: no DNSEndpoints to delete");
                 Ok(Applied {
                     answer: None,
@@ -374,7 +374,7 @@ impl ExternalWriter {
                 };
                 let resource = self.output.rbac_resource();
                 SinkError {
-                    reason: "forbidden",
+                    reason: Reason::Forbidden,
                     object: name.map(|n| self.key(n)),
                     message: format!(
                         "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount \
@@ -386,7 +386,7 @@ impl ExternalWriter {
             }
             kube::Error::Api(s) if s.code == 404 && self.output == Output::DnsEndpoint => {
                 SinkError {
-                    reason: "crd_missing",
+                    reason: Reason::CrdMissing,
                     object: None,
                     message: format!(
                         "{verb} {what}: the DNSEndpoint resource does not exist ({}); install \
@@ -397,7 +397,7 @@ impl ExternalWriter {
                 }
             }
             e => SinkError {
-                reason: "api",
+                reason: Reason::Api,
                 object: name.map(|n| self.key(n)),
                 message: format!("{verb} {what}: {}", describe(&e)),
             },
@@ -435,7 +435,7 @@ impl ExternalWriter {
                 if want.contains_key(&name) && !ours.contains_key(&name) {
                     let host = host_of(&want[&name]);
                     errors.push(SinkError {
-                        reason: "foreign_object",
+                        reason: Reason::ForeignObject,
                         object: Some(self.key(&name)),
                         message: format!(
                             "{} {}/{name} already exists without the labels {}={} and {}={instance}: \
@@ -550,7 +550,7 @@ impl ExternalWriter {
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Err(SinkError {
-                reason: "conflict",
+                reason: Reason::Conflict,
                 object: Some(self.key(name)),
                 message: format!(
                     "delete {} {}/{name}: it changed since it was listed ({}); will retry",

@@ -3,51 +3,16 @@
 //! it, so its sync loop, metrics and Events are the same for every mode.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::future::Future;
 
-use super::answer::{Answer, ProxyAddrs};
-use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome, TOO_LARGE};
+use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome};
+pub use super::error::{ObjectKey, Reason, SinkError};
 use super::external_writer::ExternalWriter;
 use super::hosts_writer::HostsWriter;
 use super::proxy_ips::ProxyIps;
-use super::ProxyFqdn;
+use crate::dns::answer::{Answer, ProxyAddrs};
+use crate::dns::ProxyFqdn;
 use crate::hostname::Hostname;
-
-/// The object an error is about, for a Kubernetes Event on it (`None` in [`SinkError`] for
-/// targets that are not API objects, such as a hosts file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectKey {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
-/// A failed apply or cleanup: the message says what failed, on which object and what to do.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct SinkError {
-    /// Short label for the `result`/`reason` metric labels (`unparseable`, `forbidden`, ...).
-    pub reason: &'static str,
-    /// Where to put a Warning Event.
-    pub object: Option<ObjectKey>,
-    pub message: String,
-}
-
-impl SinkError {
-    /// A failure another attempt with the same set cannot fix (the block would not fit the
-    /// ConfigMap): the controller waits for a new set instead of retrying.
-    pub fn is_permanent(&self) -> bool {
-        self.reason == TOO_LARGE
-    }
-}
 
 impl From<ApplyError> for SinkError {
     fn from(e: ApplyError) -> Self {
@@ -101,7 +66,7 @@ impl AnswerSource {
                 ProxyAddrs::new(&ips)
                     .map(Answer::Template)
                     .ok_or_else(|| SinkError {
-                        reason: "no_cluster_ip",
+                        reason: Reason::NoClusterIp,
                         object: None,
                         message: "the proxy has no address to answer with".into(),
                     })

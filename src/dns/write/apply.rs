@@ -23,9 +23,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
 
-use super::answer::Answer;
-use super::coredns_import;
-use super::corefile::{self, Findings};
+use super::error::Reason;
+use crate::dns::answer::Answer;
+use crate::dns::coredns_import;
+use crate::dns::corefile::{self, Findings};
 use crate::hostname::Hostname;
 
 /// The field manager recorded for our writes (`metadata.managedFields`).
@@ -273,16 +274,15 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
-    /// Short label for metrics.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            ApplyError::Unparseable { .. } => "unparseable",
-            ApplyError::CorefileConfigMapMissing { .. } => "not_found",
-            ApplyError::KeyMissing { .. } => "key_missing",
-            ApplyError::TooLarge { .. } => TOO_LARGE,
-            ApplyError::Forbidden { .. } => "forbidden",
-            ApplyError::Conflicts { .. } => "conflict",
-            ApplyError::Api { .. } => "api",
+            ApplyError::Unparseable { .. } => Reason::Unparseable,
+            ApplyError::CorefileConfigMapMissing { .. } => Reason::NotFound,
+            ApplyError::KeyMissing { .. } => Reason::KeyMissing,
+            ApplyError::TooLarge { .. } => Reason::TooLarge,
+            ApplyError::Forbidden { .. } => Reason::Forbidden,
+            ApplyError::Conflicts { .. } => Reason::Conflict,
+            ApplyError::Api { .. } => Reason::Api,
         }
     }
 
@@ -299,10 +299,6 @@ impl ApplyError {
         }
     }
 }
-
-/// The metric reason of [`ApplyError::TooLarge`]: the one failure a retry cannot fix, so the
-/// sync engine waits for a new set instead.
-pub const TOO_LARGE: &str = "too_large";
 
 fn list_or_none(keys: &[String]) -> String {
     if keys.is_empty() {

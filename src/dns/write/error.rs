@@ -1,0 +1,141 @@
+//! The one error of the write paths: what failed (a [`Reason`], which is also the metric label),
+//! on which object, and a message that says what to do. A leaf of `dns::write`: the writers and
+//! the `Sink` trait both import it, and it imports neither.
+
+use std::fmt;
+
+/// The object an error is about, for a Kubernetes Event on it (`None` in [`SinkError`] for
+/// targets that are not API objects, such as a hosts file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectKey {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Why a write failed. [`Reason::as_str`] is the `result`/`reason` metric label and the word
+/// tests and logs use, so it never changes for a variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The target's text (Corefile, hosts file) cannot be parsed; nothing was written.
+    Unparseable,
+    /// The target object or file, or the proxy Service, does not exist.
+    NotFound,
+    /// The ConfigMap exists without the data key.
+    KeyMissing,
+    /// The write would exceed the API server's ConfigMap size limit; never sent.
+    TooLarge,
+    /// RBAC refused a call.
+    Forbidden,
+    /// Someone else kept writing the target (409, or a file that kept changing).
+    Conflict,
+    /// Any other API error.
+    Api,
+    /// A file system error.
+    Io,
+    /// A flag or setting that cannot work (found at write time).
+    Invalid,
+    /// The proxy Service has no ClusterIP to answer with.
+    NoClusterIp,
+    /// The external-dns CRD is not installed.
+    CrdMissing,
+    /// An object with our name belongs to someone else.
+    ForeignObject,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Unparseable => "unparseable",
+            Reason::NotFound => "not_found",
+            Reason::KeyMissing => "key_missing",
+            Reason::TooLarge => "too_large",
+            Reason::Forbidden => "forbidden",
+            Reason::Conflict => "conflict",
+            Reason::Api => "api",
+            Reason::Io => "io",
+            Reason::Invalid => "invalid",
+            Reason::NoClusterIp => "no_cluster_ip",
+            Reason::CrdMissing => "crd_missing",
+            Reason::ForeignObject => "foreign_object",
+        }
+    }
+
+    /// Another attempt cannot fix it: the input or the configuration is wrong (for `cleanup`'s
+    /// retries).
+    pub fn is_configuration(self) -> bool {
+        matches!(
+            self,
+            Reason::Unparseable
+                | Reason::NotFound
+                | Reason::KeyMissing
+                | Reason::Invalid
+                | Reason::ForeignObject
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the label, so `assert_eq!(e.reason, "forbidden")` reads as the metric does.
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A failed apply or cleanup: the message says what failed, on which object and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct SinkError {
+    pub reason: Reason,
+    /// Where to put a Warning Event.
+    pub object: Option<ObjectKey>,
+    pub message: String,
+}
+
+impl SinkError {
+    /// A failure another attempt with the same set cannot fix (the block would not fit the
+    /// ConfigMap): the controller waits for a new set instead of retrying.
+    pub fn is_permanent(&self) -> bool {
+        self.reason == Reason::TooLarge
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_distinct() {
+        use Reason::*;
+        let all = [
+            Unparseable,
+            NotFound,
+            KeyMissing,
+            TooLarge,
+            Forbidden,
+            Conflict,
+            Api,
+            Io,
+            Invalid,
+            NoClusterIp,
+            CrdMissing,
+            ForeignObject,
+        ];
+        let labels: std::collections::HashSet<&str> = all.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels.len(), all.len());
+        assert!(Reason::Forbidden == "forbidden" && Reason::Api != "forbidden");
+    }
+}
