@@ -204,16 +204,7 @@ pub async fn workloads(client: &Client, namespace: &str) -> Got<Vec<Workload>> {
     let daemonsets: Vec<DaemonSet> = list(client, "daemonsets.apps", Some(namespace), &lp)
         .await?
         .unwrap_or_default();
-    let mut out: Vec<Workload> = deployments
-        .iter()
-        .filter_map(|d| {
-            Some(workload(
-                "Deployment",
-                &d.metadata,
-                &d.spec.as_ref()?.template,
-            ))
-        })
-        .collect();
+    let mut out = deployment_workloads(&deployments);
     out.extend(daemonsets.iter().filter_map(|d| {
         Some(workload(
             "DaemonSet",
@@ -240,7 +231,11 @@ pub async fn coredns_deployment(client: &Client, namespace: &str) -> Got<Workloa
                 .unwrap_or_default()
         }
     };
-    let ws: Vec<Workload> = found
+    Ok(pick_coredns_workload(&deployment_workloads(&found)).cloned())
+}
+
+fn deployment_workloads(deployments: &[k8s_openapi::api::apps::v1::Deployment]) -> Vec<Workload> {
+    deployments
         .iter()
         .filter_map(|d| {
             Some(workload(
@@ -249,8 +244,7 @@ pub async fn coredns_deployment(client: &Client, namespace: &str) -> Got<Workloa
                 &d.spec.as_ref()?.template,
             ))
         })
-        .collect();
-    Ok(pick_coredns_workload(&ws).cloned())
+        .collect()
 }
 
 /// The subject a ServiceAccount authenticates as, with the groups RBAC bindings may name.

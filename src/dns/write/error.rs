@@ -51,6 +51,22 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, for tables and tests.
+    pub const ALL: [Reason; 12] = [
+        Reason::Unparseable,
+        Reason::NotFound,
+        Reason::KeyMissing,
+        Reason::TooLarge,
+        Reason::Forbidden,
+        Reason::Conflict,
+        Reason::Api,
+        Reason::Io,
+        Reason::Invalid,
+        Reason::NoClusterIp,
+        Reason::CrdMissing,
+        Reason::ForeignObject,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Unparseable => "unparseable",
@@ -119,23 +135,9 @@ mod tests {
 
     #[test]
     fn labels_are_distinct() {
-        use Reason::*;
-        let all = [
-            Unparseable,
-            NotFound,
-            KeyMissing,
-            TooLarge,
-            Forbidden,
-            Conflict,
-            Api,
-            Io,
-            Invalid,
-            NoClusterIp,
-            CrdMissing,
-            ForeignObject,
-        ];
-        let labels: std::collections::HashSet<&str> = all.iter().map(|r| r.as_str()).collect();
-        assert_eq!(labels.len(), all.len());
+        let labels: std::collections::HashSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
         assert!(Reason::Forbidden == "forbidden" && Reason::Api != "forbidden");
     }
 }
