@@ -1048,3 +1048,41 @@ async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
         "--proxy-ip: no Service read"
     );
 }
+
+/// One Ingress the client cannot read (a field of the wrong type) is left out and reported once;
+/// the rest of the list is written as usual.
+#[tokio::test]
+async fn an_unreadable_object_is_skipped_and_reported_not_the_whole_list() {
+    let mut bad = ingress("broken", &["broken.example.com"]);
+    bad["spec"]["tls"] = json!("not-a-list");
+    bad["metadata"]["namespace"] = json!("web");
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"]), bad]),
+        &["--leader-elect=false"],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    assert!(
+        corefile.contains("rewrite name shop.example.com "),
+        "{corefile}"
+    );
+    assert!(!corefile.contains("broken.example.com"), "{corefile}");
+    assert!(
+        r.api
+            .wait_for(5, |a| a
+                .count("POST", "/apis/events.k8s.io/v1/namespaces/web/events")
+                >= 1)
+            .await
+    );
+    let api = r.shutdown().await;
+    let events = api.matching("POST", "/apis/events.k8s.io/v1/namespaces/web/events");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let ev = events[0].1.clone().unwrap();
+    assert_eq!(ev["reason"], "ObjectUnreadable");
+    assert_eq!(ev["regarding"]["kind"], "Ingress");
+    assert_eq!(ev["regarding"]["name"], "broken");
+}

@@ -21,6 +21,7 @@ pub const BLOCK_REVERTED: &str = "BlockReverted";
 pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
 pub const PROXY_ADDRESS_MISSING: &str = "ProxyAddressMissing";
 pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
+pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
 /// The API keeps at most 1 kB of an Event's note.
 const MAX_NOTE: usize = 1000;
 

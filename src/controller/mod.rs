@@ -146,7 +146,14 @@ pub async fn run_with(
     let metrics = Metrics::register(&mut registry);
     let status = Arc::new(Mutex::new(Status::default()));
 
-    let watches = sources::start(&client, &filters, &stop);
+    let (notifier, events_task) = if args.dns.dry_run {
+        (Notifier::disabled(), None)
+    } else {
+        let (n, t) = events::spawn(client.clone(), identity.clone());
+        (n, Some(t))
+    };
+
+    let watches = sources::start(&client, &filters, &notifier, &stop);
     let ready_check: ReadyCheck = {
         let (status, synced) = (status.clone(), watches.synced.clone());
         Arc::new(move || {
@@ -160,13 +167,6 @@ pub async fn run_with(
         stop.clone(),
     )
     .await?;
-
-    let (notifier, events_task) = if args.dns.dry_run {
-        (Notifier::disabled(), None)
-    } else {
-        let (n, t) = events::spawn(client.clone(), identity.clone());
-        (n, Some(t))
-    };
 
     // The lease outlives `stop` until the write in flight is finished.
     let lease_stop = CancellationToken::new();

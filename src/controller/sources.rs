@@ -19,6 +19,8 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::error_boundary::InvalidObject;
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -28,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::events::{self, Notifier};
 use super::hostnames::{self, Desired, Filters, Sources};
 use crate::hostname::HostPolicy;
 
@@ -217,22 +220,30 @@ pub struct Watches {
     pub tasks: Vec<JoinHandle<()>>,
 }
 
-/// Starts one watch per configured kind; they run until `stop`.
-pub fn start(client: &Client, filters: &Filters, stop: &CancellationToken) -> Watches {
+/// Starts one watch per configured kind; they run until `stop`. An object that does not
+/// deserialize is reported on `notifier` and left out, not the whole list.
+pub fn start(
+    client: &Client,
+    filters: &Filters,
+    notifier: &Notifier,
+    stop: &CancellationToken,
+) -> Watches {
     let progress = Progress::new();
     let mut tasks = Vec::new();
     let ingresses = follow(
-        Api::<Ingress>::all(client.clone()),
+        Api::<DeserializeGuard<Ingress>>::all(client.clone()),
         false,
         &progress,
+        notifier,
         stop,
         &mut tasks,
     );
     let ingress_classes = filters.ingress_class.is_some().then(|| {
         follow(
-            Api::<IngressClass>::all(client.clone()),
+            Api::<DeserializeGuard<IngressClass>>::all(client.clone()),
             false,
             &progress,
+            notifier,
             stop,
             &mut tasks,
         )
@@ -240,30 +251,34 @@ pub fn start(client: &Client, filters: &Filters, stop: &CancellationToken) -> Wa
     let (mut gateways, mut http_routes, mut grpc_routes, mut tls_routes) = (None, None, None, None);
     if filters.gateway_api {
         gateways = Some(follow(
-            Api::<Gateway>::all(client.clone()),
+            Api::<DeserializeGuard<Gateway>>::all(client.clone()),
             true,
             &progress,
+            notifier,
             stop,
             &mut tasks,
         ));
         http_routes = Some(follow(
-            Api::<HttpRoute>::all(client.clone()),
+            Api::<DeserializeGuard<HttpRoute>>::all(client.clone()),
             true,
             &progress,
+            notifier,
             stop,
             &mut tasks,
         ));
         grpc_routes = Some(follow(
-            Api::<GrpcRoute>::all(client.clone()),
+            Api::<DeserializeGuard<GrpcRoute>>::all(client.clone()),
             true,
             &progress,
+            notifier,
             stop,
             &mut tasks,
         ));
         tls_routes = Some(follow(
-            Api::<TlsRoute>::all(client.clone()),
+            Api::<DeserializeGuard<TlsRoute>>::all(client.clone()),
             true,
             &progress,
+            notifier,
             stop,
             &mut tasks,
         ));
@@ -287,14 +302,15 @@ pub fn start(client: &Client, filters: &Filters, stop: &CancellationToken) -> Wa
 /// Watches one kind into a store until `stop`. `optional`: a 404 (CRD not installed) counts as
 /// an empty, synced list.
 fn follow<K>(
-    api: Api<K>,
+    api: Api<DeserializeGuard<K>>,
     optional: bool,
     progress: &Progress,
+    notifier: &Notifier,
     stop: &CancellationToken,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Store<K>
 where
-    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Default + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
@@ -304,8 +320,10 @@ where
     let kind = K::kind(&dt).to_string();
     let resource = K::plural(&dt).to_string();
     let group = K::group(&dt).to_string();
+    let mut unreadable = Unreadable::new(notifier.clone());
     let stream = watcher(api)
         .default_backoff()
+        .filter_map(move |e| std::future::ready(e.map(|e| unreadable.screen(e)).transpose()))
         .modify(K::trim)
         .reflect(writer);
     let store = reader.clone();
@@ -363,6 +381,100 @@ where
     reader
 }
 
+/// Objects of a watched kind that do not deserialize (a field of the wrong type, an enum value
+/// this version does not know): each is logged and given one Warning Event per version, and the
+/// watch goes on without it, so one bad object cannot hold back the whole list.
+struct Unreadable {
+    notifier: Notifier,
+    /// (namespace, name, resourceVersion) already reported.
+    reported: std::collections::HashSet<(String, String, String)>,
+}
+
+impl Unreadable {
+    fn new(notifier: Notifier) -> Self {
+        Self {
+            notifier,
+            reported: Default::default(),
+        }
+    }
+
+    /// The event with an unreadable object left out: skipped in the initial list, and as a
+    /// deletion afterwards (a version that was readable before must not linger in the cache).
+    fn screen<K>(&mut self, e: Event<DeserializeGuard<K>>) -> Option<Event<K>>
+    where
+        K: Resource + Default,
+        K::DynamicType: Default,
+    {
+        Some(match e {
+            Event::Init => Event::Init,
+            Event::InitDone => Event::InitDone,
+            Event::InitApply(DeserializeGuard(Ok(k))) => Event::InitApply(k),
+            Event::Apply(DeserializeGuard(Ok(k))) => Event::Apply(k),
+            Event::Delete(DeserializeGuard(Ok(k))) => Event::Delete(k),
+            Event::InitApply(DeserializeGuard(Err(bad))) => {
+                self.report::<K>(&bad);
+                return None;
+            }
+            Event::Apply(DeserializeGuard(Err(bad))) => {
+                self.report::<K>(&bad);
+                Event::Delete(placeholder(bad))
+            }
+            Event::Delete(DeserializeGuard(Err(bad))) => Event::Delete(placeholder(bad)),
+        })
+    }
+
+    fn report<K>(&mut self, bad: &InvalidObject)
+    where
+        K: Resource,
+        K::DynamicType: Default,
+    {
+        let m = &bad.metadata;
+        let (namespace, name) = (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        );
+        let version = m.resource_version.clone().unwrap_or_default();
+        if !self
+            .reported
+            .insert((namespace.clone(), name.clone(), version))
+        {
+            return;
+        }
+        let dt = K::DynamicType::default();
+        let kind = K::kind(&dt).to_string();
+        tracing::warn!(
+            %kind,
+            object = %format!("{namespace}/{name}"),
+            error = %bad.error,
+            "cannot read this object; its hostnames are left out until it is fixed"
+        );
+        self.notifier.send(events::Notice {
+            regarding: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(K::api_version(&dt).to_string()),
+                kind: Some(kind),
+                namespace: m.namespace.clone(),
+                name: m.name.clone(),
+                uid: m.uid.clone(),
+                ..Default::default()
+            },
+            reason: events::OBJECT_UNREADABLE,
+            action: "Read",
+            note: format!(
+                "ouroboros cannot read this object ({}); its hostnames are not hairpinned \
+                 until it is fixed",
+                bad.error
+            ),
+        });
+    }
+}
+
+/// An object with only the metadata of an unreadable one: enough for the cache to drop it.
+fn placeholder<K: Resource + Default>(bad: InvalidObject) -> K {
+    let mut k = K::default();
+    *k.meta_mut() = bad.metadata;
+    k
+}
+
 fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -372,6 +484,60 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unreadable_objects_are_left_out_or_dropped() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let meta = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("web".into()),
+            resource_version: Some("7".into()),
+            ..ObjectMeta::default()
+        };
+        let bad = |name: &str| {
+            DeserializeGuard::<Ingress>(Err(InvalidObject {
+                error: "invalid type".into(),
+                metadata: meta(name),
+            }))
+        };
+        let good = |name: &str| {
+            DeserializeGuard(Ok(Ingress {
+                metadata: meta(name),
+                ..Ingress::default()
+            }))
+        };
+        let mut u = Unreadable::new(Notifier::disabled());
+        let name = |e: &Event<Ingress>| match e {
+            Event::Apply(k) | Event::InitApply(k) | Event::Delete(k) => k.metadata.name.clone(),
+            Event::Init | Event::InitDone => None,
+        };
+        assert!(matches!(
+            u.screen(Event::InitApply(good("a"))),
+            Some(Event::InitApply(_))
+        ));
+        assert!(
+            u.screen(Event::InitApply(bad("b"))).is_none(),
+            "skipped in the list"
+        );
+        let dropped = u.screen(Event::Apply(bad("c"))).unwrap();
+        assert!(
+            matches!(dropped, Event::Delete(_)),
+            "a bad update drops the cached version"
+        );
+        assert_eq!(name(&dropped).as_deref(), Some("c"));
+        assert!(matches!(
+            u.screen(Event::Delete(bad("d"))),
+            Some(Event::Delete(_))
+        ));
+        assert!(matches!(
+            u.screen::<Ingress>(Event::InitDone),
+            Some(Event::InitDone)
+        ));
+        // Reported once per object version.
+        assert_eq!(u.reported.len(), 2);
+        u.screen(Event::Apply(bad("c")));
+        assert_eq!(u.reported.len(), 2);
+    }
+
     use super::*;
     use kube::core::Status;
     use serde_json::json;
