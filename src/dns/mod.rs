@@ -3,9 +3,11 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets; its modules are re-exported here under their old paths.
+//! them on live targets (its modules are re-exported here under their old paths), and `args` the
+//! DNS-target flags that choose and build one.
 
 pub mod answer;
+pub mod args;
 mod block;
 pub mod coredns_import;
 pub mod corefile;

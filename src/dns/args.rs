@@ -1,0 +1,604 @@
+//! Where and how the DNS configuration is written: the DNS-target flags `controller`, `cleanup`,
+//! `render` and `doctor` share (so `cleanup` finds exactly what `controller` wrote), and the
+//! writer (`AnySink`) they build.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
+use crate::dns::external;
+use crate::dns::external_writer::{ExternalWriter, Output, Settings};
+use crate::dns::hosts_writer::HostsWriter;
+use crate::dns::proxy_ips::ProxyIps;
+use crate::dns::sink::AnySink;
+use crate::dns::sink::{AnswerSource, CorednsSink, CorednsTarget};
+use crate::dns::ProxyFqdn;
+
+/// Where the hairpinned names are published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
+    Coredns,
+    /// A snippet under one key of the ConfigMap a Corefile imports
+    /// (`import /etc/coredns/custom/*.override`).
+    CorednsImport,
+    /// A marked block in each node's hosts file (one controller per node, no lease).
+    EtcHosts,
+    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
+    ExternalDns,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Coredns => "coredns",
+            Mode::CorednsImport => "coredns-import",
+            Mode::EtcHosts => "etc-hosts",
+            Mode::ExternalDns => "external-dns",
+        }
+    }
+}
+
+/// How the CoreDNS block answers (coredns and coredns-import modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AnswerForm {
+    /// `template IN A` / `template IN AAAA` answering only A and AAAA queries with the proxy
+    /// Service's ClusterIPs (or --proxy-ip); every other query type keeps its public answer.
+    /// Works on CoreDNS 1.7 and later and in node-local-dns.
+    Template,
+    /// `rewrite name` lines to --proxy-fqdn, as the reference tool writes. A name rewrite
+    /// answers every query type for the host from the cluster domain (breaks cert-manager
+    /// DNS-01 for apex and delegated hosts; before CoreDNS 1.8.4 for every host), autopath
+    /// skips it, and wildcard lines need CoreDNS 1.8.4 or later (`answer auto`).
+    Rewrite,
+}
+
+/// What external-dns mode writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExternalDnsOutput {
+    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`).
+    Dnsendpoint,
+    /// Annotated headless Services (external-dns `--source=service`).
+    Service,
+}
+
+pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
+pub const DEFAULT_NAMESPACE: &str = "ouroboros";
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+#[derive(Args, Clone, Debug)]
+pub struct DnsArgs {
+    /// Where to publish the names: coredns, coredns-import, etc-hosts or external-dns.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_MODE", value_enum, default_value_t = Mode::Coredns)]
+    pub mode: Mode,
+
+    /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Write nothing: log the change each sync would make.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_DRY_RUN")]
+    pub dry_run: bool,
+
+    /// coredns: namespace of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub coredns_namespace: String,
+
+    /// coredns: name of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "coredns"
+    )]
+    pub coredns_configmap: String,
+
+    /// coredns: data key holding the Corefile.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_KEY",
+        value_name = "KEY",
+        default_value = "Corefile"
+    )]
+    pub coredns_key: String,
+
+    /// coredns-import: namespace of the ConfigMap the Corefile imports.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub coredns_import_namespace: String,
+
+    /// coredns-import: name of that ConfigMap (created if absent).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "coredns-custom"
+    )]
+    pub coredns_import_configmap: String,
+
+    /// coredns-import: our key in it; must match the import glob (`*.override`).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_KEY",
+        value_name = "KEY",
+        default_value = "ouroboros.override"
+    )]
+    pub coredns_import_key: String,
+
+    /// coredns, coredns-import: how the block answers. `template` (A/AAAA only, with the proxy
+    /// Service's ClusterIPs) works on every CoreDNS from 1.7; `rewrite` (a name target,
+    /// --proxy-fqdn) hijacks every query type for the host and its wildcard lines need CoreDNS
+    /// 1.8.4 or later (docs/coredns-answers.md).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
+    pub coredns_answer: AnswerForm,
+
+    /// coredns, coredns-import with --coredns-answer rewrite: the rewrite target, the proxy
+    /// Service's FQDN with its trailing dot [default:
+    /// PROXY_SERVICE_NAME.PROXY_SERVICE_NAMESPACE.svc.CLUSTER_DOMAIN.].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_FQDN", value_name = "FQDN", value_parser = ProxyFqdn::parse)]
+    pub proxy_fqdn: Option<ProxyFqdn>,
+
+    /// The proxy Service's name: without --proxy-ip its ClusterIPs are the answers (watched, so
+    /// a changed Service is followed), and the default --proxy-fqdn is built from it.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_PROXY_SERVICE_NAME", value_name = "NAME", default_value = DEFAULT_PROXY_SERVICE)]
+    pub proxy_service_name: String,
+
+    /// The proxy Service's namespace [default: this pod's namespace, else `ouroboros`].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_PROXY_SERVICE_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub proxy_service_namespace: Option<String>,
+
+    /// etc-hosts: the host's hosts file, mounted into the pod.
+    #[arg(
+        long = "etc-hosts",
+        env = "OUROBOROS_CONTROLLER_ETC_HOSTS",
+        value_name = "PATH",
+        default_value = "/host/etc/hosts"
+    )]
+    pub etc_hosts: PathBuf,
+
+    /// coredns, coredns-import (template answers), etc-hosts: the proxy's IP addresses
+    /// (repeatable; comma-separated in the environment variable) [default: the proxy Service's
+    /// ClusterIPs, read from the API].
+    #[arg(
+        long = "proxy-ip",
+        env = "OUROBOROS_CONTROLLER_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ','
+    )]
+    pub proxy_ips: Vec<IpAddr>,
+
+    /// external-dns: namespace of the objects written [default: this pod's namespace, else
+    /// `ouroboros`].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub external_dns_namespace: Option<String>,
+
+    /// external-dns: record targets (repeatable; comma-separated in the environment variable)
+    /// [default: the proxy Service's ClusterIPs, A and AAAA for dual-stack].
+    #[arg(
+        long = "external-dns-proxy-ip",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ','
+    )]
+    pub external_dns_proxy_ips: Vec<IpAddr>,
+
+    /// external-dns: the Service whose ClusterIPs are the record targets, in
+    /// --proxy-service-namespace [default: --proxy-service-name].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_SERVICE",
+        value_name = "NAME"
+    )]
+    pub external_dns_proxy_service: Option<String>,
+
+    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
+    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
+    pub external_dns_output: ExternalDnsOutput,
+
+    #[command(flatten)]
+    pub records: RecordArgs,
+
+    #[command(flatten)]
+    pub node_local_dns: NodeLocalDnsArgs,
+}
+
+/// What every external-dns record carries: flags of `controller` and `cleanup` and of
+/// `render external-dns` (same names and variables, so `render` shows what the controller writes).
+#[derive(Args, Clone, Debug)]
+pub struct RecordArgs {
+    /// external-dns: TTL of every record, in seconds [1, 86400].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+        value_name = "SECONDS",
+        default_value_t = external::DEFAULT_TTL,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
+    )]
+    pub external_dns_record_ttl: u32,
+
+    /// external-dns: label key=value added to every object (repeatable; comma-separated in the
+    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
+    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-label",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
+        value_name = "KEY=VALUE",
+        value_delimiter = ',',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_labels: Vec<(String, String)>,
+
+    /// external-dns: annotation key=value added to every object (repeatable; one per line in
+    /// the environment variable, since values may hold commas). Reserved: ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-annotation",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+        value_name = "KEY=VALUE",
+        value_delimiter = '\n',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_annotations: Vec<(String, String)>,
+
+    /// Instance name: the `ouroboros.io/instance` label on what external-dns mode writes, so
+    /// two installations never delete each other's records.
+    #[arg(long, env = "OUROBOROS_INSTANCE", value_name = "NAME", default_value = external::DEFAULT_INSTANCE)]
+    pub instance: String,
+}
+
+/// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
+/// on whether its Corefile holds our block.
+#[derive(Args, Clone, Debug)]
+pub struct NodeLocalDnsArgs {
+    /// coredns, coredns-import: also write the template block into node-local-dns's Corefile
+    /// (its `.:53` server block), whose cache otherwise forwards public names past CoreDNS.
+    /// Off: the controller only warns when that ConfigMap exists. Needs --coredns-answer
+    /// template.
+    #[arg(
+        long = "node-local-dns",
+        env = "OUROBOROS_CONTROLLER_NODE_LOCAL_DNS",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub enabled: bool,
+
+    /// coredns, coredns-import: namespace of the node-local-dns ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub node_local_dns_namespace: String,
+
+    /// coredns, coredns-import: name of the node-local-dns ConfigMap (`nodelocaldns` on
+    /// kubespray); its key `Corefile` holds the Corefile.
+    #[arg(
+        long,
+        env = "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "node-local-dns"
+    )]
+    pub node_local_dns_configmap: String,
+}
+
+/// This pod's namespace (from its service account), if running in a cluster.
+pub fn pod_namespace() -> Option<String> {
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The namespace this process runs in: the pod's, else `ouroboros`. The default of every
+/// "this pod's namespace" flag.
+pub fn own_namespace() -> String {
+    pod_namespace().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+}
+
+impl DnsArgs {
+    pub fn proxy_service_namespace(&self) -> String {
+        self.proxy_service_namespace
+            .clone()
+            .unwrap_or_else(own_namespace)
+    }
+
+    /// --proxy-fqdn, else composed from the proxy Service and the cluster domain.
+    pub fn proxy_fqdn(&self, cluster_domain: &str) -> Result<ProxyFqdn, String> {
+        match &self.proxy_fqdn {
+            Some(f) => Ok(f.clone()),
+            None => ProxyFqdn::for_service(
+                &self.proxy_service_name,
+                &self.proxy_service_namespace(),
+                cluster_domain,
+            ),
+        }
+    }
+
+    pub fn coredns_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.coredns_namespace,
+            &self.coredns_configmap,
+            &self.coredns_key,
+        )
+    }
+
+    pub fn import_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.coredns_import_namespace,
+            &self.coredns_import_configmap,
+            &self.coredns_import_key,
+        )
+    }
+
+    pub fn node_local_dns_target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.node_local_dns.node_local_dns_namespace,
+            &self.node_local_dns.node_local_dns_configmap,
+            "Corefile",
+        )
+    }
+
+    /// Whether the block is also written into node-local-dns (coredns modes, opted in).
+    pub fn writes_node_local_dns(&self) -> bool {
+        self.node_local_dns.enabled && matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+    }
+
+    /// Whether the CoreDNS modes answer with the proxy's addresses.
+    fn template_answers(&self) -> bool {
+        matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+            && self.coredns_answer == AnswerForm::Template
+    }
+
+    /// Checks the flag combinations of the CoreDNS modes; errors are `UsageError`s (exit 64).
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
+            return Err(crate::flags::UsageError::err(
+                "--node-local-dns needs --coredns-answer template: node-local-dns has no \
+                 kubernetes plugin, so a rewritten cluster name would be forwarded upstream \
+                 and fail",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the CoreDNS modes' answers come from. `client`: `None` only for removal.
+    fn answer_source(
+        &self,
+        client: Option<kube::Client>,
+        cluster_domain: &str,
+    ) -> anyhow::Result<AnswerSource> {
+        Ok(match self.coredns_answer {
+            AnswerForm::Template => AnswerSource::Template(ProxyIps::new(
+                client,
+                &self.proxy_ips,
+                &self.proxy_service_namespace(),
+                &self.proxy_service_name,
+                "--proxy-ip",
+            )),
+            AnswerForm::Rewrite => AnswerSource::Rewrite(
+                self.proxy_fqdn(cluster_domain)
+                    .map_err(crate::flags::UsageError::err)?,
+            ),
+        })
+    }
+
+    /// The backend for `--mode`. Flag errors are `UsageError`s (exit 64).
+    pub async fn sink(
+        &self,
+        client: kube::Client,
+        cluster_domain: &str,
+    ) -> anyhow::Result<AnySink> {
+        self.check()?;
+        let coredns = |target| -> anyhow::Result<AnySink> {
+            let node_local = self.writes_node_local_dns().then(|| {
+                CorefileWriter::node_local_dns(
+                    client.clone(),
+                    self.node_local_dns_target(),
+                    Retry::default(),
+                )
+                .dry_run(self.dry_run)
+            });
+            Ok(AnySink::Coredns(CorednsSink {
+                target,
+                node_local,
+                answer: self.answer_source(Some(client.clone()), cluster_domain)?,
+            }))
+        };
+        Ok(match self.mode {
+            Mode::Coredns => coredns(CorednsTarget::Corefile(
+                CorefileWriter::new(client.clone(), self.coredns_target(), Retry::default())
+                    .dry_run(self.dry_run),
+            ))?,
+            Mode::CorednsImport => coredns(CorednsTarget::Import(
+                ImportWriter::new(client.clone(), self.import_target(), Retry::default())
+                    .dry_run(self.dry_run),
+            ))?,
+            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))?),
+            Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
+        })
+    }
+
+    /// The etc-hosts backend. Without a client it can only remove the block (`cleanup`) or
+    /// write with --proxy-ip.
+    pub fn hosts_writer(&self, client: Option<kube::Client>) -> anyhow::Result<HostsWriter> {
+        let ips = ProxyIps::new(
+            client,
+            &self.proxy_ips,
+            &self.proxy_service_namespace(),
+            &self.proxy_service_name,
+            "--proxy-ip",
+        );
+        Ok(HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run))
+    }
+
+    /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
+    pub fn external_dns_namespace(&self) -> String {
+        self.external_dns_namespace_or(&own_namespace())
+    }
+
+    /// --external-dns-namespace, else `default` (the controller's own namespace).
+    pub fn external_dns_namespace_or(&self, default: &str) -> String {
+        self.external_dns_namespace
+            .clone()
+            .unwrap_or_else(|| default.to_string())
+    }
+
+    /// The Service whose ClusterIPs are the external-dns record targets (namespace, name).
+    pub fn external_dns_proxy_service(&self) -> (String, String) {
+        (
+            self.proxy_service_namespace(),
+            self.external_dns_proxy_service
+                .clone()
+                .unwrap_or_else(|| self.proxy_service_name.clone()),
+        )
+    }
+
+    /// The Service whose ClusterIPs this mode reads (for RBAC), if any: the CoreDNS modes with
+    /// template answers and etc-hosts without --proxy-ip, external-dns without
+    /// --external-dns-proxy-ip.
+    pub fn proxy_service_read(&self) -> Option<(String, String)> {
+        match self.mode {
+            Mode::EtcHosts | Mode::Coredns | Mode::CorednsImport
+                if self.proxy_ips.is_empty()
+                    && (self.mode == Mode::EtcHosts || self.template_answers()) =>
+            {
+                Some((
+                    self.proxy_service_namespace(),
+                    self.proxy_service_name.clone(),
+                ))
+            }
+            Mode::ExternalDns if self.external_dns_proxy_ips.is_empty() => {
+                Some(self.external_dns_proxy_service())
+            }
+            _ => None,
+        }
+    }
+
+    /// The external-dns backend; invalid labels, annotations or targets are usage errors.
+    pub fn external_writer(&self, client: kube::Client) -> anyhow::Result<ExternalWriter> {
+        let (svc_ns, svc_name) = self.external_dns_proxy_service();
+        let ips = ProxyIps::new(
+            Some(client.clone()),
+            &self.external_dns_proxy_ips,
+            &svc_ns,
+            &svc_name,
+            "--external-dns-proxy-ip",
+        );
+        let output = match self.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
+            ExternalDnsOutput::Service => Output::Service,
+        };
+        let settings = Settings {
+            namespace: self.external_dns_namespace(),
+            instance: self.records.instance.clone(),
+            ttl: self.records.external_dns_record_ttl,
+            labels: self.records.external_dns_labels.clone(),
+            annotations: self.records.external_dns_annotations.clone(),
+        };
+        let w = ExternalWriter::new(client, output, settings, ips)
+            .map_err(|e| crate::flags::UsageError::err(format!("external-dns flags: {e}")))?;
+        Ok(w.dry_run(self.dry_run))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::parse_args;
+
+    #[tokio::test]
+    async fn etc_hosts_and_external_dns_sinks() {
+        use crate::dns::sink::Sink;
+        let (svc, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(svc, "default");
+        let parse = |args: &[&str]| {
+            let mut v = vec!["--proxy-service-namespace", "ouroboros"];
+            v.extend_from_slice(args);
+            parse_args::<DnsArgs>(&v).unwrap()
+        };
+        let d = parse(&["--mode", "etc-hosts", "--etc-hosts", "/tmp/h"]);
+        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        assert_eq!(s.mode(), "etc-hosts");
+        assert_eq!(
+            d.proxy_service_read(),
+            Some(("ouroboros".into(), "ouroboros-proxy".into()))
+        );
+        let d = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]);
+        assert_eq!(d.proxy_service_read(), None);
+
+        let d = parse(&[
+            "--mode",
+            "external-dns",
+            "--external-dns-proxy-service",
+            "edge",
+            "--external-dns-namespace",
+            "dns",
+        ]);
+        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        assert_eq!(s.mode(), "external-dns");
+        assert_eq!(d.external_dns_namespace(), "dns");
+        assert_eq!(
+            d.proxy_service_read(),
+            Some(("ouroboros".into(), "edge".into()))
+        );
+        // Flag values that parse but make no sense are usage errors (exit 64).
+        for bad in [
+            &["--external-dns-label", "ouroboros.io/instance=x"][..],
+            &["--external-dns-annotation", "ouroboros.io/x=y"][..],
+            &["--external-dns-proxy-ip", "0.0.0.0"][..],
+            &["--instance", "not valid"][..],
+            &["--external-dns-namespace", "Bad_NS"][..],
+        ] {
+            let mut args = vec!["--mode", "external-dns"];
+            args.extend_from_slice(bad);
+            let e = match parse(&args).sink(client.clone(), "cluster.local").await {
+                Ok(_) => panic!("{bad:?} accepted"),
+                Err(e) => e,
+            };
+            assert!(
+                e.downcast_ref::<crate::flags::UsageError>().is_some(),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn default_fqdn_is_the_reference_tools() {
+        let d: DnsArgs = parse_args(&["--proxy-service-namespace", "ouroboros"]).unwrap();
+        assert_eq!(
+            d.proxy_fqdn("cluster.local").unwrap().as_str(),
+            crate::dns::DEFAULT_PROXY_FQDN
+        );
+        let d: DnsArgs = parse_args(&["--proxy-fqdn", "p.x.svc.example.org."]).unwrap();
+        assert_eq!(
+            d.proxy_fqdn("cluster.local").unwrap().as_str(),
+            "p.x.svc.example.org."
+        );
+    }
+}
