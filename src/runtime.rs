@@ -181,7 +181,6 @@ fn epoll_fds() -> anyhow::Result<BTreeSet<RawFd>> {
 /// Polls the epoll descriptors `fds` (without taking their events, which stay for the runtime's
 /// own `epoll_wait`) until something is ready or `window` has passed. True when something is.
 fn spin_until_ready(fds: &[RawFd], window: Duration) -> bool {
-    let end = Instant::now() + window;
     // poll(2) skips negative descriptors.
     let mut pfds = [libc::pollfd {
         fd: -1,
@@ -191,12 +190,26 @@ fn spin_until_ready(fds: &[RawFd], window: Duration) -> bool {
     for (p, &fd) in pfds.iter_mut().zip(fds) {
         p.fd = fd;
     }
+    // Zero timeout; an error also ends the spin.
+    spin(window, Instant::now, || {
+        !matches!(crate::sys::poll(&mut pfds, 0), Ok(0))
+    })
+}
+
+/// The spin loop of [`spin_until_ready`]: asks `ready` until it says yes (true) or the clock
+/// `now` has reached `window` past its first reading (false). `ready` is always asked at least
+/// once, and never again once the window has passed.
+fn spin(
+    window: Duration,
+    mut now: impl FnMut() -> Instant,
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    let end = now() + window;
     loop {
-        // Zero timeout; an error also ends the spin.
-        if !matches!(crate::sys::poll(&mut pfds, 0), Ok(0)) {
+        if ready() {
             return true;
         }
-        if Instant::now() >= end {
+        if now() >= end {
             return false;
         }
         std::hint::spin_loop();
@@ -308,6 +321,50 @@ mod tests {
             let got = cpu_limit_in(cgroups, |p| files.get(p).map(|s| s.to_string()));
             assert_eq!(got, want, "{cgroups:?} {files:?}");
         }
+    }
+
+    /// A clock that moves `step` forward on every reading, and how often it was read.
+    fn stepping_clock(
+        step: Duration,
+    ) -> (impl FnMut() -> Instant, std::rc::Rc<std::cell::Cell<u32>>) {
+        let start = Instant::now();
+        let reads = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let r = reads.clone();
+        let now = move || {
+            let t = start + step * r.get();
+            r.set(r.get() + 1);
+            t
+        };
+        (now, reads)
+    }
+
+    /// What bounds the CPU an idle `--busy-poll` relay costs: each park spins until its window
+    /// has passed on the loop's own clock, then stops (and the worker sleeps in epoll_wait).
+    /// Counted on a fake clock, so no wall-clock bound is involved; bench/README.md says how to
+    /// measure the idle CPU time itself.
+    #[test]
+    fn spin_stops_once_its_window_has_passed_on_its_clock() {
+        for (window_us, step_us, polls) in [(1000, 10, 100), (1000, 7, 143), (50, 50, 1), (0, 1, 1)]
+        {
+            let (now, reads) = stepping_clock(Duration::from_micros(step_us));
+            let mut asked = 0u32;
+            let ready = spin(Duration::from_micros(window_us), now, || {
+                asked += 1;
+                false
+            });
+            assert!(!ready);
+            assert_eq!(asked, polls, "window {window_us}us, clock step {step_us}us");
+            // One reading to set the end, one after each poll.
+            assert_eq!(reads.get(), polls + 1);
+        }
+        // Something ready ends the spin at once, however long the window.
+        let (now, _) = stepping_clock(Duration::from_micros(1));
+        let mut asked = 0u32;
+        assert!(spin(Duration::from_secs(60), now, || {
+            asked += 1;
+            asked == 3
+        }));
+        assert_eq!(asked, 3);
     }
 
     #[test]

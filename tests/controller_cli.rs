@@ -3,6 +3,32 @@
 
 mod common;
 
+/// Whether `text` names `flag` (or variable) as a whole word: `--dial` does not match inside
+/// `--dial-timeout`, nor `..._DIAL` inside `..._DIAL_TIMEOUT`.
+fn names(text: &str, flag: &str) -> bool {
+    let word = format!(
+        "(?:^|[^A-Za-z0-9_-]){}(?:[^A-Za-z0-9_-]|$)",
+        regex::escape(flag)
+    );
+    regex::Regex::new(&word).unwrap().is_match(text)
+}
+
+#[test]
+fn names_matches_whole_flags_only() {
+    assert!(names("  --dial <ADDR>", "--dial"));
+    assert!(names("--dial=x", "--dial"));
+    assert!(names(
+        "[env: OUROBOROS_DOCTOR_DIAL=]",
+        "OUROBOROS_DOCTOR_DIAL"
+    ));
+    assert!(!names("  --dial-timeout <D>", "--dial"));
+    assert!(!names("  --lease-namespace <NS>", "--lease-name"));
+    assert!(!names(
+        "[env: OUROBOROS_DOCTOR_DIAL_TIMEOUT=]",
+        "OUROBOROS_DOCTOR_DIAL"
+    ));
+}
+
 fn controller(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = common::command("controller");
     cmd.args(args);
@@ -38,7 +64,7 @@ fn bad_usage_exits_64_naming_the_flag() {
     ] {
         let (code, _, stderr) = controller(args, env);
         assert_eq!(code, 64, "{args:?} {env:?}: {stderr}");
-        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(names(&stderr, needle), "{args:?}: {stderr}");
     }
 }
 
@@ -75,7 +101,7 @@ fn help_lists_every_controller_flag_and_variable() {
         ("--gateway-api", "OUROBOROS_CONTROLLER_GATEWAY_API"),
         ("--instance", "OUROBOROS_INSTANCE"),
     ] {
-        assert!(stdout.contains(flag), "{flag} missing");
-        assert!(stdout.contains(var), "{var} missing");
+        assert!(names(&stdout, flag), "{flag} missing");
+        assert!(names(&stdout, var), "{var} missing");
     }
 }

@@ -184,7 +184,7 @@ fn least_conn_sends_new_connections_to_the_idle_backend() {
     );
     let addr = addrs[0];
     // Two connections held open (nginx waits for their request) load two backends.
-    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let held: Vec<TcpStream> = (0..2).map(|_| connect(addr)).collect();
     wait_until("two backend connections", || {
         metric_sum(&p, "ouroboros_edge_backend_connections_active", &[]) == 2.0
     });
@@ -207,7 +207,7 @@ fn least_conn_sends_new_connections_to_the_idle_backend() {
     for mut s in held {
         s.write_all(b"GET / HTTP/1.0\r\nHost: t\r\n\r\n").unwrap();
         let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
+        read_ok("held connection's response", s.read_to_string(&mut resp));
         let body = resp.split_once("\r\n\r\n").unwrap().1;
         others.push(body.split(' ').next().unwrap().to_string());
     }
@@ -480,7 +480,9 @@ async fn removed_backend_drains_its_connections() {
     let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 5];
     c.write_all(b"hello").await.unwrap();
-    c.read_exact(&mut buf).await.unwrap();
+    within("echo of hello", c.read_exact(&mut buf))
+        .await
+        .unwrap();
     assert_eq!(&buf, b"hello");
     let b = balancer.backends()[0].clone();
     assert_eq!(b.active(), 1);
@@ -490,7 +492,9 @@ async fn removed_backend_drains_its_connections() {
     // The established relay still carries data both ways.
     for _ in 0..3 {
         c.write_all(b"again").await.unwrap();
-        c.read_exact(&mut buf).await.unwrap();
+        within("echo on a drained relay", c.read_exact(&mut buf))
+            .await
+            .unwrap();
         assert_eq!(&buf, b"again");
     }
     assert_eq!(b.active(), 1);
@@ -498,7 +502,11 @@ async fn removed_backend_drains_its_connections() {
     let mut n = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut got = Vec::new();
     let _ = n.write_all(b"x").await;
-    let _ = n.read_to_end(&mut got).await;
+    let _ = within(
+        "close of a connection without backend",
+        n.read_to_end(&mut got),
+    )
+    .await;
     assert!(got.is_empty());
     // The drained connection ends when its client does, releasing the backend.
     drop(c);

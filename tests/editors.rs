@@ -16,7 +16,7 @@ use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
-use ouroboros::hostname::{HostPolicy, Hostname};
+use ouroboros::hostname::{HostPolicy, Hostname, Rejection};
 use support::block_lines;
 
 fn fixtures() -> PathBuf {
@@ -236,6 +236,7 @@ fn corefile_findings() {
         ("tabs-no-final-newline", true, false),
         ("no-reload", false, false),
         ("stale-block", true, false),
+        ("crlf-stale-block-at-end", true, false),
         ("user-rewrites", true, false),
         ("reference-tool-block", true, false),
         ("dns-scheme-port", true, false),
@@ -254,7 +255,7 @@ fn corefile_findings() {
         );
     }
     // Every fixture is in the table above.
-    assert_eq!(inputs(&fixtures().join("corefiles"), "Corefile").len(), 18);
+    assert_eq!(inputs(&fixtures().join("corefiles"), "Corefile").len(), 19);
 }
 
 #[test]
@@ -362,48 +363,82 @@ const GOOD_MATCH: &str = r"match ^(?:[a-z0-9-]+\.wil|goo)d\.example\.com\.$";
 #[test]
 fn hostile_names_never_reach_an_output() {
     let policy = HostPolicy::new("cluster.local", &[], &[]);
-    let hostile: &[(&str, &str)] = &[
+    // (name, text that must not appear in any output, why the policy refuses it)
+    let hostile: &[(&str, &str, Rejection)] = &[
         (
             "evil.example.com\nrewrite name a.b c.d",
             "rewrite name a.b c.d",
+            Rejection::InvalidCharacter,
         ),
-        ("evil.example.com\r\n}\n. {\n", "evil.example.com\r"),
-        ("x.example.com }", "x.example.com }"),
-        ("{.example.com", "{.example.com"),
-        ("\"quoted\".example.com", "\"quoted\""),
-        ("sp ace.example.com", "sp ace"),
-        ("tab\t.example.com", "tab\t"),
-        ("10.0.0.1", "10.0.0.1 "),
-        ("::1", "::1 "),
-        ("fd00::53", "fd00::53 "),
-        ("kubernetes.default.svc.cluster.local", "kubernetes.default"),
-        ("*.svc.cluster.local", "*.svc"),
-        ("foo..example.com", "foo..example"),
-        ("..", ".."),
-        ("a.example.com # ", "a.example.com #"),
+        (
+            "evil.example.com\r\n}\n. {\n",
+            "evil.example.com\r",
+            Rejection::InvalidCharacter,
+        ),
+        (
+            "x.example.com }",
+            "x.example.com }",
+            Rejection::InvalidCharacter,
+        ),
+        (
+            "{.example.com",
+            "{.example.com",
+            Rejection::InvalidCharacter,
+        ),
+        (
+            "\"quoted\".example.com",
+            "\"quoted\"",
+            Rejection::InvalidCharacter,
+        ),
+        ("sp ace.example.com", "sp ace", Rejection::InvalidCharacter),
+        ("tab\t.example.com", "tab\t", Rejection::InvalidCharacter),
+        ("10.0.0.1", "10.0.0.1 ", Rejection::IpLiteral),
+        ("::1", "::1 ", Rejection::InvalidCharacter),
+        ("fd00::53", "fd00::53 ", Rejection::InvalidCharacter),
+        (
+            "kubernetes.default.svc.cluster.local",
+            "kubernetes.default",
+            Rejection::ClusterDomain,
+        ),
+        ("*.svc.cluster.local", "*.svc", Rejection::ClusterDomain),
+        ("foo..example.com", "foo..example", Rejection::BadLabel),
+        ("..", "..", Rejection::BadLabel),
+        (
+            "a.example.com # ",
+            "a.example.com #",
+            Rejection::InvalidCharacter,
+        ),
         (
             "x.example.com\n# === END ouroboros ===\nrewrite name y z.",
             "rewrite name y",
+            Rejection::InvalidCharacter,
         ),
-        ("a.example.com\u{0}", "\u{0}"),
-        ("*.*.example.com", "*.*"),
-        ("ex\u{e4}mple.com", "\u{e4}"),
-        ("localhost", "localhost"),
-        ("x.in-addr.arpa", "in-addr.arpa"),
-        ("regex.example.com$ x.", "$ x."),
+        ("a.example.com\u{0}", "\u{0}", Rejection::InvalidCharacter),
+        ("*.*.example.com", "*.*", Rejection::BadWildcard),
+        ("ex\u{e4}mple.com", "\u{e4}", Rejection::InvalidCharacter),
+        ("localhost", "localhost", Rejection::SingleLabel),
+        ("x.in-addr.arpa", "in-addr.arpa", Rejection::InternalZone),
+        ("regex.example.com$ x.", "$ x.", Rejection::InvalidCharacter),
     ];
     let good = ["good.example.com", "*.wild.example.com"];
-    let mut hosts = BTreeSet::new();
-    for (raw, _) in hostile {
-        assert!(policy.check(raw).is_err(), "{raw:?} passed the policy");
-        if let Ok(h) = policy.check(raw) {
-            hosts.insert(h);
-        }
+    for (raw, _, why) in hostile {
+        assert_eq!(policy.check(raw).err(), Some(*why), "{raw:?}");
     }
-    for g in good {
-        hosts.insert(policy.check(g).unwrap());
+    // What a controller sees: tenants' names, good and hostile, interleaved. The editors get
+    // whatever the policy lets through from that list.
+    let mut mixed: Vec<&str> = hostile.iter().map(|(raw, _, _)| *raw).collect();
+    for (i, g) in good.iter().enumerate() {
+        mixed.insert(i * mixed.len() / good.len(), g);
     }
-    assert_eq!(hosts.len(), good.len());
+    let hosts: BTreeSet<Hostname> = mixed
+        .iter()
+        .filter_map(|raw| policy.check(raw).ok())
+        .collect();
+    let accepted: BTreeSet<String> = hosts.iter().map(|h| h.to_string()).collect();
+    assert_eq!(
+        accepted,
+        good.iter().map(|g| g.to_string()).collect::<BTreeSet<_>>()
+    );
 
     let mut outputs = Vec::new();
     for answer in [proxy(), rewrite()] {
@@ -427,7 +462,7 @@ fn hostile_names_never_reach_an_output() {
     for out in &outputs {
         assert!(out.contains("good") || out.contains(GOOD_MATCH), "{out}");
         assert!(out.matches(END_MARKER).count() <= 1, "{out}");
-        for (raw, payload) in hostile {
+        for (raw, payload, _) in hostile {
             assert!(!out.contains(payload), "{raw:?}: {payload:?} in\n{out}");
         }
         // Every rule line has exactly the shape we write.

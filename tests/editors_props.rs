@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use proptest::prelude::*;
+use proptest::test_runner::{RngAlgorithm, RngSeed};
 
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{
@@ -235,16 +236,70 @@ fn answers() -> impl Strategy<Value = Answer> {
 }
 
 fn config() -> ProptestConfig {
-    // PROPTEST_CASES raises the count for a longer local run; CI keeps the default.
+    // PROPTEST_CASES raises the count for a longer local run; CI keeps the default. The seed is
+    // fixed so that every run (CI's included) checks the same cases; PROPTEST_RNG_SEED picks
+    // another one for exploring locally.
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(192);
+    let default = ProptestConfig::default();
+    let rng_seed = match default.rng_seed {
+        RngSeed::Random => RngSeed::Fixed(0x6f75_726f_626f_726f),
+        chosen => chosen,
+    };
     ProptestConfig {
         cases,
         failure_persistence: None,
-        ..ProptestConfig::default()
+        rng_algorithm: RngAlgorithm::ChaCha,
+        rng_seed,
+        ..default
     }
+}
+
+/// The line ending a generated file uses throughout (none of the generated text holds a CR).
+fn eol_of(text: &str) -> &'static str {
+    if text.contains("\r\n") {
+        "\r\n"
+    } else {
+        "\n"
+    }
+}
+
+/// Every line of the written block, markers included, ends with the file's line ending; only a
+/// block that ends the text may leave its END line without one.
+fn block_line_endings(text: &str, eol: &str) -> Result<(), TestCaseError> {
+    let mut inside = false;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim();
+        if t == BEGIN_MARKER {
+            inside = true;
+        }
+        if inside {
+            let last = i + 1 == lines.len();
+            prop_assert!(
+                line.ends_with('\n') || (last && t == END_MARKER),
+                "block line {:?} has no line ending:\n{:?}",
+                line,
+                text
+            );
+            if line.ends_with('\n') {
+                prop_assert_eq!(
+                    line.ends_with("\r\n"),
+                    eol == "\r\n",
+                    "block line {:?} does not end with {:?}:\n{:?}",
+                    line,
+                    eol,
+                    text
+                );
+            }
+        }
+        if t == END_MARKER {
+            inside = false;
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -264,6 +319,7 @@ proptest! {
             .collect();
         prop_assert_eq!(block_lines(&out.text), want);
         prop_assert_eq!(out.text.matches(BEGIN_MARKER).count(), usize::from(!hosts.is_empty()));
+        block_line_endings(&out.text, eol_of(&input))?;
 
         let twice = corefile::splice(&out.text, &hosts, &p).unwrap();
         prop_assert_eq!(&twice.text, &out.text);
@@ -352,6 +408,9 @@ proptest! {
             out.skipped_wildcards.len(),
             hosts.len() - exact.len()
         );
+        if input.contains('\n') {
+            block_line_endings(&out.text, eol)?;
+        }
 
         let twice = etc_hosts::splice(&out.text, &hosts, &ips).unwrap();
         prop_assert_eq!(&twice.text, &out.text);

@@ -451,6 +451,17 @@ mod tests {
         })
     }
 
+    /// How long a read (or the relay task) in these tests may take before the test fails.
+    const DEADLINE: Duration = Duration::from_secs(30);
+
+    /// Awaits `fut`, failing the test naming `what` instead of hanging when it is not done
+    /// within [`DEADLINE`].
+    async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(DEADLINE, fut)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not done within {DEADLINE:?}"))
+    }
+
     fn pattern(seed: u64, len: usize) -> Vec<u8> {
         let mut x = seed;
         (0..len)
@@ -479,25 +490,31 @@ mod tests {
         let s = tokio::spawn(async move {
             let (mut r, mut w) = server.split();
             let mut got = Vec::new();
-            let (rr, wr) = tokio::join!(r.read_to_end(&mut got), async {
-                w.write_all(&down2).await?;
-                w.shutdown().await
-            });
+            let (rr, wr) = within("upstream exchanging its bytes", async {
+                tokio::join!(r.read_to_end(&mut got), async {
+                    w.write_all(&down2).await?;
+                    w.shutdown().await
+                })
+            })
+            .await;
             rr.unwrap();
             wr.unwrap();
             assert!(got == up2, "upstream received different bytes");
         });
         let (mut r, mut w) = client.split();
         let mut got = Vec::new();
-        let (rr, wr) = tokio::join!(r.read_to_end(&mut got), async {
-            w.write_all(&up).await?;
-            w.shutdown().await
-        });
+        let (rr, wr) = within("client exchanging its bytes", async {
+            tokio::join!(r.read_to_end(&mut got), async {
+                w.write_all(&up).await?;
+                w.shutdown().await
+            })
+        })
+        .await;
         rr.unwrap();
         wr.unwrap();
         assert!(got == down, "client received different bytes");
-        s.await.unwrap();
-        let (end, a, b) = task.await.unwrap();
+        within("upstream task", s).await.unwrap();
+        let (end, a, b) = within("relay", task).await.unwrap();
         assert!(matches!(end, End::Done), "{end:?}");
         assert_eq!((a, b), (up.len() as u64, down.len() as u64));
     }
@@ -516,15 +533,19 @@ mod tests {
         client.shutdown().await.unwrap();
         // The upstream sees EOF only after the request, and answers after that.
         let mut req = Vec::new();
-        server.read_to_end(&mut req).await.unwrap();
+        within("upstream reading the request", server.read_to_end(&mut req))
+            .await
+            .unwrap();
         assert_eq!(req, b"request");
         let reply = pattern(3, 1 << 20);
         server.write_all(&reply).await.unwrap();
         drop(server);
         let mut got = Vec::new();
-        client.read_to_end(&mut got).await.unwrap();
+        within("client reading the reply", client.read_to_end(&mut got))
+            .await
+            .unwrap();
         assert!(got == reply);
-        assert!(matches!(task.await.unwrap().0, End::Done));
+        assert!(matches!(within("relay", task).await.unwrap().0, End::Done));
     }
 
     #[tokio::test]
@@ -540,14 +561,21 @@ mod tests {
         server.write_all(b"banner").await.unwrap();
         server.shutdown().await.unwrap();
         let mut got = Vec::new();
-        client.read_to_end(&mut got).await.unwrap();
+        within("client reading the banner", client.read_to_end(&mut got))
+            .await
+            .unwrap();
         assert_eq!(got, b"banner");
         client.write_all(b"late data").await.unwrap();
         client.shutdown().await.unwrap();
         let mut req = Vec::new();
-        server.read_to_end(&mut req).await.unwrap();
+        within(
+            "upstream reading the late data",
+            server.read_to_end(&mut req),
+        )
+        .await
+        .unwrap();
         assert_eq!(req, b"late data");
-        assert!(matches!(task.await.unwrap().0, End::Done));
+        assert!(matches!(within("relay", task).await.unwrap().0, End::Done));
     }
 
     #[tokio::test]
@@ -557,12 +585,21 @@ mod tests {
         let task = spawn_relay(rc, ru, Some(Duration::from_millis(200)));
         client.write_all(b"x").await.unwrap();
         let mut b = [0u8; 1];
-        server.read_exact(&mut b).await.unwrap();
-        let (end, _, _) = task.await.unwrap();
+        within("upstream reading x", server.read_exact(&mut b))
+            .await
+            .unwrap();
+        let (end, _, _) = within("relay", task).await.unwrap();
         assert!(matches!(end, End::Idle), "{end:?}");
         assert!(started.elapsed() >= Duration::from_millis(200));
-        assert_eq!(client.read(&mut b).await.unwrap(), 0);
-        assert_eq!(server.read(&mut b).await.unwrap(), 0);
+        let eof = |what| format!("{what} waiting for EOF");
+        assert_eq!(
+            within(&eof("client"), client.read(&mut b)).await.unwrap(),
+            0
+        );
+        assert_eq!(
+            within(&eof("upstream"), server.read(&mut b)).await.unwrap(),
+            0
+        );
     }
 
     #[tokio::test]
@@ -575,10 +612,12 @@ mod tests {
         for _ in 0..8 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             client.write_all(b"x").await.unwrap();
-            server.read_exact(&mut b).await.unwrap();
+            within("upstream reading x", server.read_exact(&mut b))
+                .await
+                .unwrap();
         }
         assert!(!task.is_finished(), "closed although traffic kept flowing");
-        let (end, a, _) = task.await.unwrap();
+        let (end, a, _) = within("relay", task).await.unwrap();
         assert!(matches!(end, End::Idle), "{end:?}");
         assert_eq!(a, 8);
         assert!(started.elapsed() >= Duration::from_millis(800 + 300));
@@ -599,9 +638,9 @@ mod tests {
             .set_linger(Some(Duration::ZERO))
             .unwrap();
         drop(client);
-        let end = task.await.unwrap().0;
+        let end = within("relay", task).await.unwrap().0;
         let mut b = [0u8; 16];
-        let n = server.read(&mut b).await;
+        let n = within("upstream waiting for the close", server.read(&mut b)).await;
         assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
         // The reset surfaces as a read error on the client side.
         assert!(matches!(end, End::Error("client", _)), "{end:?}");

@@ -66,6 +66,61 @@ pub fn free_ports(ip: IpAddr, n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// Gives `s` a read deadline of [`DEADLINE`] unless it has one already, and returns it: a read
+/// that would otherwise block forever fails (see [`read_ok`]) instead of hanging the test.
+pub fn with_read_deadline(s: TcpStream) -> TcpStream {
+    ensure_read_deadline(&s);
+    s
+}
+
+/// [`with_read_deadline`] on a borrowed stream.
+pub fn ensure_read_deadline(s: &TcpStream) {
+    if s.read_timeout().unwrap().is_none() {
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+    }
+}
+
+/// Connects to `addr` (one attempt) with a read deadline of [`DEADLINE`].
+pub fn connect(addr: impl std::net::ToSocketAddrs + std::fmt::Debug) -> TcpStream {
+    let s = TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect {addr:?}: {e}"));
+    with_read_deadline(s)
+}
+
+/// Whether a read failed because its deadline passed (`set_read_timeout` reports `WouldBlock`
+/// on Unix, `TimedOut` elsewhere).
+pub fn is_deadline(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Unwraps a read's result; a read that hit its deadline fails the test naming `what`.
+#[track_caller]
+pub fn read_ok<T>(what: &str, r: std::io::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) if is_deadline(&e) => {
+            panic!("{what}: nothing arrived within the read deadline ({e})")
+        }
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// Awaits `fut` (an async read, typically), failing the test naming `what` if it has not
+/// finished within [`DEADLINE`] instead of waiting forever.
+pub fn within<F: std::future::Future>(
+    what: &str,
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    let what = what.to_string();
+    async move {
+        tokio::time::timeout(DEADLINE, fut)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not done within {DEADLINE:?}"))
+    }
+}
+
 /// Connects, retrying until `addr` accepts or `deadline` passes; reads time out after
 /// [`DEADLINE`].
 pub fn connect_with_deadline(addr: SocketAddr, deadline: Duration) -> TcpStream {
@@ -549,22 +604,6 @@ impl Proxy {
             .expect("Threads: line in /proc/PID/status")
     }
 
-    /// User plus system CPU time the process has used so far (from /proc).
-    pub fn cpu_time(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let ticks: u64 = rest
-            .split(' ')
-            .skip(11)
-            .take(2)
-            .map(|t| t.parse::<u64>().unwrap())
-            .sum();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-        Duration::from_millis(ticks * 1000 / hz)
-    }
-
     /// Waits for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         assert!(
@@ -692,6 +731,7 @@ impl Response {
 
 /// Reads one response (Content-Length framed) from `stream`; `None` if it closes first.
 pub fn read_response(stream: &mut TcpStream) -> Option<Response> {
+    ensure_read_deadline(stream);
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -699,7 +739,7 @@ pub fn read_response(stream: &mut TcpStream) -> Option<Response> {
             Ok(0) => return None,
             Ok(_) => head.push(byte[0]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-            Err(e) => panic!("reading a response: {e}"),
+            Err(e) => read_ok("reading a response", Err(e)),
         }
     }
     let head = String::from_utf8(head).unwrap();
@@ -717,7 +757,7 @@ pub fn read_response(stream: &mut TcpStream) -> Option<Response> {
         })
         .unwrap_or(0);
     let mut body = vec![0; len];
-    stream.read_exact(&mut body).unwrap();
+    read_ok("reading a response body", stream.read_exact(&mut body));
     Some(Response { status, head, body })
 }
 
@@ -729,12 +769,13 @@ pub fn exchange(stream: &mut TcpStream, bytes: &[u8]) -> Option<Response> {
 
 /// True once the peer has closed: EOF or reset, with no response bytes.
 pub fn closed_without_reply(stream: &mut TcpStream) -> bool {
+    ensure_read_deadline(stream);
     let mut buf = [0u8; 1];
     match stream.read(&mut buf) {
         Ok(0) => true,
         Ok(_) => false,
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
-        Err(e) => panic!("waiting for close: {e}"),
+        Err(e) => read_ok("waiting for close", Err(e)),
     }
 }
 
@@ -816,23 +857,25 @@ impl Pattern {
 
 /// Reads a PROXY header (v1 line or v2 binary) off `s` byte by byte and returns it.
 pub fn read_proxy_header(s: &mut TcpStream) -> Vec<u8> {
+    ensure_read_deadline(s);
+    let what = "reading a PROXY header";
     let mut head = vec![0u8; 16];
-    s.read_exact(&mut head[..5]).unwrap();
+    read_ok(what, s.read_exact(&mut head[..5]));
     if &head[..5] == b"PROXY" {
         head.truncate(5);
         let mut b = [0u8; 1];
         while !head.ends_with(b"\r\n") {
-            s.read_exact(&mut b).unwrap();
+            read_ok(what, s.read_exact(&mut b));
             head.push(b[0]);
             assert!(head.len() <= 107, "v1 header too long: {head:?}");
         }
         return head;
     }
-    s.read_exact(&mut head[5..16]).unwrap();
+    read_ok(what, s.read_exact(&mut head[5..16]));
     assert_eq!(&head[..12], b"\r\n\r\n\0\r\nQUIT\n", "not a PROXY header");
     let len = u16::from_be_bytes([head[14], head[15]]) as usize;
     let mut rest = vec![0u8; len];
-    s.read_exact(&mut rest).unwrap();
+    read_ok(what, s.read_exact(&mut rest));
     head.extend_from_slice(&rest);
     head
 }
