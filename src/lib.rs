@@ -12,6 +12,7 @@
 //! | `relay` | the accept loop, upstream dialling and the byte relay of `proxy` and `edge` |
 //! | `proxy`, `edge`, `whoami` | those subcommands |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
+//! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
 //! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE), the sync engine, lease, watches, RBAC as data |
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE) |
