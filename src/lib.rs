@@ -7,6 +7,7 @@
 //! | `cli` | the subcommands and dispatch; imported only by `main.rs` |
 //! | `flags` | flag types every subcommand shares (usage errors, durations, listen addresses) |
 //! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
+//! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode and decode |
 //! | `relay` | the accept loop, upstream dialling and the byte relay of `proxy` and `edge` |
@@ -31,6 +32,7 @@ pub mod cli;
 pub mod cluster_domain;
 pub mod controller;
 pub mod dns;
+pub mod dns_name;
 pub mod doctor;
 pub mod edge;
 pub mod flags;

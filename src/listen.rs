@@ -58,12 +58,7 @@ pub fn parse_listen(s: &str) -> Result<Option<ListenAddr>, String> {
         .rsplit('.')
         .next()
         .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
-    let valid_name = host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
+    let valid_name = crate::dns_name::is_hostname(host, false);
     if numeric_tail || !valid_name {
         return Err(format!("{host:?} is neither an IP address nor a host name"));
     }

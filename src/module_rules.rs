@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Modules that take data and return data.
 const PURE: &[&str] = &[
+    "dns_name.rs",
     "hostname.rs",
     "proxy_protocol/",
     "dns/mod.rs",

@@ -36,15 +36,7 @@ fn parse_target_host(s: &str) -> Result<String, String> {
         return Ok(unbracketed.to_string());
     }
     let name = s.strip_suffix('.').unwrap_or(s);
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
-    if ok {
+    if crate::dns_name::is_hostname(name, true) {
         Ok(s.to_ascii_lowercase())
     } else {
         Err(format!(

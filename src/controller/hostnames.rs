@@ -489,15 +489,7 @@ impl HostnameArgs {
 fn valid_suffix(s: &str) -> bool {
     let s = s.trim().trim_end_matches('.');
     let s = s.strip_prefix("*.").unwrap_or(s).trim_start_matches('.');
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
+    crate::dns_name::is_hostname(s, false)
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::dns_name::{
+    is_dns1035_label, is_label as is_dns1123_label, is_subdomain as is_dns1123_subdomain,
+};
 use crate::hostname::Hostname;
 
 pub const API_VERSION: &str = "externaldns.k8s.io/v1alpha1";
@@ -314,25 +317,6 @@ fn is_qualified_name_part(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// A DNS-1123 label that starts with a letter: what a Service name must be.
-fn is_dns1035_label(s: &str) -> bool {
-    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
 }
 
 #[cfg(test)]

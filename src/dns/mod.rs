@@ -38,16 +38,7 @@ impl ProxyFqdn {
                 "proxy FQDN {s:?} must end with a dot, e.g. {DEFAULT_PROXY_FQDN}"
             ));
         };
-        let ok = !name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && !l.starts_with('-')
-                    && !l.ends_with('-')
-                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            });
-        if !ok {
+        if !crate::dns_name::is_hostname(name, false) {
             return Err(format!("proxy FQDN {s:?} is not a valid DNS name"));
         }
         Ok(Self(s.to_ascii_lowercase()))

@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::ReadyCheck;
+use crate::dns_name::is_label;
 use crate::flags::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
 use crate::relay::{self, CopyMode, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
@@ -77,18 +78,9 @@ pub struct ServiceRef {
     pub name: String,
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 fn parse_service(s: &str) -> Result<ServiceRef, String> {
     match s.trim().split_once('/') {
-        Some((ns, name)) if is_dns_label(ns) && is_dns_label(name) => Ok(ServiceRef {
+        Some((ns, name)) if is_label(ns) && is_label(name) => Ok(ServiceRef {
             namespace: ns.to_string(),
             name: name.to_string(),
         }),
