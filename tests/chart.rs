@@ -1171,7 +1171,7 @@ fn matrix_rows(out: &mut String, mode: &str, who: &str, rules: &[Rule]) {
     }
 }
 
-/// The README's RBAC matrix is `rbac::required` (and the cleanup and edge rules) for the
+/// The RBAC matrix in docs/install.md is `rbac::required` (and the cleanup and edge rules) for the
 /// chart's default values in each mode, release `ouroboros` in namespace `ouroboros`.
 #[test]
 fn readme_rbac_matrix_is_generated_from_the_rules() {
@@ -1210,7 +1210,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
     );
     table.push_str(MATRIX_END);
 
-    let path = root().join("README.md");
+    let path = root().join("docs/install.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let span = readme.find(MATRIX_BEGIN).and_then(|b| {
         readme[b..]
@@ -1219,7 +1219,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
     });
     // BLESS=1 cargo test --test chart readme: rewrite the table in place.
     if std::env::var("BLESS").as_deref() == Ok("1") {
-        let span = span.expect("README.md has the rbac-matrix markers");
+        let span = span.expect("docs/install.md has the rbac-matrix markers");
         let mut updated = readme.clone();
         updated.replace_range(span, &table);
         std::fs::write(&path, updated).unwrap();
@@ -1232,7 +1232,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
     });
     assert!(
         found == Some(table.as_str()),
-        "README.md's RBAC matrix is not the one the rules give: run `BLESS=1 cargo test --test chart readme`, or replace it (markers included) with:\n\n{table}\n"
+        "docs/install.md's RBAC matrix is not the one the rules give: run `BLESS=1 cargo test --test chart readme`, or replace it (markers included) with:\n\n{table}\n"
     );
 }
 

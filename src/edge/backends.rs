@@ -1,6 +1,6 @@
 //! The backend set of one listener as a pure function of a Service's EndpointSlices.
 //!
-//! Rules (documented in the README, `ouroboros edge`):
+//! Rules (documented in docs/cli/edge.md):
 //! - an endpoint is used when it is ready (`conditions.ready` true or unset), serving (true or
 //!   unset) and not terminating (false or unset);
 //! - the port is resolved per slice: the slice port whose name is the wanted Service port name
