@@ -3,31 +3,7 @@
 
 mod common;
 
-/// Whether `text` names `flag` (or variable) as a whole word: `--dial` does not match inside
-/// `--dial-timeout`, nor `..._DIAL` inside `..._DIAL_TIMEOUT`.
-fn names(text: &str, flag: &str) -> bool {
-    let word = format!(
-        "(?:^|[^A-Za-z0-9_-]){}(?:[^A-Za-z0-9_-]|$)",
-        regex::escape(flag)
-    );
-    regex::Regex::new(&word).unwrap().is_match(text)
-}
-
-#[test]
-fn names_matches_whole_flags_only() {
-    assert!(names("  --dial <ADDR>", "--dial"));
-    assert!(names("--dial=x", "--dial"));
-    assert!(names(
-        "[env: OUROBOROS_DOCTOR_DIAL=]",
-        "OUROBOROS_DOCTOR_DIAL"
-    ));
-    assert!(!names("  --dial-timeout <D>", "--dial"));
-    assert!(!names("  --lease-namespace <NS>", "--lease-name"));
-    assert!(!names(
-        "[env: OUROBOROS_DOCTOR_DIAL_TIMEOUT=]",
-        "OUROBOROS_DOCTOR_DIAL"
-    ));
-}
+use common::names;
 
 fn doctor(args: &[&str]) -> (i32, String, String) {
     let mut cmd = common::command("doctor");

@@ -149,3 +149,13 @@ pub const HOSTILE_FRAGMENTS: &[&str] = &[
     "*.*",
     "*.com",
 ];
+
+/// Whether `text` names `flag` (or variable) as a whole word: `--dial` does not match inside
+/// `--dial-timeout`, nor `..._DIAL` inside `..._DIAL_TIMEOUT`.
+pub fn names(text: &str, flag: &str) -> bool {
+    let word = format!(
+        "(?:^|[^A-Za-z0-9_-]){}(?:[^A-Za-z0-9_-]|$)",
+        regex::escape(flag)
+    );
+    regex::Regex::new(&word).unwrap().is_match(text)
+}
