@@ -10,7 +10,8 @@
 //! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode and decode |
-//! | `relay` | the accept loop, upstream dialling and the byte relay of `proxy` and `edge` |
+//! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
+//! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy |
 //! | `proxy`, `edge`, `whoami` | those subcommands |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
 //! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
@@ -26,6 +27,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod accept;
 pub mod admin;
 pub mod cleanup;
 pub mod cli;

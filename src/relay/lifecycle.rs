@@ -1,6 +1,6 @@
-//! What every subcommand that relays TCP (`proxy`, `edge`) does around [`super::serve`]: the
-//! connection cap and task tracking, readiness bookkeeping, the admin server, and the
-//! signal -> fail readiness -> drain -> exit sequence.
+//! What every subcommand that relays TCP (`proxy`, `edge`) does around the shared accept loop:
+//! readiness bookkeeping, the admin server, and the signal -> fail readiness -> drain -> exit
+//! sequence.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,12 +8,10 @@ use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::{ListenAddr, Route, Upstream};
+use super::ListenAddr;
+use crate::accept::Lifecycle;
 use crate::admin::{AdminState, ReadyCheck};
 
 /// Readiness shared by `/readyz`, the `ready` gauge and shutdown.
@@ -72,42 +70,10 @@ impl ReadyState {
     }
 }
 
-/// The accept side's shared state: connection cap, connection tasks, stop signal.
-pub struct Lifecycle {
-    limit: Option<Arc<Semaphore>>,
-    tracker: TaskTracker,
-    stop_accepting: CancellationToken,
-}
-
+/// The relay's end of [`Lifecycle`]: the admin server and the readiness-first shutdown. An
+/// inherent impl here rather than in `crate::accept` because only the relaying subcommands have
+/// readiness to fail before they drain.
 impl Lifecycle {
-    /// Raises the open-files limit and sets the connection cap (`0` = unlimited).
-    pub fn new(max_connections: usize) -> Self {
-        match super::raise_fd_limit() {
-            Ok(n) => tracing::debug!(open_files = n, "open-files limit"),
-            Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
-        }
-        let limit = (max_connections > 0)
-            .then(|| Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))));
-        Self {
-            limit,
-            tracker: TaskTracker::new(),
-            stop_accepting: CancellationToken::new(),
-        }
-    }
-
-    /// Starts accepting on `listeners`.
-    pub fn serve<U: Upstream>(
-        &self,
-        listeners: Vec<(TcpListener, Arc<Route<U>>)>,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(super::serve(
-            listeners,
-            self.limit.clone(),
-            self.tracker.clone(),
-            self.stop_accepting.clone(),
-        ))
-    }
-
     /// Serves `/healthz`, `/readyz`, `/metrics` on `health`, then on `signal`: readiness fails
     /// at once, accepting goes on for `delay`, in-flight connections get `grace`, the admin
     /// server stops.
@@ -132,7 +98,12 @@ impl Lifecycle {
         .await?;
         signal.cancelled().await;
         ready.begin_shutdown();
-        super::drain(server, &self.stop_accepting, &self.tracker, delay, grace).await;
+        tracing::info!(
+            delay_ms = delay.as_millis() as u64,
+            "shutting down: /readyz fails now; still accepting during the shutdown delay"
+        );
+        tokio::time::sleep(delay).await;
+        self.drain(server, grace).await;
         admin_stop.cancel();
         if let Some(a) = admin {
             let _ = a.await;

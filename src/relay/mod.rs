@@ -1,7 +1,8 @@
-//! The accept loop and per-connection relay shared by the subcommands that forward TCP.
+//! The per-connection relay shared by the subcommands that forward TCP (`proxy`, `edge`): a
+//! [`Route`] is the [`Handler`] the shared accept loop (`crate::accept`) runs for each connection.
 //!
 //! ```text
-//! accept (connection cap, backoff on EMFILE) -> task per connection
+//! accept (crate::accept: cap, backoff) -> task per connection
 //!   -> upstream.dial() -> TCP_NODELAY -> PROXY header -> copy both ways (half-close safe)
 //!   -> metrics + debug log on close
 //! ```
@@ -11,28 +12,21 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod upstream;
 
-use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
+pub use crate::accept::{serve, Handler, Lifecycle};
 pub use crate::listen::{bind, bind_v6only, parse_listen, ListenAddr};
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
-pub use lifecycle::{Lifecycle, ReadyState};
+pub use lifecycle::ReadyState;
 pub use metrics::{ListenerMetrics, RelayMetrics};
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
-
-/// Longest pause after an accept(2) failure such as EMFILE.
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What one listener does with its connections.
 pub struct Route<U> {
@@ -49,84 +43,26 @@ pub struct Route<U> {
     pub metrics: ListenerMetrics,
 }
 
-/// Accepts on every listener until `stop` is cancelled, then drops them (new connections are
-/// refused). Each connection runs as a task on `tracker`, so the caller can wait for them to
-/// drain. With `limit`, a permit is taken before accept(2): past the cap, clients wait in the
-/// kernel backlog instead of being accepted. One loop serves all listeners so that a quiet
-/// listener does not sit on a permit another one could use.
-pub async fn serve<U: Upstream>(
-    listeners: Vec<(TcpListener, Arc<Route<U>>)>,
-    limit: Option<Arc<Semaphore>>,
-    tracker: TaskTracker,
-    stop: CancellationToken,
-) {
-    let mut backoff = Duration::from_millis(5);
-    let mut next = 0;
-    let n = listeners.len();
-    if n == 0 {
-        return;
+impl<U: Upstream> Handler for Route<U> {
+    fn name(&self) -> &str {
+        self.name
     }
-    loop {
-        let permit = match &limit {
-            Some(sem) => tokio::select! {
-                biased;
-                _ = stop.cancelled() => break,
-                p = sem.clone().acquire_owned() => p.ok(),
-            },
-            None => None,
-        };
-        // Poll the listeners starting after the last one served, so none can starve another.
-        let accept_any = poll_fn(|cx| {
-            for i in 0..n {
-                let idx = (next + i) % n;
-                if let Poll::Ready(r) = listeners[idx].0.poll_accept(cx) {
-                    return Poll::Ready((idx, r));
-                }
-            }
-            Poll::Pending
-        });
-        let (idx, accepted) = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            r = accept_any => r,
-        };
-        let route = &listeners[idx].1;
-        next = (idx + 1) % n;
-        match accepted {
-            Ok((stream, peer)) => {
-                backoff = Duration::from_millis(5);
-                route.metrics.accepted.inc();
-                tracker.spawn(handle(stream, peer, route.clone(), permit));
-            }
-            // The connection died in the backlog; nothing wrong with the listener.
-            Err(e) if per_connection(&e) => {}
-            Err(e) => {
-                route.metrics.accept_errors.inc();
-                tracing::warn!(
-                    listener = route.name,
-                    error = %e,
-                    retry_in_ms = backoff.as_millis() as u64,
-                    "accept failed (file descriptor or memory limit?); retrying"
-                );
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
-            }
-        }
-    }
-    for (_, route) in &listeners {
-        tracing::info!(listener = route.name, "stopped accepting connections");
-    }
-}
 
-fn per_connection(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        e.kind(),
-        K::ConnectionAborted | K::ConnectionReset | K::Interrupted | K::WouldBlock
-    ) || matches!(e.raw_os_error(), Some(libc::EPROTO) | Some(libc::EPERM))
+    fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        handle(stream, peer, self)
+    }
+
+    fn accepted(&self) {
+        self.metrics.accepted.inc();
+    }
+
+    fn accept_failed(&self) {
+        self.metrics.accept_errors.inc();
+    }
 }
 
 /// Decrements the active gauge however the task ends.
@@ -140,12 +76,7 @@ impl Drop for Active<'_> {
 
 /// One connection's task. Only what the relay phase needs lives in this future; dialling and
 /// the header write run in a boxed future that is freed before the relay starts.
-async fn handle<U: Upstream>(
-    mut client: TcpStream,
-    peer: SocketAddr,
-    route: Arc<Route<U>>,
-    _permit: Option<OwnedSemaphorePermit>,
-) {
+async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc<Route<U>>) {
     let m = &route.metrics;
     m.active.inc();
     let _active = Active(&m.active);
@@ -247,39 +178,6 @@ async fn connect<U: Upstream>(
     Some((up, lease))
 }
 
-/// The end of a graceful shutdown, once readiness already fails: keep accepting for `delay`
-/// (so endpoint removal propagates), stop accepting, then give in-flight connections up to
-/// `grace` to finish.
-async fn drain(
-    server: tokio::task::JoinHandle<()>,
-    stop_accepting: &CancellationToken,
-    tracker: &TaskTracker,
-    delay: Duration,
-    grace: Duration,
-) {
-    tracing::info!(
-        delay_ms = delay.as_millis() as u64,
-        "shutting down: /readyz fails now; still accepting during the shutdown delay"
-    );
-    tokio::time::sleep(delay).await;
-    stop_accepting.cancel();
-    let _ = server.await;
-    tracker.close();
-    tracing::info!(
-        in_flight = tracker.len(),
-        grace_ms = grace.as_millis() as u64,
-        "stopped accepting; waiting for in-flight connections"
-    );
-    if tokio::time::timeout(grace, tracker.wait()).await.is_ok() {
-        tracing::info!("all connections finished; exiting");
-    } else {
-        tracing::warn!(
-            open = tracker.len(),
-            "shutdown grace expired with connections still open; closing them"
-        );
-    }
-}
-
 /// Dials `upstream`, sends a LOCAL (v2) / UNKNOWN (v1) header and closes: proves the target
 /// answers without making it log a broken PROXY header.
 pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), DialError> {
@@ -298,22 +196,10 @@ pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), Di
     Ok(())
 }
 
-/// Raises the soft open-files limit to the hard limit: every relayed connection holds two
-/// descriptors, and the default soft limit (often 1024) would cap the proxy far below
-/// `--max-connections`. Returns the limit now in force.
-pub fn raise_fd_limit() -> std::io::Result<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (mut cur, max) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    if cur < max {
-        setrlimit(Resource::RLIMIT_NOFILE, max, max)?;
-        cur = max;
-    }
-    Ok(cur)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::TcpListener;
 
     /// Every open connection keeps one of these futures alive: guard its size (no buffers).
     #[tokio::test]
@@ -331,7 +217,7 @@ mod tests {
             copy: CopyMode::Userspace,
             metrics: RelayMetrics::register(&mut registry).listener("http"),
         });
-        let fut = handle(client, addr, route, None);
+        let fut = route.serve(client, addr);
         let size = std::mem::size_of_val(&fut);
         // 528 bytes on x86_64 when written; a buffer held inline would be 64 KiB.
         assert!(size <= 600, "per-connection future is {size} bytes");
