@@ -91,7 +91,7 @@ fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, Strin
 }
 
 fn docs(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    yaml_serde::Deserializer::from_str(yaml)
         .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
         .filter(|v| !v.is_null())
         .collect()
@@ -1001,7 +1001,7 @@ fn network_policy_and_service_monitor() {
 #[test]
 fn chart_version_matches_the_crate() {
     let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap();
-    let chart: Value = serde_yaml::from_str(&chart).unwrap();
+    let chart: Value = yaml_serde::from_str(&chart).unwrap();
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
     assert!(chart["dependencies"].is_null(), "no chart dependencies");
     let (_, objs, _) = &renders()[0];

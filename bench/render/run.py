@@ -7,7 +7,7 @@ the release binary, and reports the median wall time over --runs runs and the pe
 
 Needs GNU time at /usr/bin/time for the peak RSS (`apt-get install time` on Debian/Ubuntu).
 Usage: cargo build --release && python3 bench/render/run.py [--sizes 1000,10000,100000] [--runs 7]
-Exit status 1 if 10k hostnames take 50 ms or more, or time per hostname grows by more than 2x
+Exit status 1 if 10k hostnames take 500 ms or more, or time per hostname grows by more than 2x
 from the smallest to the largest size (not linear).
 """
 
@@ -157,8 +157,8 @@ def main():
     for fmt in args.formats.split(","):
         rows = [r for r in results if r[0] == fmt]
         for _, n, _, med, _ in rows:
-            if n == 10000 and med["wall"] >= 0.050:
-                print(f"FAIL ({fmt}): 10k hostnames took {med['wall'] * 1e3:.1f} ms (target < 50 ms)")
+            if n == 10000 and med["wall"] >= 0.500:
+                print(f"FAIL ({fmt}): 10k hostnames took {med['wall'] * 1e3:.1f} ms (target < 500 ms)")
                 failed = True
         if len(rows) > 1:
             small, large = rows[0], rows[-1]

@@ -254,11 +254,11 @@ pub fn endpoints_named(
 }
 
 /// Multi-document YAML, one document per object (what `kubectl apply -f` takes). Empty for none.
-pub fn to_yaml(objects: &[DnsEndpoint]) -> Result<String, serde_yaml::Error> {
+pub fn to_yaml(objects: &[DnsEndpoint]) -> Result<String, yaml_serde::Error> {
     let mut out = String::new();
     for obj in objects {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(obj)?);
+        out.push_str(&yaml_serde::to_string(obj)?);
     }
     Ok(out)
 }
@@ -655,7 +655,7 @@ mod tests {
             yaml.starts_with("---\napiVersion: externaldns.k8s.io/v1alpha1\nkind: DNSEndpoint\n"),
             "{yaml}"
         );
-        let back: Vec<DnsEndpoint> = serde_yaml::Deserializer::from_str(&yaml)
+        let back: Vec<DnsEndpoint> = yaml_serde::Deserializer::from_str(&yaml)
             .map(|d| DnsEndpoint::deserialize(d).unwrap())
             .collect();
         assert_eq!(back, objs);

@@ -105,7 +105,7 @@ pub fn fails(out: Output, code: i32) -> String {
 /// The DNSEndpoint documents on stdout.
 pub fn endpoints(stdout: &str) -> Vec<serde_json::Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(stdout)
+    yaml_serde::Deserializer::from_str(stdout)
         .map(|d| serde_json::Value::deserialize(d).expect("DNSEndpoint YAML"))
         .filter(|v| !v.is_null()) // an empty stdout parses as one empty document
         .collect()
