@@ -19,8 +19,8 @@ const PURE: &[&str] = &[
     "dns/etc_hosts.rs",
     "dns/external.rs",
     "dns/name_regex.rs",
-    "controller/hostnames.rs",
-    "doctor/checks.rs",
+    "controller/hostnames/",
+    "doctor/checks/",
     "edge/backends.rs",
 ];
 

@@ -1,0 +1,170 @@
+//! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
+//! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
+
+use super::{non_empty, Filters};
+use crate::hostname::HostPolicy;
+
+/// Source filters and hostname policy flags. The same flags and environment variables serve
+/// `controller` and `render`, so `render` shows exactly what the controller would pick.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostnameArgs {
+    /// Also read Gateway-API objects: Gateway listener hostnames (any protocol) and HTTPRoute,
+    /// GRPCRoute and TLSRoute hostnames.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_API")]
+    pub gateway_api: bool,
+
+    /// Only Ingresses of this class: `spec.ingressClassName`, else the `kubernetes.io/ingress.class`
+    /// annotation, else the IngressClass annotated `ingressclass.kubernetes.io/is-default-class:
+    /// "true"`. Ingresses whose class stays unknown are dropped. Empty: all Ingresses.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_INGRESS_CLASS", value_name = "CLASS")]
+    pub ingress_class: Option<String>,
+
+    /// Only Gateways with this `spec.gatewayClassName`, and routes whose `parentRefs` name one of
+    /// them (namespace defaults to the route's own). Needs --gateway-api. Empty: all.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_CLASS", value_name = "CLASS")]
+    pub gateway_class: Option<String>,
+
+    /// Cluster DNS domain; names inside it are never hairpinned. Default: detected from the
+    /// `svc.<domain>` search entry in /etc/resolv.conf, else `cluster.local`.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_CLUSTER_DOMAIN",
+        value_name = "DOMAIN"
+    )]
+    pub cluster_domain: Option<String>,
+
+    /// Only hairpin names equal to or under this suffix (repeatable; comma-separated in the
+    /// environment variable). Default: any name that passes the other checks.
+    #[arg(
+        long = "allow-domain",
+        env = "OUROBOROS_CONTROLLER_ALLOW_DOMAIN",
+        value_name = "SUFFIX",
+        value_delimiter = ','
+    )]
+    pub allow_domains: Vec<String>,
+
+    /// Never hairpin names equal to or under this suffix (repeatable; comma-separated in the
+    /// environment variable). Wins over --allow-domain.
+    #[arg(
+        long = "deny-domain",
+        env = "OUROBOROS_CONTROLLER_DENY_DOMAIN",
+        value_name = "SUFFIX",
+        value_delimiter = ','
+    )]
+    pub deny_domains: Vec<String>,
+}
+
+impl HostnameArgs {
+    /// --ingress-class, unless blank (blank: every Ingress).
+    pub fn ingress_class_filter(&self) -> Option<&str> {
+        non_empty(self.ingress_class.as_deref())
+    }
+
+    /// The filters, or a usage message for a combination that makes no sense.
+    pub fn filters(&self) -> Result<Filters, String> {
+        let ingress_class = self.ingress_class_filter().map(str::to_string);
+        let gateway_class = non_empty(self.gateway_class.as_deref()).map(str::to_string);
+        if gateway_class.is_some() && !self.gateway_api {
+            return Err(
+                "--gateway-class filters Gateway-API objects, which are only read with --gateway-api"
+                    .into(),
+            );
+        }
+        Ok(Filters {
+            gateway_api: self.gateway_api,
+            ingress_class,
+            gateway_class,
+        })
+    }
+
+    /// Checks the domain flags; `cluster_domain` is the resolved one (see `cluster_domain::resolve`).
+    pub fn policy(&self, cluster_domain: &str) -> Result<HostPolicy, String> {
+        let flags = std::iter::once(("--cluster-domain", cluster_domain))
+            .chain(
+                self.allow_domains
+                    .iter()
+                    .map(|d| ("--allow-domain", d.as_str())),
+            )
+            .chain(
+                self.deny_domains
+                    .iter()
+                    .map(|d| ("--deny-domain", d.as_str())),
+            );
+        for (flag, value) in flags {
+            if !valid_suffix(value) {
+                return Err(format!(
+                    "{flag} {value:?} is not a DNS suffix (labels of a-z, 0-9 and inner '-', separated by dots)"
+                ));
+            }
+        }
+        Ok(HostPolicy::new(
+            cluster_domain,
+            &self.allow_domains,
+            &self.deny_domains,
+        ))
+    }
+}
+
+/// A DNS suffix as the flags take it: `example.com`, `.example.com`, `*.example.com`, `com.`
+fn valid_suffix(s: &str) -> bool {
+    let s = s.trim().trim_end_matches('.');
+    let s = s.strip_prefix("*.").unwrap_or(s).trim_start_matches('.');
+    crate::dns_name::is_hostname(s, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostname::Rejection;
+
+    #[test]
+    fn args_to_filters_and_policy() {
+        let args = HostnameArgs {
+            gateway_class: Some("pp".into()),
+            ..Default::default()
+        };
+        assert!(args.filters().unwrap_err().contains("--gateway-api"));
+        let args = HostnameArgs {
+            gateway_api: true,
+            ingress_class: Some(" ".into()),
+            gateway_class: Some("pp".into()),
+            allow_domains: vec!["*.example.com".into(), ".example.org.".into()],
+            deny_domains: vec!["secret.example.com".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            args.filters().unwrap(),
+            Filters {
+                gateway_api: true,
+                ingress_class: None,
+                gateway_class: Some("pp".into()),
+            }
+        );
+        let p = args.policy("corp.internal").unwrap();
+        assert!(p.check("a.example.org").is_ok());
+        assert_eq!(p.check("a.secret.example.com"), Err(Rejection::Denied));
+        assert_eq!(p.check("a.example.net"), Err(Rejection::NotAllowed));
+        for (bad, flag) in [
+            (
+                HostnameArgs {
+                    allow_domains: vec!["exa mple.com".into()],
+                    ..Default::default()
+                },
+                "--allow-domain",
+            ),
+            (
+                HostnameArgs {
+                    deny_domains: vec!["".into()],
+                    ..Default::default()
+                },
+                "--deny-domain",
+            ),
+        ] {
+            assert!(bad.policy("cluster.local").unwrap_err().contains(flag));
+        }
+        assert!(HostnameArgs::default()
+            .policy("bad domain")
+            .unwrap_err()
+            .contains("--cluster-domain"));
+    }
+}

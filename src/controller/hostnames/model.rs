@@ -1,0 +1,144 @@
+//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`]),
+//! the filters ([`Filters`]), and the result ([`Desired`]) with the records that name an object
+//! ([`ObjectRef`]), a rejected name ([`Rejected`]) or a skipped object ([`Excluded`]). Separate:
+//! the controller, `render` and `doctor` all read these, none needs the computation's insides.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::namespace;
+use crate::hostname::{Hostname, Rejection};
+
+/// The kinds that contribute hostnames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Ingress,
+    Gateway,
+    HttpRoute,
+    GrpcRoute,
+    TlsRoute,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ingress => "Ingress",
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
+            Kind::TlsRoute => "TLSRoute",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Names one source object in warnings, Events and `doctor` output.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub(super) fn new(kind: Kind, meta: &ObjectMeta) -> Self {
+        Self {
+            kind,
+            namespace: namespace(meta).to_string(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// A raw name that failed the policy. The caller logs it escaped (`{:?}`): it is tenant input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    pub object: ObjectRef,
+    pub raw: String,
+    pub reason: Rejection,
+}
+
+/// Why a whole object contributed nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exclusion {
+    /// `metadata.deletionTimestamp` is set.
+    Deleting,
+    /// The Ingress's class (None: unknown) is not the `--ingress-class` filter.
+    IngressClass(Option<String>),
+    /// The Gateway's class is not the `--gateway-class` filter.
+    GatewayClass(String),
+    /// Under `--gateway-class`, the route has no parentRef to a surviving Gateway.
+    NotAttached,
+}
+
+impl fmt::Display for Exclusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exclusion::Deleting => f.write_str("being deleted"),
+            Exclusion::IngressClass(Some(c)) => write!(f, "ingress class {c:?} is filtered out"),
+            Exclusion::IngressClass(None) => f.write_str(
+                "no ingress class (and no single default IngressClass) under the filter",
+            ),
+            Exclusion::GatewayClass(c) => write!(f, "gateway class {c:?} is filtered out"),
+            Exclusion::NotAttached => {
+                f.write_str("no parentRef to a Gateway of the filtered gateway class")
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Excluded {
+    pub object: ObjectRef,
+    pub why: Exclusion,
+}
+
+/// The objects to read. References, so the controller can pass its cache entries and `render`
+/// its parsed manifests without copying.
+#[derive(Clone, Debug, Default)]
+pub struct Sources<'a> {
+    pub ingresses: Vec<&'a Ingress>,
+    pub ingress_classes: Vec<&'a IngressClass>,
+    pub gateways: Vec<&'a Gateway>,
+    pub http_routes: Vec<&'a HttpRoute>,
+    pub grpc_routes: Vec<&'a GrpcRoute>,
+    pub tls_routes: Vec<&'a TlsRoute>,
+}
+
+/// Which objects count. `None` filters mean all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filters {
+    pub gateway_api: bool,
+    pub ingress_class: Option<String>,
+    pub gateway_class: Option<String>,
+}
+
+/// The result: the validated host set, where each name came from, and what was left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    pub hosts: BTreeSet<Hostname>,
+    /// The objects that contributed each host (for `doctor` and debug logs).
+    pub origins: BTreeMap<Hostname, BTreeSet<ObjectRef>>,
+    /// Names that failed the policy, in input order.
+    pub rejected: Vec<Rejected>,
+    /// Objects skipped whole by a filter or because they are being deleted, in input order.
+    pub excluded: Vec<Excluded>,
+}

@@ -1,0 +1,546 @@
+//! Tests of [`desired`](super::desired): every source kind, the class filters, Gateway
+//! attachment, deletions, rejections and origins, on objects built from JSON.
+
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::tlsroutes::TlsRoute;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::hostname::{Hostname, Rejection};
+
+fn policy() -> HostPolicy {
+    HostPolicy::new("cluster.local", &[], &[])
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("test object")
+}
+
+fn meta(ns: Option<&str>, name: &str, annotations: &[(&str, &str)], deleting: bool) -> Value {
+    let mut m = json!({ "name": name });
+    if let Some(ns) = ns {
+        m["namespace"] = json!(ns);
+    }
+    if !annotations.is_empty() {
+        let a: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        m["annotations"] = Value::Object(a);
+    }
+    if deleting {
+        m["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+    m
+}
+
+fn ingress(name: &str, class: Option<&str>, annotation: Option<&str>, tls: &[&str]) -> Ingress {
+    let ann: Vec<(&str, &str)> = annotation
+        .map(|a| vec![(INGRESS_CLASS_ANNOTATION, a)])
+        .unwrap_or_default();
+    let mut spec = json!({ "tls": [{ "hosts": tls, "secretName": "cert" }] });
+    if let Some(c) = class {
+        spec["ingressClassName"] = json!(c);
+    }
+    from(json!({ "metadata": meta(Some("web"), name, &ann, false), "spec": spec }))
+}
+
+fn class(name: &str, default: Option<&str>, deleting: bool) -> IngressClass {
+    let ann: Vec<(&str, &str)> = default
+        .map(|d| vec![(DEFAULT_CLASS_ANNOTATION, d)])
+        .unwrap_or_default();
+    from(
+        json!({ "metadata": meta(None, name, &ann, deleting), "spec": { "controller": "k8s.io/ingress-nginx" } }),
+    )
+}
+
+fn gateway(ns: &str, name: &str, class: &str, hosts: &[&str], deleting: bool) -> Gateway {
+    let listeners: Vec<Value> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| json!({ "name": format!("l{i}"), "port": 443, "protocol": "HTTPS", "hostname": h }))
+        .chain(std::iter::once(
+            json!({ "name": "plain", "port": 80, "protocol": "HTTP" }),
+        ))
+        .collect();
+    from(json!({
+        "metadata": meta(Some(ns), name, &[], deleting),
+        "spec": { "gatewayClassName": class, "listeners": listeners },
+    }))
+}
+
+fn http_route(ns: &str, name: &str, parents: Value, hosts: &[&str]) -> HttpRoute {
+    from(json!({
+        "metadata": meta(Some(ns), name, &[], false),
+        "spec": { "parentRefs": parents, "hostnames": hosts },
+    }))
+}
+
+fn hosts(d: &Desired) -> Vec<&str> {
+    d.hosts.iter().map(Hostname::as_str).collect()
+}
+
+#[test]
+fn ingress_reads_tls_hosts_only() {
+    let ing: Ingress = from(json!({
+        "metadata": { "name": "shop", "namespace": "web" },
+        "spec": {
+            "rules": [{ "host": "plain.example.com" }, { "host": "Shop.Example.com" }],
+            "tls": [
+                { "hosts": ["Shop.Example.com", "*.cdn.example.com"] },
+                { "secretName": "no-hosts" },
+                { "hosts": ["shop.example.com."] },
+            ],
+        },
+    }));
+    let no_spec: Ingress = from(json!({ "metadata": { "name": "empty" } }));
+    let sources = Sources {
+        ingresses: vec![&ing, &no_spec],
+        ..Default::default()
+    };
+    let d = desired(&sources, &Filters::default(), &policy());
+    assert_eq!(hosts(&d), ["*.cdn.example.com", "shop.example.com"]);
+    assert!(d.rejected.is_empty() && d.excluded.is_empty());
+    let origin = &d.origins[&policy().check("shop.example.com").unwrap()];
+    assert_eq!(
+        origin.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["Ingress web/shop"]
+    );
+}
+
+#[test]
+fn rejections_name_object_raw_name_and_reason() {
+    let ing = ingress(
+        "evil",
+        None,
+        None,
+        &[
+            "ok.example.com",
+            "kubernetes.default.svc.cluster.local",
+            "x.example.com\n}\nrewrite name a b",
+            "10.0.0.1",
+            "a..b.example.com",
+        ],
+    );
+    let d = desired(
+        &Sources {
+            ingresses: vec![&ing],
+            ..Default::default()
+        },
+        &Filters::default(),
+        &policy(),
+    );
+    assert_eq!(hosts(&d), ["ok.example.com"]);
+    let got: Vec<(String, &str, Rejection)> = d
+        .rejected
+        .iter()
+        .map(|r| (r.object.to_string(), r.raw.as_str(), r.reason))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "Ingress web/evil".to_string(),
+                "kubernetes.default.svc.cluster.local",
+                Rejection::ClusterDomain
+            ),
+            (
+                "Ingress web/evil".to_string(),
+                "x.example.com\n}\nrewrite name a b",
+                Rejection::InvalidCharacter
+            ),
+            (
+                "Ingress web/evil".to_string(),
+                "10.0.0.1",
+                Rejection::IpLiteral
+            ),
+            (
+                "Ingress web/evil".to_string(),
+                "a..b.example.com",
+                Rejection::BadLabel
+            ),
+        ]
+    );
+}
+
+#[test]
+fn deleting_objects_are_ignored() {
+    let mut ing = ingress("gone", None, None, &["gone.example.com"]);
+    ing.metadata.deletion_timestamp = Some(from(json!("2026-01-01T00:00:00Z")));
+    let gw = gateway("gw", "gone", "c", &["gw-gone.example.com"], true);
+    let route = http_route("web", "r", json!([]), &["route.example.com"]);
+    let mut route_gone = route.clone();
+    route_gone.metadata.name = Some("r-gone".into());
+    route_gone.metadata.deletion_timestamp = Some(from(json!("2026-01-01T00:00:00Z")));
+    let d = desired(
+        &Sources {
+            ingresses: vec![&ing],
+            gateways: vec![&gw],
+            http_routes: vec![&route, &route_gone],
+            ..Default::default()
+        },
+        &Filters {
+            gateway_api: true,
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(hosts(&d), ["route.example.com"]);
+    let why: Vec<String> = d
+        .excluded
+        .iter()
+        .map(|e| format!("{}: {}", e.object, e.why))
+        .collect();
+    assert_eq!(
+        why,
+        [
+            "Ingress web/gone: being deleted",
+            "Gateway gw/gone: being deleted",
+            "HTTPRoute web/r-gone: being deleted",
+        ]
+    );
+}
+
+#[test]
+fn ingress_class_resolution_and_filter() {
+    // (spec.ingressClassName, annotation, IngressClasses (name, default annotation, deleting),
+    //  resolved class)
+    type Classes<'a> = &'a [(&'a str, Option<&'a str>, bool)];
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        Classes<'a>,
+        Option<&'a str>,
+    );
+    let cases: &[Case] = &[
+        (Some("a"), None, &[], Some("a")),
+        (Some("a"), Some("b"), &[], Some("a")),
+        (
+            Some("a"),
+            Some("b"),
+            &[("d", Some("true"), false)],
+            Some("a"),
+        ),
+        (None, Some("b"), &[("d", Some("true"), false)], Some("b")),
+        (Some(""), Some("b"), &[], Some("b")),
+        (Some(" "), None, &[], None),
+        (None, Some(""), &[("d", Some("true"), false)], Some("d")),
+        (None, None, &[("d", Some("true"), false)], Some("d")),
+        (None, None, &[("d", Some(" true "), false)], None),
+        (None, None, &[("d", Some("false"), false)], None),
+        (None, None, &[("d", Some("True"), false)], None),
+        (None, None, &[("d", None, false)], None),
+        (None, None, &[], None),
+        (None, None, &[("d", Some("true"), true)], None),
+        (
+            None,
+            None,
+            &[("d", Some("true"), false), ("e", Some("true"), false)],
+            None,
+        ),
+        (
+            None,
+            None,
+            &[("d", Some("true"), false), ("d", Some("true"), false)],
+            Some("d"),
+        ),
+        (
+            None,
+            None,
+            &[("d", Some("true"), false), ("e", Some("true"), true)],
+            Some("d"),
+        ),
+        (
+            None,
+            None,
+            &[("d", Some("true"), false), ("e", Some("false"), false)],
+            Some("d"),
+        ),
+    ];
+    for (i, (spec, annotation, classes, want)) in cases.iter().enumerate() {
+        let ing = ingress("i", *spec, *annotation, &["i.example.com"]);
+        let classes: Vec<IngressClass> = classes
+            .iter()
+            .map(|(n, d, del)| class(n, *d, *del))
+            .collect();
+        let class_refs: Vec<&IngressClass> = classes.iter().collect();
+        let default = default_ingress_class(&class_refs);
+        assert_eq!(ingress_class(&ing, default), *want, "case {i}");
+
+        // The filter keeps exactly the Ingresses whose resolved class it names.
+        for filter in [None, Some(""), Some("a"), Some("b"), Some("d"), Some("x")] {
+            let d = desired(
+                &Sources {
+                    ingresses: vec![&ing],
+                    ingress_classes: class_refs.clone(),
+                    ..Default::default()
+                },
+                &Filters {
+                    ingress_class: filter.map(str::to_string),
+                    ..Default::default()
+                },
+                &policy(),
+            );
+            let kept = match filter {
+                None | Some("") => true,
+                Some(f) => *want == Some(f),
+            };
+            assert_eq!(
+                d.hosts.len(),
+                usize::from(kept),
+                "case {i} filter {filter:?}"
+            );
+            if kept {
+                assert!(d.excluded.is_empty(), "case {i} filter {filter:?}");
+            } else {
+                assert_eq!(
+                    d.excluded,
+                    [Excluded {
+                        object: ObjectRef {
+                            kind: Kind::Ingress,
+                            namespace: "web".into(),
+                            name: "i".into()
+                        },
+                        why: Exclusion::IngressClass(want.map(str::to_string)),
+                    }],
+                    "case {i} filter {filter:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gateway_api_needs_the_flag() {
+    let gw = gateway("gw", "g", "c", &["gw.example.com"], false);
+    let route = http_route("web", "r", json!([]), &["route.example.com"]);
+    let sources = Sources {
+        gateways: vec![&gw],
+        http_routes: vec![&route],
+        ..Default::default()
+    };
+    let off = desired(&sources, &Filters::default(), &policy());
+    assert!(off.hosts.is_empty() && off.excluded.is_empty());
+    let on = desired(
+        &sources,
+        &Filters {
+            gateway_api: true,
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(hosts(&on), ["gw.example.com", "route.example.com"]);
+}
+
+#[test]
+fn every_route_kind_contributes() {
+    let grpc: GrpcRoute = from(json!({
+        "metadata": { "name": "g", "namespace": "web" },
+        "spec": { "hostnames": ["grpc.example.com"] },
+    }));
+    let tls: TlsRoute = from(json!({
+        "metadata": { "name": "t", "namespace": "web" },
+        "spec": { "hostnames": ["*.tls.example.com"], "rules": [] },
+    }));
+    let http = http_route("web", "h", json!([]), &["http.example.com"]);
+    let no_hosts: HttpRoute = from(json!({ "metadata": { "name": "n" }, "spec": {} }));
+    let d = desired(
+        &Sources {
+            http_routes: vec![&http, &no_hosts],
+            grpc_routes: vec![&grpc],
+            tls_routes: vec![&tls],
+            ..Default::default()
+        },
+        &Filters {
+            gateway_api: true,
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(
+        hosts(&d),
+        ["*.tls.example.com", "grpc.example.com", "http.example.com"]
+    );
+    let kinds: BTreeSet<Kind> = d.origins.values().flatten().map(|o| o.kind).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([Kind::HttpRoute, Kind::GrpcRoute, Kind::TlsRoute])
+    );
+}
+
+#[test]
+fn gateway_class_filter_and_parent_refs() {
+    // Gateways: gw/public (class "pp", kept), gw/internal (class "other"), gw/dying (class
+    // "pp", being deleted), and web/local (class "pp") in the routes' own namespace.
+    let public = gateway("gw", "public", "pp", &["public.example.com"], false);
+    let internal = gateway("gw", "internal", "other", &["internal.example.com"], false);
+    let dying = gateway("gw", "dying", "pp", &["dying.example.com"], true);
+    let local = gateway("web", "local", "pp", &[], false);
+    let gateways = vec![&public, &internal, &dying, &local];
+
+    // (parentRefs, attached to a surviving Gateway of class "pp")
+    let cases: Vec<(Value, bool)> = vec![
+        (json!([{ "name": "public", "namespace": "gw" }]), true),
+        (
+            json!([{ "name": "public", "namespace": "gw", "kind": "Gateway" }]),
+            true,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "group": GATEWAY_GROUP, "kind": "Gateway" }]),
+            true,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "sectionName": "l0", "port": 443 }]),
+            true,
+        ),
+        // Namespace defaults to the route's own ("web"): no web/public.
+        (json!([{ "name": "public" }]), false),
+        (json!([{ "name": "local" }]), true),
+        (json!([{ "name": "local", "namespace": "" }]), true),
+        (json!([{ "name": "local", "namespace": "gw" }]), false),
+        // Wrong class, being deleted, or no such Gateway.
+        (json!([{ "name": "internal", "namespace": "gw" }]), false),
+        (json!([{ "name": "dying", "namespace": "gw" }]), false),
+        (json!([{ "name": "nope", "namespace": "gw" }]), false),
+        // Not a Gateway: another kind or group (the empty group is the core API group).
+        (
+            json!([{ "name": "public", "namespace": "gw", "kind": "Service" }]),
+            false,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "kind": "ListenerSet" }]),
+            false,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "group": "" }]),
+            false,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "group": "example.com" }]),
+            false,
+        ),
+        (
+            json!([{ "name": "public", "namespace": "gw", "kind": "gateway" }]),
+            false,
+        ),
+        // Any one good parentRef is enough.
+        (
+            json!([{ "name": "internal", "namespace": "gw" }, { "name": "public", "namespace": "gw" }]),
+            true,
+        ),
+        (json!([]), false),
+        (Value::Null, false),
+    ];
+    for (i, (parents, want)) in cases.into_iter().enumerate() {
+        let route = http_route("web", "r", parents.clone(), &["route.example.com"]);
+        let sources = Sources {
+            gateways: gateways.clone(),
+            http_routes: vec![&route],
+            ..Default::default()
+        };
+        let filtered = desired(
+            &sources,
+            &Filters {
+                gateway_api: true,
+                gateway_class: Some("pp".into()),
+                ..Default::default()
+            },
+            &policy(),
+        );
+        let route_host = policy().check("route.example.com").unwrap();
+        assert_eq!(
+            filtered.hosts.contains(&route_host),
+            want,
+            "case {i}: {parents}"
+        );
+        assert!(filtered
+            .hosts
+            .contains(&policy().check("public.example.com").unwrap()));
+        assert!(!filtered
+            .hosts
+            .contains(&policy().check("internal.example.com").unwrap()));
+        assert!(!filtered
+            .hosts
+            .contains(&policy().check("dying.example.com").unwrap()));
+        let not_attached = filtered
+            .excluded
+            .iter()
+            .any(|e| e.object.kind == Kind::HttpRoute && e.why == Exclusion::NotAttached);
+        assert_eq!(not_attached, !want, "case {i}");
+
+        // Without the class filter every route counts, attached or not.
+        let open = desired(
+            &sources,
+            &Filters {
+                gateway_api: true,
+                ..Default::default()
+            },
+            &policy(),
+        );
+        assert_eq!(
+            hosts(&open),
+            [
+                "internal.example.com",
+                "public.example.com",
+                "route.example.com"
+            ],
+            "case {i}"
+        );
+    }
+}
+
+#[test]
+fn missing_namespace_means_default() {
+    let gw: Gateway = from(json!({
+        "metadata": { "name": "g" },
+        "spec": { "gatewayClassName": "pp", "listeners": [] },
+    }));
+    let route = http_route("default", "r", json!([{ "name": "g" }]), &["r.example.com"]);
+    let mut route_no_ns = route.clone();
+    route_no_ns.metadata.namespace = None;
+    route_no_ns.spec.hostnames = Some(vec!["r2.example.com".into()]);
+    let d = desired(
+        &Sources {
+            gateways: vec![&gw],
+            http_routes: vec![&route, &route_no_ns],
+            ..Default::default()
+        },
+        &Filters {
+            gateway_api: true,
+            gateway_class: Some("pp".into()),
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(hosts(&d), ["r.example.com", "r2.example.com"]);
+}
+
+#[test]
+fn same_name_from_several_objects() {
+    let a = ingress("a", None, None, &["shared.example.com"]);
+    let b = ingress("b", None, None, &["SHARED.example.com."]);
+    let gw = gateway("gw", "g", "c", &["shared.example.com"], false);
+    let d = desired(
+        &Sources {
+            ingresses: vec![&a, &b],
+            gateways: vec![&gw],
+            ..Default::default()
+        },
+        &Filters {
+            gateway_api: true,
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(hosts(&d), ["shared.example.com"]);
+    let origins: Vec<String> = d
+        .origins
+        .values()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(origins, ["Ingress web/a", "Ingress web/b", "Gateway gw/g"]);
+}

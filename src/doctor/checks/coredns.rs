@@ -1,0 +1,492 @@
+//! The Corefile and our block in it: whether the ConfigMap and key exist, whether the Corefile
+//! parses, reloads and imports, whether our block (or the coredns-import snippet) is present and
+//! current, and whether something keeps reverting it. The block verdict is shared with
+//! `node_local_dns`, which judges the same block in another Corefile.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+
+use super::{cut, Got};
+use crate::controller::args::Mode;
+use crate::dns::answer::Answer;
+use crate::dns::apply::ConfigMapKey;
+use crate::dns::{coredns_import, corefile, BEGIN_MARKER, END_MARKER};
+use crate::doctor::report::Check;
+use crate::hostname::Hostname;
+
+/// Modes that edit CoreDNS's configuration.
+pub fn uses_coredns(mode: Mode) -> bool {
+    matches!(mode, Mode::Coredns | Mode::CorednsImport)
+}
+
+/// The Corefile text, or the check that explains why there is none.
+pub fn corefile_text<'a>(
+    mode: Mode,
+    target: &ConfigMapKey,
+    got: &'a Got<ConfigMap>,
+) -> Result<&'a str, Check> {
+    const ID: &str = "coredns-configmap";
+    let cm = match got {
+        Err(e) => return Err(e.check(ID)),
+        Ok(None) => {
+            let c = format!("ConfigMap {}/{} not found", target.namespace, target.name);
+            return Err(if uses_coredns(mode) {
+                Check::fail(ID, c).action(
+                    "check --coredns-namespace and --coredns-configmap (kubectl get configmaps \
+                     -A | grep -i coredns)",
+                )
+            } else {
+                Check::skip(ID, format!("{c}; mode {} does not use it", mode.as_str()))
+            });
+        }
+        Ok(Some(cm)) => cm,
+    };
+    match cm.data.as_ref().and_then(|d| d.get(&target.key)) {
+        Some(text) => Ok(text),
+        None => {
+            let keys: Vec<&str> = cm
+                .data
+                .iter()
+                .flat_map(|d| d.keys().map(String::as_str))
+                .collect();
+            let c = Check::new(
+                ID,
+                if uses_coredns(mode) {
+                    crate::doctor::report::Status::Fail
+                } else {
+                    crate::doctor::report::Status::Skip
+                },
+                format!(
+                    "ConfigMap {}/{} has no key {:?}",
+                    target.namespace, target.name, target.key
+                ),
+            )
+            .evidence(format!("keys: {}", keys.join(", ")))
+            .action("check --coredns-key");
+            Err(c)
+        }
+    }
+}
+
+/// The lines between our markers (trimmed), or None when there is no block.
+pub(super) fn block_lines(text: &str) -> Option<Vec<String>> {
+    let mut lines = text.lines().map(str::trim);
+    lines.find(|l| *l == BEGIN_MARKER)?;
+    let mut out = Vec::new();
+    for l in lines {
+        if l == END_MARKER {
+            return Some(out);
+        }
+        if !l.is_empty() {
+            out.push(l.to_string());
+        }
+    }
+    Some(out)
+}
+
+/// Rules missing from and extra in `have`, as evidence lines.
+fn rule_diff(want: &[String], have: &[String]) -> Vec<String> {
+    let want_set: BTreeSet<&String> = want.iter().collect();
+    let have_set: BTreeSet<&String> = have.iter().collect();
+    let missing = want_set
+        .difference(&have_set)
+        .map(|l| format!("missing: {l}"));
+    let extra = have_set
+        .difference(&want_set)
+        .map(|l| format!("stale: {l}"));
+    cut(missing.chain(extra).collect())
+}
+
+/// The summary of the checks that judge our block when they cannot.
+pub const UNKNOWN: &str = "the desired hostnames or the proxy's addresses are unknown (see the \
+                           hostnames and proxy-service checks)";
+
+/// Our block in a Corefile (`corefile`, of which `edit` is the splice for `hosts` and `answer`):
+/// OK present and current, FAIL missing or stale (the rules missing and stale as evidence), WARN
+/// the same rules but misplaced. `place` follows "our block" in the summary (" in ConfigMap
+/// NS/NAME", or empty).
+pub(super) fn block_verdict(
+    id: &'static str,
+    place: &str,
+    corefile: &str,
+    edit: &corefile::Edit,
+    hosts: &BTreeSet<Hostname>,
+    answer: &Answer,
+    action: &str,
+) -> Check {
+    if !edit.changed {
+        return Check::ok(
+            id,
+            if hosts.is_empty() {
+                format!("no block{place}, and no hostname to hairpin")
+            } else {
+                format!(
+                    "our block{place} is present and current ({} hostname(s))",
+                    hosts.len()
+                )
+            },
+        );
+    }
+    let want = block_lines(&coredns_import::render(hosts, answer)).unwrap_or_default();
+    let have = block_lines(corefile);
+    let c = match &have {
+        None => Check::fail(
+            id,
+            format!(
+                "our block{place} is missing ({} hostname(s) to hairpin)",
+                hosts.len()
+            ),
+        ),
+        Some(have) if rule_diff(&want, have).is_empty() => Check::warn(
+            id,
+            format!(
+                "our block{place} has the right rules but is misplaced or formatted differently"
+            ),
+        ),
+        Some(_) => Check::fail(id, format!("our block{place} is stale")),
+    };
+    c.evidence_all(rule_diff(&want, have.as_deref().unwrap_or_default()))
+        .action(action)
+}
+
+/// Findings of the Corefile: parse, root block, reload, import, our block.
+/// `hosts` is None when the sources could not be listed, `answer` when the proxy's addresses
+/// are unknown (the block is then not judged).
+pub fn corefile_checks(
+    mode: Mode,
+    corefile: &str,
+    hosts: Option<&BTreeSet<Hostname>>,
+    answer: Option<&Answer>,
+) -> (Vec<Check>, Option<corefile::Findings>) {
+    let none = BTreeSet::new();
+    let known = hosts.is_some() && answer.is_some();
+    let hosts = hosts.unwrap_or(&none);
+    let edited = match answer {
+        Some(a) => corefile::splice(corefile, hosts, a),
+        None => corefile::remove(corefile),
+    };
+    let edit = match edited {
+        Ok(e) => e,
+        Err(e) => {
+            return (
+                vec![Check::fail("coredns-corefile", "the Corefile cannot be edited")
+                    .evidence(e.to_string())
+                    .action(
+                        "fix the Corefile (the controller reports this as a CorefileUnparseable \
+                         Event and writes nothing until it parses)",
+                    )],
+                None,
+            )
+        }
+    };
+    let f = edit.findings.clone();
+    let mut out = vec![Check::ok(
+        "coredns-corefile",
+        "the Corefile parses and has a root server block (.:53)",
+    )];
+    out.push(if f.has_reload {
+        Check::ok("coredns-reload", "the root server block has `reload`")
+    } else {
+        Check::warn(
+            "coredns-reload",
+            "the root server block has no `reload`: CoreDNS picks up changes only when restarted",
+        )
+        .action(
+            "add `reload` to the root server block, or restart CoreDNS after each change \
+             (kubectl -n kube-system rollout restart deployment coredns)",
+        )
+    });
+    out.push(match (mode, f.imports_custom_override) {
+        (Mode::CorednsImport, true) | (Mode::Coredns, true) => Check::ok(
+            "coredns-import",
+            "the root server block imports /etc/coredns/custom/*.override",
+        )
+        .action(if mode == Mode::Coredns {
+            "--mode coredns-import can use it and leaves the Corefile untouched"
+        } else {
+            "nothing to do"
+        }),
+        (Mode::CorednsImport, false) => Check::fail(
+            "coredns-import",
+            "the root server block does not import /etc/coredns/custom/*.override, so the \
+             snippet is never loaded",
+        )
+        .action(
+            "add `import /etc/coredns/custom/*.override` to the root server block and mount the \
+             import ConfigMap at /etc/coredns/custom, or use --mode coredns",
+        ),
+        (_, false) => Check::ok(
+            "coredns-import",
+            "no import of /etc/coredns/custom/*.override (needed only by --mode coredns-import)",
+        ),
+        (_, true) => Check::ok(
+            "coredns-import",
+            "the root server block imports /etc/coredns/custom/*.override",
+        ),
+    });
+    let block = match (mode, answer) {
+        (Mode::Coredns, Some(a)) if known => block_verdict(
+            "coredns-block",
+            "",
+            corefile,
+            &edit,
+            hosts,
+            a,
+            "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
+             deploy/ouroboros-controller) and that the rbac check passes",
+        ),
+        (Mode::Coredns, _) => Check::skip("coredns-block", UNKNOWN),
+        _ => match block_lines(corefile) {
+            Some(_) => Check::warn(
+                "coredns-block",
+                format!(
+                    "the Corefile still holds our block, unused in mode {}",
+                    mode.as_str()
+                ),
+            )
+            .action(
+                "remove it: ouroboros cleanup --mode coredns (with the same --coredns-* flags)",
+            ),
+            None => Check::ok("coredns-block", "the Corefile holds no block of ours"),
+        },
+    };
+    out.push(block);
+    (out, Some(f))
+}
+
+/// coredns-import: our key holds the snippet for the desired hosts.
+pub fn import_snippet(
+    target: &ConfigMapKey,
+    got: &Got<ConfigMap>,
+    hosts: &BTreeSet<Hostname>,
+    answer: &Answer,
+) -> Check {
+    const ID: &str = "coredns-import-snippet";
+    let act = "check that the controller runs and is leader, and that the rbac check passes";
+    let text = match got {
+        Err(e) => return e.check(ID),
+        Ok(None) => {
+            return Check::fail(
+                ID,
+                format!("ConfigMap {}/{} not found", target.namespace, target.name),
+            )
+            .action(act)
+        }
+        Ok(Some(cm)) => cm.data.as_ref().and_then(|d| d.get(&target.key)),
+    };
+    let want = coredns_import::render(hosts, answer);
+    match text {
+        None => Check::fail(ID, format!("{target} is missing")).action(act),
+        Some(t) if *t == want => Check::ok(
+            ID,
+            format!("{target} is current ({} hostname(s))", hosts.len()),
+        ),
+        Some(t) => Check::fail(ID, format!("{target} is stale"))
+            .evidence_all(rule_diff(
+                &block_lines(&want).unwrap_or_default(),
+                &block_lines(t).unwrap_or_default(),
+            ))
+            .action(act),
+    }
+}
+
+/// How often a reason was reported, summing Event counts.
+fn occurrences(events: &[Event]) -> i64 {
+    events
+        .iter()
+        .map(|e| {
+            let series = e.series.as_ref().and_then(|s| s.count).unwrap_or(0);
+            i64::from(e.count.unwrap_or(0).max(series).max(1))
+        })
+        .sum()
+}
+
+/// Something else (an addon manager, a Helm release) rewrites the Corefile without our block.
+pub fn block_reverted(
+    mode: Mode,
+    target: &ConfigMapKey,
+    events: &Got<Vec<Event>>,
+    imports: Option<bool>,
+) -> Check {
+    const ID: &str = "coredns-reverted";
+    if mode != Mode::Coredns {
+        return Check::skip(
+            ID,
+            format!("mode {} leaves the Corefile alone", mode.as_str()),
+        );
+    }
+    let events = match events {
+        Err(e) => return e.check(ID),
+        Ok(e) => e.as_deref().unwrap_or_default(),
+    };
+    if events.is_empty() {
+        return Check::ok(
+            ID,
+            format!(
+                "no BlockReverted Events on ConfigMap {}/{}",
+                target.namespace, target.name
+            ),
+        );
+    }
+    let n = occurrences(events);
+    let last = events
+        .iter()
+        .filter_map(|e| e.message.as_deref())
+        .next_back()
+        .map(|m| format!("last: {m:?}"));
+    let action = if imports == Some(true) {
+        "switch to --mode coredns-import: the Corefile already imports \
+         /etc/coredns/custom/*.override, so ouroboros need not edit it"
+    } else {
+        "find what owns the Corefile (addon manager, Helm release, managed add-on) and switch to \
+         --mode coredns-import (add `import /etc/coredns/custom/*.override` through that owner), \
+         or to --mode external-dns"
+    };
+    Check::warn(
+        ID,
+        format!("our block was reverted {n} time(s): something else rewrites the Corefile"),
+    )
+    .evidence_all(last)
+    .action(action)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::checks::fixtures::{cm, hosts, proxy, PLAIN};
+    use crate::doctor::report::Status;
+    use serde_json::json;
+
+    fn status_of(checks: &[Check], id: &str) -> Status {
+        checks.iter().find(|c| c.id == id).unwrap().status
+    }
+
+    #[test]
+    fn corefile_verdicts() {
+        let h = hosts(&["a.example.com"]);
+        let empty = BTreeSet::new();
+        let current = corefile::splice(PLAIN, &h, &proxy()).unwrap().text;
+        let stale = corefile::splice(PLAIN, &hosts(&["old.example.com"]), &proxy())
+            .unwrap()
+            .text;
+        let no_reload = PLAIN.replace("    reload\n", "");
+        let import = PLAIN.replace(
+            "reload\n",
+            "reload\n    import /etc/coredns/custom/*.override\n",
+        );
+        // (mode, corefile, hosts, id, want)
+        let cases: Vec<(Mode, &str, &BTreeSet<Hostname>, &str, Status)> = vec![
+            (Mode::Coredns, &current, &h, "coredns-block", Status::Ok),
+            (Mode::Coredns, PLAIN, &h, "coredns-block", Status::Fail),
+            (Mode::Coredns, &stale, &h, "coredns-block", Status::Fail),
+            (Mode::Coredns, PLAIN, &empty, "coredns-block", Status::Ok),
+            (
+                Mode::CorednsImport,
+                &current,
+                &h,
+                "coredns-block",
+                Status::Warn,
+            ),
+            (Mode::CorednsImport, PLAIN, &h, "coredns-block", Status::Ok),
+            (Mode::Coredns, PLAIN, &h, "coredns-reload", Status::Ok),
+            (
+                Mode::Coredns,
+                &no_reload,
+                &h,
+                "coredns-reload",
+                Status::Warn,
+            ),
+            (Mode::Coredns, PLAIN, &h, "coredns-import", Status::Ok),
+            (
+                Mode::CorednsImport,
+                PLAIN,
+                &h,
+                "coredns-import",
+                Status::Fail,
+            ),
+            (
+                Mode::CorednsImport,
+                &import,
+                &h,
+                "coredns-import",
+                Status::Ok,
+            ),
+            (Mode::Coredns, PLAIN, &h, "coredns-corefile", Status::Ok),
+            (
+                Mode::Coredns,
+                "example.org:53 {\n forward . 1.1.1.1\n}\n",
+                &h,
+                "coredns-corefile",
+                Status::Fail,
+            ),
+        ];
+        for (mode, text, hosts, id, want) in cases {
+            let (checks, _) = corefile_checks(mode, text, Some(hosts), Some(&proxy()));
+            assert_eq!(status_of(&checks, id), want, "{mode:?} {id} {text:?}");
+        }
+        let (checks, _) = corefile_checks(Mode::Coredns, &stale, Some(&h), Some(&proxy()));
+        let (unknown, _) = corefile_checks(Mode::Coredns, &stale, None, Some(&proxy()));
+        assert_eq!(status_of(&unknown, "coredns-block"), Status::Skip);
+        let block = checks.iter().find(|c| c.id == "coredns-block").unwrap();
+        assert_eq!(
+            block.evidence,
+            [
+                r"missing: match ^a\.example\.com\.$",
+                r"stale: match ^old\.example\.com\.$",
+            ]
+        );
+    }
+
+    #[test]
+    fn import_snippet_verdicts() {
+        let t = ConfigMapKey::import_default();
+        let h = hosts(&["a.example.com"]);
+        let good = coredns_import::render(&h, &proxy());
+        for (got, want) in [
+            (
+                Ok(Some(cm(json!({"ouroboros.override": good})))),
+                Status::Ok,
+            ),
+            (
+                Ok(Some(cm(
+                    json!({"ouroboros.override": coredns_import::render(&BTreeSet::new(), &proxy())}),
+                ))),
+                Status::Fail,
+            ),
+            (Ok(Some(cm(json!({})))), Status::Fail),
+            (Ok(None), Status::Fail),
+        ] {
+            assert_eq!(
+                import_snippet(&t, &got, &h, &proxy()).status,
+                want,
+                "{got:?}"
+            );
+        }
+    }
+
+    fn event(count: Option<i32>, msg: &str) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": "e"}, "involvedObject": {}, "count": count, "message": msg
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn reverted_verdicts() {
+        let t = ConfigMapKey::coredns_default();
+        let events = Ok(Some(vec![event(Some(4), "one"), event(None, "two")]));
+        let c = block_reverted(Mode::Coredns, &t, &events, Some(true));
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.summary.contains("5 time(s)"), "{c:?}");
+        assert!(c.action.unwrap().contains("coredns-import"));
+        assert_eq!(
+            block_reverted(Mode::Coredns, &t, &Ok(Some(vec![])), None).status,
+            Status::Ok
+        );
+        assert_eq!(
+            block_reverted(Mode::CorednsImport, &t, &events, None).status,
+            Status::Skip
+        );
+    }
+}

@@ -1,0 +1,347 @@
+//! coredns-version: which Deployment runs CoreDNS, its image's version, and whether that version
+//! parses the block we would write. Separate: it reads the Deployment, not the Corefile, and owns
+//! the image-reference parsing.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::{uses_coredns, Got, Workload, UNKNOWN};
+use crate::controller::args::Mode;
+use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
+use crate::doctor::report::Check;
+use crate::hostname::Hostname;
+
+/// The CoreDNS Deployment doctor reads first; else the one labelled [`KUBE_DNS_SELECTOR`]
+/// (RKE2 names it `rke2-coredns-rke2-coredns`).
+pub const COREDNS_DEPLOYMENT: &str = "coredns";
+pub const KUBE_DNS_SELECTOR: &str = "k8s-app=kube-dns";
+
+/// An image reference without its digest, tag and registry path: `coredns` for
+/// `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`.
+fn image_name(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
+/// An image reference's tag (`v1.11.3` for `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`),
+/// None when it has none (digest only, or no tag at all).
+pub fn image_tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split_once(':')
+        .map(|(_, tag)| tag)
+        .filter(|t| !t.is_empty())
+}
+
+/// The workload's CoreDNS image: the first whose name contains `coredns` (`coredns`,
+/// `hardened-coredns`, `mirrored-coredns-coredns`).
+pub fn coredns_image(w: &Workload) -> Option<&str> {
+    w.images
+        .iter()
+        .map(String::as_str)
+        .find(|i| image_name(i).to_ascii_lowercase().contains("coredns"))
+}
+
+/// Among Deployments, the CoreDNS one: the first running a CoreDNS image, else the first.
+pub fn pick_coredns_workload(ws: &[Workload]) -> Option<&Workload> {
+    ws.iter()
+        .find(|w| coredns_image(w).is_some())
+        .or_else(|| ws.first())
+}
+
+/// coredns-version: the CoreDNS image's version against the oldest that parses our block.
+/// `deployment` is the CoreDNS Deployment in `namespace` (None when none was found).
+pub fn coredns_version(
+    mode: Mode,
+    namespace: &str,
+    deployment: &Got<Workload>,
+    hosts: Option<&BTreeSet<Hostname>>,
+    answer: Option<&Answer>,
+) -> Check {
+    const ID: &str = "coredns-version";
+    if !uses_coredns(mode) {
+        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    }
+    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let form = answer.form();
+    let (need, why) = oldest_coredns(hosts, answer);
+    let needs = format!("our {form} block needs CoreDNS {need} or later: {why}");
+    let w = match deployment {
+        Err(e) => {
+            return Check::warn(
+                ID,
+                "could not read the CoreDNS Deployment, so its version is unknown",
+            )
+            .evidence(e.to_string())
+            .evidence(needs)
+            .action(format!(
+                "check the version by hand: kubectl -n {namespace} get deploy \
+                 {COREDNS_DEPLOYMENT} -o jsonpath='{{.spec.template.spec.containers[*].image}}'; \
+                 {}",
+                e.action()
+            ))
+        }
+        Ok(None) => {
+            return Check::warn(
+                ID,
+                format!(
+                    "no CoreDNS Deployment in namespace {namespace} (none named \
+                     {COREDNS_DEPLOYMENT}, none labelled {KUBE_DNS_SELECTOR}), so its version \
+                     is unknown"
+                ),
+            )
+            .evidence(needs)
+            .action(format!(
+                "check the version by hand: kubectl -n {namespace} get deployments -o wide \
+                 (the IMAGES column), or check --coredns-namespace"
+            ))
+        }
+        Ok(Some(w)) => w,
+    };
+    let Some(image) = coredns_image(w) else {
+        return Check::warn(ID, format!("{} runs no CoreDNS image", w.reference()))
+            .evidence(format!("images: {}", w.images.join(", ")))
+            .evidence(needs)
+            .action(format!(
+            "check that the cluster DNS is CoreDNS {need} or later (kube-dns, as on GKE, reads \
+             no Corefile: use --mode external-dns there)"
+        ));
+    };
+    let evidence = format!("{}: image {image}", w.reference());
+    let Some(v) = image_tag(image).and_then(Version::parse) else {
+        return Check::warn(
+            ID,
+            format!("cannot tell the CoreDNS version from the image tag of {image}"),
+        )
+        .evidence(evidence)
+        .evidence(needs)
+        .action(format!(
+            "check the version by hand: kubectl -n {} logs deploy/{} | grep -m1 CoreDNS- \
+             (CoreDNS prints it when it starts)",
+            w.namespace, w.name
+        ));
+    };
+    if v >= need {
+        return Check::ok(
+            ID,
+            format!("CoreDNS {v} parses our {form} block (needs {need} or later)"),
+        )
+        .evidence(evidence);
+    }
+    let action = match answer {
+        Answer::Rewrite(_) => format!(
+            "use --coredns-answer template (the default), which parses on CoreDNS {} and later, \
+             or upgrade CoreDNS to {need} or later",
+            template_needs(hosts)
+        ),
+        Answer::Template(_) => format!("upgrade CoreDNS to {need} or later"),
+    };
+    Check::fail(
+        ID,
+        format!(
+            "CoreDNS {v} is too old for our {form} block (needs {need} or later): it rejects \
+             the Corefile"
+        ),
+    )
+    .evidence(evidence)
+    .evidence(needs)
+    .action(action)
+}
+
+/// The oldest CoreDNS that parses the template form for `hosts`.
+fn template_needs(hosts: &BTreeSet<Hostname>) -> Version {
+    let any = ProxyAddrs::new(&[IpAddr::V4(Ipv4Addr::UNSPECIFIED)]).expect("one address");
+    oldest_coredns(hosts, &Answer::Template(any)).0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::checks::fixtures::{forbidden, hosts, proxy, rewrite};
+    use crate::doctor::report::Status;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn image_tags_and_the_coredns_container() {
+        for (image, tag) in [
+            ("registry.k8s.io/coredns/coredns:v1.11.3", Some("v1.11.3")),
+            (
+                "registry:5000/coredns/coredns:1.8.3@sha256:abc",
+                Some("1.8.3"),
+            ),
+            ("registry:5000/coredns/coredns@sha256:abc", None),
+            ("registry:5000/coredns", None),
+            ("coredns:", None),
+        ] {
+            assert_eq!(image_tag(image), tag, "{image}");
+        }
+        let w = |name: &str, images: &[&str]| Workload {
+            kind: "Deployment",
+            namespace: "kube-system".into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            args: vec![],
+            images: images.iter().map(|s| s.to_string()).collect(),
+        };
+        let rke2 = w(
+            "rke2-coredns-rke2-coredns",
+            &["rancher/hardened-coredns:v1.11.1-build20240305"],
+        );
+        assert_eq!(
+            coredns_image(&rke2),
+            Some("rancher/hardened-coredns:v1.11.1-build20240305")
+        );
+        let sidecar = w("kube-dns", &["gke.gcr.io/k8s-dns-kube-dns:1.23.0"]);
+        assert_eq!(coredns_image(&sidecar), None);
+        let both = [sidecar.clone(), rke2.clone()];
+        assert_eq!(pick_coredns_workload(&both), Some(&rke2));
+        assert_eq!(
+            pick_coredns_workload(std::slice::from_ref(&sidecar)),
+            Some(&sidecar)
+        );
+        assert_eq!(pick_coredns_workload(&[]), None);
+    }
+
+    #[test]
+    fn version_verdicts() {
+        let exact = hosts(&["a.example.com"]);
+        let wild = hosts(&["a.example.com", "*.apps.example.com"]);
+        let dep = |image: &str| -> Got<Workload> {
+            Ok(Some(Workload {
+                kind: "Deployment",
+                namespace: "kube-system".into(),
+                name: "coredns".into(),
+                labels: BTreeMap::new(),
+                args: vec![],
+                images: vec![image.into()],
+            }))
+        };
+        // (image, hosts, answer, want)
+        let cases: Vec<(Got<Workload>, &BTreeSet<Hostname>, Answer, Status)> = vec![
+            (
+                dep("registry.k8s.io/coredns/coredns:v1.11.3"),
+                &wild,
+                rewrite(),
+                Status::Ok,
+            ),
+            (
+                dep("registry.k8s.io/coredns/coredns:v1.11.3"),
+                &wild,
+                proxy(),
+                Status::Ok,
+            ),
+            (dep("coredns/coredns:1.8.4"), &wild, rewrite(), Status::Ok),
+            (dep("coredns/coredns:1.8.3"), &wild, rewrite(), Status::Fail),
+            (dep("coredns/coredns:1.8.3"), &exact, rewrite(), Status::Ok),
+            (dep("coredns/coredns:1.8.3"), &wild, proxy(), Status::Ok),
+            (dep("coredns/coredns:1.6.7"), &exact, proxy(), Status::Fail),
+            (
+                dep("rancher/hardened-coredns:v1.8.3-build20210223"),
+                &wild,
+                rewrite(),
+                Status::Fail,
+            ),
+            (
+                dep("eks/coredns:v1.11.1-eksbuild.4"),
+                &wild,
+                rewrite(),
+                Status::Ok,
+            ),
+            (dep("coredns/coredns:latest"), &wild, proxy(), Status::Warn),
+            (
+                dep("coredns/coredns@sha256:0123"),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+            (
+                dep("gke.gcr.io/k8s-dns-kube-dns:1.23.0"),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+            (Ok(None), &wild, proxy(), Status::Warn),
+            (
+                Err(forbidden("deployments.apps", "coredns")),
+                &wild,
+                proxy(),
+                Status::Warn,
+            ),
+        ];
+        for (got, h, a, want) in cases {
+            let c = coredns_version(Mode::Coredns, "kube-system", &got, Some(h), Some(&a));
+            assert_eq!(c.status, want, "{got:?} {a:?}: {c:?}");
+        }
+        let old = dep("coredns/coredns:1.8.3");
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &old,
+            Some(&wild),
+            Some(&rewrite()),
+        );
+        assert_eq!(
+            c.summary,
+            "CoreDNS 1.8.3 is too old for our rewrite block (needs 1.8.4 or later): it rejects \
+             the Corefile"
+        );
+        assert_eq!(
+            c.evidence[0],
+            "Deployment kube-system/coredns: image coredns/coredns:1.8.3"
+        );
+        assert!(c.evidence[1].contains("answer auto"), "{c:?}");
+        assert!(
+            c.action.as_deref().unwrap().starts_with(
+                "use --coredns-answer template (the default), which parses on CoreDNS 1.7.0"
+            ),
+            "{c:?}"
+        );
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &dep("coredns/coredns:1.6.7"),
+            Some(&exact),
+            Some(&proxy()),
+        );
+        assert_eq!(
+            c.action.as_deref(),
+            Some("upgrade CoreDNS to 1.7.0 or later")
+        );
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &Err(forbidden("deployments.apps", "coredns")),
+            Some(&wild),
+            Some(&proxy()),
+        );
+        assert!(
+            c.action.as_deref().unwrap().starts_with(
+                "check the version by hand: kubectl -n kube-system get deploy coredns -o \
+                 jsonpath='{.spec.template.spec.containers[*].image}'"
+            ),
+            "{c:?}"
+        );
+        assert_eq!(
+            coredns_version(
+                Mode::EtcHosts,
+                "kube-system",
+                &old,
+                Some(&wild),
+                Some(&proxy())
+            )
+            .status,
+            Status::Skip
+        );
+        assert_eq!(
+            coredns_version(Mode::Coredns, "kube-system", &old, None, Some(&proxy())).status,
+            Status::Skip
+        );
+        assert_eq!(
+            coredns_version(Mode::Coredns, "kube-system", &old, Some(&wild), None).status,
+            Status::Skip
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! crds: the CustomResourceDefinitions a configuration needs (Gateway API, external-dns's
+//! DNSEndpoint), required or optional, and whether they are installed.
+
+use super::Got;
+use crate::controller::args::{ExternalDnsOutput, Mode};
+use crate::doctor::report::Check;
+
+/// The CRDs a configuration needs: (name, required). Not required: the controller runs
+/// without it (a Gateway-API kind whose CRD is absent is read as empty, and picked up once the
+/// CRD is installed) but reads nothing of that kind.
+pub fn needed_crds(
+    mode: Mode,
+    output: ExternalDnsOutput,
+    gateway_api: bool,
+) -> Vec<(&'static str, bool)> {
+    let mut v = Vec::new();
+    if gateway_api {
+        v.extend([
+            ("gateways.gateway.networking.k8s.io", false),
+            ("httproutes.gateway.networking.k8s.io", false),
+            ("grpcroutes.gateway.networking.k8s.io", false),
+            ("tlsroutes.gateway.networking.k8s.io", false),
+        ]);
+    }
+    if mode == Mode::ExternalDns && output == ExternalDnsOutput::Dnsendpoint {
+        v.push(("dnsendpoints.externaldns.k8s.io", true));
+    }
+    v
+}
+
+pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
+    const ID: &str = "crds";
+    if results.is_empty() {
+        return Check::skip(
+            ID,
+            "no custom resources needed (no --gateway-api, no external-dns DNSEndpoints)",
+        );
+    }
+    let mut evidence = Vec::new();
+    let (mut missing_required, mut missing_optional) = (Vec::new(), Vec::new());
+    for (name, required, got) in results {
+        match got {
+            Err(e) => return e.check(ID),
+            Ok(Some(())) => evidence.push(format!("{name}: installed")),
+            Ok(None) => {
+                evidence.push(format!("{name}: not installed"));
+                if *required {
+                    missing_required.push(*name);
+                } else {
+                    missing_optional.push(*name);
+                }
+            }
+        }
+    }
+    if !missing_required.is_empty() {
+        Check::fail(
+            ID,
+            format!("missing CRD(s): {}", missing_required.join(", ")),
+        )
+        .evidence_all(evidence)
+        .action(
+            "install the DNSEndpoint CRD (external-dns's crd manifest), or use \
+             --external-dns-output service",
+        )
+    } else if !missing_optional.is_empty() {
+        Check::warn(
+            ID,
+            format!(
+                "CRD(s) not installed, so no hostnames of those kinds are read: {}",
+                missing_optional.join(", ")
+            ),
+        )
+        .evidence_all(evidence)
+        .action(
+            "install them if objects of those kinds are to be hairpinned (the controller picks \
+             them up once installed); without Gateway API at all, drop --gateway-api",
+        )
+    } else {
+        Check::ok(ID, "every CRD this configuration needs is installed").evidence_all(evidence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::report::Status;
+
+    #[test]
+    fn crd_verdicts() {
+        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Dnsendpoint, false).is_empty());
+        assert_eq!(
+            needed_crds(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, false),
+            [("dnsendpoints.externaldns.k8s.io", true)]
+        );
+        assert!(needed_crds(Mode::ExternalDns, ExternalDnsOutput::Service, false).is_empty());
+        assert_eq!(
+            needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true).len(),
+            4
+        );
+        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true)
+            .iter()
+            .all(|(_, required)| !required));
+        let r = |req: bool, present: bool| vec![("x.y", req, Ok(present.then_some(())))];
+        assert_eq!(crds(&r(true, true)).status, Status::Ok);
+        assert_eq!(crds(&r(true, false)).status, Status::Fail);
+        assert_eq!(crds(&r(false, false)).status, Status::Warn);
+        assert_eq!(crds(&[]).status, Status::Skip);
+    }
+}

@@ -1,0 +1,83 @@
+//! The sources: how many hostnames the watched objects yield, which were skipped, and which
+//! names the hostname policy rejected. Separate: the only check on `controller::hostnames`'s
+//! output, judged the same whatever the DNS mode.
+
+use std::collections::BTreeSet;
+
+use super::cut;
+use crate::controller::hostnames::Desired;
+use crate::doctor::report::Check;
+
+pub fn hostnames(desired: &Desired) -> Check {
+    const ID: &str = "hostnames";
+    let objects: BTreeSet<_> = desired.origins.values().flatten().collect();
+    let summary = format!(
+        "{} hostname(s) to hairpin from {} object(s)",
+        desired.hosts.len(),
+        objects.len()
+    );
+    let excluded = desired
+        .excluded
+        .iter()
+        .map(|e| format!("{} skipped: {}", e.object, e.why));
+    if desired.rejected.is_empty() {
+        return Check::ok(ID, summary).evidence_all(cut(excluded.collect()));
+    }
+    let rejected = desired.rejected.iter().map(|r| {
+        format!(
+            "{}: {:?} rejected: {} ({})",
+            r.object,
+            r.raw,
+            r.reason,
+            r.reason.explain()
+        )
+    });
+    Check::warn(
+        ID,
+        format!(
+            "{summary}; {} name(s) rejected by policy",
+            desired.rejected.len()
+        ),
+    )
+    .evidence_all(cut(rejected.chain(excluded).collect()))
+    .action(
+        "fix the names on those objects, or adjust --allow-domain / --deny-domain; the \
+         controller also reports them as HostnameRejected Events on the objects",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::report::Status;
+    use serde_json::json;
+
+    #[test]
+    fn hostnames_verdicts() {
+        use crate::controller::hostnames::{desired, Filters, Sources};
+        use k8s_openapi::api::networking::v1::Ingress;
+        let ing: Ingress = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"tls": [{"hosts": ["shop.example.com", "bad_name.example.com", "x.svc.cluster.local"]}]}
+        }))
+        .unwrap();
+        let policy = crate::hostname::HostPolicy::new("cluster.local", &[], &[]);
+        let d = desired(
+            &Sources {
+                ingresses: vec![&ing],
+                ..Default::default()
+            },
+            &Filters::default(),
+            &policy,
+        );
+        let c = hostnames(&d);
+        assert_eq!(c.status, Status::Warn);
+        assert_eq!(c.evidence.len(), 2);
+        assert!(
+            c.evidence[0].starts_with("Ingress shop/web: \"bad_name.example.com\" rejected"),
+            "{c:?}"
+        );
+        let ok = hostnames(&desired(&Sources::default(), &Filters::default(), &policy));
+        assert_eq!(ok.status, Status::Ok);
+    }
+}
