@@ -75,17 +75,28 @@ pub async fn serve(
         .await
 }
 
+/// The admin listener could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("binding --listen-health {addr}: {error}; is the port free and allowed?")]
+pub struct BindError {
+    addr: String,
+    error: std::io::Error,
+}
+
 /// Binds `addr` (when set) and serves the admin endpoint on it until `stop` is cancelled; logs
 /// the bound address as listener `health`.
 pub async fn start(
     addr: Option<&crate::listen::ListenAddr>,
     state: AdminState,
     stop: CancellationToken,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>> {
+) -> Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>, BindError> {
     let Some(addr) = addr else { return Ok(None) };
-    let listener = crate::listen::bind(addr).await.map_err(|e| {
-        anyhow::anyhow!("binding --listen-health {addr}: {e}; is the port free and allowed?")
-    })?;
-    tracing::info!(listener = "health", addr = %listener.local_addr()?, "listening");
+    let bind_error = |error| BindError {
+        addr: addr.to_string(),
+        error,
+    };
+    let listener = crate::listen::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    tracing::info!(listener = "health", addr = %local, "listening");
     Ok(Some(tokio::spawn(serve(listener, state, stop))))
 }

@@ -42,7 +42,7 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let dns = &args.dns;
     let sink = match dns.mode {
         // A hosts block is removed without the API (and without the proxy IPs).
-        Mode::EtcHosts => AnySink::EtcHosts(dns.hosts_writer(None)?),
+        Mode::EtcHosts => AnySink::EtcHosts(dns.hosts_writer(None)),
         _ => {
             let client = crate::kube_client::client(dns.kubeconfig.as_deref()).await?;
             // The rewrite target does not matter for removal; the domain only has to be valid.

@@ -16,8 +16,13 @@ pub const EXIT_USAGE: u8 = 64;
 pub struct UsageError(pub String);
 
 impl UsageError {
+    pub fn new(msg: impl Into<String>) -> Self {
+        UsageError(msg.into())
+    }
+
+    /// The same, as the `anyhow::Error` a subcommand's `run` returns (`cli` maps it to exit 64).
     pub fn err(msg: impl Into<String>) -> anyhow::Error {
-        anyhow::Error::new(UsageError(msg.into()))
+        anyhow::Error::new(Self::new(msg))
     }
 }
 

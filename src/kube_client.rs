@@ -1,25 +1,50 @@
 //! The one way every subcommand builds its Kubernetes client.
 
+use std::path::{Path, PathBuf};
+
 use kube::Client;
 
+/// Why no client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading --kubeconfig {}: {error}", .path.display())]
+    Read {
+        path: PathBuf,
+        error: kube::config::KubeconfigError,
+    },
+    #[error("loading --kubeconfig {}: {error}", .path.display())]
+    Load {
+        path: PathBuf,
+        error: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no Kubernetes configuration (in-cluster service account or kubeconfig): {0}; pass \
+         --kubeconfig"
+    )]
+    Infer(kube::config::InferConfigError),
+    #[error("building the Kubernetes client: {0}")]
+    Build(kube::Error),
+}
+
 /// `--kubeconfig` when given, else in-cluster, else $KUBECONFIG or ~/.kube/config.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                anyhow::anyhow!("reading --kubeconfig {}: {e}", path.display())
-            })?;
+            let kc =
+                kube::config::Kubeconfig::read_from(path).map_err(|error| ClientError::Read {
+                    path: path.to_path_buf(),
+                    error,
+                })?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| anyhow::anyhow!("loading --kubeconfig {}: {e}", path.display()))?
+                .map_err(|error| ClientError::Load {
+                    path: path.to_path_buf(),
+                    error,
+                })?
         }
-        None => kube::Config::infer().await.map_err(|e| {
-            anyhow::anyhow!(
-                "no Kubernetes configuration (in-cluster service account or kubeconfig): {e}; pass --kubeconfig"
-            )
-        })?,
+        None => kube::Config::infer().await.map_err(ClientError::Infer)?,
     };
-    Client::try_from(config).map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
+    Client::try_from(config).map_err(ClientError::Build)
 }
 
 /// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.

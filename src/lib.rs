@@ -54,4 +54,6 @@ mod sys;
 #[cfg(test)]
 mod table;
 pub mod telemetry;
+#[cfg(test)]
+mod test_api;
 pub mod whoami;

@@ -18,7 +18,21 @@ use std::time::{Duration, Instant};
 /// wakeups and per-batch poll-time bookkeeping (13 % fewer instructions per relayed keep-alive
 /// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
 /// `busy_poll`: the spin window before a worker sleeps; zero turns it off.
-pub fn build(threads: usize, busy_poll: Duration) -> anyhow::Result<tokio::runtime::Runtime> {
+/// Why the async runtime did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("starting the async runtime: {0}")]
+    Start(std::io::Error),
+    #[error("--busy-poll: listing /proc/self/fd: {0}")]
+    ListFds(std::io::Error),
+    #[error(
+        "--busy-poll: expected 1 to {MAX_EPOLL_FDS} new epoll descriptors in /proc/self/fd \
+         after starting the runtime, found {0}; run without --busy-poll"
+    )]
+    EpollFds(usize),
+}
+
+pub fn build(threads: usize, busy_poll: Duration) -> Result<tokio::runtime::Runtime, RuntimeError> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -32,9 +46,7 @@ pub fn build(threads: usize, busy_poll: Duration) -> anyhow::Result<tokio::runti
     };
     builder.enable_all();
     let runtime = if busy_poll.is_zero() {
-        builder
-            .build()
-            .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?
+        builder.build().map_err(RuntimeError::Start)?
     } else {
         with_busy_poll(builder, busy_poll)?
     };
@@ -59,7 +71,7 @@ async fn heartbeat() {
 fn with_busy_poll(
     mut builder: tokio::runtime::Builder,
     busy_poll: Duration,
-) -> anyhow::Result<tokio::runtime::Runtime> {
+) -> Result<tokio::runtime::Runtime, RuntimeError> {
     if let Some(cpus) = cpu_limit() {
         tracing::warn!(
             busy_poll_us = busy_poll.as_micros() as u64,
@@ -79,16 +91,10 @@ fn with_busy_poll(
         }
     });
     let before = epoll_fds()?;
-    let runtime = builder
-        .build()
-        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    let runtime = builder.build().map_err(RuntimeError::Start)?;
     let new: Vec<RawFd> = epoll_fds()?.difference(&before).copied().collect();
     if new.is_empty() || new.len() > MAX_EPOLL_FDS {
-        anyhow::bail!(
-            "--busy-poll: expected 1 to {MAX_EPOLL_FDS} new epoll descriptors in /proc/self/fd \
-             after starting the runtime, found {}; run without --busy-poll",
-            new.len()
-        );
+        return Err(RuntimeError::EpollFds(new.len()));
     }
     let _ = epoll.set(new);
     Ok(runtime)
@@ -165,9 +171,8 @@ fn cpu_limit_in(cgroups: &str, read: impl Fn(&str) -> Option<String>) -> Option<
 }
 
 /// The process's open epoll descriptors (their /proc/self/fd links name `[eventpoll]`).
-fn epoll_fds() -> anyhow::Result<BTreeSet<RawFd>> {
-    let dir = std::fs::read_dir("/proc/self/fd")
-        .map_err(|e| anyhow::anyhow!("--busy-poll: listing /proc/self/fd: {e}"))?;
+fn epoll_fds() -> Result<BTreeSet<RawFd>, RuntimeError> {
+    let dir = std::fs::read_dir("/proc/self/fd").map_err(RuntimeError::ListFds)?;
     Ok(dir
         .flatten()
         .filter(|e| {

@@ -2,13 +2,25 @@
 
 use tokio_util::sync::CancellationToken;
 
+/// A signal handler could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("installing the {signal} handler: {error}")]
+pub struct SignalError {
+    signal: &'static str,
+    error: std::io::Error,
+}
+
 /// Returns a token cancelled on the first SIGTERM or SIGINT.
-pub fn on_signal() -> anyhow::Result<CancellationToken> {
+pub fn on_signal() -> Result<CancellationToken, SignalError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| anyhow::anyhow!("installing the SIGTERM handler: {e}"))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|e| anyhow::anyhow!("installing the SIGINT handler: {e}"))?;
+    let install = |kind, name| {
+        signal(kind).map_err(|error| SignalError {
+            signal: name,
+            error,
+        })
+    };
+    let mut term = install(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = install(SignalKind::interrupt(), "SIGINT")?;
     let token = CancellationToken::new();
     let cancel = token.clone();
     tokio::spawn(async move {

@@ -26,13 +26,23 @@ pub struct LogArgs {
     pub log_level: String,
 }
 
+/// Why logging could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("invalid --log-level {level:?}: {error}; use e.g. info, debug or ouroboros=debug")]
+    Level {
+        level: String,
+        error: tracing_subscriber::filter::ParseError,
+    },
+    #[error("installing the log subscriber: {0}")]
+    Install(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Installs the global subscriber. Logs go to stderr so stdout stays clean for `render`.
-pub fn init(args: &LogArgs) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(&args.log_level).map_err(|e| {
-        anyhow::anyhow!(
-            "invalid --log-level {:?}: {e}; use e.g. info, debug or ouroboros=debug",
-            args.log_level
-        )
+pub fn init(args: &LogArgs) -> Result<(), LogError> {
+    let filter = EnvFilter::try_new(&args.log_level).map_err(|error| LogError::Level {
+        level: args.log_level.clone(),
+        error,
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -45,5 +55,5 @@ pub fn init(args: &LogArgs) -> anyhow::Result<()> {
             .with_current_span(false)
             .try_init(),
     };
-    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
+    result.map_err(LogError::Install)
 }

@@ -5,6 +5,7 @@
 use clap::{ArgAction, Args};
 
 use super::hostnames::{Filters, HostnameArgs};
+use crate::flags::UsageError;
 use crate::hostname::HostPolicy;
 
 pub use crate::dns::args::*;
@@ -49,12 +50,10 @@ pub struct Selection {
 
 impl Selection {
     /// Checks the hostname flags; errors are `UsageError`s (exit 64).
-    pub fn of(hostnames: &HostnameArgs) -> anyhow::Result<Selection> {
-        let filters = hostnames.filters().map_err(crate::flags::UsageError::err)?;
+    pub fn of(hostnames: &HostnameArgs) -> Result<Selection, UsageError> {
+        let filters = hostnames.filters().map_err(UsageError)?;
         let cluster_domain = crate::cluster_domain::resolve(hostnames.cluster_domain.as_deref());
-        let policy = hostnames
-            .policy(&cluster_domain)
-            .map_err(crate::flags::UsageError::err)?;
+        let policy = hostnames.policy(&cluster_domain).map_err(UsageError)?;
         Ok(Selection {
             filters,
             cluster_domain,

@@ -11,7 +11,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hostnames::{Kind, ObjectRef, Rejected};
+use super::hostnames::{ObjectRef, Rejected};
 use crate::dns::sink::ObjectKey;
 
 pub const REPORTER: &str = "ouroboros-controller";
@@ -35,12 +35,8 @@ pub struct Notice {
 }
 
 pub fn source_reference(o: &ObjectRef) -> ObjectReference {
-    let api_version = match o.kind {
-        Kind::Ingress => "networking.k8s.io/v1",
-        _ => "gateway.networking.k8s.io/v1",
-    };
     ObjectReference {
-        api_version: Some(api_version.into()),
+        api_version: Some(o.kind.api_version()),
         kind: Some(o.kind.as_str().into()),
         namespace: Some(o.namespace.clone()),
         name: Some(o.name.clone()),
@@ -182,6 +178,7 @@ pub fn spawn(client: Client, instance: String) -> (Notifier, JoinHandle<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::hostnames::Kind;
     use crate::hostname::Rejection;
 
     fn rej(name: &str, raw: &str) -> Rejected {

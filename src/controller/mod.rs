@@ -71,9 +71,9 @@ impl ControllerArgs {
     }
 
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
-    pub fn validate(&self) -> anyhow::Result<Selection> {
+    pub fn validate(&self) -> Result<Selection, UsageError> {
         if self.resync.is_zero() {
-            return Err(UsageError::err("--resync must be longer than 0 (e.g. 10m)"));
+            return Err(UsageError::new("--resync must be longer than 0 (e.g. 10m)"));
         }
         self.dns.check()?;
         Selection::of(&self.hostnames)

@@ -4,7 +4,7 @@
 //! same change that adds a call.
 
 use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode};
-use super::hostnames::HostnameArgs;
+use super::hostnames::{HostnameArgs, Kind};
 
 // The uninstall hook's and edge's rules (used by the chart).
 mod workloads;
@@ -141,43 +141,23 @@ fn rule(
 /// The rules for one configuration, sorted.
 pub fn required(n: &Needs) -> Vec<Rule> {
     use Scope::{Cluster, Namespace};
-    let mut rules = vec![
-        rule(
-            Cluster,
-            "networking.k8s.io",
-            "ingresses",
-            &[],
-            LIST_WATCH,
-            "read Ingress TLS hosts",
-        ),
-        rule(
-            Cluster,
-            "events.k8s.io",
-            "events",
-            &[],
-            &["create", "patch"],
-            "Warning Events on Ingresses, routes and the ConfigMap",
-        ),
-    ];
-    if n.ingress_class_filter {
-        rules.push(rule(
-            Cluster,
-            "networking.k8s.io",
-            "ingressclasses",
-            &[],
-            LIST_WATCH,
-            "find the default IngressClass for --ingress-class",
-        ));
-    }
-    if n.gateway_api {
-        for r in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+    let mut rules = vec![rule(
+        Cluster,
+        "events.k8s.io",
+        "events",
+        &[],
+        &["create", "patch"],
+        "Warning Events on Ingresses, routes and the ConfigMap",
+    )];
+    for kind in Kind::ALL {
+        if kind.is_read(n.gateway_api, n.ingress_class_filter) {
             rules.push(rule(
                 Cluster,
-                "gateway.networking.k8s.io",
-                r,
+                kind.group(),
+                kind.plural(),
                 &[],
                 LIST_WATCH,
-                "read Gateway-API hostnames",
+                kind.purpose(),
             ));
         }
     }

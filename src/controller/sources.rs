@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
-use super::hostnames::{self, Desired, Filters, Sources};
+use super::hostnames::{self, Desired, Filters, ReadWhen, SourceObject, Sources};
 use crate::hostname::HostPolicy;
 
 /// The annotation `kubectl apply` keeps a full copy of the object in.
@@ -172,11 +172,11 @@ pub fn classify(e: &watcher::Error) -> Failure {
     }
 }
 
-/// The watch caches of the configured kinds.
+/// The watch caches of the configured kinds (`None`: not read in this configuration).
 #[derive(Clone)]
 pub struct Stores {
     filters: Filters,
-    ingresses: Store<Ingress>,
+    ingresses: Option<Store<Ingress>>,
     ingress_classes: Option<Store<IngressClass>>,
     gateways: Option<Store<Gateway>>,
     http_routes: Option<Store<HttpRoute>>,
@@ -194,7 +194,7 @@ where
 impl Stores {
     /// The desired set from the caches as they are now.
     pub fn desired(&self, policy: &HostPolicy) -> Desired {
-        let ingresses = self.ingresses.state();
+        let ingresses = state(&self.ingresses);
         let classes = state(&self.ingress_classes);
         let gateways = state(&self.gateways);
         let http = state(&self.http_routes);
@@ -228,74 +228,61 @@ pub fn start(
     notifier: &Notifier,
     stop: &CancellationToken,
 ) -> Watches {
-    let progress = Progress::new();
-    let mut tasks = Vec::new();
-    let ingresses = follow(
-        Api::<DeserializeGuard<Ingress>>::all(client.clone()),
-        false,
-        &progress,
+    let mut w = Starter {
+        client,
+        filters,
+        progress: Progress::new(),
         notifier,
         stop,
-        &mut tasks,
-    );
-    let ingress_classes = filters.ingress_class.is_some().then(|| {
-        follow(
-            Api::<DeserializeGuard<IngressClass>>::all(client.clone()),
-            false,
-            &progress,
-            notifier,
-            stop,
-            &mut tasks,
-        )
-    });
-    let (mut gateways, mut http_routes, mut grpc_routes, mut tls_routes) = (None, None, None, None);
-    if filters.gateway_api {
-        gateways = Some(follow(
-            Api::<DeserializeGuard<Gateway>>::all(client.clone()),
-            true,
-            &progress,
-            notifier,
-            stop,
-            &mut tasks,
-        ));
-        http_routes = Some(follow(
-            Api::<DeserializeGuard<HttpRoute>>::all(client.clone()),
-            true,
-            &progress,
-            notifier,
-            stop,
-            &mut tasks,
-        ));
-        grpc_routes = Some(follow(
-            Api::<DeserializeGuard<GrpcRoute>>::all(client.clone()),
-            true,
-            &progress,
-            notifier,
-            stop,
-            &mut tasks,
-        ));
-        tls_routes = Some(follow(
-            Api::<DeserializeGuard<TlsRoute>>::all(client.clone()),
-            true,
-            &progress,
-            notifier,
-            stop,
-            &mut tasks,
-        ));
-    }
+        tasks: Vec::new(),
+    };
+    // In `Kind::ALL` order, so the initial lists go out in a fixed order.
+    let stores = Stores {
+        filters: filters.clone(),
+        ingresses: w.follow(),
+        ingress_classes: w.follow(),
+        gateways: w.follow(),
+        http_routes: w.follow(),
+        grpc_routes: w.follow(),
+        tls_routes: w.follow(),
+    };
     Watches {
-        stores: Stores {
-            filters: filters.clone(),
-            ingresses,
-            ingress_classes,
-            gateways,
-            http_routes,
-            grpc_routes,
-            tls_routes,
-        },
-        changes: progress.changes_tx.subscribe(),
-        synced: progress.synced_tx.subscribe(),
-        tasks,
+        stores,
+        changes: w.progress.changes_tx.subscribe(),
+        synced: w.progress.synced_tx.subscribe(),
+        tasks: w.tasks,
+    }
+}
+
+/// What starting one watch per kind needs.
+struct Starter<'a> {
+    client: &'a Client,
+    filters: &'a Filters,
+    progress: Progress,
+    notifier: &'a Notifier,
+    stop: &'a CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Starter<'_> {
+    /// Watches kind `K` when this configuration reads it.
+    fn follow<K>(&mut self) -> Option<Store<K>>
+    where
+        K: SourceObject + Trim + Default + Debug + Send + Sync + 'static,
+    {
+        let f = self.filters;
+        K::KIND
+            .is_read(f.gateway_api, f.ingress_class.is_some())
+            .then(|| {
+                follow(
+                    Api::<DeserializeGuard<K>>::all(self.client.clone()),
+                    K::KIND.read_when() == ReadWhen::GatewayApi,
+                    &self.progress,
+                    self.notifier,
+                    self.stop,
+                    &mut self.tasks,
+                )
+            })
     }
 }
 

@@ -15,6 +15,7 @@ use crate::dns::proxy_ips::ProxyIps;
 use crate::dns::sink::AnySink;
 use crate::dns::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ProxyFqdn;
+use crate::flags::UsageError;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -373,9 +374,9 @@ impl DnsArgs {
     }
 
     /// Checks the flag combinations of the CoreDNS modes; errors are `UsageError`s (exit 64).
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), UsageError> {
         if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
-            return Err(crate::flags::UsageError::err(
+            return Err(UsageError::new(
                 "--node-local-dns needs --coredns-answer template: node-local-dns has no \
                  kubernetes plugin, so a rewritten cluster name would be forwarded upstream \
                  and fail",
@@ -389,7 +390,7 @@ impl DnsArgs {
         &self,
         client: Option<kube::Client>,
         cluster_domain: &str,
-    ) -> anyhow::Result<AnswerSource> {
+    ) -> Result<AnswerSource, UsageError> {
         Ok(match self.coredns_answer {
             AnswerForm::Template => AnswerSource::Template(ProxyIps::new(
                 client,
@@ -398,10 +399,9 @@ impl DnsArgs {
                 &self.proxy_service_name,
                 "--proxy-ip",
             )),
-            AnswerForm::Rewrite => AnswerSource::Rewrite(
-                self.proxy_fqdn(cluster_domain)
-                    .map_err(crate::flags::UsageError::err)?,
-            ),
+            AnswerForm::Rewrite => {
+                AnswerSource::Rewrite(self.proxy_fqdn(cluster_domain).map_err(UsageError)?)
+            }
         })
     }
 
@@ -410,9 +410,9 @@ impl DnsArgs {
         &self,
         client: kube::Client,
         cluster_domain: &str,
-    ) -> anyhow::Result<AnySink> {
+    ) -> Result<AnySink, UsageError> {
         self.check()?;
-        let coredns = |target| -> anyhow::Result<AnySink> {
+        let coredns = |target| -> Result<AnySink, UsageError> {
             let node_local = self.writes_node_local_dns().then(|| {
                 CorefileWriter::node_local_dns(
                     client.clone(),
@@ -436,14 +436,14 @@ impl DnsArgs {
                 ImportWriter::new(client.clone(), self.import_target(), Retry::default())
                     .dry_run(self.dry_run),
             ))?,
-            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))?),
+            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))),
             Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
         })
     }
 
     /// The etc-hosts backend. Without a client it can only remove the block (`cleanup`) or
     /// write with --proxy-ip.
-    pub fn hosts_writer(&self, client: Option<kube::Client>) -> anyhow::Result<HostsWriter> {
+    pub fn hosts_writer(&self, client: Option<kube::Client>) -> HostsWriter {
         let ips = ProxyIps::new(
             client,
             &self.proxy_ips,
@@ -451,7 +451,7 @@ impl DnsArgs {
             &self.proxy_service_name,
             "--proxy-ip",
         );
-        Ok(HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run))
+        HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run)
     }
 
     /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
@@ -498,7 +498,7 @@ impl DnsArgs {
     }
 
     /// The external-dns backend; invalid labels, annotations or targets are usage errors.
-    pub fn external_writer(&self, client: kube::Client) -> anyhow::Result<ExternalWriter> {
+    pub fn external_writer(&self, client: kube::Client) -> Result<ExternalWriter, UsageError> {
         let (svc_ns, svc_name) = self.external_dns_proxy_service();
         let ips = ProxyIps::new(
             Some(client.clone()),
@@ -519,7 +519,7 @@ impl DnsArgs {
             annotations: self.records.external_dns_annotations.clone(),
         };
         let w = ExternalWriter::new(client, output, settings, ips)
-            .map_err(|e| crate::flags::UsageError::err(format!("external-dns flags: {e}")))?;
+            .map_err(|e| UsageError(format!("external-dns flags: {e}")))?;
         Ok(w.dry_run(self.dry_run))
     }
 }
@@ -532,11 +532,8 @@ mod tests {
     #[tokio::test]
     async fn etc_hosts_and_external_dns_sinks() {
         use crate::dns::sink::Sink;
-        let (svc, _handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let client = kube::Client::new(svc, "default");
+        // Building the sinks makes no request.
+        let client = crate::test_api::unreachable();
         let parse = |args: &[&str]| {
             let mut v = vec!["--proxy-service-namespace", "ouroboros"];
             v.extend_from_slice(args);
@@ -577,14 +574,9 @@ mod tests {
         ] {
             let mut args = vec!["--mode", "external-dns"];
             args.extend_from_slice(bad);
-            let e = match parse(&args).sink(client.clone(), "cluster.local").await {
-                Ok(_) => panic!("{bad:?} accepted"),
-                Err(e) => e,
-            };
-            assert!(
-                e.downcast_ref::<crate::flags::UsageError>().is_some(),
-                "{bad:?}: {e}"
-            );
+            // Refused, as a `UsageError` (exit 64): the signature says so.
+            let refused = parse(&args).sink(client.clone(), "cluster.local").await;
+            assert!(refused.is_err(), "{bad:?} accepted");
         }
     }
 

@@ -149,15 +149,12 @@ where
     found(&t, retrying(|| a.list(params)).await).map(|o| o.map(|l| l.items))
 }
 
-/// LIST cluster-scoped objects.
-pub async fn list_cluster<K>(client: &Client, resource: &str) -> Got<Vec<K>>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
-    K: Clone + DeserializeOwned + std::fmt::Debug,
-{
+/// LIST every object of a source kind, cluster-wide. 404 (the kind's CRD is absent) reads as
+/// None.
+pub async fn list_source<K: crate::controller::hostnames::SourceObject + std::fmt::Debug>(client: &Client) -> Got<Vec<K>> {
     let t = Target {
         verb: "list",
-        resource,
+        resource: K::KIND.resource(),
         namespace: None,
         name: None,
     };

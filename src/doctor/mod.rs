@@ -15,19 +15,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ListParams;
 use kube::Client;
 
 use crate::controller::args::{AnswerForm, DnsArgs, ElectionArgs, Mode, Selection};
-use crate::controller::hostnames::{self, HostnameArgs, Sources};
+use crate::controller::hostnames::{self, HostnameArgs, Kind, Objects, SourceObject};
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::proxy_ips::cluster_ips;
@@ -173,58 +168,26 @@ pub struct Validated {
 
 impl DoctorArgs {
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
-    pub fn validate(&self) -> anyhow::Result<Validated> {
+    pub fn validate(&self) -> Result<Validated, UsageError> {
         let s = Selection::of(&self.hostnames)?;
         self.dns.check()?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
         Ok(Validated {
-            fqdn: self
-                .dns
-                .proxy_fqdn(&s.cluster_domain)
-                .map_err(UsageError::err)?,
+            fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
             filters: s.filters,
             policy: s.policy,
         })
     }
 }
 
-/// The objects the hostnames come from, owned.
-#[derive(Default)]
-struct Owned {
-    ingresses: Vec<Ingress>,
-    ingress_classes: Vec<IngressClass>,
-    gateways: Vec<Gateway>,
-    http_routes: Vec<HttpRoute>,
-    grpc_routes: Vec<GrpcRoute>,
-    tls_routes: Vec<TlsRoute>,
-}
-
-async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Owned> {
-    let lp = ListParams::default();
-    let mut o = Owned {
-        ingresses: fetch::list(client, "ingresses.networking.k8s.io", None, &lp)
-            .await?
-            .unwrap_or_default(),
-        ..Default::default()
-    };
-    if ingress_class {
-        o.ingress_classes = fetch::list_cluster(client, "ingressclasses.networking.k8s.io")
-            .await?
-            .unwrap_or_default();
-    }
-    if args.gateway_api {
-        const G: &str = "gateway.networking.k8s.io";
-        o.gateways = fetch::list(client, &format!("gateways.{G}"), None, &lp)
-            .await?
-            .unwrap_or_default();
-        o.http_routes = fetch::list(client, &format!("httproutes.{G}"), None, &lp)
-            .await?
-            .unwrap_or_default();
-        o.grpc_routes = fetch::list(client, &format!("grpcroutes.{G}"), None, &lp)
-            .await?
-            .unwrap_or_default();
-        o.tls_routes = fetch::list(client, &format!("tlsroutes.{G}"), None, &lp)
-            .await?
-            .unwrap_or_default();
+/// The objects the hostnames come from: each kind this configuration reads, listed.
+async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Objects> {
+    let mut o = Objects::default();
+    for kind in Kind::ALL {
+        if kind.is_read(args.gateway_api, ingress_class) {
+            hostnames::by_kind!(kind, T => {
+                *T::list_mut(&mut o) = fetch::list_source::<T>(client).await?.unwrap_or_default();
+            });
+        }
     }
     Ok(Some(o))
 }
@@ -367,15 +330,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         }
         Ok(o) => {
             let o = o.as_ref().expect("sources always returns Some");
-            let s = Sources {
-                ingresses: o.ingresses.iter().collect(),
-                ingress_classes: o.ingress_classes.iter().collect(),
-                gateways: o.gateways.iter().collect(),
-                http_routes: o.http_routes.iter().collect(),
-                grpc_routes: o.grpc_routes.iter().collect(),
-                tls_routes: o.tls_routes.iter().collect(),
-            };
-            let desired = hostnames::desired(&s, &filters, &policy);
+            let desired = hostnames::desired(&o.sources(), &filters, &policy);
             out.push(checks::hostnames(&desired));
             Some(desired)
         }
@@ -610,7 +565,12 @@ mod tests {
         let Err(e) = parse(&["--node-local-dns", "--coredns-answer", "rewrite"]).validate() else {
             panic!("--node-local-dns with rewrite validated");
         };
-        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+        // A `UsageError` by its type; the message names the refused pair.
+        assert!(
+            e.to_string()
+                .contains("--node-local-dns needs --coredns-answer template"),
+            "{e}"
+        );
         assert!(parse(&["--node-local-dns"]).validate().is_ok());
     }
 

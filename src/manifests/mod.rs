@@ -25,44 +25,36 @@ mod tests;
 
 use std::path::PathBuf;
 
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-
-use crate::controller::hostnames::Sources;
+use crate::controller::hostnames::Objects;
 
 pub use documents::Format;
 pub use error::{DocumentError, Error};
 
-/// The objects read so far, by kind.
+/// The objects read so far, by kind (through `Deref`: `manifests.ingresses`), and what was
+/// read to get them.
 #[derive(Clone, Debug, Default)]
 pub struct Manifests {
-    pub ingresses: Vec<Ingress>,
-    pub ingress_classes: Vec<IngressClass>,
-    pub gateways: Vec<Gateway>,
-    pub http_routes: Vec<HttpRoute>,
-    pub grpc_routes: Vec<GrpcRoute>,
-    pub tls_routes: Vec<TlsRoute>,
+    pub objects: Objects,
     /// Objects of other kinds (or none), skipped.
     pub skipped: usize,
     /// Files read (stdin counts as one).
     pub files: usize,
 }
 
-impl Manifests {
-    pub fn sources(&self) -> Sources<'_> {
-        Sources {
-            ingresses: self.ingresses.iter().collect(),
-            ingress_classes: self.ingress_classes.iter().collect(),
-            gateways: self.gateways.iter().collect(),
-            http_routes: self.http_routes.iter().collect(),
-            grpc_routes: self.grpc_routes.iter().collect(),
-            tls_routes: self.tls_routes.iter().collect(),
-        }
+impl std::ops::Deref for Manifests {
+    type Target = Objects;
+    fn deref(&self) -> &Objects {
+        &self.objects
     }
+}
 
+impl std::ops::DerefMut for Manifests {
+    fn deref_mut(&mut self) -> &mut Objects {
+        &mut self.objects
+    }
+}
+
+impl Manifests {
     /// Reads every MANIFEST argument in order: a file, a directory or `-` for stdin. Fails on the
     /// first input (in argument order) that cannot be read, naming it.
     pub fn read(args: &[PathBuf]) -> Result<Self, Error> {
@@ -98,12 +90,7 @@ impl Manifests {
     }
 
     fn append(&mut self, mut other: Self) {
-        self.ingresses.append(&mut other.ingresses);
-        self.ingress_classes.append(&mut other.ingress_classes);
-        self.gateways.append(&mut other.gateways);
-        self.http_routes.append(&mut other.http_routes);
-        self.grpc_routes.append(&mut other.grpc_routes);
-        self.tls_routes.append(&mut other.tls_routes);
+        self.objects.append(&mut other.objects);
         self.skipped += other.skipped;
         self.files += other.files;
     }

@@ -5,18 +5,12 @@
 //! a plain YAML scalar that reads as a number or a boolean (`port: 80`, `flag: true`) is one in
 //! a string field too, and the object is reported invalid, as `kubectl apply` would.
 
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{DocumentError, Manifests};
-use crate::controller::hostnames::GATEWAY_GROUP;
+use crate::controller::hostnames::{Kind, GATEWAY_GROUP};
 
 /// Gateway-API versions whose Gateway/route fields that matter here match v1.
 const GATEWAY_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha2"];
@@ -99,47 +93,14 @@ impl Batch {
             }
             return Ok(());
         }
-        let text = raw.get();
-        let objects = &mut self.objects;
-        let parsed = match (api_version, kind) {
-            ("networking.k8s.io/v1", "Ingress") => {
-                serde_json::from_str(text).map(|mut o: Ingress| {
-                    o.metadata.managed_fields = None;
-                    objects.ingresses.push(o)
-                })
-            }
-            ("networking.k8s.io/v1", "IngressClass") => {
-                serde_json::from_str(text).map(|mut o: IngressClass| {
-                    o.metadata.managed_fields = None;
-                    objects.ingress_classes.push(o)
-                })
-            }
-            ("gateway.networking.k8s.io/v1", "Gateway") => {
-                serde_json::from_str(text).map(|mut o: Gateway| {
-                    o.metadata.managed_fields = None;
-                    objects.gateways.push(o)
-                })
-            }
-            ("gateway.networking.k8s.io/v1", "HTTPRoute") => {
-                serde_json::from_str(text).map(|mut o: HttpRoute| {
-                    o.metadata.managed_fields = None;
-                    objects.http_routes.push(o)
-                })
-            }
-            ("gateway.networking.k8s.io/v1", "GRPCRoute") => {
-                serde_json::from_str(text).map(|mut o: GrpcRoute| {
-                    o.metadata.managed_fields = None;
-                    objects.grpc_routes.push(o)
-                })
-            }
-            ("gateway.networking.k8s.io/v1", "TLSRoute") => {
-                serde_json::from_str(text).map(|mut o: TlsRoute| {
-                    o.metadata.managed_fields = None;
-                    objects.tls_routes.push(o)
-                })
-            }
-            _ => return slow(self),
+        let direct = api_version
+            .split_once('/')
+            .filter(|(_, version)| *version == "v1")
+            .and_then(|(group, _)| Kind::of(group, kind));
+        let Some(direct) = direct else {
+            return slow(self);
         };
+        let parsed = self.objects.push_json(direct, raw.get());
         // A typed parse that fails is retried through the tolerant path (status dropped,
         // fix-ups applied), which reports the error if there really is one.
         match parsed {
@@ -191,49 +152,43 @@ impl Batch {
                 meta.remove("managedFields");
             }
         }
-        let objects = &mut self.objects;
-        match (group, kind.as_str()) {
-            ("networking.k8s.io", "Ingress") if version == "v1" => {
-                objects.ingresses.push(typed(doc, &kind)?)
-            }
-            ("networking.k8s.io", "IngressClass") if version == "v1" => {
-                objects.ingress_classes.push(typed(doc, &kind)?)
-            }
-            (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute")
-                if GATEWAY_VERSIONS.contains(&version) =>
-            {
-                match kind.as_str() {
-                    "Gateway" => objects.gateways.push(typed(doc, &kind)?),
-                    "HTTPRoute" => objects.http_routes.push(typed(doc, &kind)?),
-                    "GRPCRoute" => objects.grpc_routes.push(typed(doc, &kind)?),
-                    _ => {
-                        // Before v1, TLSRoute's hostnames and rules were optional.
-                        if let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut) {
-                            spec.entry("hostnames")
-                                .or_insert_with(|| Value::Array(vec![]));
-                            spec.entry("rules").or_insert_with(|| Value::Array(vec![]));
-                        }
-                        objects.tls_routes.push(typed(doc, &kind)?)
-                    }
+        let read = match Kind::of(group, &kind) {
+            Some(k) if k.group() == GATEWAY_GROUP && GATEWAY_VERSIONS.contains(&version) => Some(k),
+            Some(k) if k.group() != GATEWAY_GROUP && version == "v1" => Some(k),
+            _ => None,
+        };
+        if let Some(k) = read {
+            if k == Kind::TlsRoute {
+                // Before v1, TLSRoute's hostnames and rules were optional.
+                if let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.entry("hostnames")
+                        .or_insert_with(|| Value::Array(vec![]));
+                    spec.entry("rules").or_insert_with(|| Value::Array(vec![]));
                 }
             }
-            ("networking.k8s.io" | "extensions", "Ingress")
-            | (GATEWAY_GROUP, "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute") => {
-                let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-                self.unread.push(Unread {
-                    name: name.to_string(),
-                    api_version,
-                    kind,
-                });
-                self.objects.skipped += 1;
-            }
-            _ => objects.skipped += 1,
+            return push_typed(&mut self.objects, k, doc, &kind);
         }
+        let hostname_kind = Kind::of(group, &kind).is_some_and(|k| k != Kind::IngressClass);
+        if hostname_kind || (group == "extensions" && kind == "Ingress") {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            self.unread.push(Unread {
+                name: name.to_string(),
+                api_version,
+                kind,
+            });
+        }
+        self.objects.skipped += 1;
         Ok(())
     }
 }
 
-fn typed<T: DeserializeOwned>(doc: Value, kind: &str) -> Result<T, DocumentError> {
+/// Adds `doc` as an object of `kind`; `kind_name` as the document spelled it, for the message.
+fn push_typed(
+    objects: &mut Manifests,
+    kind: Kind,
+    doc: Value,
+    kind_name: &str,
+) -> Result<(), DocumentError> {
     let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
     let ns = doc["metadata"]["namespace"].as_str().unwrap_or("");
     // Named before the object is consumed, for the message.
@@ -242,9 +197,11 @@ fn typed<T: DeserializeOwned>(doc: Value, kind: &str) -> Result<T, DocumentError
     } else {
         format!("{ns}/{name}")
     };
-    serde_json::from_value(doc).map_err(|error| DocumentError::InvalidObject {
-        kind: kind.to_string(),
-        name,
-        error,
-    })
+    objects
+        .push_value(kind, doc)
+        .map_err(|error| DocumentError::InvalidObject {
+            kind: kind_name.to_string(),
+            name,
+            error,
+        })
 }

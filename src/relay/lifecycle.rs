@@ -88,7 +88,7 @@ impl Lifecycle {
         check: ReadyCheck,
         delay: Duration,
         grace: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), crate::admin::BindError> {
         let admin_stop = CancellationToken::new();
         let admin = crate::admin::start(
             health,

@@ -6,6 +6,7 @@
 //!
 //! | module | owns |
 //! | --- | --- |
+//! | `kinds` | the source kinds listed once ([`Kind`]: group, resource, when read) and the owned [`Objects`] |
 //! | `model` | what goes in and out: [`Sources`], [`Filters`], [`Desired`] and its records |
 //! | `collect` | the builder that gathers accepted names and sorts them once |
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
@@ -14,13 +15,16 @@
 mod args;
 mod class;
 mod collect;
+mod kinds;
 mod model;
 
 pub use args::HostnameArgs;
 pub use class::{
     default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION,
 };
-pub use model::{Desired, Excluded, Exclusion, Filters, Kind, ObjectRef, Rejected, Sources};
+pub(crate) use kinds::by_kind;
+pub use kinds::{Kind, Objects, ReadWhen, SourceObject};
+pub use model::{Desired, Excluded, Exclusion, Filters, ObjectRef, Rejected, Sources};
 
 use std::collections::BTreeSet;
 

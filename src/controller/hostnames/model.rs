@@ -13,30 +13,9 @@ use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::kinds::Kind;
 use super::namespace;
 use crate::hostname::{Hostname, Rejection};
-
-/// The kinds that contribute hostnames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Ingress,
-    Gateway,
-    HttpRoute,
-    GrpcRoute,
-    TlsRoute,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Ingress => "Ingress",
-            Kind::Gateway => "Gateway",
-            Kind::HttpRoute => "HTTPRoute",
-            Kind::GrpcRoute => "GRPCRoute",
-            Kind::TlsRoute => "TLSRoute",
-        }
-    }
-}
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -263,13 +263,14 @@ pub enum ApplyError {
     Conflicts { target: ConfigMapKey, attempts: u32 },
     #[error(
         "{} ConfigMap {}/{}: {}",
-        .verb.as_str(), .target.namespace, .target.name, describe(.source)
+        .verb.as_str(), .target.namespace, .target.name, describe(.error)
     )]
     Api {
         verb: Verb,
         target: ConfigMapKey,
-        #[source]
-        source: Box<kube::Error>,
+        /// Printed in the message and deliberately not a `#[source]`: an error chain would
+        /// print it a second time.
+        error: Box<kube::Error>,
     },
 }
 
@@ -580,7 +581,7 @@ where
                 );
                 return Ok(applied(Outcome::Written, Some(change)));
             }
-            Err(ApplyError::Api { source, .. }) if is_conflict(&source) => {
+            Err(ApplyError::Api { error, .. }) if is_conflict(&error) => {
                 conflicts += 1;
                 if conflicts >= attempts {
                     return Err(ApplyError::Conflicts {
@@ -681,7 +682,7 @@ fn api_error(mode: Mode, verb: Verb, target: &ConfigMapKey, e: kube::Error) -> A
         source => ApplyError::Api {
             verb,
             target: target.clone(),
-            source: Box::new(source),
+            error: Box::new(source),
         },
     }
 }

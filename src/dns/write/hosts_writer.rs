@@ -95,12 +95,12 @@ pub enum FileError {
          editing it); nothing was written, will retry", .path.display()
     )]
     KeepsChanging { path: PathBuf, attempts: u32 },
-    #[error("hosts file {}: {op}: {source}", .path.display())]
+    #[error("hosts file {}: {op}: {error}", .path.display())]
     Io {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: io::Error,
+        /// In the message, so not a `#[source]` (a chain would print it twice).
+        error: io::Error,
     },
 }
 
@@ -147,10 +147,10 @@ pub fn update(
     dry_run: bool,
     attempts: u32,
 ) -> Result<Update, FileError> {
-    let io_err = |op, source| FileError::Io {
+    let io_err = |op, error| FileError::Io {
         path: path.to_path_buf(),
         op,
-        source,
+        error,
     };
     // Write through a symlink to its target rather than replacing the link.
     let real = match fs::canonicalize(path) {

@@ -2,6 +2,7 @@
 //! DNSEndpoint), required or optional, and whether they are installed.
 
 use super::Got;
+use crate::controller::hostnames::{Kind, ReadWhen};
 use crate::controller::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 
@@ -13,15 +14,11 @@ pub fn needed_crds(
     output: ExternalDnsOutput,
     gateway_api: bool,
 ) -> Vec<(&'static str, bool)> {
-    let mut v = Vec::new();
-    if gateway_api {
-        v.extend([
-            ("gateways.gateway.networking.k8s.io", false),
-            ("httproutes.gateway.networking.k8s.io", false),
-            ("grpcroutes.gateway.networking.k8s.io", false),
-            ("tlsroutes.gateway.networking.k8s.io", false),
-        ]);
-    }
+    let mut v: Vec<(&'static str, bool)> = Kind::ALL
+        .into_iter()
+        .filter(|k| gateway_api && k.read_when() == ReadWhen::GatewayApi)
+        .map(|k| (k.resource(), false))
+        .collect();
     if mode == Mode::ExternalDns && output == ExternalDnsOutput::Dnsendpoint {
         v.push(("dnsendpoints.externaldns.k8s.io", true));
     }
