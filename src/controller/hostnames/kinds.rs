@@ -11,7 +11,6 @@ use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::de::DeserializeOwned;
 
-use super::model::Sources;
 use super::GATEWAY_GROUP;
 
 /// The kinds the controller reads. All but `IngressClass` contribute hostnames; that one
@@ -123,7 +122,7 @@ impl Kind {
     }
 }
 
-/// The source objects, owned, by kind.
+/// The source objects, owned, by kind (`Objects::sources` borrows them, in `model`).
 #[derive(Clone, Debug, Default)]
 pub struct Objects {
     pub ingresses: Vec<Ingress>,
@@ -201,18 +200,6 @@ macro_rules! by_kind {
 pub(crate) use by_kind;
 
 impl Objects {
-    /// Borrowed, as [`desired`](super::desired) takes them.
-    pub fn sources(&self) -> Sources<'_> {
-        Sources {
-            ingresses: self.ingresses.iter().collect(),
-            ingress_classes: self.ingress_classes.iter().collect(),
-            gateways: self.gateways.iter().collect(),
-            http_routes: self.http_routes.iter().collect(),
-            grpc_routes: self.grpc_routes.iter().collect(),
-            tls_routes: self.tls_routes.iter().collect(),
-        }
-    }
-
     pub fn append(&mut self, other: &mut Objects) {
         for kind in Kind::ALL {
             by_kind!(kind, T => T::list_mut(self).append(T::list_mut(other)));

@@ -13,7 +13,7 @@ use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::kinds::Kind;
+use super::kinds::{Kind, Objects};
 use super::namespace;
 use crate::hostname::{Hostname, Rejection};
 
@@ -100,6 +100,21 @@ pub struct Sources<'a> {
     pub http_routes: Vec<&'a HttpRoute>,
     pub grpc_routes: Vec<&'a GrpcRoute>,
     pub tls_routes: Vec<&'a TlsRoute>,
+}
+
+/// Here rather than beside [`Objects`] so that `kinds` (the table) imports nothing of `model`.
+impl Objects {
+    /// Borrowed, as [`desired`](super::desired) takes them.
+    pub fn sources(&self) -> Sources<'_> {
+        Sources {
+            ingresses: self.ingresses.iter().collect(),
+            ingress_classes: self.ingress_classes.iter().collect(),
+            gateways: self.gateways.iter().collect(),
+            http_routes: self.http_routes.iter().collect(),
+            grpc_routes: self.grpc_routes.iter().collect(),
+            tls_routes: self.tls_routes.iter().collect(),
+        }
+    }
 }
 
 /// Which objects count. `None` filters mean all.
