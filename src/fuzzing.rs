@@ -269,22 +269,23 @@ fn editor_params(len: usize) -> (BTreeSet<Hostname>, Answer) {
 /// the rendered rules between one pair of markers, applying it again changes nothing, and removing
 /// the block gives what removing it from the input gives: the input itself, byte for byte, when
 /// the input had no block.
+/// An editor's parse error names a line of the input and says why.
+fn error_names_a_line(input: &str, line: usize, reason: &str, shown: &dyn std::fmt::Display) {
+    assert!(
+        (1..=line_count(input)).contains(&line),
+        "error line {line} of {}: {shown}",
+        line_count(input)
+    );
+    assert!(!reason.is_empty());
+}
+
 pub fn corefile_edit(data: &[u8]) {
     let input = String::from_utf8_lossy(data);
     let input = input.as_ref();
     let (hosts, answer) = editor_params(input.len());
     let out = match corefile::splice(input, &hosts, &answer) {
         Ok(out) => out,
-        Err(e) => {
-            assert!(
-                (1..=line_count(input)).contains(&e.line),
-                "error line {} of {}: {e}",
-                e.line,
-                line_count(input)
-            );
-            assert!(!e.reason.is_empty());
-            return;
-        }
+        Err(e) => return error_names_a_line(input, e.line, &e.reason, &e),
     };
     assert_eq!(out.changed, out.text != input);
     let want: Vec<String> = coredns_import::render(&hosts, &answer)
@@ -349,16 +350,7 @@ pub fn etc_hosts_edit(data: &[u8]) {
     };
     let out = match etc_hosts::splice(input, &hosts, &ips) {
         Ok(out) => out,
-        Err(e) => {
-            assert!(
-                (1..=line_count(input)).contains(&e.line),
-                "error line {} of {}: {e}",
-                e.line,
-                line_count(input)
-            );
-            assert!(!e.reason.is_empty());
-            return;
-        }
+        Err(e) => return error_names_a_line(input, e.line, &e.reason, &e),
     };
     assert_eq!(out.changed, out.text != input);
     let exact: Vec<&Hostname> = hosts.iter().filter(|h| !h.is_wildcard()).collect();
