@@ -485,7 +485,9 @@ async fn a_gateway_api_crd_installed_later_is_picked_up() {
     assert_eq!(api.count("PUT", COREDNS), 2);
 }
 
-#[tokio::test]
+// Paused clock: the sleep below is virtual, so everything the controller does in that time
+// has happened when it ends, however slow the machine.
+#[tokio::test(start_paused = true)]
 async fn nothing_is_computed_or_written_before_every_initial_list() {
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
     st.gateway_crds = true;
@@ -566,7 +568,9 @@ fn lease(holder: Option<&str>, duration: u64) -> Value {
     })
 }
 
-#[tokio::test]
+// Paused clock: the sleep below is virtual, so everything the controller does in that time
+// has happened when it ends, however slow the machine.
+#[tokio::test(start_paused = true)]
 async fn a_standby_replica_never_writes() {
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
     st.lease = Some(lease(Some("other-replica"), 3600));
@@ -739,7 +743,9 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     assert_eq!(api.count("PUT", COREDNS), 3);
 }
 
-#[tokio::test]
+// Paused clock: the sleep below is virtual, so everything the controller does in that time
+// has happened when it ends, however slow the machine.
+#[tokio::test(start_paused = true)]
 async fn our_own_writes_seen_late_on_the_watch_are_not_reverts() {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -819,8 +825,10 @@ async fn readiness_and_metrics() {
             .wait_for(5, |a| a.count("GET", INGRESS_LIST) >= 1)
             .await
     );
+    // Polls until the admin listener is up; the deadline is only a safety net.
     let mut ready = (0, String::new());
-    for _ in 0..100 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < deadline {
         if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
             drop(s);
             ready = http_get(port, "/readyz").await;
@@ -836,7 +844,8 @@ async fn readiness_and_metrics() {
     r.api.release(INGRESS_LIST, &[]);
     assert!(r.api.wait_for(15, |a| a.count("PUT", COREDNS) >= 1).await);
     let mut ok = false;
-    for _ in 0..100 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < deadline {
         if http_get(port, "/readyz").await.0 == 200 {
             ok = true;
             break;

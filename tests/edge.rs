@@ -2,6 +2,7 @@
 //! nginx instances that require the PROXY protocol, each answering with its own name; plus the
 //! balancer under the relay engine for draining.
 
+mod kube_mock;
 mod support;
 
 use std::collections::BTreeMap;
@@ -373,12 +374,10 @@ fn unanswering_backend_times_out_and_the_client_is_served_by_another() {
     let started = Instant::now();
     let seen = tally(addrs[0], 4);
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["alpha"], "{seen:?}");
-    // One connection waited out one dial timeout; the rest skipped the ejected backend.
+    // One connection waited out one dial timeout ...
     let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(280) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(280), "{took:?}");
+    // ... and only one: the rest skipped the ejected backend (one timeout counted in all).
     let hole = format!("backend=\"127.0.0.1:{hole_port}\"");
     assert_eq!(
         metric_sum(
@@ -518,59 +517,6 @@ async fn removed_backend_drains_its_connections() {
     stop.cancel();
 }
 
-/// A minimal Kubernetes API over plain HTTP for the built binary: answers EndpointSlice lists
-/// with `list` and holds watches open without events. Returns its address and the request
-/// lines it saw.
-fn fake_api(
-    list: serde_json::Value,
-) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::BufRead;
-    use std::sync::{Arc, Mutex};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let record = seen.clone();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(conn) = conn else { return };
-            let (record, list) = (record.clone(), list.clone());
-            std::thread::spawn(move || {
-                let mut r = std::io::BufReader::new(conn.try_clone().unwrap());
-                let mut w = conn;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let target = line.split(' ').nth(1).unwrap_or("").to_string();
-                    record.lock().unwrap().push(target.clone());
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                            break;
-                        }
-                    }
-                    if target.contains("watch=true") {
-                        // Headers only: a watch with nothing to report; held until the client goes.
-                        let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                        let mut sink = Vec::new();
-                        let _ = r.read_to_end(&mut sink);
-                        return;
-                    }
-                    let body = serde_json::to_vec(&list).unwrap();
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = w.write_all(head.as_bytes());
-                    let _ = w.write_all(&body);
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
 /// `--service` end to end: a kubeconfig pointing at a fake API whose EndpointSlices list the
 /// three nginx (one slice each, each with its own target port for `websecure`, plus a
 /// terminating endpoint that must not be used).
@@ -603,18 +549,16 @@ fn service_mode_balances_over_the_endpointslices() {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
         "metadata": { "resourceVersion": "11" }, "items": items
     });
-    let (api, seen) = fake_api(list);
-    let dir = TempDir::new("edge-kubeconfig");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{api}\n\
-             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
-             current-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n"
-        ),
-    )
-    .unwrap();
+    // The fake API answers the EndpointSlice list and holds the watches open without events.
+    let (api, seen) = kube_mock::http(move |s| {
+        if s.is_watch() {
+            kube_mock::Answer::Hold
+        } else {
+            kube_mock::Answer::Json(200, list.clone())
+        }
+    });
+    let dir = temp_dir("edge-kubeconfig");
+    let kubeconfig = api.kubeconfig(dir.path());
     let listen = "127.0.0.1:0=websecure";
     let mut cmd = edge_command(&[], &[listen], &["--service", "kube-system/traefik"]);
     cmd.arg("--kubeconfig").arg(&kubeconfig);
@@ -637,7 +581,7 @@ fn service_mode_balances_over_the_endpointslices() {
         metric_sum(&p, "ouroboros_edge_backend_failures_total", &[]),
         0.0
     );
-    let requests = seen.lock().unwrap().clone();
+    let requests: Vec<String> = seen.calls().into_iter().map(|(_, u)| u).collect();
     assert!(
         requests.iter().any(|r| r
             .starts_with("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?")

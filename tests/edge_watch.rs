@@ -2,15 +2,13 @@
 //! watch requests it makes (paths, label and field selectors) and a backend set that follows
 //! the EndpointSlices as they change.
 
-use std::pin::pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
-use kube::client::Body;
-use kube::Client;
 use serde_json::{json, Value};
-use tower_test::mock;
+
+mod kube_mock;
+use kube_mock::{list, route, Answer};
 
 use ouroboros::edge::backends::PortRef;
 use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
@@ -47,15 +45,6 @@ fn slice(name: &str, rv: &str, ty: &str, endpoints: Vec<Value>) -> Value {
     })
 }
 
-fn list(kind: &str, api_version: &str, rv: &str, items: Vec<Value>) -> Value {
-    json!({
-        "apiVersion": api_version,
-        "kind": kind,
-        "metadata": { "resourceVersion": rv },
-        "items": items
-    })
-}
-
 fn service() -> Value {
     json!({
         "apiVersion": "v1",
@@ -70,13 +59,11 @@ fn service() -> Value {
     })
 }
 
-fn watch_events(events: &[(&str, Value)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (ty, obj) in events {
-        out.extend(serde_json::to_vec(&json!({ "type": ty, "object": obj })).unwrap());
-        out.push(b'\n');
-    }
-    out
+fn watch_events(events: &[(&str, Value)]) -> Vec<Value> {
+    events
+        .iter()
+        .map(|(ty, obj)| json!({ "type": ty, "object": obj }))
+        .collect()
 }
 
 fn balancer(name: &str) -> Arc<Balancer> {
@@ -104,82 +91,65 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn backend_sets_follow_the_endpointslices() {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let record = seen.clone();
-    let api = tokio::spawn(async move {
-        let mut handle = pin!(handle);
-        let mut slice_watches = 0;
-        let mut held = Vec::new();
-        while let Some((req, send)) = handle.next_request().await {
-            let uri = req.uri().to_string();
-            record.lock().unwrap().push(uri.clone());
-            let path = req.uri().path().to_string();
-            let watching = uri.contains("watch=true");
-            let body: Vec<u8> = match (path.as_str(), watching) {
-                (SLICES, false) => serde_json::to_vec(&list(
-                    "EndpointSliceList",
-                    "discovery.k8s.io/v1",
-                    "100",
-                    vec![slice(
+    let mut slice_watches = 0;
+    let (client, api) = route(move |s| match (s.path(), s.is_watch()) {
+        (SLICES, false) => Answer::Json(
+            200,
+            list(
+                "discovery.k8s.io/v1",
+                "EndpointSliceList",
+                "100",
+                vec![slice(
+                    "traefik-abc",
+                    "99",
+                    "IPv4",
+                    vec![
+                        endpoint("10.42.0.1", true, false),
+                        endpoint("10.42.0.2", true, false),
+                        endpoint("10.42.0.3", false, false),
+                    ],
+                )],
+            ),
+        ),
+        (SLICES, true) if slice_watches == 0 => {
+            slice_watches += 1;
+            Answer::Events(watch_events(&[
+                // A rollout: .2 terminates, .4 appears.
+                (
+                    "MODIFIED",
+                    slice(
                         "traefik-abc",
-                        "99",
+                        "101",
                         "IPv4",
                         vec![
                             endpoint("10.42.0.1", true, false),
-                            endpoint("10.42.0.2", true, false),
-                            endpoint("10.42.0.3", false, false),
+                            endpoint("10.42.0.2", false, true),
+                            endpoint("10.42.0.4", true, false),
                         ],
-                    )],
-                ))
-                .unwrap(),
-                (SLICES, true) if slice_watches == 0 => {
-                    slice_watches += 1;
-                    watch_events(&[
-                        // A rollout: .2 terminates, .4 appears.
-                        (
-                            "MODIFIED",
-                            slice(
-                                "traefik-abc",
-                                "101",
-                                "IPv4",
-                                vec![
-                                    endpoint("10.42.0.1", true, false),
-                                    endpoint("10.42.0.2", false, true),
-                                    endpoint("10.42.0.4", true, false),
-                                ],
-                            ),
-                        ),
-                        // The IPv6 family of a dual-stack Service.
-                        (
-                            "ADDED",
-                            slice(
-                                "traefik-v6",
-                                "102",
-                                "IPv6",
-                                vec![endpoint("fd00::4", true, false)],
-                            ),
-                        ),
-                    ])
-                }
-                (SERVICES, false) => {
-                    serde_json::to_vec(&list("ServiceList", "v1", "8", vec![service()])).unwrap()
-                }
-                // Later watches stay open with nothing to say.
-                _ => {
-                    held.push(send);
-                    continue;
-                }
-            };
-            send.send_response(Response::new(Body::from(body)));
+                    ),
+                ),
+                // The IPv6 family of a dual-stack Service.
+                (
+                    "ADDED",
+                    slice(
+                        "traefik-v6",
+                        "102",
+                        "IPv6",
+                        vec![endpoint("fd00::4", true, false)],
+                    ),
+                ),
+            ]))
         }
+        (SERVICES, false) => Answer::Json(200, list("v1", "ServiceList", "8", vec![service()])),
+        // Later watches stay open with nothing to say.
+        _ => Answer::Hold,
     });
 
     let by_name = balancer("[::]:443=websecure");
     let by_number = balancer("0.0.0.0:80=80");
     let stop = tokio_util::sync::CancellationToken::new();
     let watch = tokio::spawn(follow(
-        Client::new(svc, "default"),
+        client,
         ServiceRef {
             namespace: "kube-system".into(),
             name: "traefik".into(),
@@ -198,7 +168,7 @@ async fn backend_sets_follow_the_endpointslices() {
     })
     .await;
 
-    let uris = seen.lock().unwrap().clone();
+    let uris: Vec<String> = api.calls().into_iter().map(|(_, u)| u).collect();
     let slice_calls: Vec<&String> = uris.iter().filter(|u| u.starts_with(SLICES)).collect();
     assert!(slice_calls.len() >= 2, "{uris:#?}");
     for u in &slice_calls {
@@ -231,35 +201,25 @@ async fn backend_sets_follow_the_endpointslices() {
 
     stop.cancel();
     watch.await.unwrap();
-    api.abort();
 }
 
 #[tokio::test]
 async fn named_ports_do_not_watch_the_service() {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let record = seen.clone();
-    let api = tokio::spawn(async move {
-        let mut handle = pin!(handle);
-        let mut held = Vec::new();
-        while let Some((req, send)) = handle.next_request().await {
-            let uri = req.uri().to_string();
-            record.lock().unwrap().push(uri.clone());
-            if uri.contains("watch=true") {
-                held.push(send);
-                continue;
-            }
-            let body = list("EndpointSliceList", "discovery.k8s.io/v1", "5", vec![]);
-            send.send_response(Response::new(Body::from(
-                serde_json::to_vec(&body).unwrap(),
-            )));
+    let (client, api) = route(|s| {
+        if s.is_watch() {
+            Answer::Hold
+        } else {
+            Answer::Json(
+                200,
+                list("discovery.k8s.io/v1", "EndpointSliceList", "5", vec![]),
+            )
         }
     });
     let b = balancer("web");
     b.set_backends(&["10.0.0.9:1".parse().unwrap()]);
     let stop = tokio_util::sync::CancellationToken::new();
     let watch = tokio::spawn(follow(
-        Client::new(svc, "default"),
+        client,
         ServiceRef {
             namespace: "kube-system".into(),
             name: "traefik".into(),
@@ -269,10 +229,9 @@ async fn named_ports_do_not_watch_the_service() {
     ));
     // An empty list empties the set.
     eventually("the empty set", || addrs(&b).is_empty()).await;
-    eventually("the watch request", || seen.lock().unwrap().len() >= 2).await;
-    let uris = seen.lock().unwrap().clone();
+    eventually("the watch request", || api.calls().len() >= 2).await;
+    let uris: Vec<String> = api.calls().into_iter().map(|(_, u)| u).collect();
     assert!(uris.iter().all(|u| u.starts_with(SLICES)), "{uris:#?}");
     stop.cancel();
     watch.await.unwrap();
-    api.abort();
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 mod kube_mock;
 mod support;
 use kube_mock::{calls, reply, serve, status};
-use support::TempDir;
+use support::{temp_dir, TempDir};
 
 use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::etc_hosts;
@@ -58,7 +58,7 @@ fn stamp(p: &Path) -> (u64, i64, i64, u64) {
 
 #[tokio::test]
 async fn round_trip_by_rename_keeps_owner_and_mode() {
-    let dir = TempDir::new("hosts-rename");
+    let dir = temp_dir("hosts-rename");
     let original = fixture("debian.hosts");
     let path = file(&dir, &original);
     fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
@@ -110,7 +110,7 @@ async fn round_trip_by_rename_keeps_owner_and_mode() {
 #[tokio::test]
 async fn unchanged_set_writes_nothing() {
     for method in [WriteMethod::Auto, WriteMethod::InPlace] {
-        let dir = TempDir::new("hosts-unchanged");
+        let dir = temp_dir("hosts-unchanged");
         let path = file(&dir, &fixture("stale-block.hosts"));
         let w = writer(&path, &["10.43.0.5"]).write_method(method);
         let set = hosts(&["www.example.com"]);
@@ -126,7 +126,7 @@ async fn unchanged_set_writes_nothing() {
 
 #[tokio::test]
 async fn in_place_grow_and_shrink_keep_the_inode() {
-    let dir = TempDir::new("hosts-inplace");
+    let dir = temp_dir("hosts-inplace");
     let original = fixture("stale-block.hosts");
     let path = file(&dir, &original);
     fs::set_permissions(&path, fs::Permissions::from_mode(0o604)).unwrap();
@@ -170,7 +170,7 @@ async fn crlf_and_no_final_newline_round_trip() {
         "reference-tool-block-at-end.hosts",
     ] {
         for method in [WriteMethod::Auto, WriteMethod::InPlace] {
-            let dir = TempDir::new("hosts-eol");
+            let dir = temp_dir("hosts-eol");
             let original = fixture(name);
             let path = file(&dir, &original);
             let w = writer(&path, &["10.43.0.5"]).write_method(method);
@@ -208,7 +208,7 @@ async fn unparseable_file_is_never_written() {
         ("bad/begin-without-end.hosts", 2),
     ] {
         for method in [WriteMethod::Auto, WriteMethod::InPlace] {
-            let dir = TempDir::new("hosts-bad");
+            let dir = temp_dir("hosts-bad");
             let original = fixture(name);
             let path = file(&dir, &original);
             let before = stamp(&path);
@@ -233,7 +233,7 @@ async fn unparseable_file_is_never_written() {
 
 #[tokio::test]
 async fn not_found_and_not_utf8() {
-    let dir = TempDir::new("hosts-errors");
+    let dir = temp_dir("hosts-errors");
     let missing = dir.path().join("nope");
     let e = writer(&missing, &["10.0.0.1"])
         .apply(&hosts(&["a.example.com"]))
@@ -265,7 +265,7 @@ async fn not_found_and_not_utf8() {
 /// condition, unlike a read-only directory, that also holds for root.
 #[tokio::test]
 async fn hard_linked_file_is_written_in_place() {
-    let dir = TempDir::new("hosts-link");
+    let dir = temp_dir("hosts-link");
     let original = fixture("debian.hosts");
     let path = file(&dir, &original);
     let other = dir.path().join("hosts.link");
@@ -300,7 +300,7 @@ async fn hard_linked_file_is_written_in_place() {
 
 #[tokio::test]
 async fn symlink_target_is_edited_and_the_link_kept() {
-    let dir = TempDir::new("hosts-symlink");
+    let dir = temp_dir("hosts-symlink");
     let original = fixture("debian.hosts");
     let target = file(&dir, &original);
     let link = dir.path().join("hosts-link");
@@ -318,7 +318,7 @@ async fn symlink_target_is_edited_and_the_link_kept() {
 
 #[tokio::test]
 async fn dry_run_writes_nothing() {
-    let dir = TempDir::new("hosts-dry");
+    let dir = temp_dir("hosts-dry");
     let original = fixture("debian.hosts");
     let path = file(&dir, &original);
     let before = stamp(&path);
@@ -353,7 +353,7 @@ fn service(cluster_ips: &[&str]) -> serde_json::Value {
 
 #[tokio::test]
 async fn proxy_ips_from_the_service_each_sync() {
-    let dir = TempDir::new("hosts-svc");
+    let dir = temp_dir("hosts-svc");
     let path = file(&dir, "127.0.0.1 localhost\n");
     let (client, task) = serve(vec![
         reply(200, service(&["fd00:10:96::a", "10.96.0.10"])),
@@ -412,7 +412,7 @@ async fn proxy_service_errors_write_nothing() {
         ),
         (200, service(&["None"]), "no_cluster_ip", "headless"),
     ] {
-        let dir = TempDir::new("hosts-svc-err");
+        let dir = temp_dir("hosts-svc-err");
         let path = file(&dir, "127.0.0.1 localhost\n");
         let (client, task) = serve(vec![reply(code, body)]);
         let ipsrc =
@@ -435,7 +435,7 @@ async fn proxy_service_errors_write_nothing() {
 #[test]
 fn a_concurrent_edit_is_never_clobbered() {
     for method in [WriteMethod::Auto, WriteMethod::InPlace] {
-        let dir = TempDir::new("hosts-race");
+        let dir = temp_dir("hosts-race");
         let original = fixture("debian.hosts");
         let path = file(&dir, &original);
         let ours = etc_hosts::splice(&original, &hosts(&["www.example.com"]), &ips(&["10.0.0.1"]))
@@ -512,7 +512,7 @@ fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
 /// Extended attributes (where the SELinux label and ACLs live) survive the rename path.
 #[tokio::test]
 async fn extended_attributes_survive_a_rename() {
-    let dir = TempDir::new("hosts-xattr");
+    let dir = temp_dir("hosts-xattr");
     let path = file(&dir, &fixture("debian.hosts"));
     if let Err(e) = set_xattr(&path, "user.ouroboros-test", b"kept") {
         // Not silent: filesystems without user xattrs (old tmpfs) cannot run this check.

@@ -317,7 +317,6 @@ fn target_down_closes_clients_and_fails_readiness() {
         let mut c = connect(port_of(proxy.http));
         let me = c.local_addr().unwrap();
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let started = Instant::now();
         let mut b = [0u8; 1];
         let r = c.read(&mut b);
         assert!(
@@ -325,11 +324,8 @@ fn target_down_closes_clients_and_fails_readiness() {
                 || r.is_err() && r.as_ref().unwrap_err().kind() != std::io::ErrorKind::WouldBlock,
             "{r:?}"
         );
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "closed after {:?}",
-            started.elapsed()
-        );
+        // Closed because the dial was refused, with one failed dial counted (below), not after
+        // a timeout or retries.
         let client = me.to_string();
         let line = proxy.wait_log(
             |v| v["level"] == "WARN" && v["client"] == client.as_str(),
@@ -417,7 +413,7 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
         }
         proxy.wait_log(
             |v| v["message"] == "ready: both targets answer",
-            Duration::from_secs(1),
+            DEADLINE,
         );
         let ready_lines = proxy
             .logs()
@@ -455,16 +451,18 @@ fn graceful_shutdown_drains_in_flight_connections() {
 
     let signalled = Instant::now();
     proxy.signal(libc::SIGTERM);
-    // Readiness fails at once.
-    let wait = Instant::now() + Duration::from_secs(2);
-    loop {
-        let (status, body) = proxy.admin("/readyz");
-        if status == 503 {
-            assert!(body.starts_with("shutting-down"), "{body}");
-            break;
-        }
-        assert!(Instant::now() < wait, "readyz still {status}");
-    }
+    // Readiness fails at once: the first probe after the signal is handled fails.
+    proxy.wait_log(
+        |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("shutting down: /readyz fails now"))
+        },
+        DEADLINE,
+    );
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("shutting-down"), "{body}");
     // During the delay new connections are still relayed.
     let mut late = connect(http);
     let (mut late_server, _) = accepted.recv_timeout(Duration::from_secs(5)).unwrap();
@@ -474,7 +472,10 @@ fn graceful_shutdown_drains_in_flight_connections() {
     assert_eq!(&b, b"ping");
     drop((late, late_server));
     assert!(
-        signalled.elapsed() < Duration::from_secs(2),
+        !proxy
+            .logs()
+            .iter()
+            .any(|v| v["message"] == "stopped accepting; waiting for in-flight connections"),
         "test too slow for the delay"
     );
     // After the delay, new connections are refused.
@@ -506,13 +507,15 @@ fn graceful_shutdown_drains_in_flight_connections() {
     drop(inflight);
     let status = proxy.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status}");
-    assert!(
-        signalled.elapsed() < Duration::from_secs(30),
-        "waited for the grace instead of the drain"
-    );
     proxy.wait_log(
         |v| v["message"] == "all connections finished; exiting",
         Duration::from_secs(1),
+    );
+    assert!(
+        !proxy.logs().iter().any(|v| v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("grace expired"))),
+        "waited for the grace instead of the drain"
     );
 }
 
@@ -731,15 +734,10 @@ fn unanswered_dial_times_out_with_cause_timeout() {
         (V4, port).into(),
         &["--dial-timeout", "300ms", "--ready-timeout", "300ms"],
     );
-    let started = Instant::now();
+    // The probe gives up at --ready-timeout and says so (the kernel would take minutes).
     let (status, body) = proxy.admin("/readyz");
     assert_eq!(status, 503);
     assert!(body.starts_with("timeout"), "{body}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
 
     let mut c = connect(port_of(proxy.http));
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -747,13 +745,11 @@ fn unanswered_dial_times_out_with_cause_timeout() {
     let mut b = [0u8; 1];
     assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
     let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(2),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    // Closed by the dial timeout (the WARN naming it), not by anything slower.
     let warn = proxy.wait_log(
         |v| v["level"] == "WARN" && v["cause"] == "timeout",
-        Duration::from_secs(2),
+        DEADLINE,
     );
     assert_eq!(warn["upstream"], format!("127.0.0.1:{port}"));
 }
@@ -781,10 +777,8 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     assert_eq!(c.read(&mut b).unwrap(), 0);
     assert_eq!(s.read(&mut b).unwrap(), 0);
     let waited = quiet.elapsed();
-    assert!(
-        waited >= Duration::from_millis(350) && waited < Duration::from_secs(3),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(350), "{waited:?}");
+    // Closed by the idle timeout (counted as such), not by anything slower.
     let wait = Instant::now() + Duration::from_secs(5);
     while proxy.metric(
         r#"ouroboros_proxy_connections_closed_total{listener="http",result="idle-timeout"}"#,

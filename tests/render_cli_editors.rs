@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 
 /// Most tests here check placement, line endings and hostile input, which read most plainly in
@@ -29,27 +27,19 @@ const PROXY: &str = "ouroboros-proxy.ouroboros.svc.cluster.local.";
 const BEGIN: &str = "# === BEGIN ouroboros (do not edit by hand) ===";
 const END: &str = "# === END ouroboros ===";
 
-struct TempDir(PathBuf);
+/// A temp dir (tempfile's, removed on drop) to write Corefiles and hosts files into.
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("ouroboros-render-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
+        let prefix = format!("ouroboros-render-{tag}-");
+        Self(tempfile::Builder::new().prefix(&prefix).tempdir().unwrap())
     }
 
     fn file(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -5,9 +5,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,34 +16,14 @@ pub const V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
 /// How long a test waits for a server to come up, answer or log.
 pub const DEADLINE: Duration = Duration::from_secs(15);
 
-/// A directory removed on drop.
-pub struct TempDir(PathBuf);
+pub use tempfile::TempDir;
 
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "ouroboros-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh directory under the system temp dir, named after `tag`, removed on drop.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ouroboros-{tag}-"))
+        .tempdir()
+        .unwrap_or_else(|e| panic!("creating a temp dir for {tag}: {e}"))
 }
 
 /// A port the OS just handed out on `ip` (for servers that take a port in their config).
@@ -292,7 +271,7 @@ impl Nginx {
     }
 
     fn try_start(prefix: &str) -> Option<Nginx> {
-        let dir = TempDir::new("nginx");
+        let dir = temp_dir("nginx");
         let d = dir.path().display().to_string();
         std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
         let [http_port, stream_port] = free_ports(V4, 2)[..] else {
@@ -433,7 +412,7 @@ frontend fe
 
     /// Err carries what haproxy wrote to stderr.
     fn try_start(config: &str, ready: &[SocketAddr]) -> Result<Haproxy, String> {
-        let dir = TempDir::new("haproxy");
+        let dir = temp_dir("haproxy");
         let cfg = dir.path().join("haproxy.cfg");
         std::fs::write(&cfg, config).unwrap();
         let check = Command::new("/usr/sbin/haproxy")
