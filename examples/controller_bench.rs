@@ -14,7 +14,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-#[path = "../tests/kube_mock/mod.rs"]
+#[path = "../tests/it/kube_mock.rs"]
 mod kube_mock;
 use kube_mock::{list, route, status, Answer};
 

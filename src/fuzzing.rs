@@ -1,5 +1,5 @@
 //! The property checks behind the fuzz targets (`fuzz/fuzz_targets/`), shared with
-//! `tests/fuzz_corpus.rs`, which runs them over the committed seed corpora on stable so every
+//! `tests/it/fuzz_corpus.rs`, which runs them over the committed seed corpora on stable so every
 //! `cargo test` exercises the seeds without libFuzzer. Each check takes arbitrary bytes, goes
 //! through the public API only, and panics when a property does not hold. PURE: no I/O.
 //!

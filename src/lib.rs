@@ -21,7 +21,7 @@
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
 //! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers |
-//! | `fuzzing` | hidden: the property checks the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs` share |
+//! | `fuzzing` | hidden: the property checks the fuzz targets (`fuzz/`) and `tests/it/fuzz_corpus.rs` share |
 //!
 //! `module_rules` (a unit test) checks the PURE modules import no I/O, the top-level modules
 //! and the sibling modules inside each module import each other without a cycle, and nothing

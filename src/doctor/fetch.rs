@@ -151,7 +151,9 @@ where
 
 /// LIST every object of a source kind, cluster-wide. 404 (the kind's CRD is absent) reads as
 /// None.
-pub async fn list_source<K: crate::controller::hostnames::SourceObject + std::fmt::Debug>(client: &Client) -> Got<Vec<K>> {
+pub async fn list_source<K: crate::controller::hostnames::SourceObject + std::fmt::Debug>(
+    client: &Client,
+) -> Got<Vec<K>> {
     let t = Target {
         verb: "list",
         resource: K::KIND.resource(),

@@ -148,8 +148,8 @@ fn formats() {
 
 #[test]
 fn reads_directories_recursively_in_order() {
-    let dir = std::env::temp_dir().join(format!("ouroboros-manifests-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     std::fs::create_dir_all(dir.join("b/nested")).unwrap();
     std::fs::create_dir_all(dir.join(".git")).unwrap();
     let ing = |name: &str| INGRESS.replace("name: web", &format!("name: {name}"));
@@ -185,7 +185,6 @@ fn reads_directories_recursively_in_order() {
         Manifests::read(&[dir.join("missing.yaml")]).unwrap_err()
     );
     assert!(err.contains("missing.yaml"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Every shipped manifest and fixture reads (the `bad/` fixtures fail, naming the document).

@@ -134,7 +134,9 @@ pub struct Objects {
 }
 
 /// A typed source object: its kind and its list in [`Objects`].
-pub trait SourceObject: kube::Resource<DynamicType = ()> + DeserializeOwned + Clone + Sized {
+pub trait SourceObject:
+    kube::Resource<DynamicType = ()> + DeserializeOwned + Clone + Sized
+{
     const KIND: Kind;
     fn list(objects: &Objects) -> &Vec<Self>;
     fn list_mut(objects: &mut Objects) -> &mut Vec<Self>;
@@ -241,7 +243,12 @@ mod tests {
     #[test]
     fn the_table() {
         for (kind, name, resource, api_version) in [
-            (Kind::Ingress, "Ingress", "ingresses.networking.k8s.io", "networking.k8s.io/v1"),
+            (
+                Kind::Ingress,
+                "Ingress",
+                "ingresses.networking.k8s.io",
+                "networking.k8s.io/v1",
+            ),
             (
                 Kind::IngressClass,
                 "IngressClass",
@@ -268,7 +275,10 @@ mod tests {
         }
         assert_eq!(Kind::of("extensions", "Ingress"), None);
         for kind in Kind::ALL {
-            assert_eq!(kind.resource(), format!("{}.{}", kind.plural(), kind.group()));
+            assert_eq!(
+                kind.resource(),
+                format!("{}.{}", kind.plural(), kind.group())
+            );
         }
         let read = |g, c| {
             Kind::ALL

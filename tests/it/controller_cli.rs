@@ -1,9 +1,9 @@
 //! `ouroboros controller` as a binary: bad usage exits 64 before any cluster access, `--help`
 //! lists every flag with its environment variable.
 
-mod common;
+use crate::common;
 
-use common::names;
+use crate::common::names;
 
 fn controller(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = common::command("controller");

@@ -1,5 +1,4 @@
 //! Runs the built binary for the CLI tests (`render`, `controller`, `doctor`, `cleanup`).
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -42,6 +41,24 @@ pub fn command(subcommand: &str) -> Command {
     }
     cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
     cmd
+}
+
+/// `T::try_parse_from(argv)` as if no environment variable were set: every argument's `env` is
+/// dropped (in subcommands too), so the caller's OUROBOROS_* variables cannot change what the
+/// in-process tests parse, and no test has to touch the environment the whole binary shares.
+pub fn parse_without_env<T, I, A>(argv: I) -> Result<T, clap::Error>
+where
+    T: clap::Parser,
+    I: IntoIterator<Item = A>,
+    A: Into<std::ffi::OsString> + Clone,
+{
+    fn without_env(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| a.env(None::<&'static str>))
+            .mut_subcommands(without_env)
+    }
+    let mut cmd = without_env(T::command());
+    let mut matches = cmd.try_get_matches_from_mut(argv)?;
+    T::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
 }
 
 /// Runs `ouroboros render ARGS` with the environment of [`command`] plus `env`.

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use kube::Client;
 use serde_json::{json, Value};
 
-mod kube_mock;
-use kube_mock::{calls, echo, reply, serve, status, Seen};
+use crate::kube_mock;
+use crate::kube_mock::{calls, echo, reply, serve, status, Seen};
 
 use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::external::{self, Options};

@@ -10,10 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-mod kube_mock;
-mod support;
-use kube_mock::{calls, reply, serve, status};
-use support::{temp_dir, TempDir};
+use crate::kube_mock::{calls, reply, serve, status};
+use crate::support::{temp_dir, TempDir};
 
 use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::etc_hosts;

@@ -2,20 +2,18 @@
 //! markers is unchanged, applying twice equals applying once, and applying the empty set after
 //! any set restores the input.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, RngSeed};
 
+use crate::support::block_lines;
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use ouroboros::hostname::{HostPolicy, Hostname};
-use support::block_lines;
 
 /// Every line from a BEGIN marker line to the next END marker line dropped (line-based, independent
 /// of the editors' own code). A block that ends the text without a final newline owns the line

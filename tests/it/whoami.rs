@@ -1,13 +1,13 @@
 //! `ouroboros whoami` end to end: the real binary, raw clients sending PROXY headers, and real
 //! HAProxy 2.6 in front of it.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 
+use crate::support::{closed_without_reply, exchange, Haproxy, Proxy, Whoami, V4, V6};
 use ouroboros::proxy_protocol::{encode_tcp, Destination, Source, Version};
-use support::{closed_without_reply, exchange, Haproxy, Proxy, Whoami, V4, V6};
 
 const GET_JSON: &[u8] = b"GET /?format=json HTTP/1.1\r\nHost: whoami.test\r\n\r\n";
 

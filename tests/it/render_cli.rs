@@ -2,9 +2,7 @@
 //! is used to observe the host set (its output is parsed and asserted); the CoreDNS and hosts-file
 //! targets are covered in render_cli_editors.rs.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const IP: &str = "--proxy-ip=10.96.0.50";
 

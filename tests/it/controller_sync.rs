@@ -9,8 +9,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-mod kube_mock;
-use kube_mock::{list, route, status, Answer, Routed, Seen};
+use crate::kube_mock::{list, route, status, Answer, Routed, Seen};
 
 use ouroboros::controller::{run_with, ControllerArgs};
 use ouroboros::dns::BEGIN_MARKER;
@@ -65,7 +64,9 @@ fn args(extra: &[&str]) -> ControllerArgs {
         v.extend(["--coredns-answer", "rewrite"]);
     }
     v.extend_from_slice(extra);
-    T::try_parse_from(v).expect("flags").c
+    crate::common::parse_without_env::<T, _, _>(v)
+        .expect("flags")
+        .c
 }
 
 fn ingress(name: &str, hosts: &[&str]) -> Value {

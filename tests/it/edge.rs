@@ -2,8 +2,7 @@
 //! nginx instances that require the PROXY protocol, each answering with its own name; plus the
 //! balancer under the relay engine for draining.
 
-mod kube_mock;
-mod support;
+use crate::kube_mock;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 const NAMES: [&str; 3] = ["alpha", "bravo", "charlie"];
 

@@ -2,7 +2,7 @@
 //! compared with tests/fixtures/haproxy-2.6-proxy-headers.txt and with our encoder and decoder.
 //! `OUROBOROS_WRITE_FIXTURES=1` rewrites the fixture from the live capture.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};

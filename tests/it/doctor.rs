@@ -1,19 +1,18 @@
 //! `doctor` against a mock Kubernetes API (kube-rs's mock-service pattern): a routed fake cluster
 //! answers by method and exact path+query, every request is recorded, and the reports are
 //! compared with golden files in tests/fixtures/doctor/ (`UPDATE_GOLDEN=1 cargo test --test
-//! doctor` rewrites them).
+//! it doctor::` rewrites them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
-use clap::Parser;
 use serde_json::{json, Value};
 
-mod golden_file;
-mod kube_mock;
-use kube_mock::{not_found, serve_fn, status, Seen};
+use crate::golden_file;
+use crate::kube_mock;
+use crate::kube_mock::{not_found, serve_fn, status, Seen};
 
 use ouroboros::cli::{Cli, Command};
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
@@ -23,20 +22,7 @@ use ouroboros::hostname::{HostPolicy, Hostname};
 
 const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
 
-/// Clap reads OUROBOROS_* variables: the developer's must not leak into these tests.
-fn clean_env() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        for (k, _) in std::env::vars() {
-            if k.starts_with("OUROBOROS_") {
-                std::env::remove_var(k);
-            }
-        }
-    });
-}
-
 fn args(extra: &[&str]) -> DoctorArgs {
-    clean_env();
     let mut argv = vec![
         "ouroboros",
         "doctor",
@@ -49,7 +35,10 @@ fn args(extra: &[&str]) -> DoctorArgs {
         argv.extend(["--dial", "never"]);
     }
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
+    match crate::common::parse_without_env::<Cli, _, _>(argv)
+        .unwrap()
+        .command
+    {
         Command::Doctor(a) => a,
         other => panic!("parsed {other:?}"),
     }

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-mod kube_mock;
-use kube_mock::{list, route, Answer};
+use crate::kube_mock::{list, route, Answer};
 
 use ouroboros::edge::backends::PortRef;
 use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};

@@ -96,7 +96,7 @@ fn targets_match_the_fuzz_crate() {
         );
         assert!(
             this.contains(&format!("run(\"{name}\");")),
-            "tests/fuzz_corpus.rs does not run {name}"
+            "tests/it/fuzz_corpus.rs does not run {name}"
         );
     }
 }

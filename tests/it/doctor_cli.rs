@@ -1,9 +1,9 @@
 //! `ouroboros doctor` as a binary: help, usage errors (exit 64) before any cluster access, and a
 //! runtime failure (exit 1) when no cluster can be reached.
 
-mod common;
+use crate::common;
 
-use common::names;
+use crate::common::names;
 
 fn doctor(args: &[&str]) -> (i32, String, String) {
     let mut cmd = common::command("doctor");

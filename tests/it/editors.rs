@@ -1,23 +1,22 @@
 //! Table and golden tests for the DNS editors over real-world Corefiles and hosts files.
 //!
 //! Inputs live in `tests/fixtures/{corefiles,hosts}/`, expected outputs in `tests/fixtures/golden/`.
-//! `UPDATE_GOLDEN=1 cargo test --test editors` rewrites the golden files instead of comparing
+//! `UPDATE_GOLDEN=1 cargo test --test it editors::` rewrites the golden files instead of comparing
 //! (review the diff before committing).
 
-mod golden_file;
-mod support;
+use crate::golden_file;
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use crate::support::block_lines;
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use ouroboros::hostname::{HostPolicy, Hostname, Rejection};
-use support::block_lines;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

@@ -1,9 +1,9 @@
 //! `ouroboros render coredns | coredns-import | etc-hosts` end to end: the built binary on the
 //! shipped examples and manifest fixtures, with Corefiles and hosts files written to a temp dir.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 
 /// Most tests here check placement, line endings and hostile input, which read most plainly in
 /// the one-line-per-host rewrite form; the default template form has tests of its own

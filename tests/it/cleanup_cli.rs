@@ -5,11 +5,10 @@ use std::process::Output;
 
 use serde_json::{json, Value};
 
-mod common;
-mod kube_mock;
-mod support;
-use kube_mock::{http_script, reply, Reply};
-use support::temp_dir;
+use crate::common;
+use crate::kube_mock;
+use crate::kube_mock::{http_script, reply, Reply};
+use crate::support::temp_dir;
 
 use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
 

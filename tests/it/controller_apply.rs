@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use kube::Client;
 
-mod kube_mock;
-use kube_mock::{calls, conflict, echo, reply, serve, status};
+use crate::kube_mock::{calls, conflict, echo, reply, serve, status};
 use serde_json::{json, Value};
 
 use ouroboros::dns::answer::{Answer, ProxyAddrs};

@@ -1,15 +1,13 @@
 //! `ouroboros proxy` end to end: the built binary between real clients and real nginx / HAProxy
 //! (or a plain TCP peer where the test needs control over the upstream's timing).
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn port_of(addr: Option<SocketAddr>) -> SocketAddr {
     addr.expect("listener address logged")
@@ -411,10 +409,7 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
             let (status, body) = proxy.admin("/readyz");
             assert_eq!(status, 200, "{body}");
         }
-        proxy.wait_log(
-            |v| v["message"] == "ready: both targets answer",
-            DEADLINE,
-        );
+        proxy.wait_log(|v| v["message"] == "ready: both targets answer", DEADLINE);
         let ready_lines = proxy
             .logs()
             .iter()

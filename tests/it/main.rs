@@ -1,0 +1,36 @@
+//! The integration tests, as one test binary: each module was its own `tests/*.rs` binary, and
+//! linking twenty copies of kube and tokio cost more than running them. Run one file's tests
+//! with `cargo test --test it <module>::` (e.g. `cargo test --test it chart::`).
+//!
+//! Filters are substrings: `editors::` also runs `render_cli_editors::`.
+//!
+//! The tests share one process, so none may change its environment or working directory:
+//! children get their environment on their `Command` ([`common::command`]), and flags parsed
+//! in-process ignore the environment ([`common::parse_without_env`]) instead of scrubbing it.
+
+// Helpers, compiled once for every module.
+mod common;
+mod golden_file;
+mod kube_mock;
+mod support;
+
+mod chart;
+mod cleanup_cli;
+mod controller_apply;
+mod controller_cli;
+mod controller_sync;
+mod doctor;
+mod doctor_cli;
+mod edge;
+mod edge_watch;
+mod editors;
+mod editors_props;
+mod external_dns_apply;
+mod fuzz_corpus;
+mod haproxy_headers;
+mod hosts_writer;
+mod proxy;
+mod readme_flags;
+mod render_cli;
+mod render_cli_editors;
+mod whoami;

@@ -1,8 +1,0 @@
-//! The suite's one fake Kubernetes API, shared with the library's unit tests: see
-//! `src/test_api.rs`.
-#![allow(dead_code)]
-
-#[path = "../../src/test_api.rs"]
-mod test_api;
-
-pub use test_api::*;
