@@ -282,7 +282,7 @@ fn killed_backend_is_ejected_and_no_client_sees_an_error() {
     );
 
     // SIGTERM: /readyz goes down, the process exits cleanly.
-    p.signal(libc::SIGTERM);
+    p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(Duration::from_secs(10)).success());
 }
 

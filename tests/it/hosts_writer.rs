@@ -61,7 +61,7 @@ async fn round_trip_by_rename_keeps_owner_and_mode() {
     let path = file(&dir, &original);
     fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
     // As root (CI), give the file another owner to see it kept; otherwise it is ours anyway.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     if root {
         std::os::unix::fs::chown(&path, Some(4321), Some(4322)).unwrap();
     }
@@ -469,43 +469,7 @@ fn a_concurrent_edit_is_never_clobbered() {
     }
 }
 
-fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings and a buffer with its length.
-    let rc = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let name = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 256];
-    // SAFETY: as above.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    (n >= 0).then(|| buf[..n as usize].to_vec())
-}
+use crate::sys::{get_xattr, set_xattr};
 
 /// Extended attributes (where the SELinux label and ACLs live) survive the rename path.
 #[tokio::test]

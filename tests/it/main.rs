@@ -8,11 +8,15 @@
 //! children get their environment on their `Command` ([`common::command`]), and flags parsed
 //! in-process ignore the environment ([`common::parse_without_env`]) instead of scrubbing it.
 
+#![deny(unsafe_code)]
+
 // Helpers, compiled once for every module.
 mod common;
 mod golden_file;
 mod kube_mock;
 mod support;
+/// The only `unsafe` code of the tests.
+mod sys;
 
 mod chart;
 mod cleanup_cli;

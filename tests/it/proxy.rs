@@ -445,7 +445,7 @@ fn graceful_shutdown_drains_in_flight_connections() {
     read_ok("inflight: read_exact", inflight.read_exact(&mut first));
 
     let signalled = Instant::now();
-    proxy.signal(libc::SIGTERM);
+    proxy.signal(Signal::SIGTERM);
     // Readiness fails at once: the first probe after the signal is handled fails.
     proxy.wait_log(
         |v| {
@@ -520,7 +520,7 @@ fn shutdown_grace_expiry_warns_and_exits_zero() {
     let mut proxy = proxy_to(up, &["--shutdown-delay", "0", "--shutdown-grace", "300ms"]);
     let _held = connect(port_of(proxy.http));
     let _server = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
-    proxy.signal(libc::SIGINT);
+    proxy.signal(Signal::SIGINT);
     let status = proxy.wait_exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
     let warn = proxy.wait_log(
@@ -603,7 +603,6 @@ fn bad_flags_exit_64_naming_the_flag() {
 
 /// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.
 fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, Accepted) {
-    use std::os::unix::process::CommandExt;
     let (up, accepted) = tcp_upstream();
     let port = up.port().to_string();
     let mut cmd = Proxy::command(&[
@@ -614,19 +613,7 @@ fn exhaust_fds(limit: u64) -> (Proxy, Vec<TcpStream>, Accepted) {
         "--target-https-port",
         &port,
     ]);
-    // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::sys::limit_open_files(&mut cmd, limit);
     let proxy = Proxy::spawn(cmd);
     let http = port_of(proxy.http);
     let clients: Vec<_> = (0..40).map(|_| connect(http)).collect();

@@ -3,6 +3,7 @@
 //! HTTP clients. Every process is killed when its handle drops.
 #![allow(dead_code)]
 
+pub use nix::sys::signal::Signal;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -138,16 +139,11 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn send_signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: plain syscall on our own child's pid.
-    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill -{sig} {}: {}",
-        child.id(),
-        std::io::Error::last_os_error()
-    );
+fn send_signal(child: &Child, sig: Signal) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    if let Err(e) = nix::sys::signal::kill(pid, sig) {
+        panic!("kill -{sig} {}: {e}", child.id());
+    }
 }
 
 /// A child's stderr, one JSON log line at a time, collected by a thread. Waiters are woken by
@@ -228,13 +224,7 @@ impl Logs {
 
 /// Raises this process's open-files limit (children inherit it).
 pub fn raise_fd_limit() {
-    // SAFETY: plain get/setrlimit on a local struct.
-    unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = lim.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-    }
+    ouroboros::accept::raise_fd_limit().expect("raising the open-files limit");
 }
 
 /// nginx 1.22 in the foreground with its own config: an http server (`listen ...
@@ -277,7 +267,7 @@ impl Nginx {
         let [http_port, stream_port] = free_ports(V4, 2)[..] else {
             unreachable!()
         };
-        let user = if unsafe { libc::geteuid() } == 0 {
+        let user = if nix::unistd::geteuid().is_root() {
             "user root;"
         } else {
             ""
@@ -569,7 +559,7 @@ impl Proxy {
         self.child.try_wait().unwrap().is_none()
     }
 
-    pub fn signal(&self, sig: libc::c_int) {
+    pub fn signal(&self, sig: Signal) {
         send_signal(&self.child, sig);
     }
 
@@ -670,7 +660,7 @@ impl Whoami {
 
     /// SIGTERM, then the exit status (killed if it does not exit within the deadline).
     pub fn terminate(mut self) -> ExitStatus {
-        send_signal(&self.child, libc::SIGTERM);
+        send_signal(&self.child, Signal::SIGTERM);
         if !self.logs.wait_closed(DEADLINE) {
             kill(&mut self.child);
             panic!("whoami still running {DEADLINE:?} after SIGTERM");
