@@ -47,6 +47,7 @@ pub enum Target {
     /// The block alone, for a Corefile with `import /etc/coredns/custom/*.override`.
     CorednsImport(Box<CorednsImportArgs>),
     /// A hosts file with the ouroboros block of `IP host` lines.
+    #[command(alias = "hosts")]
     EtcHosts(Box<EtcHostsArgs>),
     /// external-dns DNSEndpoint objects (multi-document YAML), one per hostname.
     ExternalDns(Box<ExternalDnsArgs>),
@@ -236,8 +237,9 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
                     "skipping a wildcard: hosts files cannot express wildcards; use the coredns or external-dns mode for it"
                 );
             }
+            // The names as written: wildcards were skipped above.
             tracing::info!(
-                hosts = hosts.len(),
+                hosts = hosts.len() - edit.skipped_wildcards.len(),
                 changed = edit.changed,
                 "rendered the hosts file"
             );

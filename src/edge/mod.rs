@@ -90,7 +90,10 @@ fn parse_service(s: &str) -> Result<ServiceRef, String> {
     }
 }
 
+// Where backends come from: exactly one of --service and --backend, and a missing one names
+// both (a `required_unless_present` on one would name only that one).
 #[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("backends").required(true).multiple(false)))]
 #[command(
     about = "Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header",
     long_about = "Accepts TCP on every --listen address and relays each connection to one \
@@ -103,7 +106,7 @@ fn parse_service(s: &str) -> Result<ServiceRef, String> {
 pub struct EdgeArgs {
     /// Service whose EndpointSlices give the backends, as NAMESPACE/NAME (the slices labelled
     /// kubernetes.io/service-name=NAME). Exactly one of --service and --backend.
-    #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = parse_service, value_name = "NAMESPACE/NAME", required_unless_present = "backend", conflicts_with = "backend")]
+    #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = parse_service, value_name = "NAMESPACE/NAME", group = "backends")]
     pub service: Option<ServiceRef>,
 
     /// Listener and the Service port it forwards to, as BIND=PORT (repeatable): BIND is
@@ -116,7 +119,7 @@ pub struct EdgeArgs {
 
     /// Static backend instead of --service (repeatable): IP:PORT, [IPv6]:PORT, or a bare IP
     /// dialled at each listener's PORT.
-    #[arg(long, env = "OUROBOROS_EDGE_BACKEND", value_parser = parse_backend, value_name = "ADDR", value_delimiter = ',')]
+    #[arg(long, env = "OUROBOROS_EDGE_BACKEND", value_parser = parse_backend, value_name = "ADDR", value_delimiter = ',', group = "backends")]
     pub backend: Vec<StaticBackend>,
 
     /// Kubeconfig file for running outside the cluster [default: in-cluster service account,
@@ -606,7 +609,9 @@ mod tests {
     #[test]
     fn clap_rejects_bad_combinations_naming_the_flag() {
         for (argv, flag) in [
+            // Neither backend source: the error names both.
             (&["--listen", ":80"][..], "--service"),
+            (&["--listen", ":80"][..], "--backend"),
             (&["--service", "ns/svc"][..], "--listen"),
             (
                 &[

@@ -360,6 +360,12 @@ fn hosts_file_block() {
         "{}",
         out.stderr
     );
+    // The summary counts the names written (3), not the wildcard left out.
+    assert!(
+        out.stderr.contains("rendered the hosts file hosts=3 "),
+        "{}",
+        out.stderr
+    );
     // Round trip: same set unchanged, empty set restores the input.
     let edited = tmp.file("edited", &out.stdout);
     let ips = "--proxy-ip=10.96.0.50,fd00::50";
@@ -377,6 +383,8 @@ fn hosts_file_block() {
         ok(render(&["etc-hosts", "--hosts-file", &edited, ips])),
         input
     );
+    // `hosts` is accepted for `etc-hosts`.
+    assert_eq!(ok(render(&["hosts", "--hosts-file", &edited, ips])), input);
     // Proxy IPs from the controller's variable.
     let env_out = ok(render_env(
         &["etc-hosts", "--hosts-file", &hosts, &fixture("list.yaml")],
