@@ -133,8 +133,8 @@ pub struct ProxyArgs {
     #[arg(long, env = "OUROBOROS_PROXY_READY_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub ready_timeout: Duration,
 
-    /// After SIGTERM/SIGINT, keep accepting for this long (with /readyz failing) so endpoint
-    /// removal propagates before clients are refused.
+    /// After SIGTERM, keep accepting for this long (with /readyz failing) so endpoint removal
+    /// propagates before clients are refused. SIGINT (Ctrl-C in a terminal) skips it.
     #[arg(long, env = "OUROBOROS_PROXY_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_delay: Duration,
 

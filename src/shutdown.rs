@@ -1,6 +1,20 @@
 //! SIGTERM/SIGINT -> a CancellationToken every long-running task watches.
+//!
+//! Kubernetes stops a pod with SIGTERM; SIGINT comes from a terminal (Ctrl-C). The relays'
+//! shutdown delay exists for the first (endpoint removal has to propagate before the listeners
+//! close) and only slows down the second, so which one arrived is kept.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
+
+/// Set when the shutdown came from SIGINT. Process-wide like the signal itself.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the shutdown was asked for with SIGINT (a terminal's Ctrl-C), not SIGTERM.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
 
 /// A signal handler could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +43,7 @@ pub fn on_signal() -> Result<CancellationToken, SignalError> {
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = which, "shutdown requested");
+        INTERRUPTED.store(which == "SIGINT", Ordering::Relaxed);
         cancel.cancel();
     });
     Ok(token)

@@ -156,8 +156,8 @@ pub struct EdgeArgs {
     #[arg(long, env = "OUROBOROS_EDGE_LISTEN_HEALTH", default_value = ":8081", value_parser = crate::flags::Listen::parse, value_name = "ADDR")]
     pub listen_health: crate::flags::Listen,
 
-    /// After SIGTERM/SIGINT, keep accepting for this long (with /readyz failing) so load
-    /// balancers in front stop sending before clients are refused.
+    /// After SIGTERM, keep accepting for this long (with /readyz failing) so load balancers in
+    /// front stop sending before clients are refused. SIGINT (Ctrl-C in a terminal) skips it.
     #[arg(long, env = "OUROBOROS_EDGE_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_delay: Duration,
 

@@ -75,8 +75,8 @@ impl ReadyState {
 /// readiness to fail before they drain.
 impl Lifecycle {
     /// Serves `/healthz`, `/readyz`, `/metrics` on `health`, then on `signal`: readiness fails
-    /// at once, accepting goes on for `delay`, in-flight connections get `grace`, the admin
-    /// server stops.
+    /// at once, accepting goes on for `delay` (none after SIGINT), in-flight connections get
+    /// `grace`, the admin server stops.
     #[allow(clippy::too_many_arguments)]
     pub async fn run_until_signal(
         self,
@@ -98,6 +98,13 @@ impl Lifecycle {
         .await?;
         signal.cancelled().await;
         ready.begin_shutdown();
+        // The delay lets endpoint removal propagate after Kubernetes' SIGTERM; Ctrl-C in a
+        // terminal has nothing to propagate.
+        let delay = if crate::shutdown::interrupted() {
+            Duration::ZERO
+        } else {
+            delay
+        };
         tracing::info!(
             delay_ms = delay.as_millis() as u64,
             "shutting down: /readyz fails now; still accepting during the shutdown delay"

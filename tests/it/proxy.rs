@@ -514,6 +514,26 @@ fn graceful_shutdown_drains_in_flight_connections() {
     );
 }
 
+/// Ctrl-C in a terminal (SIGINT) skips the shutdown delay, which is for Kubernetes' SIGTERM:
+/// an idle proxy with the default 5 s delay exits at once.
+#[test]
+fn sigint_skips_the_shutdown_delay() {
+    let (up, _accepted) = tcp_upstream();
+    let mut proxy = proxy_to(up, &[]);
+    proxy.signal(Signal::SIGINT);
+    let line = proxy.wait_log(
+        |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("shutting down"))
+        },
+        DEADLINE,
+    );
+    assert_eq!(line["delay_ms"], 0, "{line}");
+    let status = proxy.wait_exit(DEADLINE);
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn shutdown_grace_expiry_warns_and_exits_zero() {
     let (up, accepted) = tcp_upstream();
