@@ -17,9 +17,16 @@ pub enum ClientError {
         path: PathBuf,
         error: kube::config::KubeconfigError,
     },
+    /// Neither in a cluster nor a kubeconfig file: the usual case on a workstation, said
+    /// plainly instead of through kube's nested error text.
     #[error(
-        "no Kubernetes configuration (in-cluster service account or kubeconfig): {0}; pass \
-         --kubeconfig"
+        "no Kubernetes configuration: not running in a cluster (KUBERNETES_SERVICE_HOST is \
+         unset) and no kubeconfig at {kubeconfig}; pass --kubeconfig or set KUBECONFIG"
+    )]
+    Missing { kubeconfig: String },
+    #[error(
+        "no usable Kubernetes configuration (in-cluster service account or kubeconfig): {0}; \
+         pass --kubeconfig"
     )]
     Infer(kube::config::InferConfigError),
     #[error("building the Kubernetes client: {0}")]
@@ -42,9 +49,42 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
                     error,
                 })?
         }
-        None => kube::Config::infer().await.map_err(ClientError::Infer)?,
+        None => kube::Config::infer().await.map_err(|e| {
+            let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+            match default_kubeconfig() {
+                Some(paths) if !in_cluster && !paths.iter().any(|p| p.exists()) => {
+                    ClientError::Missing {
+                        kubeconfig: paths
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    }
+                }
+                _ => ClientError::Infer(e),
+            }
+        })?,
     };
+    let from = match kubeconfig {
+        Some(path) => format!("--kubeconfig {}", path.display()),
+        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            "the in-cluster service account".to_string()
+        }
+        None => "the default kubeconfig".to_string(),
+    };
+    // One line that says which API server every later error is about.
+    tracing::info!(server = %config.cluster_url, from = %from, "Kubernetes API server");
     Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// Where kube looks for a kubeconfig when none is given: each path of $KUBECONFIG, else
+/// ~/.kube/config (`None`: no home directory either).
+fn default_kubeconfig() -> Option<Vec<PathBuf>> {
+    if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        return Some(std::env::split_paths(&list).collect());
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(vec![PathBuf::from(home).join(".kube").join("config")])
 }
 
 /// An API status as `HTTP 500 InternalError: message` rather than kube's Debug dump.

@@ -40,7 +40,14 @@ pub enum LogError {
 
 /// Installs the global subscriber. Logs go to stderr so stdout stays clean for `render`.
 pub fn init(args: &LogArgs) -> Result<(), LogError> {
-    let filter = EnvFilter::try_new(&args.log_level).map_err(|error| LogError::Level {
+    // kube's client logs each failed request at ERROR, once per retry and layer; ours say what
+    // failed with the hint for its cause, so the library's are off unless asked for by name.
+    let directives = if args.log_level.contains("kube") {
+        args.log_level.clone()
+    } else {
+        format!("{},kube_client::client::builder=off", args.log_level)
+    };
+    let filter = EnvFilter::try_new(&directives).map_err(|error| LogError::Level {
         level: args.log_level.clone(),
         error,
     })?;

@@ -65,3 +65,20 @@ fn unreadable_kubeconfig_is_a_runtime_failure() {
     assert!(out.is_empty());
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
 }
+
+/// Outside a cluster with no kubeconfig: one plain line naming where it looked, without kube's
+/// nested, quote-escaped error text.
+#[test]
+fn no_configuration_at_all_is_said_plainly() {
+    let mut cmd = common::command("doctor");
+    cmd.env("HOME", "/nonexistent-home");
+    let out = cmd.output().expect("running ouroboros");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not running in a cluster")
+            && err.contains("no kubeconfig at /nonexistent-home/.kube/config"),
+        "{err}"
+    );
+    assert!(!err.contains("\\\""), "escaped quotes: {err}");
+}
