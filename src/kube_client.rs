@@ -94,3 +94,158 @@ pub fn describe(e: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// What a failed API call ran into, so each gets the hint that fits it and no other: a refused
+/// connection is not an RBAC problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// No connection: refused, reset, timed out, no route, name not resolved.
+    Unreachable,
+    /// The TLS handshake failed (certificate authority, server name).
+    Tls,
+    /// 401: the credentials were rejected.
+    Unauthorized,
+    /// 403: the ServiceAccount lacks the permission.
+    Forbidden,
+    /// 404: the resource is not served (a CRD not installed) or the object is gone.
+    NotFound,
+    Other,
+}
+
+impl Cause {
+    pub fn of(e: &kube::Error) -> Cause {
+        if let kube::Error::Api(s) = e {
+            return match s.code {
+                401 => Cause::Unauthorized,
+                403 => Cause::Forbidden,
+                404 => Cause::NotFound,
+                _ => Cause::Other,
+            };
+        }
+        // Transport errors arrive wrapped in a few layers (tower, hyper, the connector): look at
+        // every layer for an I/O error, then at the layers' own words.
+        let mut layer: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        let mut text = String::new();
+        while let Some(l) = layer {
+            if let Some(io) = l.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind as K;
+                if matches!(
+                    io.kind(),
+                    K::ConnectionRefused
+                        | K::ConnectionReset
+                        | K::ConnectionAborted
+                        | K::TimedOut
+                        | K::HostUnreachable
+                        | K::NetworkUnreachable
+                        | K::AddrNotAvailable
+                ) {
+                    return Cause::Unreachable;
+                }
+            }
+            text.push_str(&l.to_string().to_ascii_lowercase());
+            text.push('\n');
+            layer = l.source();
+        }
+        // Certificate trouble only: a peer that closes during the handshake ("tls handshake
+        // eof") is a connection problem, not a trust one.
+        if text.contains("certificate") || text.contains("alert") {
+            Cause::Tls
+        } else if text.contains("connect")
+            || text.contains("dns error")
+            || text.contains("timed out")
+        {
+            Cause::Unreachable
+        } else {
+            Cause::Other
+        }
+    }
+
+    /// The hint for this cause; `permissions` (what to grant) is used only for 403.
+    pub fn hint(self, permissions: &str) -> String {
+        match self {
+            Cause::Unreachable => "the API server is unreachable; check the network path to it \
+                                   (the `Kubernetes API server` log line names it)"
+                .to_string(),
+            Cause::Tls => "TLS with the API server failed; check the kubeconfig's certificate \
+                           authority and server name"
+                .to_string(),
+            Cause::Unauthorized => "the API server rejected the credentials (401); renew the \
+                                    token or kubeconfig"
+                .to_string(),
+            Cause::Forbidden => format!("forbidden (403); {permissions}"),
+            Cause::NotFound => "not found (404)".to_string(),
+            Cause::Other => "unexpected API error".to_string(),
+        }
+    }
+}
+
+/// Keeps a failure that repeats every retry from flooding the log: it is logged the first time,
+/// then at the 2nd, 4th, 8th... consecutive occurrence (once per doubling, like the backoff),
+/// and at once when its cause changes. `reset` after a success.
+#[derive(Debug, Default)]
+pub struct Repeats {
+    count: u64,
+    last: Option<Cause>,
+}
+
+impl Repeats {
+    /// Counts one failure; `Some(n)` (the consecutive count) when it is to be logged.
+    pub fn failed(&mut self, cause: Cause) -> Option<u64> {
+        if self.last != Some(cause) {
+            self.last = Some(cause);
+            self.count = 0;
+        }
+        self.count += 1;
+        self.count.is_power_of_two().then_some(self.count)
+    }
+
+    pub fn reset(&mut self) {
+        *self = Repeats::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn causes() {
+        assert_eq!(Cause::of(&api(401)), Cause::Unauthorized);
+        assert_eq!(Cause::of(&api(403)), Cause::Forbidden);
+        assert_eq!(Cause::of(&api(404)), Cause::NotFound);
+        assert_eq!(Cause::of(&api(500)), Cause::Other);
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            Cause::of(&kube::Error::Service(Box::new(refused))),
+            Cause::Unreachable
+        );
+        let tls = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert_eq!(Cause::of(&kube::Error::Service(Box::new(tls))), Cause::Tls);
+        assert!(Cause::Forbidden.hint("grant list").contains("grant list"));
+        assert!(!Cause::Unreachable.hint("grant list").contains("grant"));
+    }
+
+    #[test]
+    fn repeats_are_logged_once_per_doubling() {
+        let mut r = Repeats::default();
+        let logged: Vec<u64> = (0..20)
+            .filter_map(|_| r.failed(Cause::Unreachable))
+            .collect();
+        assert_eq!(logged, [1, 2, 4, 8, 16]);
+        assert_eq!(
+            r.failed(Cause::Forbidden),
+            Some(1),
+            "a new cause is logged at once"
+        );
+        r.reset();
+        assert_eq!(r.failed(Cause::Forbidden), Some(1));
+    }
+}

@@ -22,6 +22,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::kube_client::Cause;
+
 /// Seconds a lease stays valid after its last renewal; a standby takes over within this.
 pub const DURATION_SECONDS: u64 = 15;
 /// The holder renews this long before expiry, and reads the Lease back at least this often.
@@ -240,13 +242,21 @@ async fn campaign(
         match result {
             Ok(m) => break m,
             Err(e) => {
+                let cause = match &e {
+                    kube_lease_manager::LeaseManagerError::KubeError(k) => Cause::of(k),
+                    _ => Cause::Other,
+                };
+                let grant = format!(
+                    "grant `get`, `patch` on leases/{name} and `create` on leases in namespace \
+                     {namespace} (apiGroup coordination.k8s.io)"
+                );
+                // Once per backoff step: the delay doubles up to a minute.
                 tracing::warn!(
                     %lease,
                     error = %e,
                     retry_in_s = delay.as_secs(),
-                    "cannot set up leader election (needs `get`, `patch` on leases/{name} and \
-                     `create` on leases in namespace {namespace}, apiGroup coordination.k8s.io); \
-                     standing by and retrying"
+                    "cannot set up leader election: {}; standing by and retrying",
+                    cause.hint(&grant)
                 );
                 tokio::select! {
                     _ = stop.cancelled() => return,

@@ -20,6 +20,7 @@ use crate::dns::answer::Answer;
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::corefile;
 use crate::hostname::Hostname;
+use crate::kube_client::Repeats;
 
 /// What was last written: the host set and the answer it was rendered with.
 pub type Written = (BTreeSet<Hostname>, Answer);
@@ -119,6 +120,8 @@ pub async fn watch(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
     let mut events = pin!(watcher::watcher(api, config).default_backoff());
     let mut reverts = Reverts::default();
+    // A failure repeating every retry is logged once per doubling, not every time.
+    let mut repeats = Repeats::default();
     // The key's text in the latest event (`None`: gone), and when a drift seen in it settles.
     let mut latest: Option<String> = None;
     let mut settles: Option<Instant> = None;
@@ -148,12 +151,16 @@ pub async fn watch(
             Some(Ok(Event::Delete(_))) => None,
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
-                tracing::warn!(
-                    configmap = %format!("{}/{}", target.namespace, target.name),
-                    error = %e,
-                    "watching the Corefile's ConfigMap failed (needs `list` and `watch` on it); \
-                     retrying with backoff"
-                );
+                let cause = super::sources::cause(&e);
+                if let Some(failures) = repeats.failed(cause) {
+                    tracing::warn!(
+                        configmap = %format!("{}/{}", target.namespace, target.name),
+                        error = %e,
+                        failures,
+                        "watching the Corefile's ConfigMap failed: {}; retrying with backoff",
+                        cause.hint("grant `list` and `watch` on it")
+                    );
+                }
                 continue;
             }
         };

@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{self, Notifier};
 use super::hostnames::{self, Desired, Filters, ReadWhen, SourceObject, Sources};
 use crate::hostname::HostPolicy;
+use crate::kube_client::{Cause, Repeats};
 
 /// The annotation `kubectl apply` keeps a full copy of the object in.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -152,6 +153,17 @@ pub enum Failure {
     /// 403: the ServiceAccount lacks list/watch.
     Forbidden(String),
     Other(String),
+}
+
+/// The cause of a watch failure (see [`Cause`]).
+pub fn cause(e: &watcher::Error) -> Cause {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => Cause::of(e),
+        watcher::Error::WatchError(s) => Cause::of(&kube::Error::Api(s.clone())),
+        _ => Cause::Other,
+    }
 }
 
 pub fn classify(e: &watcher::Error) -> Failure {
@@ -317,6 +329,8 @@ where
     let task = tokio::spawn(async move {
         let mut stream = pin!(stream);
         let mut missing = false;
+        // A failure repeating every retry is logged once per doubling, not every time.
+        let mut repeats = Repeats::default();
         loop {
             let event = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -325,6 +339,7 @@ where
             match event {
                 None => break,
                 Some(Ok(Event::InitDone)) => {
+                    repeats.reset();
                     if missing {
                         tracing::info!(%kind, "the CRD is installed now; watching it");
                         missing = false;
@@ -347,19 +362,22 @@ where
                         }
                         progress.mark_synced(slot);
                     }
-                    Failure::Forbidden(message) => tracing::warn!(
-                        %kind,
-                        error = %message,
-                        "cannot list/watch {kind}: forbidden; grant the controller's \
-                         ServiceAccount `list` and `watch` on {resource} (apiGroup {:?}) \
-                         cluster-wide; retrying with backoff",
-                        group
-                    ),
-                    Failure::Missing | Failure::Other(_) => tracing::warn!(
-                        %kind,
-                        error = %e,
-                        "watching {kind} failed; retrying with backoff"
-                    ),
+                    _ => {
+                        let cause = cause(&e);
+                        if let Some(failures) = repeats.failed(cause) {
+                            let grant = format!(
+                                "grant the controller's ServiceAccount `list` and `watch` on \
+                                 {resource} (apiGroup {group:?}) cluster-wide"
+                            );
+                            tracing::warn!(
+                                %kind,
+                                error = %e,
+                                failures,
+                                "cannot list/watch {kind}: {}; retrying with backoff",
+                                cause.hint(&grant)
+                            );
+                        }
+                    }
                 },
             }
         }
