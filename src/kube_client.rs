@@ -160,6 +160,16 @@ impl Cause {
         }
     }
 
+    /// The cause of a watch failure.
+    pub fn of_watch(e: &kube::runtime::watcher::Error) -> Cause {
+        use kube::runtime::watcher::Error as W;
+        match e {
+            W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => Cause::of(e),
+            W::WatchError(s) => Cause::of(&kube::Error::Api(s.clone())),
+            _ => Cause::Other,
+        }
+    }
+
     /// The hint for this cause; `permissions` (what to grant) is used only for 403.
     pub fn hint(self, permissions: &str) -> String {
         match self {

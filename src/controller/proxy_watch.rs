@@ -59,11 +59,14 @@ pub async fn watch(
                          `watch` on services (resourceNames: [{name}]) in {namespace}, or pass \
                          --proxy-ip"
                     ),
-                    Failure::Missing | Failure::Other(_) => format!("{e}"),
+                    Failure::Missing | Failure::Other(_) => {
+                        crate::kube_client::Cause::of_watch(&e).hint("")
+                    }
                 };
                 if last_failure.as_deref() != Some(hint.as_str()) {
                     tracing::warn!(
                         service = %format!("{namespace}/{name}"),
+                        error = %e,
                         "watching the proxy Service failed: {hint}; retrying with backoff"
                     );
                     last_failure = Some(hint);

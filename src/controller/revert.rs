@@ -20,7 +20,7 @@ use crate::dns::answer::Answer;
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::corefile;
 use crate::hostname::Hostname;
-use crate::kube_client::Repeats;
+use crate::kube_client::{Cause, Repeats};
 
 /// What was last written: the host set and the answer it was rendered with.
 pub type Written = (BTreeSet<Hostname>, Answer);
@@ -151,7 +151,7 @@ pub async fn watch(
             Some(Ok(Event::Delete(_))) => None,
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
-                let cause = super::sources::cause(&e);
+                let cause = Cause::of_watch(&e);
                 if let Some(failures) = repeats.failed(cause) {
                     tracing::warn!(
                         configmap = %format!("{}/{}", target.namespace, target.name),

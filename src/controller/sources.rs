@@ -155,17 +155,6 @@ pub enum Failure {
     Other(String),
 }
 
-/// The cause of a watch failure (see [`Cause`]).
-pub fn cause(e: &watcher::Error) -> Cause {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => Cause::of(e),
-        watcher::Error::WatchError(s) => Cause::of(&kube::Error::Api(s.clone())),
-        _ => Cause::Other,
-    }
-}
-
 pub fn classify(e: &watcher::Error) -> Failure {
     let api = match e {
         watcher::Error::InitialListFailed(e)
@@ -363,7 +352,7 @@ where
                         progress.mark_synced(slot);
                     }
                     _ => {
-                        let cause = cause(&e);
+                        let cause = Cause::of_watch(&e);
                         if let Some(failures) = repeats.failed(cause) {
                             let grant = format!(
                                 "grant the controller's ServiceAccount `list` and `watch` on \

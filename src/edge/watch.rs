@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::backends::{self, PortRef};
 use super::balance::Balancer;
 use super::ServiceRef;
+use crate::kube_client::{Cause, Repeats};
 
 /// The label the EndpointSlice controller puts on a Service's slices.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -127,6 +128,8 @@ pub async fn follow(
     let mut slices = Objects::<EndpointSlice>::default();
     let mut service = need_service.then(Objects::<Service>::default);
     let mut last_error: Vec<Option<String>> = vec![None; targets.len()];
+    // Failures repeating every retry are logged once per doubling.
+    let (mut slice_failures, mut service_failures) = (Repeats::default(), Repeats::default());
     tracing::info!(namespace = %svc.namespace, service = %svc.name, label_selector = %selector, "watching EndpointSlices");
     loop {
         let next_service = async {
@@ -138,17 +141,31 @@ pub async fn follow(
         let changed = tokio::select! {
             _ = stop.cancelled() => return,
             ev = slice_events.next() => match ev {
-                Some(Ok(e)) => slices.apply(e),
+                Some(Ok(e)) => {
+                    slice_failures.reset();
+                    slices.apply(e)
+                }
                 Some(Err(e)) => {
-                    tracing::warn!(namespace = %svc.namespace, service = %svc.name, error = %e, "watching EndpointSlices failed; retrying (the last known backends stay in use; check RBAC: list and watch endpointslices.discovery.k8s.io)");
+                    let cause = Cause::of_watch(&e);
+                    if let Some(failures) = slice_failures.failed(cause) {
+                        let hint = cause.hint("grant `list` and `watch` on endpointslices.discovery.k8s.io");
+                        tracing::warn!(namespace = %svc.namespace, service = %svc.name, error = %e, failures, "watching EndpointSlices failed: {hint}; retrying (the last known backends stay in use)");
+                    }
                     false
                 }
                 None => return,
             },
             ev = next_service => match ev {
-                Some(Ok(e)) => service.as_mut().is_some_and(|s| s.apply(e)),
+                Some(Ok(e)) => {
+                    service_failures.reset();
+                    service.as_mut().is_some_and(|s| s.apply(e))
+                }
                 Some(Err(e)) => {
-                    tracing::warn!(namespace = %svc.namespace, service = %svc.name, error = %e, "watching the Service failed; retrying (check RBAC: list and watch services)");
+                    let cause = Cause::of_watch(&e);
+                    if let Some(failures) = service_failures.failed(cause) {
+                        let hint = cause.hint("grant `list` and `watch` on services");
+                        tracing::warn!(namespace = %svc.namespace, service = %svc.name, error = %e, failures, "watching the Service failed: {hint}; retrying");
+                    }
                     false
                 }
                 None => return,
