@@ -499,9 +499,31 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
 /// `ouroboros doctor`.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    args.validate()?; // bad flags exit 64 before any cluster access
-    let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
-    let report = diagnose(&client, &args).await?;
+    let report = async {
+        args.validate()?; // bad flags exit 64 before any cluster access
+        let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
+        diagnose(&client, &args).await
+    }
+    .await;
+    let report = match (report, args.output) {
+        (Ok(report), _) => report,
+        // A script reading `--output json` gets JSON however doctor ends; the error is also
+        // logged and sets the exit code (64 bad flags, 1 otherwise).
+        (Err(e), Output::Json) => {
+            let usage = e.downcast_ref::<UsageError>().is_some();
+            let body = serde_json::json!({
+                "error": format!("{e:#}"),
+                "exit_code": if usage { crate::flags::EXIT_USAGE } else { 1 },
+                "checks": [],
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&body).unwrap_or_default()
+            );
+            return Err(e);
+        }
+        (Err(e), Output::Text) => return Err(e),
+    };
     let text = match args.output {
         Output::Text => report.to_text(),
         Output::Json => report.to_json(),

@@ -82,3 +82,24 @@ fn no_configuration_at_all_is_said_plainly() {
     );
     assert!(!err.contains("\\\""), "escaped quotes: {err}");
 }
+
+/// `--output json` prints JSON however doctor ends: an error object when it cannot run.
+#[test]
+fn json_output_is_json_even_when_doctor_cannot_run() {
+    let (code, out, err) = doctor(&[
+        "--output",
+        "json",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent/kubeconfig")),
+        "{v}"
+    );
+    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["checks"], serde_json::json!([]));
+}
