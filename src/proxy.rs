@@ -98,8 +98,8 @@ pub struct ProxyArgs {
     #[arg(long, env = "OUROBOROS_PROXY_TARGET_SERVICE_NAMESPACE", value_parser = parse_dns_label, requires = "target_service_name", value_name = "NAMESPACE")]
     pub target_service_namespace: Option<String>,
 
-    /// Cluster DNS domain used with --target-service-name [default: the svc.<domain> entry of
-    /// /etc/resolv.conf's search line, else cluster.local].
+    /// Cluster DNS domain used with --target-service-name (default: the `svc.<domain>` entry of
+    /// /etc/resolv.conf's search line, else cluster.local).
     #[arg(long, env = "OUROBOROS_PROXY_CLUSTER_DOMAIN", value_name = "DOMAIN")]
     pub cluster_domain: Option<String>,
 

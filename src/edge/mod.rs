@@ -117,7 +117,7 @@ pub struct EdgeArgs {
     #[arg(long, env = "OUROBOROS_EDGE_LISTEN", value_parser = parse_listen_spec, value_name = "BIND=PORT", required = true, value_delimiter = ',')]
     pub listen: Vec<ListenSpec>,
 
-    /// Static backend instead of --service (repeatable): IP:PORT, [IPv6]:PORT, or a bare IP
+    /// Static backend instead of --service (repeatable): `IP:PORT`, `[IPv6]:PORT`, or a bare IP
     /// dialled at each listener's PORT.
     #[arg(long, env = "OUROBOROS_EDGE_BACKEND", value_parser = parse_backend, value_name = "ADDR", value_delimiter = ',', group = "backends")]
     pub backend: Vec<StaticBackend>,

@@ -2,10 +2,10 @@
 //! each), directories read recursively, or `-` for stdin. `List` objects are unwrapped; kinds that
 //! carry no hostnames are skipped.
 //!
-//! - [`files`]: the MANIFEST arguments (files, directories, stdin), parsed on all cores;
-//! - [`documents`]: one text split into its documents ([`Format`]); pure;
-//! - [`objects`]: each document sorted into the typed objects the host selection reads; pure;
-//! - [`error`]: what failed, where, and what to do.
+//! - `files`: the MANIFEST arguments (files, directories, stdin), parsed on all cores;
+//! - `documents`: one text split into its documents ([`Format`]); pure;
+//! - `objects`: each document sorted into the typed objects the host selection reads; pure;
+//! - `error`: what failed, where, and what to do.
 //!
 //! YAML goes through one parser, `yaml_serde` (the YAML organization's maintained continuation
 //! of the deprecated `serde_yaml`, with the same messages and positions), and then the same
