@@ -35,6 +35,7 @@ pub enum ClientError {
 
 /// `--kubeconfig` when given, else in-cluster, else $KUBECONFIG or ~/.kube/config.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let config = match kubeconfig {
         Some(path) => {
             let kc =
@@ -49,9 +50,9 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
                     error,
                 })?
         }
-        None => kube::Config::infer().await.map_err(|e| {
-            let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-            match default_kubeconfig() {
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| match default_kubeconfig() {
                 Some(paths) if !in_cluster && !paths.iter().any(|p| p.exists()) => {
                     ClientError::Missing {
                         kubeconfig: paths
@@ -62,14 +63,11 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
                     }
                 }
                 _ => ClientError::Infer(e),
-            }
-        })?,
+            })?,
     };
     let from = match kubeconfig {
         Some(path) => format!("--kubeconfig {}", path.display()),
-        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
-            "the in-cluster service account".to_string()
-        }
+        None if in_cluster => "the in-cluster service account".to_string(),
         None => "the default kubeconfig".to_string(),
     };
     // One line that says which API server every later error is about.

@@ -181,7 +181,7 @@ fn module_of(rel: &str) -> Vec<String> {
 /// The module paths a file names through `crate::` and `super::`, brace groups expanded one
 /// level (`super::{a, b::C}` names `a` and `b`). Not a Rust parser: enough for `use` lines and
 /// qualified paths as this crate writes them.
-fn referenced(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<String>> {
+fn referenced(module: &[String], code: &str) -> Vec<Vec<String>> {
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -198,7 +198,6 @@ fn referenced(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<Strin
             (Vec::new(), i + 7)
         } else if starts_word && rest.starts_with(b"super::") {
             // `super` of a `foo.rs` or `foo/mod.rs` module is its parent either way.
-            let _ = is_mod_file;
             let mut base = module.to_vec();
             let mut j = i;
             while code[j..].starts_with("super::") {
@@ -257,7 +256,7 @@ fn sibling_modules_form_no_cycle() {
             continue;
         }
         let from = module_of(rel);
-        for path in referenced(&from, rel.ends_with("mod.rs"), code) {
+        for path in referenced(&from, code) {
             // The longest prefix of the path that is a module of this crate.
             let Some(to) = (0..=path.len())
                 .rev()
@@ -312,7 +311,6 @@ fn module_references_are_read() {
     let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
     let got = referenced(
         &m("dns::write::apply"),
-        false,
         "use super::{sink::Sink, error};\nuse crate::dns::corefile;\nlet x = super::super::hostname::Hostname::new();",
     );
     assert_eq!(

@@ -18,8 +18,8 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::sources::{classify, Failure};
 use crate::dns::proxy_ips::cluster_ips;
+use crate::kube_client::{Cause, Repeats};
 
 /// What a Service event means for the block: its addresses (`None`: gone or without a
 /// ClusterIP).
@@ -40,7 +40,7 @@ pub async fn watch(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = pin!(watcher::watcher(api, config).default_backoff());
     let mut seen: Option<Option<Vec<IpAddr>>> = None;
-    let mut last_failure: Option<String> = None;
+    let mut failures = Repeats::default();
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return,
@@ -52,29 +52,26 @@ pub async fn watch(
             Some(Ok(Event::Delete(_))) => None,
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
-                // Logged once per kind of failure; the watcher retries with capped backoff.
-                let hint = match classify(&e) {
-                    Failure::Forbidden(m) => format!(
-                        "forbidden ({m}): grant the controller's ServiceAccount `list` and \
-                         `watch` on services (resourceNames: [{name}]) in {namespace}, or pass \
-                         --proxy-ip"
-                    ),
-                    Failure::Missing | Failure::Other(_) => {
-                        crate::kube_client::Cause::of_watch(&e).hint("")
-                    }
-                };
-                if last_failure.as_deref() != Some(hint.as_str()) {
+                // The watcher retries with capped backoff; a repeating failure is logged once
+                // per doubling.
+                let cause = Cause::of_watch(&e);
+                if let Some(failures) = failures.failed(cause) {
+                    let grant = format!(
+                        "grant the controller's ServiceAccount `list` and `watch` on services \
+                         (resourceNames: [{name}]) in {namespace}, or pass --proxy-ip"
+                    );
                     tracing::warn!(
                         service = %format!("{namespace}/{name}"),
                         error = %e,
-                        "watching the proxy Service failed: {hint}; retrying with backoff"
+                        failures,
+                        "watching the proxy Service failed: {}; retrying with backoff",
+                        cause.hint(&grant)
                     );
-                    last_failure = Some(hint);
                 }
                 continue;
             }
         };
-        last_failure = None;
+        failures.reset();
         match &seen {
             Some(before) if *before != now => {
                 tracing::info!(

@@ -145,34 +145,6 @@ impl Progress {
     }
 }
 
-/// Why a watch failed, for the log line.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// 404 on the list: the CRD is not installed.
-    Missing,
-    /// 403: the ServiceAccount lacks list/watch.
-    Forbidden(String),
-    Other(String),
-}
-
-pub fn classify(e: &watcher::Error) -> Failure {
-    let api = match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => match e {
-            kube::Error::Api(s) => Some(s),
-            _ => None,
-        },
-        watcher::Error::WatchError(s) => Some(s),
-        _ => None,
-    };
-    match api {
-        Some(s) if s.code == 404 => Failure::Missing,
-        Some(s) if s.code == 403 => Failure::Forbidden(s.message.clone()),
-        _ => Failure::Other(e.to_string()),
-    }
-}
-
 /// The watch caches of the configured kinds (`None`: not read in this configuration).
 #[derive(Clone)]
 pub struct Stores {
@@ -339,8 +311,9 @@ where
                 }
                 Some(Ok(Event::Apply(_) | Event::Delete(_))) => progress.bump(),
                 Some(Ok(Event::Init | Event::InitApply(_))) => {}
-                Some(Err(e)) => match classify(&e) {
-                    Failure::Missing if optional => {
+                Some(Err(e)) => {
+                    let cause = Cause::of_watch(&e);
+                    if cause == Cause::NotFound && optional {
                         if !missing {
                             tracing::warn!(
                                 %kind,
@@ -350,24 +323,20 @@ where
                             missing = true;
                         }
                         progress.mark_synced(slot);
+                    } else if let Some(failures) = repeats.failed(cause) {
+                        let grant = format!(
+                            "grant the controller's ServiceAccount `list` and `watch` on \
+                             {resource} (apiGroup {group:?}) cluster-wide"
+                        );
+                        tracing::warn!(
+                            %kind,
+                            error = %e,
+                            failures,
+                            "cannot list/watch {kind}: {}; retrying with backoff",
+                            cause.hint(&grant)
+                        );
                     }
-                    _ => {
-                        let cause = Cause::of_watch(&e);
-                        if let Some(failures) = repeats.failed(cause) {
-                            let grant = format!(
-                                "grant the controller's ServiceAccount `list` and `watch` on \
-                                 {resource} (apiGroup {group:?}) cluster-wide"
-                            );
-                            tracing::warn!(
-                                %kind,
-                                error = %e,
-                                failures,
-                                "cannot list/watch {kind}: {}; retrying with backoff",
-                                cause.hint(&grant)
-                            );
-                        }
-                    }
-                },
+                }
             }
         }
     });
@@ -549,17 +518,17 @@ mod tests {
     #[test]
     fn classifies_watch_errors() {
         assert_eq!(
-            classify(&watcher::Error::InitialListFailed(api_error(404))),
-            Failure::Missing
+            Cause::of_watch(&watcher::Error::InitialListFailed(api_error(404))),
+            Cause::NotFound
         );
         assert_eq!(
-            classify(&watcher::Error::WatchStartFailed(api_error(403))),
-            Failure::Forbidden("m".into())
+            Cause::of_watch(&watcher::Error::WatchStartFailed(api_error(403))),
+            Cause::Forbidden
         );
-        assert!(matches!(
-            classify(&watcher::Error::InitialListFailed(api_error(500))),
-            Failure::Other(_)
-        ));
+        assert_eq!(
+            Cause::of_watch(&watcher::Error::InitialListFailed(api_error(500))),
+            Cause::Other
+        );
     }
 
     #[test]

@@ -152,7 +152,8 @@ impl Batch {
                 meta.remove("managedFields");
             }
         }
-        let read = match Kind::of(group, &kind) {
+        let known = Kind::of(group, &kind);
+        let read = match known {
             Some(k) if k.group() == GATEWAY_GROUP && GATEWAY_VERSIONS.contains(&version) => Some(k),
             Some(k) if k.group() != GATEWAY_GROUP && version == "v1" => Some(k),
             _ => None,
@@ -168,7 +169,7 @@ impl Batch {
             }
             return push_typed(&mut self.objects, k, doc, &kind);
         }
-        let hostname_kind = Kind::of(group, &kind).is_some_and(|k| k != Kind::IngressClass);
+        let hostname_kind = known.is_some_and(|k| k != Kind::IngressClass);
         if hostname_kind || (group == "extensions" && kind == "Ingress") {
             let name = doc["metadata"]["name"].as_str().unwrap_or_default();
             self.unread.push(Unread {
