@@ -269,6 +269,16 @@ fn editor_params(len: usize) -> (BTreeSet<Hostname>, Answer) {
 /// the rendered rules between one pair of markers, applying it again changes nothing, and removing
 /// the block gives what removing it from the input gives: the input itself, byte for byte, when
 /// the input had no block.
+/// Removing the block from an editor's output gives what removing it from the input gives, and,
+/// when the input had no block, the input itself, byte for byte.
+fn removal_restores(input: &str, removed: &str, stripped: &str, stripped_changed: bool) {
+    assert_eq!(removed, stripped, "apply then remove differs from remove");
+    if !has_marker_line(input) {
+        assert_eq!(removed, input, "apply then remove changed the user's text");
+        assert!(!stripped_changed);
+    }
+}
+
 /// An editor's parse error names a line of the input and says why.
 fn error_names_a_line(input: &str, line: usize, reason: &str, shown: &dyn std::fmt::Display) {
     assert!(
@@ -320,17 +330,7 @@ pub fn corefile_edit(data: &[u8]) {
     let removed = corefile::remove(&out.text)
         .unwrap_or_else(|e| panic!("removing from our own output: {e}\n{:?}", out.text));
     let stripped = corefile::remove(input).expect("remove fails where splice succeeded");
-    assert_eq!(
-        removed.text, stripped.text,
-        "apply then remove differs from remove"
-    );
-    if !has_marker_line(input) {
-        assert_eq!(
-            removed.text, input,
-            "apply then remove changed the user's text"
-        );
-        assert!(!stripped.changed);
-    }
+    removal_restores(input, &removed.text, &stripped.text, stripped.changed);
     let again = corefile::remove(&stripped.text).expect("removing twice");
     assert_eq!(again.text, stripped.text);
     assert!(!again.changed);
@@ -373,17 +373,7 @@ pub fn etc_hosts_edit(data: &[u8]) {
         .unwrap_or_else(|e| panic!("removing from our own output: {e}\n{:?}", out.text));
     let stripped =
         etc_hosts::splice(input, &none, &[]).expect("remove fails where splice succeeded");
-    assert_eq!(
-        removed.text, stripped.text,
-        "apply then remove differs from remove"
-    );
-    if !has_marker_line(input) {
-        assert_eq!(
-            removed.text, input,
-            "apply then remove changed the user's text"
-        );
-        assert!(!stripped.changed);
-    }
+    removal_restores(input, &removed.text, &stripped.text, stripped.changed);
 }
 
 /// Every object kind's count, for comparing two reads.
