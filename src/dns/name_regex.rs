@@ -98,6 +98,10 @@ fn split(names: &[&str], out: &mut Vec<String>) {
         out.push(r);
         return;
     }
+    // Halving renders the set once per level (log2 of the parts), but its cuts fall where the
+    // pattern sizes balance. Cutting straight into as many equal runs as the length asks for
+    // rendered 30,000 spread-out names 2.3x faster, yet gave 47 patterns and 398 KiB instead of
+    // 30 and 373 KiB, and CoreDNS pays per pattern on every query: halving stays.
     let (a, b) = names.split_at(names.len() / 2);
     split(a, out);
     split(b, out);
