@@ -216,6 +216,36 @@ pub struct DnsArgs {
     #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
     pub external_dns_output: ExternalDnsOutput,
 
+    /// external-dns, `--external-dns-output service`: the one annotation prefix the Services'
+    /// records are written under, ending in `/`: the `--annotation-prefix` of the external-dns
+    /// instance that should publish them (split-horizon: other instances ignore them)
+    /// [default: both external-dns.kubernetes.io/ and external-dns.alpha.kubernetes.io/, which
+    /// every external-dns version reads].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION_PREFIX",
+        value_name = "PREFIX",
+        value_parser = external::parse_annotation_prefix
+    )]
+    pub external_dns_annotation_prefix: Option<String>,
+
+    /// external-dns: take over the DNSEndpoints (or Services) that lexfrei/ouroboros wrote for
+    /// this --instance (labels app.kubernetes.io/managed-by=ouroboros and
+    /// ouroboros.lexfrei.tech/instance=<instance>): each is replaced by ours, then deleted (or,
+    /// under a name we write, rewritten and relabelled), so no name goes unpublished and that
+    /// tool's uninstall no longer deletes it. Other instances' objects are never touched.
+    /// `cleanup` with it also deletes them.
+    #[arg(
+        long = "external-dns-adopt",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ADOPT",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub external_dns_adopt: bool,
+
     #[command(flatten)]
     pub records: RecordArgs,
 
@@ -517,6 +547,8 @@ impl DnsArgs {
             ttl: self.records.external_dns_record_ttl,
             labels: self.records.external_dns_labels.clone(),
             annotations: self.records.external_dns_annotations.clone(),
+            annotation_prefix: self.external_dns_annotation_prefix.clone(),
+            adopt: self.external_dns_adopt,
         };
         let w = ExternalWriter::new(client, output, settings, ips)
             .map_err(|e| UsageError(format!("external-dns flags: {e}")))?;

@@ -19,6 +19,10 @@ pub const KIND: &str = "DNSEndpoint";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "ouroboros";
 pub const INSTANCE_LABEL: &str = "ouroboros.io/instance";
+/// The instance label lexfrei/ouroboros puts on its DNSEndpoints and Services (with the same
+/// managed-by label as ours). `--external-dns-adopt` takes over the objects that carry it with
+/// this instance's name.
+pub const REFERENCE_INSTANCE_LABEL: &str = "ouroboros.lexfrei.tech/instance";
 pub const DEFAULT_INSTANCE: &str = "ouroboros";
 pub const DEFAULT_TTL: u32 = 60;
 pub const MAX_TTL: u32 = 86_400;
@@ -137,6 +141,11 @@ fn user_map(what: &str, pairs: &[(String, String)]) -> Result<BTreeMap<String, S
 /// The label selector that finds this instance's objects (for listing leftovers to delete).
 pub fn selector(instance: &str) -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY},{INSTANCE_LABEL}={instance}")
+}
+
+/// The label selector that finds the objects lexfrei/ouroboros wrote for `instance`.
+pub fn reference_selector(instance: &str) -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY},{REFERENCE_INSTANCE_LABEL}={instance}")
 }
 
 /// Object names are at most this long: a DNS-1123 label for `DNSEndpoint`s, a DNS-1035 label
@@ -270,6 +279,18 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     };
     check_key(k)?;
     Ok((k.to_string(), v.to_string()))
+}
+
+/// `--external-dns-annotation-prefix`: the prefix of an annotation key (a DNS subdomain and `/`,
+/// as external-dns `--annotation-prefix` takes it), so that `<prefix>hostname` is a valid key.
+pub fn parse_annotation_prefix(s: &str) -> Result<String, String> {
+    if !s.ends_with('/') {
+        return Err(format!(
+            "{s:?} must end with '/', like external-dns's --annotation-prefix (e.g. internal-dns/)"
+        ));
+    }
+    check_key(&format!("{s}hostname"))?;
+    Ok(s.to_string())
 }
 
 /// Kubernetes label/annotation key: optional DNS-1123 subdomain prefix and `/`, then a name of at
@@ -863,5 +884,28 @@ mod tests {
             assert_eq!(check_label_value(v).is_ok(), ok, "{v:?}");
         }
         assert!(check_label_value(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn annotation_prefixes() {
+        for (s, ok) in [
+            ("external-dns.alpha.kubernetes.io/", true),
+            ("internal-dns/", true),
+            ("a.b/", true),
+            ("internal-dns", false),
+            ("/", false),
+            ("Internal/", false),
+            ("a/b/", false),
+            ("in ternal/", false),
+        ] {
+            assert_eq!(parse_annotation_prefix(s).is_ok(), ok, "{s:?}");
+        }
+        assert!(parse_annotation_prefix("internal-dns")
+            .unwrap_err()
+            .contains("must end with '/'"));
+        assert_eq!(
+            reference_selector("blue"),
+            "app.kubernetes.io/managed-by=ouroboros,ouroboros.lexfrei.tech/instance=blue"
+        );
     }
 }

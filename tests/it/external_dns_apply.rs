@@ -13,7 +13,9 @@ use crate::kube_mock::{calls, echo, reply, serve, status, Seen};
 
 use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::external::{self, Options};
-use ouroboros::dns::external_writer::{desired, ExternalWriter, Output, Settings};
+use ouroboros::dns::external_writer::{
+    desired, ExternalWriter, Output, Settings, ANNOTATION_PREFIXES,
+};
 use ouroboros::dns::proxy_ips::ProxyIps;
 use ouroboros::hostname::{HostPolicy, Hostname};
 
@@ -47,6 +49,8 @@ fn settings(instance: &str) -> Settings {
         ttl: 60,
         labels: vec![],
         annotations: vec![],
+        annotation_prefix: None,
+        adopt: false,
     }
 }
 
@@ -108,7 +112,9 @@ fn want(output: Output, names: &[&str], ip_list: &[&str]) -> Vec<(String, Value)
         &[],
     )
     .unwrap();
-    desired(output, &hosts(names), &opts).into_iter().collect()
+    desired(output, &hosts(names), &opts, &ANNOTATION_PREFIXES)
+        .into_iter()
+        .collect()
 }
 
 fn success() -> Value {
@@ -376,6 +382,7 @@ async fn other_instances_are_scoped_out_and_cleanup_deletes_only_ours() {
         Output::DnsEndpoint,
         &hosts(&["a.example.com", "b.example.com"]),
         &opts,
+        &ANNOTATION_PREFIXES,
     )
     .into_iter()
     .collect();
@@ -711,4 +718,222 @@ fn service_names_are_dns1035_labels_and_dnsendpoint_names_unchanged() {
             name("www.example.com")
         ]
     );
+}
+
+/// An object lexfrei/ouroboros wrote: its name scheme, its instance label, our managed-by label.
+fn reference_object(name: &str, host: &str, instance: &str, rv: &str) -> Value {
+    json!({
+        "apiVersion": external::API_VERSION,
+        "kind": external::KIND,
+        "metadata": {
+            "name": name, "namespace": "ouroboros", "resourceVersion": rv, "uid": format!("uid-{name}"),
+            "labels": {
+                "app.kubernetes.io/managed-by": "ouroboros",
+                "ouroboros.lexfrei.tech/instance": instance
+            },
+            "annotations": {"ouroboros.lexfrei.tech/source": "ingress/shop/web"}
+        },
+        "spec": {"endpoints": [
+            {"dnsName": host, "recordType": "A", "targets": ["10.96.0.99"], "recordTTL": 60}
+        ]}
+    })
+}
+
+/// Answers an apply with its body and a merge patch with `merged` (writes run concurrently, so
+/// which PATCH comes when is not fixed).
+fn write_reply(merged: &Value) -> kube_mock::Reply {
+    let merged = merged.clone();
+    Box::new(move |seen| {
+        if seen.content_type.as_deref() == Some("application/merge-patch+json") {
+            (200, merged)
+        } else {
+            (200, seen.body.clone().unwrap())
+        }
+    })
+}
+
+fn adopting_writer(client: Client, output: Output, prefix: Option<&str>) -> ExternalWriter {
+    let s = Settings {
+        adopt: true,
+        annotation_prefix: prefix.map(String::from),
+        ..settings(external::DEFAULT_INSTANCE)
+    };
+    let ips = ProxyIps::Static(ips(&["10.96.0.10"]));
+    ExternalWriter::new(client, output, s, ips).unwrap()
+}
+
+#[tokio::test]
+async fn adopt_takes_over_the_reference_tools_records_of_this_instance_only() {
+    let w8 = want(
+        Output::DnsEndpoint,
+        &["www.example.com", "same.example.com"],
+        &["10.96.0.10"],
+    );
+    let www = &w8
+        .iter()
+        .find(|(n, _)| *n == name("www.example.com"))
+        .unwrap();
+    let same = &w8
+        .iter()
+        .find(|(n, _)| *n == name("same.example.com"))
+        .unwrap();
+    // Theirs for www (their name scheme), for a name we no longer publish, under the very name
+    // we write for same.example.com, and another instance's (which the server should not list
+    // for the selector; if it does, it is still not taken).
+    let theirs_www = reference_object(
+        "ouroboros-www-example-com-a",
+        "www.example.com",
+        "ouroboros",
+        "40",
+    );
+    let theirs_old = reference_object(
+        "ouroboros-old-example-com-a",
+        "old.example.com",
+        "ouroboros",
+        "41",
+    );
+    let theirs_same = reference_object(&same.0, "same.example.com", "ouroboros", "42");
+    let green = reference_object(
+        "ouroboros-green-example-com-a",
+        "green.example.com",
+        "green",
+        "43",
+    );
+    let (client, task) = serve(vec![
+        reply(200, list_of("DNSEndpointList", vec![])),
+        reply(
+            200,
+            list_of(
+                "DNSEndpointList",
+                vec![theirs_www, theirs_old, theirs_same.clone(), green],
+            ),
+        ),
+        reply(200, metadata_list(vec![theirs_same.clone()])),
+        write_reply(&same.1),
+        write_reply(&same.1),
+        write_reply(&same.1),
+        reply(200, success()),
+        reply(200, success()),
+    ]);
+    let w = adopting_writer(client, Output::DnsEndpoint, None);
+    let a = w
+        .apply(&hosts(&["www.example.com", "same.example.com"]))
+        .await
+        .unwrap();
+    assert_eq!(a.outcome, Outcome::Written);
+    let before = a.change.unwrap().before.unwrap();
+    assert!(before.contains("ouroboros-old-example-com-a\n"), "{before}");
+    drop(w);
+    let seen = task.await.unwrap();
+
+    let ours_list = format!("{DE}?&{SELECTOR}");
+    let ref_list = format!(
+        "{DE}?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Douroboros%2Couroboros.lexfrei.tech%2Finstance%3Douroboros"
+    );
+    let meta_uri = format!("{DE}?");
+    let p_www = patch_uri(DE, &www.0);
+    let p_same = patch_uri(DE, &same.0);
+    let relabel = format!("{DE}/{}?&fieldManager=ouroboros", same.0);
+    let d_www = format!("{DE}/ouroboros-www-example-com-a?");
+    let d_old = format!("{DE}/ouroboros-old-example-com-a?");
+    assert_eq!(
+        calls_sorted(&seen),
+        owned(&[
+            ("GET", ours_list.as_str()),
+            ("GET", ref_list.as_str()),
+            ("GET", meta_uri.as_str()),
+            ("PATCH", relabel.as_str()),
+            ("PATCH", p_same.as_str()),
+            ("PATCH", p_www.as_str()),
+            ("DELETE", d_old.as_str()),
+            ("DELETE", d_www.as_str()),
+        ])
+    );
+    assert_apply(find(&seen, "PATCH", &p_www), &www.1);
+    assert_apply(find(&seen, "PATCH", &p_same), &same.1);
+    // Ours from now on: the apply set our labels, the merge patch drops theirs (their uninstall
+    // hook deletes by it).
+    let r = find(&seen, "PATCH", &relabel);
+    assert_eq!(
+        r.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        r.body.as_ref().unwrap(),
+        &json!({"metadata": {"labels": {"ouroboros.lexfrei.tech/instance": null}}})
+    );
+    // Each relabel follows its own apply; deletes come after every apply.
+    let pos = |m: &str, u: &str| {
+        seen.iter()
+            .position(|s| s.method == m && s.uri == u)
+            .unwrap()
+    };
+    assert!(pos("PATCH", &p_same) < pos("PATCH", &relabel));
+    assert!(pos("PATCH", &p_www) < pos("DELETE", &d_www));
+    assert_eq!(
+        find(&seen, "DELETE", &d_www).body.as_ref().unwrap()["preconditions"],
+        json!({"resourceVersion": "40", "uid": "uid-ouroboros-www-example-com-a"})
+    );
+    assert!(
+        !seen.iter().any(|s| s.uri.contains("green")),
+        "another instance's object was touched"
+    );
+}
+
+#[tokio::test]
+async fn adopt_with_services_and_one_annotation_prefix() {
+    let opts = Options::new(
+        "ouroboros",
+        external::DEFAULT_INSTANCE,
+        60,
+        &ips(&["10.96.0.10"]),
+        &[],
+        &[],
+    )
+    .unwrap();
+    let (svc_name, body) = desired(
+        Output::Service,
+        &hosts(&["www.example.com"]),
+        &opts,
+        &["internal-dns/"],
+    )
+    .into_iter()
+    .next()
+    .unwrap();
+    let mut theirs = reference_object(
+        "ouroboros-www-example-com",
+        "www.example.com",
+        "ouroboros",
+        "7",
+    );
+    theirs["apiVersion"] = json!("v1");
+    theirs["kind"] = json!("Service");
+    theirs["spec"] = json!({"type": "ClusterIP", "clusterIP": "None"});
+    let (client, task) = serve(vec![
+        reply(200, list_of("ServiceList", vec![])),
+        reply(200, list_of("ServiceList", vec![theirs])),
+        reply(200, metadata_list(vec![])),
+        echo("8"),
+        reply(200, success()),
+    ]);
+    let w = adopting_writer(client, Output::Service, Some("internal-dns/"));
+    w.apply(&hosts(&["www.example.com"])).await.unwrap();
+    drop(w);
+    let seen = task.await.unwrap();
+    let p = patch_uri(SVC, &svc_name);
+    assert_apply(find(&seen, "PATCH", &p), &body);
+    assert_eq!(
+        body["metadata"]["annotations"],
+        json!({
+            "internal-dns/hostname": "www.example.com",
+            "internal-dns/target": "10.96.0.10",
+            "internal-dns/ttl": "60"
+        })
+    );
+    find(
+        &seen,
+        "DELETE",
+        &format!("{SVC}/ouroboros-www-example-com?"),
+    );
+    assert_eq!(seen.len(), 5);
 }

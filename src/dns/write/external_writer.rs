@@ -51,7 +51,8 @@ pub enum Output {
 
 /// The external-dns annotation prefixes: `external-dns.kubernetes.io/` since external-dns
 /// v0.22, `external-dns.alpha.kubernetes.io/` before. Services carry both, so any version reads
-/// them (a newer one prefers its own prefix when both are present).
+/// them (a newer one prefers its own prefix when both are present), unless
+/// `--external-dns-annotation-prefix` names the one prefix an external-dns instance reads.
 pub const ANNOTATION_PREFIXES: [&str; 2] = [
     "external-dns.kubernetes.io/",
     "external-dns.alpha.kubernetes.io/",
@@ -102,9 +103,22 @@ pub struct Settings {
     pub ttl: u32,
     pub labels: Vec<(String, String)>,
     pub annotations: Vec<(String, String)>,
+    /// The Services' annotation prefix (`--external-dns-annotation-prefix`); `None`: both of
+    /// [`ANNOTATION_PREFIXES`].
+    pub annotation_prefix: Option<String>,
+    /// Take over the objects lexfrei/ouroboros wrote for this instance (`--external-dns-adopt`).
+    pub adopt: bool,
 }
 
 impl Settings {
+    /// The prefixes of the Services' external-dns annotations.
+    pub fn prefixes(&self) -> Vec<&str> {
+        match &self.annotation_prefix {
+            Some(p) => vec![p.as_str()],
+            None => ANNOTATION_PREFIXES.to_vec(),
+        }
+    }
+
     fn options(&self, ips: &[IpAddr]) -> Result<Options, String> {
         Options::new(
             &self.namespace,
@@ -128,11 +142,13 @@ impl Settings {
     }
 }
 
-/// The desired objects for `hosts`, by name, as server-side apply bodies.
+/// The desired objects for `hosts`, by name, as server-side apply bodies; Services carry their
+/// records as annotations under each of `prefixes`.
 pub fn desired(
     output: Output,
     hosts: &BTreeSet<Hostname>,
     opts: &Options,
+    prefixes: &[&str],
 ) -> BTreeMap<String, Value> {
     // A Service name must be a DNS-1035 label (letter-led), a DNSEndpoint's only a DNS-1123 one.
     let name_of = match output {
@@ -145,7 +161,7 @@ pub fn desired(
             let name = ep.metadata.name.clone().unwrap_or_default();
             let body = match output {
                 Output::DnsEndpoint => serde_json::to_value(&ep).unwrap_or(Value::Null),
-                Output::Service => service_for(&ep),
+                Output::Service => service_for(&ep, prefixes),
             };
             (name, body)
         })
@@ -154,8 +170,8 @@ pub fn desired(
 
 /// A headless Service without selector (so no endpoints of its own), whose annotations give
 /// external-dns the hostname, the targets (all families: it makes A and AAAA records from
-/// them) and the TTL.
-pub fn service_for(ep: &DnsEndpoint) -> Value {
+/// them) and the TTL, under each of `prefixes`.
+pub fn service_for(ep: &DnsEndpoint, prefixes: &[&str]) -> Value {
     let host = ep
         .spec
         .endpoints
@@ -170,7 +186,7 @@ pub fn service_for(ep: &DnsEndpoint) -> Value {
         .collect();
     let ttl = ep.spec.endpoints.first().map(|e| e.record_ttl).unwrap_or(0);
     let mut annotations = ep.metadata.annotations.clone().unwrap_or_default();
-    for p in ANNOTATION_PREFIXES {
+    for p in prefixes {
         annotations.insert(format!("{p}hostname"), host.clone());
         annotations.insert(format!("{p}target"), targets.join(","));
         annotations.insert(format!("{p}ttl"), ttl.to_string());
@@ -255,10 +271,17 @@ fn applied_keys(live: &DynamicObject, field: &str) -> Vec<String> {
         .collect()
 }
 
-fn is_ours(labels: Option<&BTreeMap<String, String>>, instance: &str) -> bool {
+/// Whether `labels` hold our managed-by label and `instance_label`=`instance`: ours with
+/// [`external::INSTANCE_LABEL`], lexfrei/ouroboros's for this instance with
+/// [`external::REFERENCE_INSTANCE_LABEL`].
+fn is_owned(
+    labels: Option<&BTreeMap<String, String>>,
+    instance_label: &str,
+    instance: &str,
+) -> bool {
     labels.is_some_and(|l| {
         l.get(external::MANAGED_BY_LABEL).map(String::as_str) == Some(external::MANAGED_BY)
-            && l.get(external::INSTANCE_LABEL).map(String::as_str) == Some(instance)
+            && l.get(instance_label).map(String::as_str) == Some(instance)
     })
 }
 
@@ -326,7 +349,7 @@ impl ExternalWriter {
                 object: None,
                 message: format!("external-dns records: {e}"),
             })?;
-            desired(self.output, hosts, &opts)
+            desired(self.output, hosts, &opts, &self.settings.prefixes())
         };
         self.sync(want).await
     }
@@ -347,6 +370,10 @@ impl ExternalWriter {
             }
             other => other,
         }
+    }
+
+    fn host_of(&self, body: &Value) -> String {
+        host_of(body, self.settings.prefixes()[0])
     }
 
     fn key(&self, name: &str) -> ObjectKey {
@@ -404,25 +431,50 @@ impl ExternalWriter {
         }
     }
 
-    async fn sync(&self, want: BTreeMap<String, Value>) -> Result<Applied, SinkError> {
+    /// Lists the objects labelled `instance_label`=this instance (and our managed-by label), by
+    /// name. The selector is the server's; the check is ours.
+    async fn list_owned(
+        &self,
+        selector: &str,
+        instance_label: &str,
+    ) -> Result<BTreeMap<String, DynamicObject>, SinkError> {
         let instance = &self.settings.instance;
-        let lp = ListParams::default().labels(&external::selector(instance));
         let listed = self
             .api
-            .list(&lp)
+            .list(&ListParams::default().labels(selector))
             .await
             .map_err(|e| self.api_error("list", None, e))?;
-        // The selector is the server's; the check is ours.
-        let ours: BTreeMap<String, DynamicObject> = listed
+        Ok(listed
             .items
             .into_iter()
-            .filter(|o| is_ours(o.metadata.labels.as_ref(), instance))
+            .filter(|o| is_owned(o.metadata.labels.as_ref(), instance_label, instance))
             .filter_map(|o| Some((o.metadata.name.clone()?, o)))
-            .collect();
+            .collect())
+    }
+
+    async fn sync(&self, want: BTreeMap<String, Value>) -> Result<Applied, SinkError> {
+        let instance = &self.settings.instance;
+        let ours = self
+            .list_owned(&external::selector(instance), external::INSTANCE_LABEL)
+            .await?;
+        // lexfrei/ouroboros's objects for this instance, taken over with --external-dns-adopt:
+        // one with a name we want is rewritten in place (ours from then on), the others are
+        // deleted like our own stale objects, after the applies (so a name never goes
+        // unpublished).
+        let adopted = if self.settings.adopt {
+            self.list_owned(
+                &external::reference_selector(instance),
+                external::REFERENCE_INSTANCE_LABEL,
+            )
+            .await?
+        } else {
+            BTreeMap::new()
+        };
+        let known = |n: &String| ours.contains_key(n) || adopted.contains_key(n);
 
         let mut errors: Vec<SinkError> = Vec::new();
         let mut foreign = BTreeSet::new();
-        if want.keys().any(|n| !ours.contains_key(n)) {
+        if want.keys().any(|n| !known(n)) {
             let all = self
                 .api
                 .list_metadata(&ListParams::default())
@@ -432,8 +484,8 @@ impl ExternalWriter {
                 let Some(name) = o.metadata.name.clone() else {
                     continue;
                 };
-                if want.contains_key(&name) && !ours.contains_key(&name) {
-                    let host = host_of(&want[&name]);
+                if want.contains_key(&name) && !known(&name) {
+                    let host = self.host_of(&want[&name]);
                     errors.push(SinkError {
                         reason: Reason::ForeignObject,
                         object: Some(self.key(&name)),
@@ -457,19 +509,34 @@ impl ExternalWriter {
             .iter()
             .filter(|(n, _)| !foreign.contains(*n))
             .filter(|(n, v)| {
-                ours.get(*n)
-                    .is_none_or(|live| !up_to_date(self.output, v, live))
+                adopted.contains_key(*n)
+                    || ours
+                        .get(*n)
+                        .is_none_or(|live| !up_to_date(self.output, v, live))
             })
             .collect();
-        let to_delete: Vec<&DynamicObject> = ours
+        let stale: BTreeMap<&String, &DynamicObject> = ours
             .iter()
+            .chain(&adopted)
             .filter(|(n, _)| !want.contains_key(*n))
-            .map(|(_, o)| o)
             .collect();
-        let change = (!to_apply.is_empty() || !to_delete.is_empty()).then(|| Change {
-            before: Some(summary(ours.keys())),
+        let before: BTreeSet<&String> = ours.keys().chain(adopted.keys()).collect();
+        let change = (!to_apply.is_empty() || !stale.is_empty()).then(|| Change {
+            before: Some(summary(before.into_iter())),
             after: Some(summary(want.keys().filter(|n| !foreign.contains(*n)))),
         });
+        if !adopted.is_empty() {
+            tracing::info!(
+                kind = self.output.kind(),
+                namespace = %self.settings.namespace,
+                instance = %instance,
+                rewritten = adopted.keys().filter(|n| want.contains_key(*n)).count(),
+                deleted = adopted.keys().filter(|n| !want.contains_key(*n)).count(),
+                dry_run = self.dry_run,
+                "taking over the external-dns records lexfrei/ouroboros wrote for this instance \
+                 (--external-dns-adopt)"
+            );
+        }
 
         let outcome = if change.is_none() {
             Outcome::Unchanged
@@ -481,10 +548,10 @@ impl ExternalWriter {
             // stays `Send` for the controller's spawned sync task.
             let applies: Vec<_> = to_apply
                 .iter()
-                .map(|(name, body)| self.apply_one(&pp, name, body))
+                .map(|(name, body)| self.apply_one(&pp, name, body, adopted.contains_key(*name)))
                 .collect();
             errors.extend(self.run_all(applies).await);
-            let deletes: Vec<_> = to_delete.iter().map(|o| self.delete_one(o)).collect();
+            let deletes: Vec<_> = stale.values().map(|o| self.delete_one(o)).collect();
             errors.extend(self.run_all(deletes).await);
             Outcome::Written
         };
@@ -514,17 +581,50 @@ impl ExternalWriter {
             .await
     }
 
-    async fn apply_one(&self, pp: &PatchParams, name: &str, body: &Value) -> Result<(), SinkError> {
+    /// Applies `body`; for an `adopted` object, then removes lexfrei/ouroboros's instance label,
+    /// with which that tool's uninstall hook would delete what is now ours.
+    async fn apply_one(
+        &self,
+        pp: &PatchParams,
+        name: &str,
+        body: &Value,
+        adopted: bool,
+    ) -> Result<(), SinkError> {
         self.api
             .patch(name, pp, &Patch::Apply(body))
             .await
             .map_err(|e| self.api_error("apply", Some(name), e))?;
+        if adopted {
+            self.drop_reference_label(name).await?;
+        }
         tracing::info!(
             kind = self.output.kind(),
             namespace = %self.settings.namespace,
             name,
-            hostname = %host_of(body),
+            hostname = %self.host_of(body),
             "applied external-dns record"
+        );
+        Ok(())
+    }
+
+    /// Removes lexfrei/ouroboros's instance label from an object we have just applied (a JSON
+    /// merge patch: the label is not ours under server-side apply, so an apply cannot drop it).
+    async fn drop_reference_label(&self, name: &str) -> Result<(), SinkError> {
+        let patch = json!({"metadata": {"labels": {external::REFERENCE_INSTANCE_LABEL: null}}});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.api
+            .patch(name, &pp, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| self.api_error("patch", Some(name), e))?;
+        tracing::info!(
+            kind = self.output.kind(),
+            namespace = %self.settings.namespace,
+            name,
+            label = external::REFERENCE_INSTANCE_LABEL,
+            "took over external-dns record: removed lexfrei/ouroboros's instance label"
         );
         Ok(())
     }
@@ -564,10 +664,12 @@ impl ExternalWriter {
     }
 }
 
-fn host_of(body: &Value) -> String {
+/// The hostname a desired body publishes (a DNSEndpoint's `dnsName`, a Service's `<prefix>hostname`
+/// annotation).
+fn host_of(body: &Value, prefix: &str) -> String {
     body["spec"]["endpoints"][0]["dnsName"]
         .as_str()
-        .or_else(|| body["metadata"]["annotations"]["external-dns.kubernetes.io/hostname"].as_str())
+        .or_else(|| body["metadata"]["annotations"][format!("{prefix}hostname")].as_str())
         .unwrap_or_default()
         .to_string()
 }
@@ -631,6 +733,7 @@ mod tests {
             Output::Service,
             &BTreeSet::from([host("*.example.com")]),
             &opts(),
+            &ANNOTATION_PREFIXES,
         );
         let (name, svc) = d.iter().next().unwrap();
         assert!(name.starts_with("wildcard-example-com-"));
@@ -647,7 +750,30 @@ mod tests {
         }
         assert_eq!(svc["metadata"]["labels"]["team"], "net");
         assert_eq!(svc["metadata"]["labels"][external::INSTANCE_LABEL], "blue");
-        assert_eq!(host_of(svc), "*.example.com");
+        assert_eq!(host_of(svc, ANNOTATION_PREFIXES[0]), "*.example.com");
+
+        // One prefix (--external-dns-annotation-prefix): only its annotations.
+        let d = desired(
+            Output::Service,
+            &BTreeSet::from([host("*.example.com")]),
+            &opts(),
+            &["internal-dns/"],
+        );
+        let svc = d.values().next().unwrap();
+        let keys: Vec<&String> = svc["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "internal-dns/hostname",
+                "internal-dns/target",
+                "internal-dns/ttl"
+            ]
+        );
+        assert_eq!(host_of(svc, "internal-dns/"), "*.example.com");
     }
 
     #[test]
@@ -656,6 +782,7 @@ mod tests {
             Output::DnsEndpoint,
             &BTreeSet::from([host("www.example.com")]),
             &opts(),
+            &ANNOTATION_PREFIXES,
         );
         let want = d.values().next().unwrap();
         let base = want.clone();
@@ -711,6 +838,7 @@ mod tests {
             Output::Service,
             &BTreeSet::from([host("www.example.com")]),
             &opts(),
+            &ANNOTATION_PREFIXES,
         );
         let want = s.values().next().unwrap();
         let mut server = want.clone();
@@ -737,6 +865,8 @@ mod tests {
             ttl: 60,
             labels: vec![],
             annotations: vec![],
+            annotation_prefix: None,
+            adopt: false,
         };
         assert!(s.validate(&[]).is_ok());
         assert!(s.validate(&["0.0.0.0".parse().unwrap()]).is_err());
