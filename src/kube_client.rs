@@ -1,6 +1,7 @@
 //! The one way every subcommand builds its Kubernetes client.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use kube::Client;
 
@@ -68,11 +69,33 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     let from = match kubeconfig {
         Some(path) => format!("--kubeconfig {}", path.display()),
         None if in_cluster => "the in-cluster service account".to_string(),
-        None => "the default kubeconfig".to_string(),
+        None => match std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+            Some(v) => format!("KUBECONFIG={}", v.to_string_lossy()),
+            None => default_kubeconfig()
+                .and_then(|p| p.into_iter().next())
+                .map_or("the default kubeconfig".to_string(), |p| {
+                    p.display().to_string()
+                }),
+        },
     };
-    // One line that says which API server every later error is about.
+    // One line that says which API server every later error is about, and the same words in
+    // each connection error's hint, so the line that fails names it too.
     tracing::info!(server = %config.cluster_url, from = %from, "Kubernetes API server");
+    let _ = SERVER.set(format!("{} (from {from})", config.cluster_url));
     Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// The API server [`client`] connected to and where its address came from; a process talks to
+/// one API server.
+static SERVER: OnceLock<String> = OnceLock::new();
+
+/// `the API server https://10.0.0.1:6443/ (from KUBECONFIG=...)`, or `the API server` before a
+/// client was built (tests with a mock client).
+fn the_server() -> String {
+    match SERVER.get() {
+        Some(s) => format!("the API server {s}"),
+        None => "the API server".to_string(),
+    }
 }
 
 /// Where kube looks for a kubeconfig when none is given: each path of $KUBECONFIG, else
@@ -171,15 +194,18 @@ impl Cause {
     /// The hint for this cause; `permissions` (what to grant) is used only for 403.
     pub fn hint(self, permissions: &str) -> String {
         match self {
-            Cause::Unreachable => "the API server is unreachable; check the network path to it \
-                                   (the `Kubernetes API server` log line names it)"
-                .to_string(),
-            Cause::Tls => "TLS with the API server failed; check the kubeconfig's certificate \
-                           authority and server name"
-                .to_string(),
-            Cause::Unauthorized => "the API server rejected the credentials (401); renew the \
-                                    token or kubeconfig"
-                .to_string(),
+            Cause::Unreachable => format!(
+                "{} is unreachable; check the address and the network path to it",
+                the_server()
+            ),
+            Cause::Tls => format!(
+                "TLS with {} failed; check the kubeconfig's certificate authority and server name",
+                the_server()
+            ),
+            Cause::Unauthorized => format!(
+                "{} rejected the credentials (401); renew the token or kubeconfig",
+                the_server()
+            ),
             Cause::Forbidden => format!("forbidden (403); {permissions}"),
             Cause::NotFound => "not found (404)".to_string(),
             Cause::Other => "unexpected API error".to_string(),

@@ -271,9 +271,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // identical transport failures would help nobody.
     if let Err(e) = &svc {
         if e.code.is_none() {
-            anyhow::bail!(
-                "cannot reach the Kubernetes API server ({e}); check --kubeconfig and the network"
-            );
+            anyhow::bail!("{} ({e})", crate::kube_client::Cause::Unreachable.hint(""));
         }
     }
     let svc_obj = svc.as_ref().ok().and_then(Option::as_ref);

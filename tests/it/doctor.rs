@@ -868,7 +868,10 @@ async fn unreachable_api_server_is_an_error_not_a_report() {
     let err = diagnose(&client, &args(&[])).await.unwrap_err();
     let msg = format!("{err:#}");
     assert!(
-        msg.starts_with("cannot reach the Kubernetes API server (list services (cluster-wide): "),
+        msg.starts_with(
+            "the API server is unreachable; check the address and the network path to it \
+             (list services (cluster-wide): "
+        ),
         "{msg}"
     );
 }

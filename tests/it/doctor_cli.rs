@@ -103,3 +103,50 @@ fn json_output_is_json_even_when_doctor_cannot_run() {
     assert_eq!(v["exit_code"], 1);
     assert_eq!(v["checks"], serde_json::json!([]));
 }
+
+/// An API server that refuses connections: the failing line itself names the server and where
+/// its address came from, with the hint for a connection failure (not RBAC's).
+#[test]
+fn unreachable_api_server_is_named_in_the_error_line() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+             clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n"
+        ),
+    )
+    .unwrap();
+    for output in ["text", "json"] {
+        let mut cmd = common::command("doctor");
+        cmd.env("KUBECONFIG", &kc).args(["--output", output]);
+        let out = cmd.output().expect("running ouroboros");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let want = format!(
+            "the API server https://127.0.0.1:{port}/ (from KUBECONFIG={}) is unreachable; \
+             check the address and the network path to it",
+            kc.display()
+        );
+        let text = if output == "json" {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+            v["error"].as_str().unwrap().to_string()
+        } else {
+            let errors: Vec<&str> = err.lines().filter(|l| l.contains("ERROR")).collect();
+            assert_eq!(errors.len(), 1, "{err}");
+            errors[0].to_string()
+        };
+        assert!(text.contains(&want), "{output}: {text}");
+        assert!(
+            !text.contains("forbidden") && !text.contains("\\\""),
+            "{text}"
+        );
+    }
+}
