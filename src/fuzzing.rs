@@ -434,8 +434,7 @@ fn check_desired(m: &Manifests) {
     for gateway_api in [false, true] {
         let filters = Filters {
             gateway_api,
-            ingress_class: None,
-            gateway_class: None,
+            ..Filters::default()
         };
         let d = hostnames::desired(&m.sources(), &filters, &policy);
         assert!(

@@ -58,8 +58,12 @@ impl Trim for Ingress {
         trim_meta(&mut self.metadata);
         self.status = None;
         if let Some(s) = self.spec.as_mut() {
-            // Only TLS hosts and the class count.
-            s.rules = None;
+            // Only the TLS hosts, the rules' hosts (--ingress-hosts all) and the class count.
+            if let Some(rules) = s.rules.as_mut() {
+                for r in rules {
+                    r.http = None;
+                }
+            }
             s.default_backend = None;
         }
     }
@@ -546,7 +550,10 @@ mod tests {
             "spec": {
                 "ingressClassName": "nginx",
                 "tls": [{"hosts": ["a.example.com"]}],
-                "rules": [{"host": "a.example.com"}]
+                "rules": [{"host": "a.example.com", "http": {"paths": [{
+                    "path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "web", "port": {"number": 80}}}
+                }]}}]
             },
             "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}
         }))
@@ -562,7 +569,11 @@ mod tests {
                     "name": "a", "namespace": "web",
                     "annotations": {"kubernetes.io/ingress.class": "nginx"}
                 },
-                "spec": {"ingressClassName": "nginx", "tls": [{"hosts": ["a.example.com"]}]}
+                "spec": {
+                    "ingressClassName": "nginx",
+                    "tls": [{"hosts": ["a.example.com"]}],
+                    "rules": [{"host": "a.example.com"}]
+                }
             })
         );
     }

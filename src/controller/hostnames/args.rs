@@ -1,7 +1,7 @@
 //! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
-use super::{non_empty, Filters};
+use super::{non_empty, Filters, IngressHosts};
 use crate::hostname::HostPolicy;
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve
@@ -23,6 +23,38 @@ pub struct HostnameArgs {
     /// them (namespace defaults to the route's own). Needs --gateway-api. Empty: all.
     #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_CLASS", value_name = "CLASS")]
     pub gateway_class: Option<String>,
+
+    /// Which Ingress fields name the hosts: `tls` (`spec.tls[].hosts`, the names served over
+    /// TLS) or `all` (also `spec.rules[].host`: plain-HTTP names, e.g. for cert-manager's HTTP-01
+    /// self-check, which goes over port 80).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_INGRESS_HOSTS",
+        value_name = "FIELDS",
+        value_enum,
+        default_value_t = IngressHosts::Tls
+    )]
+    pub ingress_hosts: IngressHosts,
+
+    /// Only read Ingresses, Gateways and routes in this namespace (repeatable; comma-separated in
+    /// the environment variable). Default: every namespace. The watches stay cluster-wide.
+    #[arg(
+        long = "include-namespace",
+        env = "OUROBOROS_CONTROLLER_INCLUDE_NAMESPACE",
+        value_name = "NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub include_namespaces: Vec<String>,
+
+    /// Never read Ingresses, Gateways and routes in this namespace (repeatable; comma-separated
+    /// in the environment variable). Wins over --include-namespace.
+    #[arg(
+        long = "exclude-namespace",
+        env = "OUROBOROS_CONTROLLER_EXCLUDE_NAMESPACE",
+        value_name = "NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub exclude_namespaces: Vec<String>,
 
     /// Cluster DNS domain; names inside it are never hairpinned. Default: detected from the
     /// `svc.<domain>` search entry in /etc/resolv.conf, else `cluster.local`.
@@ -70,10 +102,27 @@ impl HostnameArgs {
                     .into(),
             );
         }
+        let namespaces = |flag: &str, list: &[String]| {
+            list.iter()
+                .map(|n| {
+                    let n = n.trim();
+                    if crate::dns_name::is_label(n) {
+                        Ok(n.to_string())
+                    } else {
+                        Err(format!(
+                            "{flag} {n:?} is not a namespace name (lowercase a-z, 0-9 and inner '-', at most 63 characters)"
+                        ))
+                    }
+                })
+                .collect::<Result<_, _>>()
+        };
         Ok(Filters {
             gateway_api: self.gateway_api,
             ingress_class,
             gateway_class,
+            include_namespaces: namespaces("--include-namespace", &self.include_namespaces)?,
+            exclude_namespaces: namespaces("--exclude-namespace", &self.exclude_namespaces)?,
+            ingress_hosts: self.ingress_hosts,
         })
     }
 
@@ -138,6 +187,7 @@ mod tests {
                 gateway_api: true,
                 ingress_class: None,
                 gateway_class: Some("pp".into()),
+                ..Filters::default()
             }
         );
         let p = args.policy("corp.internal").unwrap();
@@ -162,6 +212,29 @@ mod tests {
         ] {
             assert!(bad.policy("cluster.local").unwrap_err().contains(flag));
         }
+        let args = HostnameArgs {
+            include_namespaces: vec!["shop".into(), " web ".into()],
+            exclude_namespaces: vec!["kube-system".into()],
+            ingress_hosts: IngressHosts::All,
+            ..Default::default()
+        };
+        let f = args.filters().unwrap();
+        assert_eq!(
+            (f.include_namespaces, f.exclude_namespaces, f.ingress_hosts),
+            (
+                ["shop".to_string(), "web".to_string()].into(),
+                ["kube-system".to_string()].into(),
+                IngressHosts::All
+            )
+        );
+        let args = HostnameArgs {
+            exclude_namespaces: vec!["Web".into()],
+            ..Default::default()
+        };
+        assert!(args
+            .filters()
+            .unwrap_err()
+            .contains("--exclude-namespace \"Web\""));
         assert!(HostnameArgs::default()
             .policy("bad domain")
             .unwrap_err()

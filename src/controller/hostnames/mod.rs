@@ -24,7 +24,10 @@ pub use class::{
 };
 pub(crate) use kinds::by_kind;
 pub use kinds::{Kind, Objects, ReadWhen, SourceObject};
-pub use model::{Desired, Excluded, Exclusion, Filters, ObjectRef, Rejected, Sources};
+pub use model::{
+    Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
+    OPT_OUT_ANNOTATION,
+};
 
 use std::collections::BTreeSet;
 
@@ -48,6 +51,31 @@ fn namespace(meta: &ObjectMeta) -> &str {
 
 fn deleting(meta: &ObjectMeta) -> bool {
     meta.deletion_timestamp.is_some()
+}
+
+/// `ouroboros.io/hairpin: "false"` (any case, surrounding blanks ignored).
+fn opted_out(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(OPT_OUT_ANNOTATION))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+}
+
+/// Why an object is skipped before its class or attachment is looked at: being deleted, its
+/// namespace, its opt-out annotation.
+fn skipped(meta: &ObjectMeta, filters: &Filters) -> Option<Exclusion> {
+    let ns = namespace(meta);
+    if deleting(meta) {
+        Some(Exclusion::Deleting)
+    } else if filters.exclude_namespaces.contains(ns)
+        || (!filters.include_namespaces.is_empty() && !filters.include_namespaces.contains(ns))
+    {
+        Some(Exclusion::Namespace)
+    } else if opted_out(meta) {
+        Some(Exclusion::OptedOut)
+    } else {
+        None
+    }
 }
 
 fn non_empty(s: Option<&str>) -> Option<&str> {
@@ -76,8 +104,8 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
 
     for ing in &sources.ingresses {
         let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
-        if deleting(&ing.metadata) {
-            out.exclude(object, Exclusion::Deleting);
+        if let Some(why) = skipped(&ing.metadata, filters) {
+            out.exclude(object, why);
             continue;
         }
         if let Some(want) = ingress_filter {
@@ -87,12 +115,17 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
                 continue;
             }
         }
-        let names = ing
-            .spec
-            .iter()
+        let spec = ing.spec.as_ref();
+        let tls = spec
+            .into_iter()
             .flat_map(|s| s.tls.iter().flatten())
             .flat_map(|t| t.hosts.iter().flatten());
-        out.add(policy, object, names);
+        let rules = spec
+            .filter(|_| filters.ingress_hosts == IngressHosts::All)
+            .into_iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .filter_map(|r| r.host.as_ref());
+        out.add(policy, object, tls.chain(rules));
     }
 
     if !filters.gateway_api {
@@ -100,12 +133,20 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
     }
     let gateway_filter = non_empty(filters.gateway_class.as_deref());
 
-    // (namespace, name) of the Gateways that survive deletion and the class filter.
+    // (namespace, name) of the Gateways that survive deletion and the class filter, and of
+    // those opted out (a route attached only to them is out too: its traffic enters through
+    // them).
     let mut surviving = BTreeSet::new();
+    let mut opted = BTreeSet::new();
     for gw in &sources.gateways {
         let object = ObjectRef::new(Kind::Gateway, &gw.metadata);
-        if deleting(&gw.metadata) {
-            out.exclude(object, Exclusion::Deleting);
+        if let Some(why) = skipped(&gw.metadata, filters) {
+            if why == Exclusion::OptedOut {
+                if let Some(name) = gw.metadata.name.as_deref() {
+                    opted.insert((namespace(&gw.metadata), name));
+                }
+            }
+            out.exclude(object, why);
             continue;
         }
         if let Some(want) = gateway_filter {
@@ -129,26 +170,31 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
         ($list:expr, $kind:expr, |$spec:ident| $hostnames:expr) => {
             for route in &$list {
                 let object = ObjectRef::new($kind, &route.metadata);
-                if deleting(&route.metadata) {
-                    out.exclude(object, Exclusion::Deleting);
+                if let Some(why) = skipped(&route.metadata, filters) {
+                    out.exclude(object, why);
                     continue;
                 }
-                if gateway_filter.is_some() {
-                    let route_ns = namespace(&route.metadata);
-                    let ok = route.spec.parent_refs.iter().flatten().any(|p| {
-                        attached(
+                let route_ns = namespace(&route.metadata);
+                let parents = || {
+                    route.spec.parent_refs.iter().flatten().map(|p| {
+                        (
                             p.group.as_deref(),
                             p.kind.as_deref(),
                             p.namespace.as_deref(),
                             &p.name,
-                            route_ns,
-                            &surviving,
                         )
-                    });
-                    if !ok {
-                        out.exclude(object, Exclusion::NotAttached);
-                        continue;
-                    }
+                    })
+                };
+                let to = |gateways: &BTreeSet<(&str, &str)>| {
+                    parents().any(|(g, k, ns, name)| attached(g, k, ns, name, route_ns, gateways))
+                };
+                if !opted.is_empty() && to(&opted) && !to(&surviving) {
+                    out.exclude(object, Exclusion::OptedOut);
+                    continue;
+                }
+                if gateway_filter.is_some() && !to(&surviving) {
+                    out.exclude(object, Exclusion::NotAttached);
+                    continue;
                 }
                 let $spec = &route.spec;
                 out.add(policy, object, $hostnames);

@@ -66,6 +66,11 @@ pub enum Exclusion {
     GatewayClass(String),
     /// Under `--gateway-class`, the route has no parentRef to a surviving Gateway.
     NotAttached,
+    /// The object carries `ouroboros.io/hairpin: "false"` (for a route: or every Gateway it
+    /// names does).
+    OptedOut,
+    /// Its namespace is not in `--include-namespace` or is in `--exclude-namespace`.
+    Namespace,
 }
 
 impl fmt::Display for Exclusion {
@@ -79,6 +84,10 @@ impl fmt::Display for Exclusion {
             Exclusion::GatewayClass(c) => write!(f, "gateway class {c:?} is filtered out"),
             Exclusion::NotAttached => {
                 f.write_str("no parentRef to a Gateway of the filtered gateway class")
+            }
+            Exclusion::OptedOut => write!(f, "opted out with {OPT_OUT_ANNOTATION}: \"false\""),
+            Exclusion::Namespace => {
+                f.write_str("namespace left out by --include-namespace/--exclude-namespace")
             }
         }
     }
@@ -117,12 +126,31 @@ impl Objects {
     }
 }
 
+/// The annotation that leaves an Ingress, Gateway or route out when `"false"`.
+pub const OPT_OUT_ANNOTATION: &str = "ouroboros.io/hairpin";
+
 /// Which objects count. `None` filters mean all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filters {
     pub gateway_api: bool,
     pub ingress_class: Option<String>,
     pub gateway_class: Option<String>,
+    /// Only objects in these namespaces (empty: every namespace).
+    pub include_namespaces: BTreeSet<String>,
+    /// Never objects in these namespaces (wins over `include_namespaces`).
+    pub exclude_namespaces: BTreeSet<String>,
+    pub ingress_hosts: IngressHosts,
+}
+
+/// Which Ingress fields name the hosts to hairpin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum IngressHosts {
+    /// `spec.tls[].hosts`: the names served over TLS, whose clients the PROXY protocol is for.
+    #[default]
+    Tls,
+    /// Also `spec.rules[].host`: plain-HTTP names too (cert-manager's HTTP-01 self-check
+    /// requests its challenge over port 80 before the certificate exists).
+    All,
 }
 
 /// The result: the validated host set, where each name came from, and what was left out.

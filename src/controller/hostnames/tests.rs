@@ -544,3 +544,184 @@ fn same_name_from_several_objects() {
         .collect();
     assert_eq!(origins, ["Ingress web/a", "Ingress web/b", "Gateway gw/g"]);
 }
+
+fn annotate<T: kube::Resource>(mut o: T, key: &str, value: &str) -> T {
+    o.meta_mut()
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    o
+}
+
+fn in_namespace<T: kube::Resource>(mut o: T, ns: &str) -> T {
+    o.meta_mut().namespace = Some(ns.into());
+    o
+}
+
+fn excluded(d: &Desired) -> Vec<String> {
+    d.excluded
+        .iter()
+        .map(|e| format!("{}: {}", e.object, e.why))
+        .collect()
+}
+
+#[test]
+fn opt_out_annotation_on_ingress_gateway_and_route() {
+    let out = annotate(
+        ingress("out", None, None, &["out.example.com"]),
+        OPT_OUT_ANNOTATION,
+        " False ",
+    );
+    let kept = annotate(
+        ingress("kept", None, None, &["kept.example.com"]),
+        OPT_OUT_ANNOTATION,
+        "true",
+    );
+    let gw_out = annotate(
+        gateway("gw", "internal", "c", &["gw-internal.example.com"], false),
+        OPT_OUT_ANNOTATION,
+        "false",
+    );
+    let gw = gateway("gw", "public", "c", &["gw-public.example.com"], false);
+    let parent = |name: &str| json!({ "name": name, "namespace": "gw" });
+    // Attached only to the opted-out Gateway: out with it.
+    let only_internal = http_route(
+        "web",
+        "only-internal",
+        json!([parent("internal")]),
+        &["internal.example.com"],
+    );
+    // Also attached to a Gateway that counts: kept.
+    let both = http_route(
+        "web",
+        "both",
+        json!([parent("internal"), parent("public")]),
+        &["both.example.com"],
+    );
+    let route_out = annotate(
+        http_route(
+            "web",
+            "r-out",
+            json!([parent("public")]),
+            &["r-out.example.com"],
+        ),
+        OPT_OUT_ANNOTATION,
+        "false",
+    );
+    let d = desired(
+        &Sources {
+            ingresses: vec![&out, &kept],
+            gateways: vec![&gw_out, &gw],
+            http_routes: vec![&only_internal, &both, &route_out],
+            ..Default::default()
+        },
+        &Filters {
+            gateway_api: true,
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(
+        hosts(&d),
+        [
+            "both.example.com",
+            "gw-public.example.com",
+            "kept.example.com"
+        ]
+    );
+    assert_eq!(
+        excluded(&d),
+        [
+            "Ingress web/out: opted out with ouroboros.io/hairpin: \"false\"",
+            "Gateway gw/internal: opted out with ouroboros.io/hairpin: \"false\"",
+            "HTTPRoute web/only-internal: opted out with ouroboros.io/hairpin: \"false\"",
+            "HTTPRoute web/r-out: opted out with ouroboros.io/hairpin: \"false\"",
+        ]
+    );
+}
+
+#[test]
+fn namespace_include_and_exclude() {
+    let a = in_namespace(ingress("a", None, None, &["a.example.com"]), "shop");
+    let b = in_namespace(ingress("b", None, None, &["b.example.com"]), "blog");
+    let c = in_namespace(ingress("c", None, None, &["c.example.com"]), "staging");
+    let gw = gateway("shop", "gw", "c", &["gw.example.com"], false);
+    let route = http_route("staging", "r", json!([]), &["r.example.com"]);
+    let sources = Sources {
+        ingresses: vec![&a, &b, &c],
+        gateways: vec![&gw],
+        http_routes: vec![&route],
+        ..Default::default()
+    };
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+    for (include, exclude, want) in [
+        (
+            vec![],
+            vec![],
+            vec![
+                "a.example.com",
+                "b.example.com",
+                "c.example.com",
+                "gw.example.com",
+                "r.example.com",
+            ],
+        ),
+        (
+            vec!["shop"],
+            vec![],
+            vec!["a.example.com", "gw.example.com"],
+        ),
+        (
+            vec![],
+            vec!["staging"],
+            vec!["a.example.com", "b.example.com", "gw.example.com"],
+        ),
+        // Exclude wins.
+        (
+            vec!["shop", "staging"],
+            vec!["staging"],
+            vec!["a.example.com", "gw.example.com"],
+        ),
+    ] {
+        let d = desired(
+            &sources,
+            &Filters {
+                gateway_api: true,
+                include_namespaces: set(&include),
+                exclude_namespaces: set(&exclude),
+                ..Default::default()
+            },
+            &policy(),
+        );
+        assert_eq!(hosts(&d), want, "include {include:?} exclude {exclude:?}");
+        assert!(d.excluded.iter().all(|e| e.why == Exclusion::Namespace));
+    }
+}
+
+#[test]
+fn ingress_hosts_tls_or_all() {
+    let ing: Ingress = from(json!({
+        "metadata": { "name": "shop", "namespace": "web" },
+        "spec": {
+            "rules": [{ "host": "plain.example.com" }, { "host": "shop.example.com" }, {}],
+            "tls": [{ "hosts": ["shop.example.com"] }],
+        },
+    }));
+    let sources = Sources {
+        ingresses: vec![&ing],
+        ..Default::default()
+    };
+    for (fields, want) in [
+        (IngressHosts::Tls, vec!["shop.example.com"]),
+        (
+            IngressHosts::All,
+            vec!["plain.example.com", "shop.example.com"],
+        ),
+    ] {
+        let filters = Filters {
+            ingress_hosts: fields,
+            ..Default::default()
+        };
+        assert_eq!(hosts(&desired(&sources, &filters, &policy())), want);
+    }
+}
