@@ -123,6 +123,8 @@ impl HostnameArgs {
             include_namespaces: namespaces("--include-namespace", &self.include_namespaces)?,
             exclude_namespaces: namespaces("--exclude-namespace", &self.exclude_namespaces)?,
             ingress_hosts: self.ingress_hosts,
+            // Named targets come with the writers that answer per target (see `targets`).
+            targets: Vec::new(),
         })
     }
 

@@ -1,10 +1,21 @@
-//! The builder of a [`Desired`]: runs each name through the policy, and sorts the accepted ones
-//! once at the end. Separate: the part of the computation tuned for 10k-name sets.
+//! The builder of a [`Desired`]: runs each name through the policy, sorts the accepted ones
+//! once at the end, and settles hostnames that objects of two targets claim. Separate: the part
+//! of the computation tuned for 10k-name sets.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Desired, Excluded, Exclusion, ObjectRef, Rejected};
+use super::targets::Target;
+use super::{Conflict, Desired, Excluded, Exclusion, ObjectRef, Rejected};
 use crate::hostname::{HostPolicy, Hostname};
+
+/// Who claims a name: the object, the target its hostnames go to, its priority annotation.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Claim {
+    /// Negated, so the sort puts the highest priority first.
+    rank: i64,
+    target: Target,
+    object: ObjectRef,
+}
 
 /// Builds a [`Desired`]: accepted names are gathered in a list and sorted once at the end,
 /// which costs far less than inserting each into two trees (10k names: one sort instead of
@@ -12,7 +23,7 @@ use crate::hostname::{HostPolicy, Hostname};
 #[derive(Default)]
 pub(super) struct Collector {
     out: Desired,
-    accepted: Vec<(Hostname, ObjectRef)>,
+    accepted: Vec<(Hostname, Claim)>,
 }
 
 impl Collector {
@@ -20,6 +31,7 @@ impl Collector {
         &mut self,
         policy: &HostPolicy,
         object: ObjectRef,
+        (target, priority): (Target, i64),
         names: impl IntoIterator<Item = &'s String>,
     ) {
         // The last name takes `object` itself: most objects have one name, so most need no copy.
@@ -32,7 +44,14 @@ impl Collector {
             };
             let Some(this) = this else { return };
             match policy.check(raw) {
-                Ok(host) => self.accepted.push((host, this)),
+                Ok(host) => self.accepted.push((
+                    host,
+                    Claim {
+                        rank: priority.saturating_neg(),
+                        target,
+                        object: this,
+                    },
+                )),
                 Err(reason) => self.out.rejected.push(Rejected {
                     object: this,
                     raw: raw.clone(),
@@ -46,6 +65,9 @@ impl Collector {
         self.out.excluded.push(Excluded { object, why });
     }
 
+    /// Sorted by host, then by claim: each host's first claim wins it (the highest priority,
+    /// then the named targets in flag order before the default one, then the object's kind,
+    /// namespace and name), and the claims of other targets lose.
     pub(super) fn finish(self) -> Desired {
         let Collector {
             mut out,
@@ -53,17 +75,39 @@ impl Collector {
         } = self;
         accepted.sort_unstable();
         let mut origins: Vec<(Hostname, BTreeSet<ObjectRef>)> = Vec::new();
-        for (host, object) in accepted {
-            match origins.last_mut() {
-                Some((h, objects)) if *h == host => {
-                    objects.insert(object);
+        let mut placed = Vec::new();
+        // The current host's winning claim (target, object).
+        let mut winner: Option<(Target, ObjectRef)> = None;
+        for (host, claim) in accepted {
+            let same_host = origins.last().is_some_and(|(h, _)| *h == host);
+            match &winner {
+                Some((target, _)) if same_host && claim.target == *target => {}
+                Some((target, object)) if same_host => {
+                    out.conflicts.push(Conflict {
+                        host,
+                        winner: object.clone(),
+                        winner_target: *target,
+                        loser: claim.object,
+                        loser_target: claim.target,
+                    });
+                    continue;
                 }
-                _ => origins.push((host, BTreeSet::from([object]))),
+                _ => {
+                    if claim.target != Target::Default {
+                        placed.push((host.clone(), claim.target));
+                    }
+                    winner = Some((claim.target, claim.object.clone()));
+                    origins.push((host, BTreeSet::new()));
+                }
+            }
+            if let Some((_, objects)) = origins.last_mut() {
+                objects.insert(claim.object);
             }
         }
-        // Both from sorted input: built in bulk, without searching.
+        // All from sorted input: built in bulk, without searching.
         out.hosts = origins.iter().map(|(h, _)| h.clone()).collect();
         out.origins = origins.into_iter().collect();
+        out.placed = placed.into_iter().collect::<BTreeMap<_, _>>();
         out
     }
 }

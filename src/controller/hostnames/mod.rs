@@ -11,12 +11,14 @@
 //! | `collect` | the builder that gathers accepted names and sorts them once |
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
 //! | `args` | the flags ([`HostnameArgs`]) that become the filters and the hostname policy |
+//! | `targets` | named proxy targets ([`TargetRule`], `--target`) and conflict priorities |
 
 mod args;
 mod class;
 mod collect;
 mod kinds;
 mod model;
+mod targets;
 
 pub use args::HostnameArgs;
 pub use class::{
@@ -25,11 +27,14 @@ pub use class::{
 pub(crate) use kinds::by_kind;
 pub use kinds::{Kind, Objects, ReadWhen, SourceObject};
 pub use model::{
-    Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
+    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
     OPT_OUT_ANNOTATION,
 };
+pub use targets::{
+    check_targets, parse_target, Target, TargetRule, DEFAULT_TARGET, PRIORITY_ANNOTATION,
+};
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -82,22 +87,33 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
     s.map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// Whether a route `parentRef` names the Gateway `(namespace, name)` in `gateways`.
+/// (namespace, name) of Gateways, with the target each one's hostnames go to.
+type Gateways<'a> = BTreeMap<(&'a str, &'a str), Target>;
+
+/// The target of the Gateway `(namespace, name)` in `gateways` a route `parentRef` names.
 fn attached(
     group: Option<&str>,
     kind: Option<&str>,
     ref_namespace: Option<&str>,
     name: &str,
     route_namespace: &str,
-    gateways: &BTreeSet<(&str, &str)>,
-) -> bool {
-    group.unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
-        && kind.unwrap_or("Gateway") == "Gateway"
-        && gateways.contains(&(non_empty(ref_namespace).unwrap_or(route_namespace), name))
+    gateways: &Gateways<'_>,
+) -> Option<Target> {
+    if group.unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP || kind.unwrap_or("Gateway") != "Gateway" {
+        return None;
+    }
+    gateways
+        .get(&(non_empty(ref_namespace).unwrap_or(route_namespace), name))
+        .copied()
 }
 
-/// The desired host set.
+/// The desired host set, each host with its target.
+///
+/// An object mapped to a named target (`--target`: by IngressClass, by Gateway, by
+/// GatewayClass; a route by the first Gateway it is attached to) goes there whatever
+/// `--ingress-class`/`--gateway-class` say: those filter what the default target takes.
 pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) -> Desired {
+    let rules = &filters.targets;
     let mut out = Collector::default();
     let ingress_filter = non_empty(filters.ingress_class.as_deref());
     let default_class = default_ingress_class(&sources.ingress_classes);
@@ -108,24 +124,29 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
             out.exclude(object, why);
             continue;
         }
-        if let Some(want) = ingress_filter {
-            let class = ingress_class(ing, default_class);
+        let class = ingress_class(ing, default_class);
+        let target = targets::for_ingress_class(rules, class);
+        if let (None, Some(want)) = (target, ingress_filter) {
             if class != Some(want) {
                 out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
                 continue;
             }
         }
+        let target = (
+            target.unwrap_or(Target::Default),
+            targets::priority(&ing.metadata),
+        );
         let spec = ing.spec.as_ref();
         let tls = spec
             .into_iter()
             .flat_map(|s| s.tls.iter().flatten())
             .flat_map(|t| t.hosts.iter().flatten());
-        let rules = spec
+        let rule_hosts = spec
             .filter(|_| filters.ingress_hosts == IngressHosts::All)
             .into_iter()
             .flat_map(|s| s.rules.iter().flatten())
             .filter_map(|r| r.host.as_ref());
-        out.add(policy, object, tls.chain(rules));
+        out.add(policy, object, target, tls.chain(rule_hosts));
     }
 
     if !filters.gateway_api {
@@ -136,33 +157,42 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
     // (namespace, name) of the Gateways that survive deletion and the class filter, and of
     // those opted out (a route attached only to them is out too: its traffic enters through
     // them).
-    let mut surviving = BTreeSet::new();
-    let mut opted = BTreeSet::new();
+    let mut surviving = Gateways::new();
+    let mut opted = Gateways::new();
     for gw in &sources.gateways {
         let object = ObjectRef::new(Kind::Gateway, &gw.metadata);
         if let Some(why) = skipped(&gw.metadata, filters) {
             if why == Exclusion::OptedOut {
                 if let Some(name) = gw.metadata.name.as_deref() {
-                    opted.insert((namespace(&gw.metadata), name));
+                    opted.insert((namespace(&gw.metadata), name), Target::Default);
                 }
             }
             out.exclude(object, why);
             continue;
         }
-        if let Some(want) = gateway_filter {
-            if gw.spec.gateway_class_name != want {
-                out.exclude(
-                    object,
-                    Exclusion::GatewayClass(gw.spec.gateway_class_name.clone()),
-                );
+        let (ns, name) = (
+            namespace(&gw.metadata),
+            gw.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let class = gw.spec.gateway_class_name.as_str();
+        let target = targets::for_gateway(rules, ns, name, class);
+        if let (None, Some(want)) = (target, gateway_filter) {
+            if class != want {
+                out.exclude(object, Exclusion::GatewayClass(class.to_string()));
                 continue;
             }
         }
-        if let Some(name) = gw.metadata.name.as_deref() {
-            surviving.insert((namespace(&gw.metadata), name));
+        let target = target.unwrap_or(Target::Default);
+        if !name.is_empty() {
+            surviving.insert((ns, name), target);
         }
         let names = gw.spec.listeners.iter().filter_map(|l| l.hostname.as_ref());
-        out.add(policy, object, names);
+        out.add(
+            policy,
+            object,
+            (target, targets::priority(&gw.metadata)),
+            names,
+        );
     }
 
     // One pass per route kind; the generated parentRef types differ only by name.
@@ -185,19 +215,26 @@ pub fn desired(sources: &Sources<'_>, filters: &Filters, policy: &HostPolicy) ->
                         )
                     })
                 };
-                let to = |gateways: &BTreeSet<(&str, &str)>| {
-                    parents().any(|(g, k, ns, name)| attached(g, k, ns, name, route_ns, gateways))
+                // The target of the first Gateway the route is attached to.
+                let to = |gateways: &Gateways<'_>| {
+                    parents()
+                        .find_map(|(g, k, ns, name)| attached(g, k, ns, name, route_ns, gateways))
                 };
-                if !opted.is_empty() && to(&opted) && !to(&surviving) {
+                let target = to(&surviving);
+                if target.is_none() && !opted.is_empty() && to(&opted).is_some() {
                     out.exclude(object, Exclusion::OptedOut);
                     continue;
                 }
-                if gateway_filter.is_some() && !to(&surviving) {
+                if target.is_none() && gateway_filter.is_some() {
                     out.exclude(object, Exclusion::NotAttached);
                     continue;
                 }
+                let target = (
+                    target.unwrap_or(Target::Default),
+                    targets::priority(&route.metadata),
+                );
                 let $spec = &route.spec;
-                out.add(policy, object, $hostnames);
+                out.add(policy, object, target, $hostnames);
             }
         };
     }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::kinds::{Kind, Objects};
 use super::namespace;
+use super::targets::{Target, TargetRule};
 use crate::hostname::{Hostname, Rejection};
 
 impl fmt::Display for Kind {
@@ -140,6 +141,8 @@ pub struct Filters {
     /// Never objects in these namespaces (wins over `include_namespaces`).
     pub exclude_namespaces: BTreeSet<String>,
     pub ingress_hosts: IngressHosts,
+    /// Named targets (`--target`), in flag order; what none takes goes to the default target.
+    pub targets: Vec<TargetRule>,
 }
 
 /// Which Ingress fields name the hosts to hairpin.
@@ -163,4 +166,36 @@ pub struct Desired {
     pub rejected: Vec<Rejected>,
     /// Objects skipped whole by a filter or because they are being deleted, in input order.
     pub excluded: Vec<Excluded>,
+    /// The hosts that go to a named target (every other host goes to the default one): empty
+    /// without `--target`, so a single-target set costs nothing more.
+    pub placed: BTreeMap<Hostname, Target>,
+    /// Objects that lost a hostname to an object of another target, by host.
+    pub conflicts: Vec<Conflict>,
+}
+
+/// A hostname claimed by objects of two targets: `winner`'s target answers for it; `loser`
+/// contributes nothing for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    pub host: Hostname,
+    pub winner: ObjectRef,
+    pub winner_target: Target,
+    pub loser: ObjectRef,
+    pub loser_target: Target,
+}
+
+impl Desired {
+    /// Where `host` goes.
+    pub fn target_of(&self, host: &Hostname) -> Target {
+        self.placed.get(host).copied().unwrap_or(Target::Default)
+    }
+
+    /// The hosts per target, the default target's included when it has any.
+    pub fn by_target(&self) -> BTreeMap<Target, BTreeSet<Hostname>> {
+        let mut out: BTreeMap<Target, BTreeSet<Hostname>> = BTreeMap::new();
+        for h in &self.hosts {
+            out.entry(self.target_of(h)).or_default().insert(h.clone());
+        }
+        out
+    }
 }

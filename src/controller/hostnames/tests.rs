@@ -7,6 +7,7 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 use super::*;
 use crate::hostname::{Hostname, Rejection};
@@ -724,4 +725,216 @@ fn ingress_hosts_tls_or_all() {
         };
         assert_eq!(hosts(&desired(&sources, &filters, &policy())), want);
     }
+}
+
+fn targets(specs: &[&str]) -> Vec<TargetRule> {
+    specs.iter().map(|s| parse_target(s).unwrap()).collect()
+}
+
+fn by_target(d: &Desired, rules: &[TargetRule]) -> Vec<(String, Vec<String>)> {
+    d.by_target()
+        .into_iter()
+        .map(|(t, hs)| {
+            (
+                t.name(rules).to_string(),
+                hs.iter().map(|h| h.as_str().to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn classes_and_gateways_go_to_their_targets() {
+    let rules = targets(&[
+        "name=traefik,service=proxy-traefik,ingress-class=traefik,gateway-class=traefik",
+        "name=eg,service=proxy-eg,gateway=infra/public",
+    ]);
+    let nginx = ingress("shop", Some("nginx"), None, &["shop.example.com"]);
+    let traefik = ingress("blog", Some("traefik"), None, &["blog.example.com"]);
+    let classless = ingress("old", None, None, &["old.example.com"]);
+    let public = gateway("infra", "public", "cilium", &["*.apps.example.com"], false);
+    let tgw = gateway("infra", "t", "traefik", &["t.example.com"], false);
+    let other = gateway("infra", "other", "cilium", &["other.example.com"], false);
+    let parent = |name: &str| json!({ "name": name, "namespace": "infra" });
+    let r1 = http_route("web", "r1", json!([parent("public")]), &["r1.example.com"]);
+    let r2 = http_route(
+        "web",
+        "r2",
+        json!([parent("t"), parent("public")]),
+        &["r2.example.com"],
+    );
+    let r3 = http_route("web", "r3", json!([]), &["r3.example.com"]);
+    let sources = Sources {
+        ingresses: vec![&nginx, &traefik, &classless],
+        gateways: vec![&public, &tgw, &other],
+        http_routes: vec![&r1, &r2, &r3],
+        ..Default::default()
+    };
+    let filters = Filters {
+        gateway_api: true,
+        targets: rules.clone(),
+        ..Default::default()
+    };
+    let d = desired(&sources, &filters, &policy());
+    assert_eq!(
+        by_target(&d, &rules),
+        [
+            (
+                "traefik".to_string(),
+                vec![
+                    "blog.example.com".to_string(),
+                    "r2.example.com".into(),
+                    "t.example.com".into()
+                ]
+            ),
+            (
+                "eg".to_string(),
+                vec!["*.apps.example.com".to_string(), "r1.example.com".into()]
+            ),
+            (
+                "default".to_string(),
+                vec![
+                    "old.example.com".to_string(),
+                    "other.example.com".into(),
+                    "r3.example.com".into(),
+                    "shop.example.com".into()
+                ]
+            ),
+        ]
+    );
+    assert!(d.conflicts.is_empty());
+
+    // The class filters only narrow the default target: mapped classes still count.
+    let d = desired(
+        &sources,
+        &Filters {
+            ingress_class: Some("nginx".into()),
+            gateway_class: Some("none".into()),
+            ..filters.clone()
+        },
+        &policy(),
+    );
+    assert_eq!(
+        by_target(&d, &rules),
+        [
+            (
+                "traefik".to_string(),
+                vec![
+                    "blog.example.com".to_string(),
+                    "r2.example.com".into(),
+                    "t.example.com".into()
+                ]
+            ),
+            (
+                "eg".to_string(),
+                vec!["*.apps.example.com".to_string(), "r1.example.com".into()]
+            ),
+            ("default".to_string(), vec!["shop.example.com".to_string()]),
+        ]
+    );
+    // Without targets nothing is placed: the single-target result is unchanged.
+    let d = desired(
+        &sources,
+        &Filters {
+            targets: vec![],
+            ..filters
+        },
+        &policy(),
+    );
+    assert!(d.placed.is_empty() && d.conflicts.is_empty());
+    assert_eq!(d.hosts.len(), 9);
+}
+
+#[test]
+fn a_host_claimed_by_two_targets_has_one_winner() {
+    let rules = targets(&["name=traefik,service=proxy-traefik,ingress-class=traefik"]);
+    let filters = Filters {
+        targets: rules.clone(),
+        ..Default::default()
+    };
+    let conflicts = |d: &Desired| -> Vec<String> {
+        d.conflicts
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: {} ({}) beats {} ({})",
+                    c.host,
+                    c.winner,
+                    c.winner_target.name(&rules),
+                    c.loser,
+                    c.loser_target.name(&rules)
+                )
+            })
+            .collect()
+    };
+    let old = ingress(
+        "shop-nginx",
+        Some("nginx"),
+        None,
+        &["shop.example.com", "a.example.com"],
+    );
+    let new = ingress("shop-traefik", Some("traefik"), None, &["shop.example.com"]);
+    // Equal priority: the named target wins over the default one.
+    let d = desired(
+        &Sources {
+            ingresses: vec![&old, &new],
+            ..Default::default()
+        },
+        &filters,
+        &policy(),
+    );
+    assert_eq!(
+        by_target(&d, &rules),
+        [
+            ("traefik".to_string(), vec!["shop.example.com".to_string()]),
+            ("default".to_string(), vec!["a.example.com".to_string()]),
+        ]
+    );
+    assert_eq!(
+        conflicts(&d),
+        ["shop.example.com: Ingress web/shop-traefik (traefik) beats Ingress web/shop-nginx (default)"]
+    );
+    let shop = policy().check("shop.example.com").unwrap();
+    assert_eq!(
+        d.origins[&shop]
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["Ingress web/shop-traefik"]
+    );
+    // A higher priority annotation wins, in either input order.
+    let old_first = annotate(old.clone(), PRIORITY_ANNOTATION, "10");
+    for order in [vec![&old_first, &new], vec![&new, &old_first]] {
+        let d = desired(
+            &Sources {
+                ingresses: order,
+                ..Default::default()
+            },
+            &filters,
+            &policy(),
+        );
+        assert_eq!(
+            by_target(&d, &rules),
+            [(
+                "default".to_string(),
+                vec!["a.example.com".to_string(), "shop.example.com".into()]
+            )]
+        );
+        assert_eq!(
+            conflicts(&d),
+            ["shop.example.com: Ingress web/shop-nginx (default) beats Ingress web/shop-traefik (traefik)"]
+        );
+    }
+    // Two objects of the same target are not a conflict.
+    let twin = ingress("shop-2", Some("traefik"), None, &["shop.example.com"]);
+    let d = desired(
+        &Sources {
+            ingresses: vec![&new, &twin],
+            ..Default::default()
+        },
+        &filters,
+        &policy(),
+    );
+    assert!(d.conflicts.is_empty());
+    assert_eq!(d.origins[&shop].len(), 2);
 }

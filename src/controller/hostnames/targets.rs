@@ -1,0 +1,338 @@
+//! Proxy targets: which sources a named target takes (its IngressClasses, GatewayClasses and
+//! Gateways), parsed from `--target`, and the rule that settles a hostname two targets claim.
+//! Separate: the mapping is configuration, [`desired`](super::desired) only applies it.
+//!
+//! Everything no named target takes goes to the default target (the proxy of
+//! `--proxy-service-name`), under the `--ingress-class` and `--gateway-class` filters as before.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::dns_name::{is_label, is_subdomain};
+
+/// The annotation that settles a hostname claimed by objects of two targets: the higher integer
+/// wins (absent or not an integer: 0).
+pub const PRIORITY_ANNOTATION: &str = "ouroboros.io/priority";
+
+/// The name the default target goes by in logs, metrics and Events; no `--target` may take it.
+pub const DEFAULT_TARGET: &str = "default";
+
+/// A named target and the sources it takes, as `--target` gives it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetRule {
+    /// A DNS-1123 label, unique among targets.
+    pub name: String,
+    /// The proxy Service (`namespace`, `name`) whose ClusterIPs answer for its hosts.
+    pub service: (Option<String>, String),
+    pub ingress_classes: BTreeSet<String>,
+    pub gateway_classes: BTreeSet<String>,
+    /// Gateways (`namespace`, `name`); a Gateway named here is taken before any class rule.
+    pub gateways: BTreeSet<(String, String)>,
+}
+
+/// Where an object's hostnames go: a named target (its index in `--target` order) or the
+/// default one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// Sorts before the default: on equal priority, named targets win in flag order.
+    Named(u16),
+    Default,
+}
+
+impl Target {
+    /// The target's name among `rules`.
+    pub fn name<'a>(&self, rules: &'a [TargetRule]) -> &'a str {
+        match self {
+            Target::Named(i) => rules.get(usize::from(*i)).map_or("?", |r| r.name.as_str()),
+            Target::Default => DEFAULT_TARGET,
+        }
+    }
+}
+
+impl fmt::Display for TargetRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// The first rule taking IngressClass `class`.
+pub(super) fn for_ingress_class(rules: &[TargetRule], class: Option<&str>) -> Option<Target> {
+    let class = class?;
+    position(rules, |r| r.ingress_classes.contains(class))
+}
+
+/// The first rule naming the Gateway, else the first taking its class.
+pub(super) fn for_gateway(
+    rules: &[TargetRule],
+    namespace: &str,
+    name: &str,
+    class: &str,
+) -> Option<Target> {
+    position(rules, |r| {
+        r.gateways.iter().any(|(n, g)| n == namespace && g == name)
+    })
+    .or_else(|| position(rules, |r| r.gateway_classes.contains(class)))
+}
+
+fn position(rules: &[TargetRule], f: impl Fn(&TargetRule) -> bool) -> Option<Target> {
+    rules
+        .iter()
+        .position(f)
+        .and_then(|i| u16::try_from(i).ok())
+        .map(Target::Named)
+}
+
+/// The object's `ouroboros.io/priority`, 0 when absent or not an integer.
+pub(super) fn priority(meta: &ObjectMeta) -> i64 {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(PRIORITY_ANNOTATION))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Parses one `--target`: comma-separated `key=value` pairs, `name` and `service` once, the
+/// mapping keys repeatable:
+/// `name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,gateway-class=traefik,gateway=infra/public`.
+/// `service` without a namespace is in `--proxy-service-namespace`.
+pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
+    let mut rule = TargetRule::default();
+    let mut service = None;
+    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not key=value"));
+        };
+        let value = value.trim();
+        let once = |slot: &mut Option<String>| {
+            if slot.replace(value.to_string()).is_some() {
+                Err(format!("{key} is given twice"))
+            } else {
+                Ok(())
+            }
+        };
+        match key.trim() {
+            "name" if !rule.name.is_empty() => return Err("name is given twice".into()),
+            "name" => rule.name = value.to_string(),
+            "service" => once(&mut service)?,
+            "ingress-class" => {
+                rule.ingress_classes.insert(class(key, value)?);
+            }
+            "gateway-class" => {
+                rule.gateway_classes.insert(class(key, value)?);
+            }
+            "gateway" => {
+                let (ns, name) = namespaced(value)
+                    .filter(|(ns, _)| ns.is_some())
+                    .ok_or_else(|| format!("gateway {value:?} is not NAMESPACE/NAME"))?;
+                rule.gateways
+                    .insert((ns.unwrap_or_default(), name));
+            }
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway)"
+                ))
+            }
+        }
+    }
+    if rule.name.is_empty() {
+        return Err("name=NAME is missing".into());
+    }
+    if !is_label(&rule.name) {
+        return Err(format!(
+            "name {:?} is not a DNS label (lowercase a-z, 0-9 and inner '-', at most 63 characters)",
+            rule.name
+        ));
+    }
+    if rule.name == DEFAULT_TARGET {
+        return Err(format!(
+            "name {DEFAULT_TARGET:?} is the target of --proxy-service-name; pick another"
+        ));
+    }
+    let service = service.ok_or("service=[NAMESPACE/]NAME is missing")?;
+    rule.service = namespaced(&service)
+        .ok_or_else(|| format!("service {service:?} is not [NAMESPACE/]NAME"))?;
+    if rule.ingress_classes.is_empty()
+        && rule.gateway_classes.is_empty()
+        && rule.gateways.is_empty()
+    {
+        return Err(
+            "it takes no sources: give ingress-class=, gateway-class= or gateway= (repeatable)"
+                .into(),
+        );
+    }
+    Ok(rule)
+}
+
+/// Checks a whole `--target` list: unique names, each class and Gateway taken once.
+pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
+    if rules.len() > usize::from(u16::MAX) {
+        return Err("too many --target flags".into());
+    }
+    let mut names = BTreeSet::new();
+    let mut taken = BTreeSet::new();
+    for r in rules {
+        if !names.insert(r.name.as_str()) {
+            return Err(format!("--target name {:?} is given twice", r.name));
+        }
+        let keys = r
+            .ingress_classes
+            .iter()
+            .map(|c| format!("ingress-class={c}"))
+            .chain(
+                r.gateway_classes
+                    .iter()
+                    .map(|c| format!("gateway-class={c}")),
+            )
+            .chain(r.gateways.iter().map(|(n, g)| format!("gateway={n}/{g}")));
+        for k in keys {
+            if let Some((_, other)) = taken.iter().find(|(key, _)| *key == k) {
+                return Err(format!(
+                    "{k} is taken by both --target {other} and --target {}",
+                    r.name
+                ));
+            }
+            taken.insert((k, r.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn class(key: &str, value: &str) -> Result<String, String> {
+    if is_subdomain(value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!("{key} {value:?} is not a class name"))
+    }
+}
+
+/// `NAMESPACE/NAME` or `NAME`, both DNS labels (a Gateway's name may be a subdomain).
+fn namespaced(s: &str) -> Option<(Option<String>, String)> {
+    let (ns, name) = match s.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, s),
+    };
+    if ns.is_some_and(|n| !is_label(n)) || !is_subdomain(name) {
+        return None;
+    }
+    Some((ns.map(str::to_string), name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_target_specs() {
+        let r = parse_target(
+            "name=traefik, service=ouroboros/proxy-traefik, ingress-class=traefik, \
+             ingress-class=traefik-internal, gateway-class=traefik, gateway=infra/public",
+        )
+        .unwrap();
+        assert_eq!(r.name, "traefik");
+        assert_eq!(
+            r.service,
+            (Some("ouroboros".into()), "proxy-traefik".into())
+        );
+        assert_eq!(
+            r.ingress_classes,
+            ["traefik".to_string(), "traefik-internal".to_string()].into()
+        );
+        assert_eq!(
+            r.gateways,
+            [("infra".to_string(), "public".to_string())].into()
+        );
+        let r = parse_target("name=a,service=proxy-a,gateway=ns/gw").unwrap();
+        assert_eq!(r.service, (None, "proxy-a".into()));
+
+        for (spec, err) in [
+            ("service=x,ingress-class=a", "name=NAME is missing"),
+            (
+                "name=a,ingress-class=a",
+                "service=[NAMESPACE/]NAME is missing",
+            ),
+            ("name=a,service=x", "takes no sources"),
+            ("name=A,service=x,ingress-class=a", "not a DNS label"),
+            (
+                "name=default,service=x,ingress-class=a",
+                "--proxy-service-name",
+            ),
+            (
+                "name=a,name=b,service=x,ingress-class=a",
+                "name is given twice",
+            ),
+            (
+                "name=a,service=x,service=y,ingress-class=a",
+                "service is given twice",
+            ),
+            ("name=a,service=x,gateway=gw", "not NAMESPACE/NAME"),
+            (
+                "name=a,service=x/y/z,ingress-class=a",
+                "not [NAMESPACE/]NAME",
+            ),
+            (
+                "name=a,service=x,ingres-class=a",
+                "unknown key \"ingres-class\"",
+            ),
+            ("name=a,service=x,ingress-class", "not key=value"),
+            ("name=a,service=x,ingress-class=a b", "not a class name"),
+        ] {
+            let got = parse_target(spec).unwrap_err();
+            assert!(got.contains(err), "{spec}: {got}");
+        }
+    }
+
+    #[test]
+    fn a_class_or_gateway_goes_to_one_target() {
+        let a = parse_target("name=a,service=x,ingress-class=nginx,gateway=infra/gw").unwrap();
+        let b = parse_target("name=b,service=y,ingress-class=traefik,gateway-class=eg").unwrap();
+        assert!(check_targets(&[a.clone(), b.clone()]).is_ok());
+        let dup = parse_target("name=a,service=z,ingress-class=other").unwrap();
+        assert!(check_targets(&[a.clone(), dup])
+            .unwrap_err()
+            .contains("name \"a\" is given twice"));
+        let c = parse_target("name=c,service=z,ingress-class=nginx").unwrap();
+        assert_eq!(
+            check_targets(&[a.clone(), b.clone(), c]).unwrap_err(),
+            "ingress-class=nginx is taken by both --target a and --target c"
+        );
+
+        let rules = [a, b];
+        assert_eq!(
+            for_ingress_class(&rules, Some("traefik")),
+            Some(Target::Named(1))
+        );
+        assert_eq!(for_ingress_class(&rules, Some("other")), None);
+        assert_eq!(for_ingress_class(&rules, None), None);
+        // The Gateway named by a beats b's class rule.
+        assert_eq!(
+            for_gateway(&rules, "infra", "gw", "eg"),
+            Some(Target::Named(0))
+        );
+        assert_eq!(
+            for_gateway(&rules, "infra", "other", "eg"),
+            Some(Target::Named(1))
+        );
+        assert_eq!(for_gateway(&rules, "infra", "other", "cilium"), None);
+        assert_eq!(Target::Named(1).name(&rules), "b");
+        assert_eq!(Target::Default.name(&rules), "default");
+        assert!(Target::Named(7) < Target::Default);
+    }
+
+    #[test]
+    fn priorities() {
+        let meta = |v: Option<&str>| ObjectMeta {
+            annotations: v.map(|v| [(PRIORITY_ANNOTATION.to_string(), v.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        for (v, want) in [
+            (None, 0),
+            (Some("10"), 10),
+            (Some(" -3 "), -3),
+            (Some("high"), 0),
+        ] {
+            assert_eq!(priority(&meta(v)), want, "{v:?}");
+        }
+    }
+}
