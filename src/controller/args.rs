@@ -2,6 +2,8 @@
 //! hostname flags select. The DNS-target flags every DNS subcommand shares live in
 //! `crate::dns::args` and are re-exported here.
 
+use std::time::Duration;
+
 use clap::{ArgAction, Args};
 
 use super::hostnames::{Filters, HostnameArgs};
@@ -28,6 +30,41 @@ pub struct ElectionArgs {
     /// Namespace of the Lease [default: this pod's namespace, else `ouroboros`].
     #[arg(long, env = "OUROBOROS_CONTROLLER_LEASE_NAMESPACE", value_name = "NS")]
     pub lease_namespace: Option<String>,
+}
+
+/// The watches of the source kinds (Ingress, Gateway-API): how a watch that went quiet is told
+/// from a quiet cluster.
+#[derive(Args, Clone, Debug)]
+pub struct WatchArgs {
+    /// Restart a watch with a fresh list when it has delivered neither an event nor a bookmark
+    /// for this long (a watch through a tunnel or proxy that drops idle streams can stop without
+    /// an error); 0 disables, else at least 2m.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_WATCH_IDLE_TIMEOUT", value_name = "DURATION", default_value = "10m", value_parser = parse_watch_idle_timeout)]
+    pub watch_idle_timeout: Duration,
+}
+
+/// The shortest `--watch-idle-timeout`: the API server sends a bookmark about once a minute
+/// (and one before each watch's 290 s deadline), so a healthy quiet watch can go a minute and a
+/// little more without one; anything shorter would restart healthy watches.
+pub const MIN_WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn parse_watch_idle_timeout(s: &str) -> Result<Duration, String> {
+    let d = crate::flags::parse_duration(s)?;
+    if !d.is_zero() && d < MIN_WATCH_IDLE_TIMEOUT {
+        return Err(format!(
+            "must be 0 (off) or at least 2m: the API server sends a bookmark only about once a \
+             minute, so {} would restart healthy watches",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+impl WatchArgs {
+    /// The idle timeout (`None`: the detector is off).
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (!self.watch_idle_timeout.is_zero()).then_some(self.watch_idle_timeout)
+    }
 }
 
 impl ElectionArgs {
@@ -59,5 +96,26 @@ impl Selection {
             cluster_domain,
             policy,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_idle_timeout() {
+        let parse = |argv: &[&str]| crate::flags::parse_args::<WatchArgs>(argv);
+        let t = parse(&[]).unwrap();
+        assert_eq!(t.idle_timeout(), Some(Duration::from_secs(600)));
+        let t = parse(&["--watch-idle-timeout", "0"]).unwrap();
+        assert_eq!(t.idle_timeout(), None, "0 disables");
+        let t = parse(&["--watch-idle-timeout", "2m"]).unwrap();
+        assert_eq!(t.idle_timeout(), Some(MIN_WATCH_IDLE_TIMEOUT));
+        let e = parse(&["--watch-idle-timeout", "90s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 2m") && e.contains("1m 30s"), "{e}");
+        assert!(parse(&["--watch-idle-timeout", "soon"]).is_err());
     }
 }

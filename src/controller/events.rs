@@ -1,5 +1,6 @@
 //! Kubernetes Events (`events.k8s.io/v1`, reporter `ouroboros-controller`) for what an object's
 //! owner should see in `kubectl describe`: `HostnameRejected` on an Ingress or route,
+//! `HostnameConflict` on an object that lost a hostname to another target's object,
 //! `CorefileUnparseable` and `BlockReverted` on the CoreDNS ConfigMap. Published from a task
 //! so the sync engine never waits on the API.
 
@@ -11,11 +12,12 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hostnames::{ObjectRef, Rejected};
+use super::hostnames::{Conflict, ObjectRef, Rejected, TargetRule};
 use crate::dns::sink::ObjectKey;
 
 pub const REPORTER: &str = "ouroboros-controller";
 pub const HOSTNAME_REJECTED: &str = "HostnameRejected";
+pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
 pub const COREFILE_UNPARSEABLE: &str = "CorefileUnparseable";
 pub const BLOCK_REVERTED: &str = "BlockReverted";
 pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
@@ -69,32 +71,89 @@ pub fn rejected_notice(r: &Rejected) -> Notice {
     }
 }
 
-/// Which (object, name) rejections were already reported, so each gets one Event rather than
-/// one per sync. A rejection that disappears is forgotten, so it is reported again if it
-/// comes back.
+/// The `HostnameConflict` notices: one per losing object, naming each host it lost and the
+/// object and target that won it (`rules` names the targets).
+pub fn conflict_notices(conflicts: &[&Conflict], rules: &[TargetRule]) -> Vec<Notice> {
+    let mut by_loser: std::collections::BTreeMap<&ObjectRef, Vec<&Conflict>> = Default::default();
+    for c in conflicts {
+        by_loser.entry(&c.loser).or_default().push(c);
+    }
+    by_loser
+        .into_iter()
+        .map(|(loser, lost)| {
+            let what: Vec<String> = lost
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} goes to target {} through {}",
+                        c.host,
+                        c.winner_target.name(rules),
+                        c.winner
+                    )
+                })
+                .collect();
+            let mut note = format!(
+                "not hairpinned through target {}: {}; set the {} annotation (higher wins) to \
+                 choose",
+                lost[0].loser_target.name(rules),
+                what.join("; "),
+                super::hostnames::PRIORITY_ANNOTATION
+            );
+            if note.len() > MAX_NOTE {
+                let mut cut = MAX_NOTE - 3;
+                while !note.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                note.truncate(cut);
+                note.push_str("...");
+            }
+            Notice {
+                regarding: source_reference(loser),
+                reason: HOSTNAME_CONFLICT,
+                action: "Hairpin",
+                note,
+            }
+        })
+        .collect()
+}
+
+/// Which findings (an object and a name: a rejected name, a host lost in a conflict) were
+/// already reported, so each gets one Event rather than one per sync. A finding that
+/// disappears is forgotten, so it is reported again if it comes back.
 #[derive(Debug, Default)]
 pub struct Reported {
     seen: BTreeSet<(ObjectRef, String)>,
 }
 
 impl Reported {
-    /// The rejections not reported yet; remembers the current set.
-    pub fn fresh<'a>(&mut self, rejected: &'a [Rejected]) -> Vec<&'a Rejected> {
-        let now: BTreeSet<(ObjectRef, String)> = rejected
-            .iter()
-            .map(|r| (r.object.clone(), r.raw.clone()))
-            .collect();
+    /// The items whose `key` was not reported yet; remembers the current set.
+    pub fn fresh<'a, T>(
+        &mut self,
+        items: &'a [T],
+        key: impl Fn(&T) -> (ObjectRef, String),
+    ) -> Vec<&'a T> {
+        let now: BTreeSet<(ObjectRef, String)> = items.iter().map(&key).collect();
         let mut out = Vec::new();
         let mut emitted = BTreeSet::new();
-        for r in rejected {
-            let key = (r.object.clone(), r.raw.clone());
-            if !self.seen.contains(&key) && emitted.insert(key) {
-                out.push(r);
+        for item in items {
+            let k = key(item);
+            if !self.seen.contains(&k) && emitted.insert(k) {
+                out.push(item);
             }
         }
         self.seen = now;
         out
     }
+}
+
+/// The key of a rejection in [`Reported`].
+pub fn rejection_key(r: &Rejected) -> (ObjectRef, String) {
+    (r.object.clone(), r.raw.clone())
+}
+
+/// The key of a lost host in [`Reported`].
+pub fn conflict_key(c: &Conflict) -> (ObjectRef, String) {
+    (c.loser.clone(), c.host.as_str().to_string())
 }
 
 /// Hands notices to the publishing task.
@@ -199,12 +258,53 @@ mod tests {
         let a = rej("a", "x.svc.cluster.local");
         let b = rej("b", "x.svc.cluster.local");
         let round1 = [a.clone(), a.clone(), b.clone()];
-        let fresh: Vec<_> = r.fresh(&round1).into_iter().cloned().collect();
+        let k = rejection_key;
+        let fresh: Vec<_> = r.fresh(&round1, k).into_iter().cloned().collect();
         assert_eq!(fresh, [a.clone(), b.clone()]);
-        assert!(r.fresh(&round1).is_empty(), "not every sync");
-        assert!(r.fresh(std::slice::from_ref(&b)).is_empty());
-        let fresh: Vec<_> = r.fresh(&round1).into_iter().cloned().collect();
+        assert!(r.fresh(&round1, k).is_empty(), "not every sync");
+        assert!(r.fresh(std::slice::from_ref(&b), k).is_empty());
+        let fresh: Vec<_> = r.fresh(&round1, k).into_iter().cloned().collect();
         assert_eq!(fresh, [a], "came back after going away");
+    }
+
+    #[test]
+    fn one_conflict_notice_per_losing_object_naming_the_winner() {
+        use crate::controller::hostnames::{parse_target, Target};
+        let rules = [parse_target("name=traefik,service=p,ingress-class=traefik").unwrap()];
+        let obj = |name: &str| ObjectRef {
+            kind: Kind::Ingress,
+            namespace: "web".into(),
+            name: name.into(),
+        };
+        let host = |h: &str| {
+            crate::hostname::HostPolicy::new("cluster.local", &[], &[])
+                .check(h)
+                .unwrap()
+        };
+        let c = |h: &str| Conflict {
+            host: host(h),
+            winner: obj("new"),
+            winner_target: Target::Named(0),
+            loser: obj("old"),
+            loser_target: Target::Default,
+        };
+        let all = [c("a.example.com"), c("b.example.com")];
+        let mut r = Reported::default();
+        let fresh = r.fresh(&all, conflict_key);
+        let n = conflict_notices(&fresh, &rules);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].reason, "HostnameConflict");
+        assert_eq!(n[0].regarding.name.as_deref(), Some("old"));
+        assert_eq!(
+            n[0].note,
+            "not hairpinned through target default: a.example.com goes to target traefik \
+             through Ingress web/new; b.example.com goes to target traefik through Ingress \
+             web/new; set the ouroboros.io/priority annotation (higher wins) to choose"
+        );
+        assert!(
+            r.fresh(&all, conflict_key).is_empty(),
+            "once while it lasts"
+        );
     }
 
     #[test]

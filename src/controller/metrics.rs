@@ -26,14 +26,24 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// The watched kind (`Ingress`, `HTTPRoute`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub syncs: Family<SyncLabels, Counter>,
     pub desired: Gauge,
     pub rejected: Family<ReasonLabel, Gauge>,
+    /// (hostname, losing object) pairs: hosts claimed by objects of two targets.
+    pub hostname_conflicts: Gauge,
     pub conflicts: Counter,
     pub leader: Gauge,
     pub reverts: Counter,
+    /// Watches restarted with a fresh list after delivering nothing for --watch-idle-timeout.
+    pub watch_restarts: Family<KindLabel, Counter>,
     pub last_success: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -66,9 +76,11 @@ impl Metrics {
             syncs: Family::default(),
             desired: Gauge::default(),
             rejected: Family::default(),
+            hostname_conflicts: Gauge::default(),
             conflicts: Counter::default(),
             leader: Gauge::default(),
             reverts: Counter::default(),
+            watch_restarts: Family::default(),
             last_success: Arc::default(),
         };
         let r = r.sub_registry_with_prefix("ouroboros_controller");
@@ -82,6 +94,12 @@ impl Metrics {
             "rejected_hostnames",
             "Hostnames refused by the policy, by reason",
             m.rejected.clone(),
+        );
+        r.register(
+            "hostname_conflicts",
+            "Hostnames an object claims that an object of another target won (one per \
+             hostname and losing object; HostnameConflict Events name them)",
+            m.hostname_conflicts.clone(),
         );
         r.register(
             "write_conflicts",
@@ -98,6 +116,12 @@ impl Metrics {
             "Times our Corefile block was removed or changed by someone else",
             m.reverts.clone(),
         );
+        r.register(
+            "watch_restarts",
+            "Watches restarted with a fresh list after delivering neither an event nor a \
+             bookmark for --watch-idle-timeout, by kind",
+            m.watch_restarts.clone(),
+        );
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m
     }
@@ -113,6 +137,7 @@ impl Metrics {
 
     pub fn desired(&self, d: &Desired) {
         self.desired.set(d.hosts.len() as i64);
+        self.hostname_conflicts.set(d.conflicts.len() as i64);
         for reason in Rejection::ALL {
             let n = d.rejected.iter().filter(|r| r.reason == reason).count();
             self.rejected

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::args::{DnsArgs, ElectionArgs, Mode, Selection};
 use self::events::Notifier;
-use self::hostnames::{Desired, HostnameArgs};
+use self::hostnames::{Desired, HostnameArgs, TargetRule};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
@@ -55,6 +55,9 @@ pub struct ControllerArgs {
     /// syncs every 5 × this.
     #[arg(long, env = "OUROBOROS_CONTROLLER_DEBOUNCE", value_name = "DURATION", default_value = "1s", value_parser = crate::flags::parse_duration)]
     pub debounce: Duration,
+
+    #[command(flatten)]
+    pub watch: args::WatchArgs,
 
     /// Leader election (shared with `doctor`).
     #[command(flatten)]
@@ -153,11 +156,14 @@ pub async fn run_with(
         (n, Some(t))
     };
 
-    let watches = sources::start(&client, &filters, &notifier, &stop);
+    let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
+    let watches = sources::start(&client, &filters, &notifier, idle, &stop);
     let ready_check: ReadyCheck = {
         let (status, synced) = (status.clone(), watches.synced.clone());
+        let relisting = watches.relisting.clone();
         Arc::new(move || {
-            let r = ready(*synced.borrow(), &status.lock().expect("status lock"));
+            let r = ready(*synced.borrow(), &status.lock().expect("status lock"))
+                .and_then(|()| relisting.check());
             Box::pin(async move { r })
         })
     };
@@ -236,6 +242,8 @@ pub async fn run_with(
         status,
         notifier,
         reported: events::Reported::default(),
+        conflicts_reported: events::Reported::default(),
+        targets: filters.targets.clone(),
         applied_tx,
         reload_warned: false,
         target: (args.dns.mode == Mode::Coredns)
@@ -359,6 +367,9 @@ struct ControllerHooks {
     status: Arc<Mutex<Status>>,
     notifier: Notifier,
     reported: events::Reported,
+    conflicts_reported: events::Reported,
+    /// The named targets, for the names in conflict logs and Events.
+    targets: Vec<TargetRule>,
     applied_tx: watch::Sender<Option<revert::Written>>,
     reload_warned: bool,
     /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
@@ -382,7 +393,7 @@ impl sync::Hooks for ControllerHooks {
         if !leader {
             return;
         }
-        for r in self.reported.fresh(&d.rejected) {
+        for r in self.reported.fresh(&d.rejected, events::rejection_key) {
             tracing::warn!(
                 object = %r.object,
                 hostname = ?r.raw,
@@ -391,6 +402,22 @@ impl sync::Hooks for ControllerHooks {
                 r.reason.explain()
             );
             self.notifier.send(events::rejected_notice(r));
+        }
+        let lost = self
+            .conflicts_reported
+            .fresh(&d.conflicts, events::conflict_key);
+        for c in &lost {
+            tracing::warn!(
+                hostname = %c.host,
+                object = %c.loser,
+                target = c.loser_target.name(&self.targets),
+                winner = %c.winner,
+                winner_target = c.winner_target.name(&self.targets),
+                "hostname claimed by two targets; the winner's target answers for it"
+            );
+        }
+        for n in events::conflict_notices(&lost, &self.targets) {
+            self.notifier.send(n);
         }
     }
 

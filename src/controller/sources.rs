@@ -1,37 +1,50 @@
-//! The watch caches: one kube-runtime `watcher` + `reflector` per source kind (Ingress always,
-//! IngressClass with `--ingress-class`, Gateway/HTTPRoute/GRPCRoute/TLSRoute with
-//! `--gateway-api`), trimmed to what [`hostnames::desired`] reads. Tells the sync engine when
-//! something changed and when every kind has delivered its initial list.
+//! The watch caches: one list/watch ([`list_watch`]) into a kube-runtime reflector store per
+//! source kind (Ingress always, IngressClass with `--ingress-class`,
+//! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`), trimmed to what
+//! [`hostnames::desired`] reads. Tells the sync engine when something changed and when every
+//! kind has delivered its initial list.
 //!
 //! A Gateway-API kind whose CRD is not installed (404 on list) is logged once and counted as
-//! "synced, empty", so it does not hold back writes; the watcher keeps retrying with its
-//! backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
+//! "synced, empty", so it does not hold back writes; the watch keeps retrying with kube-runtime's
+//! default backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
+//!
+//! The idle-watch detector: a watch that delivers neither an event nor a bookmark for
+//! `--watch-idle-timeout` is restarted with a fresh list (a watch through a tunnel such as
+//! konnectivity can stop without an error), logged, counted in `watch_restarts_total` and
+//! reported by `/readyz` until the new list has arrived.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::pin::pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::error_boundary::InvalidObject;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
 use super::hostnames::{self, Desired, Filters, ReadWhen, SourceObject, Sources};
+use super::metrics::{KindLabel, Metrics};
 use crate::hostname::HostPolicy;
 use crate::kube_client::{Cause, Repeats};
 
@@ -114,6 +127,7 @@ struct Progress {
     synced: Arc<Mutex<Vec<bool>>>,
     synced_tx: Arc<watch::Sender<bool>>,
     changes_tx: Arc<watch::Sender<u64>>,
+    relisting: Relisting,
 }
 
 impl Progress {
@@ -122,6 +136,7 @@ impl Progress {
             synced: Arc::default(),
             synced_tx: Arc::new(watch::channel(false).0),
             changes_tx: Arc::new(watch::channel(0).0),
+            relisting: Relisting::default(),
         }
     }
 
@@ -146,6 +161,55 @@ impl Progress {
 
     fn bump(&self) {
         self.changes_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The kinds the idle-watch detector is relisting (by slot), with the reason `/readyz` gives.
+/// Only those: the first list is `synced`'s business, a 410's relist is routine.
+#[derive(Clone, Debug, Default)]
+pub struct Relisting(Arc<Mutex<BTreeMap<usize, String>>>);
+
+impl Relisting {
+    /// `Err(reason)` while a kind restarted by the detector waits for its new list, e.g.
+    /// `relisting Ingress after 10m without events`.
+    pub fn check(&self) -> Result<(), String> {
+        match self.0.lock().expect("relisting lock").values().next() {
+            Some(reason) => Err(reason.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn start(&self, slot: usize, reason: String) {
+        self.0.lock().expect("relisting lock").insert(slot, reason);
+    }
+
+    fn done(&self, slot: usize) {
+        self.0.lock().expect("relisting lock").remove(&slot);
+    }
+}
+
+/// The idle-watch detector's settings: `--watch-idle-timeout` (`None`: off) and the
+/// `watch_restarts_total` counter.
+#[derive(Clone, Debug)]
+pub struct Idle {
+    timeout: Option<Duration>,
+    restarts: Family<KindLabel, Counter>,
+}
+
+impl Idle {
+    pub fn new(timeout: Option<Duration>, metrics: &Metrics) -> Self {
+        Idle {
+            timeout,
+            restarts: metrics.watch_restarts.clone(),
+        }
+    }
+
+    /// Resolves when a watch quiet since `since` has been quiet too long; never when off.
+    async fn expired(&self, since: Instant) {
+        match self.timeout {
+            Some(t) => tokio::time::sleep_until(since + t).await,
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -189,20 +253,24 @@ impl Stores {
     }
 }
 
-/// Running watches: the caches, the engine's `changes` and `synced` signals, and the tasks.
+/// Running watches: the caches, the engine's `changes` and `synced` signals, the kinds being
+/// relisted (for `/readyz`), and the tasks.
 pub struct Watches {
     pub stores: Stores,
     pub changes: watch::Receiver<u64>,
     pub synced: watch::Receiver<bool>,
+    pub relisting: Relisting,
     pub tasks: Vec<JoinHandle<()>>,
 }
 
 /// Starts one watch per configured kind; they run until `stop`. An object that does not
-/// deserialize is reported on `notifier` and left out, not the whole list.
+/// deserialize is reported on `notifier` and left out, not the whole list. A watch quiet for
+/// `idle`'s timeout is restarted with a fresh list.
 pub fn start(
     client: &Client,
     filters: &Filters,
     notifier: &Notifier,
+    idle: Idle,
     stop: &CancellationToken,
 ) -> Watches {
     let mut w = Starter {
@@ -210,6 +278,7 @@ pub fn start(
         filters,
         progress: Progress::new(),
         notifier,
+        idle,
         stop,
         tasks: Vec::new(),
     };
@@ -227,6 +296,7 @@ pub fn start(
         stores,
         changes: w.progress.changes_tx.subscribe(),
         synced: w.progress.synced_tx.subscribe(),
+        relisting: w.progress.relisting.clone(),
         tasks: w.tasks,
     }
 }
@@ -237,6 +307,7 @@ struct Starter<'a> {
     filters: &'a Filters,
     progress: Progress,
     notifier: &'a Notifier,
+    idle: Idle,
     stop: &'a CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -256,6 +327,7 @@ impl Starter<'_> {
                     K::KIND.read_when() == ReadWhen::GatewayApi,
                     &self.progress,
                     self.notifier,
+                    &self.idle,
                     self.stop,
                     &mut self.tasks,
                 )
@@ -265,11 +337,18 @@ impl Starter<'_> {
 
 /// Watches one kind into a store until `stop`. `optional`: a 404 (CRD not installed) counts as
 /// an empty, synced list.
+///
+/// The store's writer lives in the task rather than in a `reflect` adapter, so that the idle
+/// detector can drop a quiet watch (with any request hanging in it) and start a new one into
+/// the same store: the store keeps the old objects until the new list is complete, then holds
+/// exactly that list (an object deleted while the watch was dead goes away). A restart spawns
+/// nothing; the old stream is simply dropped.
 fn follow<K>(
     api: Api<DeserializeGuard<K>>,
     optional: bool,
     progress: &Progress,
     notifier: &Notifier,
+    idle: &Idle,
     stop: &CancellationToken,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Store<K>
@@ -277,68 +356,112 @@ where
     K: Resource + Trim + Default + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, mut writer) = reflector::store();
     let slot = progress.slot();
-    let (progress, stop) = (progress.clone(), stop.clone());
+    let (progress, idle, stop) = (progress.clone(), idle.clone(), stop.clone());
     let dt = K::DynamicType::default();
     let kind = K::kind(&dt).to_string();
     let resource = K::plural(&dt).to_string();
     let group = K::group(&dt).to_string();
+    // Exported at 0 from the start, so an alert on its increase sees the first restart.
+    if idle.timeout.is_some() {
+        let _ = idle
+            .restarts
+            .get_or_create(&KindLabel { kind: kind.clone() });
+    }
+    // Kept across restarts, so a relist does not report the same unreadable object again.
     let mut unreadable = Unreadable::new(notifier.clone());
-    let stream = watcher(api)
-        .default_backoff()
-        .filter_map(move |e| std::future::ready(e.map(|e| unreadable.screen(e)).transpose()))
-        .modify(K::trim)
-        .reflect(writer);
     let store = reader.clone();
     let task = tokio::spawn(async move {
-        let mut stream = pin!(stream);
         let mut missing = false;
         // A failure repeating every retry is logged once per doubling, not every time.
         let mut repeats = Repeats::default();
-        loop {
-            let event = tokio::select! {
-                _ = stop.cancelled() => break,
-                e = stream.next() => e,
-            };
-            match event {
-                None => break,
-                Some(Ok(Event::InitDone)) => {
-                    repeats.reset();
-                    if missing {
-                        tracing::info!(%kind, "the CRD is installed now; watching it");
-                        missing = false;
-                    }
-                    tracing::debug!(%kind, objects = store.len(), "initial list received");
-                    progress.mark_synced(slot);
-                    progress.bump();
-                }
-                Some(Ok(Event::Apply(_) | Event::Delete(_))) => progress.bump(),
-                Some(Ok(Event::Init | Event::InitApply(_))) => {}
-                Some(Err(e)) => {
-                    let cause = Cause::of_watch(&e);
-                    if cause == Cause::NotFound && optional {
-                        if !missing {
-                            tracing::warn!(
-                                %kind,
-                                "{group}/{resource} is not served (CRD not installed): skipping \
-                                 {kind} objects; checking again periodically"
-                            );
-                            missing = true;
-                        }
-                        progress.mark_synced(slot);
-                    } else if let Some(failures) = repeats.failed(cause) {
-                        let grant = format!(
-                            "grant the controller's ServiceAccount `list` and `watch` on \
-                             {resource} (apiGroup {group:?}) cluster-wide"
-                        );
+        // One pass per list: the first, then one after each idle restart.
+        'pass: loop {
+            let mut stream = Box::pin(list_watch(api.clone()).default_backoff());
+            // Anything the stream yields is a sign of life: events, bookmarks, and errors too
+            // (a failing watch is not silent; it is already retrying with backoff, and a kind
+            // whose CRD is missing must not be "restarted" every timeout).
+            let mut alive_at = Instant::now();
+            loop {
+                let item = tokio::select! {
+                    _ = stop.cancelled() => break 'pass,
+                    () = idle.expired(alive_at) => {
+                        // Whole seconds: `10m`, not `10m 1ms` of timer granularity.
+                        let quiet = Duration::from_secs(alive_at.elapsed().as_secs());
+                        let quiet = humantime::format_duration(quiet);
+                        let restarts = idle.restarts.get_or_create(&KindLabel { kind: kind.clone() });
+                        restarts.inc();
                         tracing::warn!(
                             %kind,
-                            error = %e,
-                            failures,
-                            "cannot list/watch {kind}: {}; retrying with backoff",
-                            cause.hint(&grant)
+                            quiet = %quiet,
+                            restarts = restarts.get(),
+                            "the {kind} watch delivered neither an event nor a bookmark for \
+                             {quiet}: restarting it with a fresh list. Watches through a tunnel \
+                             or proxy that drops idle streams (konnectivity, an HTTP proxy or load \
+                             balancer in front of the API server) stop like this without an \
+                             error; check its idle timeout"
                         );
+                        progress
+                            .relisting
+                            .start(slot, format!("relisting {kind} after {quiet} without events"));
+                        continue 'pass;
+                    }
+                    item = stream.next() => item,
+                };
+                alive_at = Instant::now();
+                match item {
+                    // The list/watch stream never ends on its own.
+                    None => break 'pass,
+                    Some(Ok(Seen::Bookmark)) => {}
+                    Some(Ok(Seen::Event(event))) => {
+                        let Some(event) = unreadable.screen(event) else {
+                            continue;
+                        };
+                        let event = event.modify(K::trim);
+                        writer.apply_watcher_event(&event);
+                        match event {
+                            Event::InitDone => {
+                                repeats.reset();
+                                if missing {
+                                    tracing::info!(%kind, "the CRD is installed now; watching it");
+                                    missing = false;
+                                }
+                                tracing::debug!(%kind, objects = store.len(), "list received");
+                                progress.relisting.done(slot);
+                                progress.mark_synced(slot);
+                                progress.bump();
+                            }
+                            Event::Apply(_) | Event::Delete(_) => progress.bump(),
+                            Event::Init | Event::InitApply(_) => {}
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let cause = Cause::of_watch(&e);
+                        if cause == Cause::NotFound && optional {
+                            if !missing {
+                                tracing::warn!(
+                                    %kind,
+                                    "{group}/{resource} is not served (CRD not installed): \
+                                     skipping {kind} objects; checking again periodically"
+                                );
+                                missing = true;
+                            }
+                            progress.relisting.done(slot);
+                            progress.mark_synced(slot);
+                        } else if let Some(failures) = repeats.failed(cause) {
+                            let grant = format!(
+                                "grant the controller's ServiceAccount `list` and `watch` on \
+                                 {resource} (apiGroup {group:?}) cluster-wide"
+                            );
+                            tracing::warn!(
+                                %kind,
+                                error = %e,
+                                failures,
+                                "cannot list/watch {kind}: {}; retrying with backoff",
+                                cause.hint(&grant)
+                            );
+                        }
                     }
                 }
             }
@@ -442,11 +565,191 @@ fn placeholder<K: Resource + Default>(bad: InvalidObject) -> K {
     k
 }
 
-fn watcher<K>(api: Api<K>) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+/// What [`list_watch`] yields besides errors.
+enum Seen<K> {
+    /// An event for the store, with kube-runtime's watcher semantics (`Init`, `InitApply`s,
+    /// `InitDone`, then `Apply`/`Delete`).
+    Event(Event<K>),
+    /// A BOOKMARK: nothing changed, but the watch is alive.
+    Bookmark,
+}
+
+/// Objects per list page (kube-runtime's watcher default, client-go's too).
+const PAGE_SIZE: u32 = 500;
+/// The server-side timeout of each watch request; the API server ends the watch then, with a
+/// bookmark shortly before, and it is resumed from the last resourceVersion (kube's default).
+const WATCH_TIMEOUT_SECS: u32 = 290;
+/// A watch response that has been silent this long is dead (the server would have ended it at
+/// its timeout): it is dropped and resumed from the last resourceVersion, as kube-runtime's
+/// watcher does. Cheap, but it only covers a stalled body; the idle detector covers the rest.
+const WATCH_SILENCE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 5);
+
+/// A paged list, then a watch from its resourceVersion with bookmarks
+/// (`allowWatchBookmarks=true`), resumed from the last resourceVersion seen when it ends, and
+/// started over with a new list after a 410 Gone. Errors are yielded and the next poll retries
+/// (put a backoff in front).
+///
+/// Why not kube-runtime's `watcher`: in kube-runtime 4.2 it asks for bookmarks but consumes
+/// them inside its state machine (a `WatchEvent::Bookmark` only updates its resourceVersion and
+/// loops, `watcher.rs` `step_trampolined`), and so is the re-watch after each server-side
+/// timeout; its `step` and states are private, so nothing of either reaches its stream. A quiet
+/// but healthy watch would look exactly like a dead one to the idle detector. `Api::watch` does
+/// yield `WatchEvent::Bookmark`, so this is the same list-then-watch on that level, with the
+/// bookmarks passed on as [`Seen::Bookmark`]. A re-watch is not yielded: it is no sign that
+/// events arrive.
+fn list_watch<K>(api: Api<K>) -> impl Stream<Item = Result<Seen<K>, watcher::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher::watcher(api, watcher::Config::default())
+    let state = ListWatch {
+        api,
+        phase: Phase::Start,
+    };
+    // `unfold` keeps the step in flight inside the stream, so a `select!` that drops
+    // `stream.next()` loses nothing.
+    futures::stream::unfold(state, |mut s| async move {
+        let item = s.step().await;
+        Some((item, s))
+    })
+}
+
+struct ListWatch<K> {
+    api: Api<K>,
+    phase: Phase<K>,
+}
+
+enum Phase<K> {
+    /// Begin a new list (the store starts buffering at `Init`).
+    Start,
+    /// Fetch the list page after `token` (`None`: the first page).
+    Fetch { token: Option<String> },
+    /// Hand out a fetched page; then fetch the next one, or watch from `version`.
+    Page {
+        items: VecDeque<K>,
+        token: Option<String>,
+        version: String,
+    },
+    /// Open the watch from `version`.
+    Open { version: String },
+    Watching {
+        version: String,
+        stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
+    },
+}
+
+impl<K> ListWatch<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    /// The next item; steps that yield nothing (a list request, opening or resuming the watch)
+    /// loop here.
+    async fn step(&mut self) -> Result<Seen<K>, watcher::Error> {
+        use watcher::Error as E;
+        loop {
+            // On an early return the phase stays `Start`: the error restarts the list.
+            match std::mem::replace(&mut self.phase, Phase::Start) {
+                Phase::Start => {
+                    self.phase = Phase::Fetch { token: None };
+                    return Ok(Seen::Event(Event::Init));
+                }
+                Phase::Fetch { token } => {
+                    let mut params = ListParams::default().limit(PAGE_SIZE);
+                    params.continue_token = token;
+                    let page = self.api.list(&params).await.map_err(E::InitialListFailed)?;
+                    let version = page.metadata.resource_version.filter(|v| !v.is_empty());
+                    let token = page.metadata.continue_.filter(|t| !t.is_empty());
+                    if version.is_none() && token.is_none() {
+                        return Err(E::NoResourceVersion);
+                    }
+                    self.phase = Phase::Page {
+                        items: page.items.into(),
+                        token,
+                        version: version.unwrap_or_default(),
+                    };
+                }
+                Phase::Page {
+                    mut items,
+                    token,
+                    version,
+                } => {
+                    if let Some(item) = items.pop_front() {
+                        self.phase = Phase::Page {
+                            items,
+                            token,
+                            version,
+                        };
+                        return Ok(Seen::Event(Event::InitApply(item)));
+                    }
+                    if token.is_some() {
+                        self.phase = Phase::Fetch { token };
+                    } else {
+                        self.phase = Phase::Open { version };
+                        return Ok(Seen::Event(Event::InitDone));
+                    }
+                }
+                Phase::Open { version } => {
+                    // WatchParams' default asks for bookmarks.
+                    let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+                    match self.api.watch(&params, &version).await {
+                        Ok(stream) => {
+                            self.phase = Phase::Watching {
+                                version,
+                                stream: stream.boxed(),
+                            }
+                        }
+                        Err(e) => {
+                            self.phase = Phase::Open { version };
+                            return Err(E::WatchStartFailed(e));
+                        }
+                    }
+                }
+                Phase::Watching {
+                    version,
+                    mut stream,
+                } => {
+                    let next = tokio::time::timeout(WATCH_SILENCE, stream.next()).await;
+                    let event = match next {
+                        Ok(Some(Ok(event))) => event,
+                        Ok(Some(Err(e))) => {
+                            // A broken body ends the stream at the next poll.
+                            self.phase = Phase::Watching { version, stream };
+                            return Err(E::WatchFailed(e));
+                        }
+                        // Ended (the server-side timeout, a closed connection) or silent past
+                        // it: resume from where it was.
+                        Ok(None) | Err(_) => {
+                            tracing::debug!(%version, "watch ended; resuming it");
+                            self.phase = Phase::Open { version };
+                            continue;
+                        }
+                    };
+                    let (seen, version) = match event {
+                        WatchEvent::Added(k) | WatchEvent::Modified(k) => {
+                            let v = k.resource_version().unwrap_or_default();
+                            (Seen::Event(Event::Apply(k)), v)
+                        }
+                        WatchEvent::Deleted(k) => {
+                            let v = k.resource_version().unwrap_or_default();
+                            (Seen::Event(Event::Delete(k)), v)
+                        }
+                        WatchEvent::Bookmark(b) => (Seen::Bookmark, b.metadata.resource_version),
+                        WatchEvent::Error(status) => {
+                            // 410 Gone: `version` is too old to resume from; list again.
+                            if status.code != 410 {
+                                self.phase = Phase::Watching { version, stream };
+                            }
+                            return Err(E::WatchError(status));
+                        }
+                    };
+                    if version.is_empty() {
+                        return Err(E::NoResourceVersion);
+                    }
+                    self.phase = Phase::Watching { version, stream };
+                    return Ok(seen);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -576,6 +879,108 @@ mod tests {
                 }
             })
         );
+    }
+
+    /// The list/watch yields the bookmarks kube-runtime's watcher swallows, resumes an ended
+    /// watch from the last resourceVersion (a bookmark's too) without yielding anything, and
+    /// lists again after a 410.
+    #[tokio::test(start_paused = true)]
+    async fn list_watch_yields_bookmarks_and_resumes_quietly() {
+        use crate::test_api::{list, route, Answer};
+        const LIST: &str = "/apis/networking.k8s.io/v1/ingresses?&limit=500";
+        const WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=";
+        let ingress = |name: &str, rv: &str| {
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": name, "namespace": "web", "resourceVersion": rv}
+            })
+        };
+        let mut watches = 0;
+        let (client, api) = route(move |s| {
+            if !s.is_watch() {
+                return Answer::Json(
+                    200,
+                    list(
+                        "networking.k8s.io/v1",
+                        "IngressList",
+                        "100",
+                        vec![ingress("a", "90")],
+                    ),
+                );
+            }
+            watches += 1;
+            match watches {
+                // Ends after one bookmark, as at the server-side timeout.
+                1 => Answer::Events(vec![json!({"type": "BOOKMARK", "object": {
+                    "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                    "metadata": {"resourceVersion": "150"}
+                }})]),
+                2 => Answer::Events(vec![
+                    json!({"type": "ADDED", "object": ingress("b", "160")}),
+                    json!({"type": "ERROR", "object": {
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "Expired", "message": "too old resource version", "code": 410
+                    }}),
+                ]),
+                _ => Answer::Hold,
+            }
+        });
+        let mut stream = Box::pin(list_watch(Api::<Ingress>::all(client)));
+        let mut got = Vec::new();
+        for _ in 0..9 {
+            got.push(match stream.next().await.unwrap() {
+                Ok(Seen::Bookmark) => "bookmark".to_string(),
+                Ok(Seen::Event(Event::Init)) => "init".to_string(),
+                Ok(Seen::Event(Event::InitDone)) => "init-done".to_string(),
+                Ok(Seen::Event(Event::InitApply(k))) => format!("init-apply {}", k.name_any()),
+                Ok(Seen::Event(Event::Apply(k))) => format!("apply {}", k.name_any()),
+                Ok(Seen::Event(Event::Delete(k))) => format!("delete {}", k.name_any()),
+                Err(e) => format!("error {}", Cause::of_watch(&e).hint("")),
+            });
+        }
+        assert_eq!(
+            got,
+            [
+                "init",
+                "init-apply a",
+                "init-done",
+                "bookmark",
+                "apply b",
+                "error unexpected API error",
+                "init",
+                "init-apply a",
+                "init-done",
+            ]
+        );
+        // The watch after the new list is held open: nothing more is yielded.
+        assert!(tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await
+            .is_err());
+        let calls: Vec<String> = api.calls().into_iter().map(|(_, u)| u).collect();
+        let want = [
+            LIST.to_string(),
+            format!("{WATCH}100"),
+            format!("{WATCH}150"),
+            LIST.to_string(),
+            format!("{WATCH}100"),
+        ];
+        assert_eq!(calls, want);
+    }
+
+    #[test]
+    fn relisting_is_reported_until_done() {
+        let r = Relisting::default();
+        assert_eq!(r.check(), Ok(()));
+        r.start(1, "relisting HTTPRoute after 10m without events".into());
+        r.start(0, "relisting Ingress after 10m without events".into());
+        assert_eq!(
+            r.check(),
+            Err("relisting Ingress after 10m without events".into())
+        );
+        r.done(0);
+        assert!(r.check().unwrap_err().contains("HTTPRoute"));
+        r.done(1);
+        assert_eq!(r.check(), Ok(()));
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -55,12 +55,13 @@ fn template(sets: &[&str], hooks: bool) -> Result<String, String> {
 
 /// The same with another Helm binary of .ci/bin (`helm3`).
 fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, String> {
-    let mut cmd = Command::new(tool(helm));
-    cmd.args(["template", RELEASE])
-        .arg(chart_dir())
-        .args(["--namespace", NAMESPACE]);
-    if !hooks {
-        cmd.arg("--no-hooks");
+    template_files(helm, &[], sets, hooks)
+}
+
+/// `--values` files, then `--set` values (`string:` for `--set-string`), on a Helm command.
+fn values_args(cmd: &mut Command, files: &[&Path], sets: &[&str]) {
+    for f in files {
+        cmd.arg("--values").arg(f);
     }
     for s in sets {
         match s.strip_prefix("string:") {
@@ -68,11 +69,48 @@ fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, Strin
             None => cmd.args(["--set", s]),
         };
     }
+}
+
+/// `helm template` with values files and `--set` values: the YAML, or Helm's error.
+fn template_files(
+    helm: &str,
+    files: &[&Path],
+    sets: &[&str],
+    hooks: bool,
+) -> Result<String, String> {
+    let mut cmd = Command::new(tool(helm));
+    cmd.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE]);
+    if !hooks {
+        cmd.arg("--no-hooks");
+    }
+    values_args(&mut cmd, files, sets);
     let (ok, out, err) = run(&mut cmd, None);
     if ok {
         Ok(out)
     } else {
         Err(err)
+    }
+}
+
+/// NOTES.txt as `helm install --dry-run=client` prints it. Helm 4 only: Helm 3 wants a cluster
+/// even for a client-side dry run.
+fn notes(files: &[&Path], sets: &[&str]) -> Result<String, String> {
+    let mut cmd = Command::new(tool("helm"));
+    cmd.args(["install", RELEASE]).arg(chart_dir()).args([
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+    ]);
+    values_args(&mut cmd, files, sets);
+    let (ok, out, err) = run(&mut cmd, None);
+    if !ok {
+        return Err(err);
+    }
+    match out.split_once("\nNOTES:\n") {
+        Some((_, notes)) => Ok(notes.to_string()),
+        None => Err(format!("no NOTES in:\n{out}")),
     }
 }
 
@@ -125,6 +163,9 @@ const CASES: &[(&str, &[&str])] = &[
         &[
             "controller.allowDomains={example.com,example.org}",
             "controller.denyDomains={internal.example.com}",
+            "controller.ingressHosts=all",
+            "controller.includeNamespaces={shop,web}",
+            "controller.excludeNamespaces={web}",
             "controller.dryRun=true",
             "clusterDomain=k8s.example",
             "controller.cleanupOnUninstall=false",
@@ -163,6 +204,15 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "external-dns: one annotation prefix, adopting the reference tool's records",
+        &[
+            "controller.mode=external-dns",
+            "controller.externalDns.output=service",
+            "controller.externalDns.annotationPrefix=internal-dns/",
+            "controller.externalDns.adoptReferenceRecords=true",
+        ],
+    ),
+    (
         "external-dns: another proxy Service",
         &[
             "controller.mode=external-dns",
@@ -170,8 +220,16 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "etc-hosts alongside coredns",
-        &["etcHosts.enabled=true", "controller.ingressClass=nginx"],
+        "etc-hosts alongside coredns (controller.mode set)",
+        &[
+            "etcHosts.enabled=true",
+            "controller.mode=coredns",
+            "controller.ingressClass=nginx",
+        ],
+    ),
+    (
+        "etc-hosts instead of the controller (controller.mode empty)",
+        &["etcHosts.enabled=true"],
     ),
     (
         "etc-hosts alone, fixed IPs, no cleanup on stop",
@@ -449,65 +507,82 @@ fn container_args(pod: &Value) -> Vec<String> {
     strings(&pod["containers"][0]["args"])
 }
 
+/// The RBAC of every pod of one render (object names `<fullname>-...`) equals what the binary
+/// needs with the flags the pod gets; the number of pods checked.
+fn assert_rbac(case: &str, objs: &[Value], fullname: &str) -> usize {
+    let mut checked = 0;
+    for (k, n, want) in [
+        ("Deployment", format!("{fullname}-controller"), "controller"),
+        ("DaemonSet", format!("{fullname}-etc-hosts"), "etc-hosts"),
+    ] {
+        let Some(pod) = pod_named(objs, k, &n) else {
+            continue;
+        };
+        let sa = pod["serviceAccountName"].as_str().unwrap();
+        let needs = controller_needs(&container_args(pod));
+        if want == "etc-hosts" {
+            assert_eq!(needs.mode, Mode::EtcHosts, "{case}");
+            assert!(!needs.leader_elect, "{case}: etc-hosts takes no lease");
+        }
+        let expected = atoms(&rbac::required(&needs));
+        let got = granted(objs, sa);
+        assert_eq!(
+            got,
+            expected,
+            "{case}: {k} {n} (ServiceAccount {sa})\n  granted, not needed: {:?}\n  needed, not granted: {:?}",
+            got.difference(&expected).collect::<Vec<_>>(),
+            expected.difference(&got).collect::<Vec<_>>()
+        );
+        checked += 1;
+    }
+    if let Some(pod) = pod_named(objs, "DaemonSet", &format!("{fullname}-edge")) {
+        let sa = pod["serviceAccountName"].as_str().unwrap();
+        let expected = atoms(&rbac::edge_required(&edge_needs(&container_args(pod))));
+        assert_eq!(granted(objs, sa), expected, "{case}: edge");
+        checked += 1;
+    }
+    if let Some(pod) = pod_named(objs, "Job", &format!("{fullname}-cleanup")) {
+        let sa = pod["serviceAccountName"].as_str().unwrap();
+        let expected = atoms(&rbac::cleanup_required(&cleanup_needs(&container_args(
+            pod,
+        ))));
+        assert!(!expected.is_empty(), "{case}: cleanup needs some rule");
+        assert_eq!(granted(objs, sa), expected, "{case}: cleanup hook");
+        checked += 1;
+    }
+    // The proxy has none.
+    assert!(
+        granted(objs, &format!("{fullname}-proxy")).is_empty(),
+        "{case}"
+    );
+    // No binding to an account that no pod uses.
+    for b in objs.iter().filter(|o| kind(o).ends_with("Binding")) {
+        for s in b["subjects"].as_array().unwrap() {
+            let sa = s["name"].as_str().unwrap();
+            let used = pods(objs)
+                .iter()
+                .any(|(_, p)| p["serviceAccountName"] == sa);
+            assert!(used, "{case}: {} binds {sa}, which no pod uses", name(b));
+        }
+    }
+    checked
+}
+
 #[test]
 fn rbac_of_every_pod_equals_what_the_binary_needs() {
     let mut checked = 0;
     for (case, objs, _) in renders() {
-        let mut service_accounts = BTreeSet::new();
-        for (k, n, want) in [
-            ("Deployment", "ouroboros-controller", "controller"),
-            ("DaemonSet", "ouroboros-etc-hosts", "etc-hosts"),
-        ] {
-            let Some(pod) = pod_named(objs, k, n) else {
-                continue;
-            };
-            let sa = pod["serviceAccountName"].as_str().unwrap();
-            service_accounts.insert(sa.to_string());
-            let needs = controller_needs(&container_args(pod));
-            if want == "etc-hosts" {
-                assert_eq!(needs.mode, Mode::EtcHosts, "{case}");
-                assert!(!needs.leader_elect, "{case}: etc-hosts takes no lease");
-            }
-            let expected = atoms(&rbac::required(&needs));
-            let got = granted(objs, sa);
-            assert_eq!(
-                got,
-                expected,
-                "{case}: {k} {n} (ServiceAccount {sa})\n  granted, not needed: {:?}\n  needed, not granted: {:?}",
-                got.difference(&expected).collect::<Vec<_>>(),
-                expected.difference(&got).collect::<Vec<_>>()
-            );
-            checked += 1;
-        }
-        if let Some(pod) = pod_named(objs, "DaemonSet", "ouroboros-edge") {
-            let sa = pod["serviceAccountName"].as_str().unwrap();
-            let expected = atoms(&rbac::edge_required(&edge_needs(&container_args(pod))));
-            assert_eq!(granted(objs, sa), expected, "{case}: edge");
-            checked += 1;
-        }
-        if let Some(pod) = pod_named(objs, "Job", "ouroboros-cleanup") {
-            let sa = pod["serviceAccountName"].as_str().unwrap();
-            let expected = atoms(&rbac::cleanup_required(&cleanup_needs(&container_args(
-                pod,
-            ))));
-            assert!(!expected.is_empty(), "{case}: cleanup needs some rule");
-            assert_eq!(granted(objs, sa), expected, "{case}: cleanup hook");
-            checked += 1;
-        }
-        // The proxy has none.
-        assert!(granted(objs, "ouroboros-proxy").is_empty(), "{case}");
-        // No binding to an account that no pod uses.
-        for b in objs.iter().filter(|o| kind(o).ends_with("Binding")) {
-            for s in b["subjects"].as_array().unwrap() {
-                let sa = s["name"].as_str().unwrap();
-                let used = pods(objs)
-                    .iter()
-                    .any(|(_, p)| p["serviceAccountName"] == sa);
-                assert!(used, "{case}: {} binds {sa}, which no pod uses", name(b));
-            }
-        }
+        checked += assert_rbac(case, objs, "ouroboros");
     }
     assert!(checked >= 20, "only {checked} pods checked");
+    let mut checked = 0;
+    for (case, objs, _) in reference_renders() {
+        checked += assert_rbac(case, objs, REFERENCE_FULLNAME);
+    }
+    assert!(
+        checked >= 10,
+        "reference values: only {checked} pods checked"
+    );
 }
 
 #[test]
@@ -558,6 +633,12 @@ fn lint_strict_with_helm_4_and_3() {
             assert!(ok, "{helm} lint --strict {sets:?}:\n{out}\n{err}");
             assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
         }
+        let mut cmd = Command::new(tool(helm));
+        cmd.args(["lint", "--strict"]).arg(chart_dir());
+        values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
+        let (ok, out, err) = run(&mut cmd, None);
+        assert!(ok, "{helm} lint --strict {FIXTURE}:\n{out}\n{err}");
+        assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
     }
 }
 
@@ -567,6 +648,11 @@ fn lint_strict_with_helm_4_and_3() {
 fn helm_3_renders_what_helm_4_renders() {
     for ((case, objs, _), (_, sets)) in renders().iter().zip(CASES) {
         let yaml = template_with("helm3", sets, true)
+            .unwrap_or_else(|e| panic!("{case}: helm3 template failed: {e}"));
+        assert!(docs(&yaml) == *objs, "{case}: Helm 3 renders other objects");
+    }
+    for ((case, objs, _), (_, sets)) in reference_renders().iter().zip(REFERENCE_CASES) {
+        let yaml = template_files("helm3", &[&reference_values()], sets, true)
             .unwrap_or_else(|e| panic!("{case}: helm3 template failed: {e}"));
         assert!(docs(&yaml) == *objs, "{case}: Helm 3 renders other objects");
     }
@@ -606,7 +692,7 @@ fn validate(what: &str, yaml: &str) {
 
 #[test]
 fn every_render_validates_against_the_kubernetes_schemas() {
-    for (case, _, yaml) in renders() {
+    for (case, _, yaml) in renders().iter().chain(reference_renders()) {
         validate(case, yaml);
     }
     let quickstart = std::fs::read_to_string(root().join("deploy/quickstart.yaml")).unwrap();
@@ -659,6 +745,21 @@ fn schema_rejects_typos_and_bad_values() {
         ("proxy.busyPoll=2ms", "busyPoll"),
         ("edge.busyPoll=1001us", "busyPoll"),
         ("edge.busyPoll=50", "busyPoll"),
+        // The reference chart's keys are accepted, their typos are not.
+        ("externalDns.recordTtl=60", "recordTtl"),
+        ("externalDns.output=dnsendpoint", "output"),
+        ("controller.gatewayApi.enable=true", "enable"),
+        ("etcHosts.hostPath2=/etc/hosts", "hostPath2"),
+        ("podDisruptionBudget.maxUnavaliable=1", "maxUnavaliable"),
+        ("networkPolicy.ingress.form={}", "form"),
+        ("proxy.shutdownGrace=500ms", "shutdownGrace"),
+        ("controller.cleanupHookImage.tags=1", "tags"),
+        ("podSecurityContext.runAsUsr=1", "runAsUsr"),
+        (
+            "securityContext.readOnlyRootFileSystem=true",
+            "readOnlyRootFileSystem",
+        ),
+        ("serviceAccount.annotation.a=b", "annotation"),
     ] {
         let err = template(&[set], true).expect_err(set);
         assert!(
@@ -988,11 +1089,16 @@ fn chart_version_matches_the_crate() {
     let chart: Value = yaml_serde::from_str(&chart).unwrap();
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
     assert!(chart["dependencies"].is_null(), "no chart dependencies");
+    // The default image is values.yaml's repository at the crate's version.
+    let values: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
+            .unwrap();
+    let repository = values["image"]["repository"].as_str().unwrap();
     let (_, objs, _) = &renders()[0];
     let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
     assert_eq!(
         pod["containers"][0]["image"],
-        format!("ouroboros:{}", env!("CARGO_PKG_VERSION"))
+        format!("{repository}:{}", env!("CARGO_PKG_VERSION"))
     );
 }
 
@@ -1038,7 +1144,7 @@ fn chart_flags_exist(sub: &str) {
     );
     let mut seen = 0;
     let mut used = BTreeSet::new();
-    for (case, objs, _) in renders() {
+    for (case, objs, _) in renders().iter().chain(reference_renders()) {
         for (w, args) in invocations(objs) {
             if args.first().map(String::as_str) != Some(sub) {
                 continue;
@@ -1197,30 +1303,1333 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         &rbac::edge_required(&edge_needs(&container_args(pod))),
     );
     table.push_str(MATRIX_END);
+    check_generated(
+        &root().join("docs/install.md"),
+        "RBAC matrix",
+        MATRIX_BEGIN,
+        MATRIX_END,
+        &table,
+    );
+}
 
-    let path = root().join("docs/install.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let span = readme.find(MATRIX_BEGIN).and_then(|b| {
-        readme[b..]
-            .find(MATRIX_END)
-            .map(|e| b..b + e + MATRIX_END.len())
-    });
-    // BLESS=1 cargo test --test it chart::readme: rewrite the table in place.
+/// A generated section of a document, from `begin` to `end` (markers included), must be
+/// `generated`; `BLESS=1 cargo test --test it chart::readme` rewrites it in place instead.
+fn check_generated(path: &Path, what: &str, begin: &str, end: &str, generated: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let span = text
+        .find(begin)
+        .and_then(|b| text[b..].find(end).map(|e| b..b + e + end.len()));
     if std::env::var("BLESS").as_deref() == Ok("1") {
-        let span = span.expect("docs/install.md has the rbac-matrix markers");
-        let mut updated = readme.clone();
-        updated.replace_range(span, &table);
-        std::fs::write(&path, updated).unwrap();
+        let span = span.unwrap_or_else(|| panic!("{} has no {what} markers", path.display()));
+        let mut updated = text.clone();
+        updated.replace_range(span, generated);
+        std::fs::write(path, updated).unwrap();
         return;
     }
-    let found = readme.find(MATRIX_BEGIN).and_then(|b| {
-        readme[b..]
-            .find(MATRIX_END)
-            .map(|e| &readme[b..b + e + MATRIX_END.len()])
-    });
     assert!(
-        found == Some(table.as_str()),
-        "docs/install.md's RBAC matrix is not the one the rules give: run `BLESS=1 cargo test --test it chart::readme`, or replace it (markers included) with:\n\n{table}\n"
+        span.map(|s| &text[s]) == Some(generated),
+        "the {what} in {} is out of date: run `BLESS=1 cargo test --test it chart::readme`, or replace it (markers included) with:\n\n{generated}\n",
+        path.display()
+    );
+}
+
+// --- values table of the chart README ------------------------------------------------------------
+
+const VALUES_BEGIN: &str =
+    "<!-- values-table: generated by tests/it/chart.rs from values.yaml; do not edit -->\n";
+const VALUES_END: &str = "<!-- values-table end -->";
+
+/// A comment after a value on its line (` # ...` outside quotes), if any.
+fn inline_comment(value: &str) -> Option<&str> {
+    let mut quote = None;
+    let mut prev = ' ';
+    for (i, c) in value.char_indices() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), _) if c == q => quote = None,
+            (None, '#') if prev.is_whitespace() => return Some(value[i + 1..].trim()),
+            _ => {}
+        }
+        prev = c;
+    }
+    None
+}
+
+/// The documentation of every key of values.yaml by dotted path: the `#` lines directly above
+/// it (no blank line between), then a comment on its own line.
+fn values_comments(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut parents: Vec<(usize, String)> = vec![];
+    let mut above: Vec<&str> = vec![];
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if let Some(c) = trimmed.strip_prefix('#') {
+            above.push(c.trim());
+            continue;
+        }
+        let key = trimmed.split_once(':').filter(|(k, rest)| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+                && (rest.is_empty() || rest.starts_with(' '))
+        });
+        // Blank lines, list items and flow continuations end a comment without a key.
+        let Some((key, rest)) = key else {
+            above.clear();
+            continue;
+        };
+        while parents.last().is_some_and(|(i, _)| *i >= indent) {
+            parents.pop();
+        }
+        let path: Vec<&str> = parents
+            .iter()
+            .map(|(_, k)| k.as_str())
+            .chain([key])
+            .collect();
+        let mut doc = above.join(" ");
+        if let Some(c) = inline_comment(rest) {
+            doc = format!("{doc} {c}").trim().to_string();
+        }
+        out.insert(path.join("."), doc);
+        parents.push((indent, key.to_string()));
+        above.clear();
+    }
+    out
+}
+
+/// Markdown table cell text: `|` escaped everywhere, `<` outside code spans.
+fn cell(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let part = part.replace('|', "\\|");
+            if i % 2 == 0 {
+                part.replace('<', "&lt;")
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+/// One row per leaf of values.yaml: a key whose schema has no `properties` of its own, or whose
+/// value is not a mapping. Keys without documentation are collected in `undocumented`.
+fn values_rows(
+    prefix: &str,
+    values: &yaml_serde::Mapping,
+    schema: &Value,
+    comments: &BTreeMap<String, String>,
+    rows: &mut String,
+    undocumented: &mut Vec<String>,
+) {
+    for (k, v) in values {
+        let k = k.as_str().expect("values.yaml keys are strings");
+        let path = if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let node = &schema["properties"][k];
+        assert!(
+            !node.is_null(),
+            "values.yaml key {path} is not in values.schema.json"
+        );
+        if let (Some(m), true) = (v.as_mapping(), node.get("properties").is_some()) {
+            if !m.is_empty() {
+                values_rows(&path, m, node, comments, rows, undocumented);
+                continue;
+            }
+        }
+        let ty = match v {
+            yaml_serde::Value::Null => "null",
+            yaml_serde::Value::Bool(_) => "boolean",
+            yaml_serde::Value::Number(n) if n.is_f64() => "number",
+            yaml_serde::Value::Number(_) => "integer",
+            yaml_serde::Value::String(_) => "string",
+            yaml_serde::Value::Sequence(_) => "list",
+            _ => "object",
+        };
+        let default = serde_json::to_string(&serde_json::to_value(v).unwrap()).unwrap();
+        let doc = comments.get(&path).map(String::as_str).unwrap_or("");
+        if doc.is_empty() {
+            undocumented.push(path.clone());
+        }
+        rows.push_str(&format!(
+            "| `{path}` | {ty} | {} | {} |\n",
+            cell(&format!("`{default}`")),
+            cell(doc)
+        ));
+    }
+}
+
+/// The values table in charts/ouroboros/README.md: every leaf key of values.yaml with its
+/// type, default and the comment above it, in the file's order.
+#[test]
+fn readme_values_table_is_generated_from_values_yaml() {
+    let text = std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap();
+    let values: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let comments = values_comments(&text);
+    let mut table = String::from(VALUES_BEGIN);
+    table.push_str("| Key | Type | Default | Description |\n| --- | --- | --- | --- |\n");
+    let mut undocumented = vec![];
+    values_rows(
+        "",
+        values.as_mapping().unwrap(),
+        &schema,
+        &comments,
+        &mut table,
+        &mut undocumented,
+    );
+    assert!(
+        undocumented.is_empty(),
+        "values.yaml keys without a comment above them: {undocumented:?}"
+    );
+    assert!(table.lines().count() > 100, "{table}");
+    table.push_str(VALUES_END);
+    check_generated(
+        &chart_dir().join("README.md"),
+        "values table",
+        VALUES_BEGIN,
+        VALUES_END,
+        &table,
+    );
+}
+
+#[test]
+fn values_comments_are_read_from_the_lines_above_each_key() {
+    let c = values_comments(
+        "# file comment\n\n# A section.\na:\n  # One\n  # two.\n  b: 1 # inline\n  c: \"x # y\"\n\n  # loose\n\n  d: []\n  e:\n    - f: 1\n  # after a list\n  g: {h: 1}\n",
+    );
+    assert_eq!(c["a"], "A section.");
+    assert_eq!(c["a.b"], "One two. inline");
+    assert_eq!(c["a.c"], "");
+    assert_eq!(c["a.d"], "");
+    assert_eq!(c["a.e"], "");
+    assert_eq!(c["a.g"], "after a list");
+    assert!(!c.contains_key("a.e.f") && !c.contains_key("f"));
+    assert_eq!(cell("a | b <x> `<y>`"), "a \\| b &lt;x> `<y>`");
+}
+
+// --- values written for the reference chart ------------------------------------------------------
+
+/// Every key of the reference tool's chart values (lexfrei/ouroboros), set to a realistic value
+/// other than its default.
+const FIXTURE: &str = "tests/fixtures/chart/reference-values.yaml";
+/// Its fullnameOverride.
+const REFERENCE_FULLNAME: &str = "hairpin-fix";
+/// The fixture turns the controller and the proxy off; most of its keys show on them.
+const REFERENCE_ON: &[&str] = &["controller.enabled=true", "proxy.enabled=true"];
+
+fn reference_values() -> PathBuf {
+    root().join(FIXTURE)
+}
+
+/// The fixture as is, then with the controller and proxy on, and variations of that.
+const REFERENCE_CASES: &[(&str, &[&str])] = &[
+    ("reference values", &[]),
+    ("reference values, controller and proxy on", REFERENCE_ON),
+    (
+        "reference values, coredns mode",
+        &[
+            "controller.enabled=true",
+            "proxy.enabled=true",
+            "controller.mode=coredns",
+        ],
+    ),
+    (
+        "reference values, coredns-import mode",
+        &[
+            "controller.enabled=true",
+            "proxy.enabled=true",
+            "controller.mode=coredns-import",
+        ],
+    ),
+    (
+        "reference values, a target host",
+        &[
+            "controller.enabled=true",
+            "proxy.enabled=true",
+            "proxy.target.host=traefik.traefik.svc.cozy.local",
+        ],
+    ),
+    (
+        "reference values, maxUnavailable",
+        &[
+            "controller.enabled=true",
+            "proxy.enabled=true",
+            "podDisruptionBudget.minAvailable=null",
+            "podDisruptionBudget.maxUnavailable=2",
+        ],
+    ),
+    (
+        "reference values, PodDisruptionBudget off",
+        &[
+            "controller.enabled=true",
+            "proxy.enabled=true",
+            "podDisruptionBudget.enabled=false",
+        ],
+    ),
+];
+
+fn reference_renders() -> &'static [(String, Vec<Value>, String)] {
+    static R: std::sync::OnceLock<Vec<(String, Vec<Value>, String)>> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        REFERENCE_CASES
+            .iter()
+            .map(|(name, sets)| {
+                let yaml = template_files("helm", &[&reference_values()], sets, true)
+                    .unwrap_or_else(|e| panic!("{name}: helm template failed: {e}"));
+                (name.to_string(), docs(&yaml), yaml)
+            })
+            .collect()
+    })
+}
+
+fn reference(case: &str) -> &'static [Value] {
+    &reference_renders()
+        .iter()
+        .find(|(c, _, _)| c == case)
+        .unwrap_or_else(|| panic!("no case {case:?}"))
+        .1
+}
+
+/// What NOTES.txt says about a key of the reference chart.
+#[derive(Clone, Copy, Debug)]
+enum Note {
+    /// "`old` is deprecated: use `new`".
+    Renamed(&'static str),
+    /// "`old` is ignored: why".
+    Ignored,
+    /// Nothing: this chart has the key under the same name.
+    Same,
+}
+
+/// One key of the reference chart: its note, and a check that it has its effect.
+type KeyCheck = (&'static str, Note, Box<dyn Fn()>);
+
+fn args(objs: &[Value], k: &str, suffix: &str) -> Vec<String> {
+    let n = format!("{REFERENCE_FULLNAME}-{suffix}");
+    container_args(pod_named(objs, k, &n).unwrap_or_else(|| panic!("no {k} {n}")))
+}
+
+fn pod<'a>(objs: &'a [Value], k: &str, suffix: &str) -> &'a Value {
+    let n = format!("{REFERENCE_FULLNAME}-{suffix}");
+    pod_named(objs, k, &n).unwrap_or_else(|| panic!("no {k} {n}"))
+}
+
+fn obj<'a>(objs: &'a [Value], k: &str, suffix: &str) -> Option<&'a Value> {
+    find(objs, k, &format!("{REFERENCE_FULLNAME}-{suffix}"))
+}
+
+fn has(args: &[String], a: &str) -> bool {
+    args.iter().any(|x| x == a)
+}
+
+/// The fixture's value at a dotted path, as JSON.
+fn fixture_value(path: &str) -> Value {
+    let v: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(reference_values()).unwrap()).unwrap();
+    path.split('.').fold(v, |v, k| v[k].clone())
+}
+
+fn ref_off() -> &'static [Value] {
+    reference("reference values")
+}
+fn ref_on() -> &'static [Value] {
+    reference("reference values, controller and proxy on")
+}
+fn ref_ctl() -> Vec<String> {
+    args(ref_on(), "Deployment", "controller")
+}
+fn ref_ds() -> Vec<String> {
+    args(ref_off(), "DaemonSet", "etc-hosts")
+}
+fn ref_px() -> Vec<String> {
+    args(ref_on(), "Deployment", "proxy")
+}
+fn ref_ctl_pod() -> &'static Value {
+    pod(ref_on(), "Deployment", "controller")
+}
+fn ref_px_pod() -> &'static Value {
+    pod(ref_on(), "Deployment", "proxy")
+}
+fn ref_ds_pod() -> &'static Value {
+    pod(ref_off(), "DaemonSet", "etc-hosts")
+}
+
+/// No uninstall hook in that case.
+fn no_hook(case: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || assert!(obj(reference(case), "Job", "cleanup").is_none(), "{case}"))
+}
+
+/// A pod field the reference chart passed through verbatim.
+fn same(key: &'static str, pod: fn() -> &'static Value, field: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || assert_eq!(pod()[field], fixture_value(key), "{key}"))
+}
+
+fn key_checks() -> Vec<KeyCheck> {
+    use Note::*;
+    let (off, on, ctl, ds, px) = (ref_off, ref_on, ref_ctl, ref_ds, ref_px);
+    let (ctl_pod, px_pod, ds_pod) = (ref_ctl_pod, ref_px_pod, ref_ds_pod);
+    vec![
+        (
+            "image.repository",
+            Same,
+            Box::new(move || {
+                let image = ctl_pod()["containers"][0]["image"].as_str().unwrap();
+                assert!(
+                    image.starts_with("registry.example/mirror/ouroboros:"),
+                    "{image}"
+                );
+            }),
+        ),
+        (
+            "image.tag",
+            Same,
+            Box::new(move || {
+                let image = px_pod()["containers"][0]["image"].as_str().unwrap();
+                assert!(image.ends_with(":0.1.0-mirror.1"), "{image}");
+            }),
+        ),
+        (
+            "image.pullPolicy",
+            Same,
+            Box::new(move || {
+                assert_eq!(ds_pod()["containers"][0]["imagePullPolicy"], "Always");
+            }),
+        ),
+        (
+            "imagePullSecrets",
+            Same,
+            same("imagePullSecrets", px_pod, "imagePullSecrets"),
+        ),
+        (
+            "nameOverride",
+            Same,
+            Box::new(move || {
+                let labels = &obj(off(), "DaemonSet", "etc-hosts").unwrap()["metadata"]["labels"];
+                assert_eq!(labels["app.kubernetes.io/name"], "hairpin");
+            }),
+        ),
+        (
+            "fullnameOverride",
+            Same,
+            Box::new(move || {
+                assert!(obj(on(), "Service", "proxy").is_some());
+            }),
+        ),
+        (
+            "controller.enabled",
+            Same,
+            Box::new(move || {
+                assert!(obj(off(), "Deployment", "controller").is_none());
+                assert!(obj(on(), "Deployment", "controller").is_some());
+            }),
+        ),
+        (
+            "controller.replicaCount",
+            Renamed("controller.replicas"),
+            Box::new(move || {
+                assert_eq!(
+                    obj(on(), "Deployment", "controller").unwrap()["spec"]["replicas"],
+                    2
+                );
+            }),
+        ),
+        (
+            "controller.clusterDomain",
+            Renamed("clusterDomain"),
+            Box::new(move || {
+                for a in [ctl(), ds(), px()] {
+                    assert!(has(&a, "--cluster-domain=cozy.local"), "{a:?}");
+                }
+            }),
+        ),
+        (
+            "controller.mode",
+            Same,
+            Box::new(move || {
+                assert!(has(&ctl(), "--mode=external-dns"));
+            }),
+        ),
+        (
+            "controller.resources",
+            Same,
+            Box::new(move || {
+                assert_eq!(
+                    ctl_pod()["containers"][0]["resources"],
+                    fixture_value("controller.resources")
+                );
+            }),
+        ),
+        (
+            "controller.podAnnotations",
+            Same,
+            Box::new(move || {
+                let d = obj(on(), "Deployment", "controller").unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["annotations"],
+                    fixture_value("controller.podAnnotations")
+                );
+            }),
+        ),
+        (
+            "controller.podLabels",
+            Same,
+            Box::new(move || {
+                let d = obj(on(), "Deployment", "controller").unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["labels"]["team"],
+                    "platform"
+                );
+            }),
+        ),
+        (
+            "controller.nodeSelector",
+            Same,
+            same("controller.nodeSelector", ctl_pod, "nodeSelector"),
+        ),
+        (
+            "controller.tolerations",
+            Same,
+            same("controller.tolerations", ctl_pod, "tolerations"),
+        ),
+        (
+            "controller.affinity",
+            Same,
+            same("controller.affinity", ctl_pod, "affinity"),
+        ),
+        (
+            "controller.topologySpreadConstraints",
+            Same,
+            same(
+                "controller.topologySpreadConstraints",
+                ctl_pod,
+                "topologySpreadConstraints",
+            ),
+        ),
+        (
+            "controller.gatewayApi.enabled",
+            Renamed("controller.gatewayApi"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--gateway-api") && has(&ds(), "--gateway-api"));
+            }),
+        ),
+        (
+            "controller.ingressClass",
+            Same,
+            Box::new(move || {
+                assert!(has(&ctl(), "--ingress-class=nginx-public"));
+            }),
+        ),
+        (
+            "controller.gatewayClass",
+            Same,
+            Box::new(move || {
+                assert!(has(&ctl(), "--gateway-class=envoy-public"));
+            }),
+        ),
+        (
+            "controller.coredns.namespace",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-namespace=dns-system"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.coredns.configmap",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-configmap=coredns-main"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.coredns.key",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-key=Corefile.main"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.coredns.cleanupOnUninstall",
+            Renamed("controller.cleanupOnUninstall"),
+            no_hook("reference values, coredns mode"),
+        ),
+        (
+            "controller.corednsImport.namespace",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns-import mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-import-namespace=dns-system"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.corednsImport.configmap",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns-import mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-import-configmap=coredns-extra"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.corednsImport.key",
+            Same,
+            Box::new(move || {
+                let a = args(
+                    reference("reference values, coredns-import mode"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(has(&a, "--coredns-import-key=hairpin.override"), "{a:?}");
+            }),
+        ),
+        (
+            "controller.corednsImport.cleanupOnUninstall",
+            Renamed("controller.cleanupOnUninstall"),
+            no_hook("reference values, coredns-import mode"),
+        ),
+        (
+            "controller.cleanupHookImage",
+            Ignored,
+            Box::new(move || {
+                let text = serde_json::to_string(on()).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
+            }),
+        ),
+        (
+            "controller.resync",
+            Same,
+            Box::new(move || assert!(has(&ctl(), "--resync=1m"))),
+        ),
+        (
+            "controller.logLevel",
+            Renamed("logLevel"),
+            Box::new(move || {
+                for a in [ctl(), ds(), px()] {
+                    assert!(has(&a, "--log-level=debug"), "{a:?}");
+                }
+            }),
+        ),
+        (
+            "proxy.enabled",
+            Same,
+            Box::new(move || {
+                assert!(
+                    obj(off(), "Deployment", "proxy").is_none()
+                        && obj(off(), "Service", "proxy").is_none()
+                );
+                assert!(obj(on(), "Deployment", "proxy").is_some());
+            }),
+        ),
+        (
+            "proxy.replicaCount",
+            Renamed("proxy.replicas"),
+            Box::new(move || {
+                assert_eq!(
+                    obj(on(), "Deployment", "proxy").unwrap()["spec"]["replicas"],
+                    3
+                );
+            }),
+        ),
+        (
+            "proxy.resources",
+            Same,
+            Box::new(move || {
+                assert_eq!(
+                    px_pod()["containers"][0]["resources"],
+                    fixture_value("proxy.resources")
+                );
+            }),
+        ),
+        (
+            "proxy.podAnnotations",
+            Same,
+            Box::new(move || {
+                let d = obj(on(), "Deployment", "proxy").unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["annotations"],
+                    fixture_value("proxy.podAnnotations")
+                );
+            }),
+        ),
+        (
+            "proxy.podLabels",
+            Same,
+            Box::new(move || {
+                let d = obj(on(), "Deployment", "proxy").unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["labels"]["team"],
+                    "platform"
+                );
+            }),
+        ),
+        (
+            "proxy.nodeSelector",
+            Same,
+            same("proxy.nodeSelector", px_pod, "nodeSelector"),
+        ),
+        (
+            "proxy.tolerations",
+            Same,
+            same("proxy.tolerations", px_pod, "tolerations"),
+        ),
+        (
+            "proxy.affinity",
+            Same,
+            same("proxy.affinity", px_pod, "affinity"),
+        ),
+        (
+            "proxy.topologySpreadConstraints",
+            Same,
+            same(
+                "proxy.topologySpreadConstraints",
+                px_pod,
+                "topologySpreadConstraints",
+            ),
+        ),
+        (
+            "proxy.service.type",
+            Same,
+            Box::new(move || {
+                assert_eq!(
+                    obj(on(), "Service", "proxy").unwrap()["spec"]["type"],
+                    "NodePort"
+                );
+            }),
+        ),
+        (
+            "proxy.service.annotations",
+            Same,
+            Box::new(move || {
+                assert_eq!(
+                    obj(on(), "Service", "proxy").unwrap()["metadata"]["annotations"],
+                    fixture_value("proxy.service.annotations")
+                );
+            }),
+        ),
+        (
+            "proxy.target.host",
+            Same,
+            Box::new(move || {
+                // Empty in the fixture: the Service below. Set, it wins, as in the reference chart.
+                let a = args(
+                    reference("reference values, a target host"),
+                    "Deployment",
+                    "proxy",
+                );
+                assert!(
+                    has(&a, "--target-host=traefik.traefik.svc.cozy.local"),
+                    "{a:?}"
+                );
+                assert!(
+                    !a.iter().any(|x| x.starts_with("--target-service")),
+                    "{a:?}"
+                );
+            }),
+        ),
+        (
+            "proxy.target.serviceName",
+            Same,
+            Box::new(move || {
+                assert!(has(&px(), "--target-service-name=traefik"));
+            }),
+        ),
+        (
+            "proxy.target.namespace",
+            Renamed("proxy.target.serviceNamespace"),
+            Box::new(move || {
+                assert!(has(&px(), "--target-service-namespace=traefik"));
+            }),
+        ),
+        (
+            "proxy.target.httpPort",
+            Same,
+            Box::new(move || assert!(has(&px(), "--target-http-port=8000"))),
+        ),
+        (
+            "proxy.target.httpsPort",
+            Same,
+            Box::new(move || assert!(has(&px(), "--target-https-port=8443"))),
+        ),
+        (
+            "proxy.dialTimeout",
+            Same,
+            Box::new(move || assert!(has(&px(), "--dial-timeout=3s"))),
+        ),
+        (
+            "proxy.readyTimeout",
+            Same,
+            Box::new(move || assert!(has(&px(), "--ready-timeout=1s"))),
+        ),
+        (
+            "proxy.shutdownGrace",
+            Renamed("proxy.shutdownGraceSeconds"),
+            Box::new(move || {
+                assert!(has(&px(), "--shutdown-grace=75s"), "1m15s");
+                assert_eq!(px_pod()["terminationGracePeriodSeconds"], 5 + 75 + 5);
+            }),
+        ),
+        (
+            "externalDns.namespace",
+            Renamed("controller.externalDns.namespace"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--external-dns-namespace=dns-records"));
+                let role = obj(on(), "Role", "controller-external-dns").unwrap();
+                assert_eq!(role["metadata"]["namespace"], "dns-records");
+            }),
+        ),
+        (
+            "externalDns.recordTTL",
+            Renamed("controller.externalDns.recordTtl"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--external-dns-record-ttl=300"));
+            }),
+        ),
+        (
+            "externalDns.output",
+            Renamed("controller.externalDns.output"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--external-dns-output=service"));
+            }),
+        ),
+        (
+            "externalDns.annotationPrefix",
+            Renamed("controller.externalDns.annotationPrefix"),
+            Box::new(move || {
+                assert!(has(
+                    &ctl(),
+                    "--external-dns-annotation-prefix=internal-dns.example.com/"
+                ));
+            }),
+        ),
+        (
+            "externalDns.proxyIP",
+            Renamed("controller.externalDns.proxyIps"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--external-dns-proxy-ip=10.96.100.10"));
+            }),
+        ),
+        (
+            "externalDns.proxyService",
+            Renamed("controller.externalDns.proxyService"),
+            Box::new(move || {
+                assert!(has(
+                    &ctl(),
+                    "--external-dns-proxy-service=shared-hairpin-proxy"
+                ));
+            }),
+        ),
+        (
+            "externalDns.annotations",
+            Renamed("controller.externalDns.annotations"),
+            Box::new(move || {
+                assert!(has(&ctl(), "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false"));
+            }),
+        ),
+        (
+            "externalDns.labels",
+            Renamed("controller.externalDns.labels"),
+            Box::new(move || {
+                assert!(has(
+                    &ctl(),
+                    "--external-dns-label=external-dns-instance=internal-dns"
+                ));
+            }),
+        ),
+        (
+            "externalDns.cleanupOnUninstall",
+            Renamed("controller.cleanupOnUninstall"),
+            no_hook("reference values, controller and proxy on"),
+        ),
+        (
+            "externalDns.cleanupHookImage",
+            Ignored,
+            Box::new(move || {
+                let text =
+                    serde_json::to_string(reference("reference values, coredns mode")).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
+            }),
+        ),
+        (
+            "etcHosts.enabled",
+            Same,
+            Box::new(move || {
+                assert!(obj(off(), "DaemonSet", "etc-hosts").is_some());
+            }),
+        ),
+        (
+            "etcHosts.hostsPath",
+            Renamed("etcHosts.hostPath"),
+            Box::new(move || {
+                assert_eq!(
+                    ds_pod()["volumes"][0]["hostPath"]["path"],
+                    "/var/lib/hosts/hosts"
+                );
+            }),
+        ),
+        (
+            "etcHosts.proxyIP",
+            Renamed("etcHosts.proxyIps"),
+            Box::new(move || {
+                assert!(has(&ds(), "--proxy-ip=10.96.100.10"));
+            }),
+        ),
+        (
+            "etcHosts.resources",
+            Same,
+            Box::new(move || {
+                assert_eq!(
+                    ds_pod()["containers"][0]["resources"],
+                    fixture_value("etcHosts.resources")
+                );
+            }),
+        ),
+        (
+            "etcHosts.tolerations",
+            Same,
+            same("etcHosts.tolerations", ds_pod, "tolerations"),
+        ),
+        (
+            "serviceAccount.annotations",
+            Same,
+            Box::new(move || {
+                let sas: Vec<_> = on()
+                    .iter()
+                    .filter(|o| kind(o) == "ServiceAccount")
+                    .collect();
+                assert!(sas.len() >= 3, "{sas:?}");
+                for sa in sas {
+                    assert_eq!(
+                        sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
+                        fixture_value("serviceAccount.annotations")
+                            ["iam.gke.io/gcp-service-account"],
+                        "{}",
+                        name(sa)
+                    );
+                }
+            }),
+        ),
+        (
+            "serviceAccount.name",
+            Same,
+            Box::new(move || {
+                assert_eq!(ctl_pod()["serviceAccountName"], "hairpin-controller");
+                assert!(find(on(), "ServiceAccount", "hairpin-controller").is_some());
+            }),
+        ),
+        (
+            "podSecurityContext",
+            Same,
+            Box::new(move || {
+                for p in [ctl_pod(), px_pod()] {
+                    assert_eq!(p["securityContext"]["runAsUser"], 10001);
+                    assert_eq!(p["securityContext"]["runAsGroup"], 10001);
+                }
+            }),
+        ),
+        (
+            "securityContext",
+            Same,
+            Box::new(move || {
+                for p in [ctl_pod(), px_pod()] {
+                    let sc = &p["containers"][0]["securityContext"];
+                    assert_eq!(sc["runAsNonRoot"], true);
+                    assert_eq!(sc["readOnlyRootFilesystem"], true);
+                }
+            }),
+        ),
+        (
+            "podDisruptionBudget.enabled",
+            Renamed("proxy.podDisruptionBudget.enabled"),
+            Box::new(move || {
+                assert!(obj(on(), "PodDisruptionBudget", "proxy").is_some());
+                let off = reference("reference values, PodDisruptionBudget off");
+                assert!(obj(off, "PodDisruptionBudget", "proxy").is_none());
+            }),
+        ),
+        (
+            "podDisruptionBudget.minAvailable",
+            Renamed("proxy.podDisruptionBudget.minAvailable"),
+            Box::new(move || {
+                let spec = &obj(on(), "PodDisruptionBudget", "proxy").unwrap()["spec"];
+                assert_eq!(spec["minAvailable"], "50%");
+                assert!(spec["maxUnavailable"].is_null());
+            }),
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable",
+            Renamed("proxy.podDisruptionBudget.maxUnavailable"),
+            Box::new(move || {
+                let r = reference("reference values, maxUnavailable");
+                let spec = &obj(r, "PodDisruptionBudget", "proxy").unwrap()["spec"];
+                assert_eq!(spec["maxUnavailable"], 2);
+                assert!(spec["minAvailable"].is_null());
+            }),
+        ),
+        (
+            "networkPolicy.enabled",
+            Same,
+            Box::new(move || {
+                assert!(obj(on(), "NetworkPolicy", "proxy").is_some());
+            }),
+        ),
+        (
+            "networkPolicy.ingress.from",
+            Renamed("networkPolicy.from"),
+            Box::new(move || {
+                let np = obj(on(), "NetworkPolicy", "proxy").unwrap();
+                assert_eq!(
+                    np["spec"]["ingress"][0]["from"],
+                    fixture_value("networkPolicy.ingress.from")
+                );
+            }),
+        ),
+        (
+            "terminationGracePeriodSeconds",
+            Ignored,
+            Box::new(move || {
+                assert!(ctl_pod()["terminationGracePeriodSeconds"].is_null());
+            }),
+        ),
+    ]
+}
+
+/// The fixture's keys: every leaf lies under exactly one checked key, every checked key is in it.
+fn fixture_keys(v: &Value, prefix: &str, checked: &BTreeSet<&str>, out: &mut Vec<String>) {
+    if checked.contains(prefix) {
+        out.push(prefix.to_string());
+        return;
+    }
+    match v.as_object() {
+        Some(m) if !m.is_empty() => {
+            for (k, v) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                fixture_keys(v, &p, checked, out);
+            }
+        }
+        _ => panic!("{FIXTURE}: {prefix} is checked by no entry of key_checks"),
+    }
+}
+
+/// A values file written for the reference chart installs: with Helm 4 and 3 alike (see
+/// helm_3_renders_what_helm_4_renders), valid for Kubernetes (every_render_validates...), with
+/// the RBAC the flags need (rbac_of_every_pod...); here, every key has its effect and NOTES
+/// names each old key.
+#[test]
+fn reference_chart_values_install_and_every_key_has_its_effect() {
+    let checks = key_checks();
+    let keys: BTreeSet<&str> = checks.iter().map(|(k, _, _)| *k).collect();
+    assert_eq!(keys.len(), checks.len(), "a key checked twice");
+    let fixture: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(reference_values()).unwrap()).unwrap();
+    let mut found = vec![];
+    fixture_keys(&fixture, "", &keys, &mut found);
+    let found: BTreeSet<&str> = found.iter().map(String::as_str).collect();
+    assert_eq!(found, keys, "{FIXTURE} and key_checks cover the same keys");
+
+    let notes_on = notes(&[&reference_values()], REFERENCE_ON).unwrap();
+    let notes_max = notes(
+        &[&reference_values()],
+        &[
+            "podDisruptionBudget.minAvailable=null",
+            "podDisruptionBudget.maxUnavailable=2",
+        ],
+    )
+    .unwrap();
+    let mut renamed = 0;
+    for (key, note, check) in &checks {
+        check();
+        // null in the fixture: its line shows where it is set.
+        let notes = if *key == "podDisruptionBudget.maxUnavailable" {
+            &notes_max
+        } else {
+            &notes_on
+        };
+        match note {
+            Note::Renamed(new) => {
+                let line = format!("`{key}` is deprecated: use `{new}`");
+                assert!(notes.contains(&line), "NOTES lacks {line:?}:\n{notes}");
+                renamed += 1;
+            }
+            Note::Ignored => {
+                let line = format!("`{key}` is ignored: ");
+                assert!(notes.contains(&line), "NOTES lacks {line:?}:\n{notes}");
+            }
+            Note::Same => {
+                assert!(
+                    !notes.contains(&format!("`{key}`")),
+                    "NOTES names {key}:\n{notes}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        notes_on.matches(" is deprecated: use ").count(),
+        renamed - 1,
+        "one line per old key in the values (maxUnavailable is null there):\n{notes_on}"
+    );
+    assert!(renamed >= 20, "{renamed}");
+    // The default values print no such line.
+    let plain = notes(&[], &[]).unwrap();
+    assert!(
+        !plain.contains("deprecated") && !plain.contains("reference tool's chart"),
+        "{plain}"
+    );
+}
+
+/// The defaults in "ouroboros.aliases" (_helpers.tpl) are values.yaml's, and every old key is
+/// in the schema: a new key at its default does not count as set against its old key.
+#[test]
+fn alias_table_agrees_with_values_and_schema() {
+    let helpers = std::fs::read_to_string(chart_dir().join("templates/_helpers.tpl")).unwrap();
+    let start = helpers
+        .find("{{- define \"ouroboros.aliases\" -}}\n")
+        .unwrap();
+    let body = &helpers[start..];
+    let body = &body[body.find('\n').unwrap() + 1..body.find("{{- end -}}").unwrap()];
+    let aliases: Vec<Value> = yaml_serde::from_str(body).unwrap();
+    assert!(aliases.len() >= 20, "{body}");
+    let values: Value =
+        yaml_serde::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
+            .unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let at = |v: &Value, path: &str| path.split('.').fold(v.clone(), |v, k| v[k].clone());
+    let in_schema = |path: &str| {
+        path.split('.')
+            .try_fold(&schema, |s, k| s["properties"].get(k))
+            .is_some()
+    };
+    let mut defaults = vec![];
+    for a in &aliases {
+        let (old, new) = (a["old"].as_str().unwrap(), a["new"].as_str().unwrap());
+        let default = at(&values, new);
+        assert!(!default.is_null(), "{new} is not in values.yaml");
+        assert_eq!(a["default"], default, "default of {new}");
+        assert!(in_schema(old), "{old} is not in values.schema.json");
+        assert!(
+            at(&values, old).is_null(),
+            "{old} must not be in values.yaml"
+        );
+        defaults.push(format!(
+            "{new}={}",
+            serde_json::to_string(&default).unwrap()
+        ));
+    }
+    // Every new key set to its default does not count as set against the fixture's old keys.
+    let mut cmd = Command::new(tool("helm"));
+    cmd.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE]);
+    values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
+    for d in &defaults {
+        cmd.args(["--set-json", d]);
+    }
+    let (ok, out, err) = run(&mut cmd, None);
+    assert!(ok, "new keys at their defaults, old keys set: {err}");
+    assert!(docs(&out) == ref_on(), "and the old keys win");
+    // The reference chart's target default, whose host counts as unset.
+    let host = at(&values, "proxy.target.host");
+    assert!(
+        helpers.contains(&format!("(ne $t.host {host})")),
+        "_helpers.tpl compares proxy.target.host with its default {host}"
+    );
+    // proxy.yaml compares maxUnavailable with its default.
+    let proxy = std::fs::read_to_string(chart_dir().join("templates/proxy.yaml")).unwrap();
+    let max = at(&values, "proxy.podDisruptionBudget.maxUnavailable");
+    assert!(proxy.contains(&format!("(ne (toJson $pdb.maxUnavailable) \"{max}\")")));
+}
+
+/// Each template's copy of .Values gets the old keys mapped before anything reads it.
+#[test]
+fn every_template_maps_the_reference_keys_first() {
+    let mut n = 0;
+    for e in std::fs::read_dir(chart_dir().join("templates")).unwrap() {
+        let path = e.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        if file.starts_with('_') {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut rest = text.trim_start();
+        // Leading template comments.
+        while let Some(r) = rest.strip_prefix("{{- /*") {
+            rest = r[r.find("*/}}").unwrap() + 4..].trim_start();
+        }
+        assert!(
+            rest.starts_with("{{- include \"ouroboros.compat\" . "),
+            "templates/{file} must begin with {{{{- include \"ouroboros.compat\" . }}}}"
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "{n}");
+}
+
+#[test]
+fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
+    let alone = docs(&template(&["etcHosts.enabled=true"], true).unwrap());
+    assert!(find(&alone, "DaemonSet", "ouroboros-etc-hosts").is_some());
+    assert!(find(&alone, "Deployment", "ouroboros-controller").is_none());
+    assert!(find(&alone, "Job", "ouroboros-cleanup").is_none());
+    for o in &alone {
+        assert_ne!(
+            o["metadata"]["namespace"],
+            "kube-system",
+            "{} {}",
+            kind(o),
+            name(o)
+        );
+    }
+    let text = notes(&[], &["etcHosts.enabled=true"]).unwrap();
+    assert!(
+        text.contains("instead of the controller Deployment"),
+        "{text}"
+    );
+
+    for mode in ["coredns", "coredns-import", "external-dns"] {
+        let both = docs(
+            &template(
+                &["etcHosts.enabled=true", &format!("controller.mode={mode}")],
+                true,
+            )
+            .unwrap(),
+        );
+        assert!(
+            find(&both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
+            "{mode}"
+        );
+        let args = container_args(pod_named(&both, "Deployment", "ouroboros-controller").unwrap());
+        assert!(args.contains(&format!("--mode={mode}")), "{mode}: {args:?}");
+    }
+    let text = notes(&[], &["etcHosts.enabled=true", "controller.mode=coredns"]).unwrap();
+    assert!(
+        text.contains("runs alongside it because controller.mode is set"),
+        "{text}"
+    );
+    // Without etcHosts, an empty mode is coredns.
+    let (_, defaults, _) = &renders()[0];
+    let args = container_args(pod_named(defaults, "Deployment", "ouroboros-controller").unwrap());
+    assert!(args.contains(&"--mode=coredns".to_string()), "{args:?}");
+}
+
+#[test]
+fn conflicting_or_unusable_values_fail_with_a_message() {
+    for (sets, words) in [
+        (
+            &["controller.replicaCount=3", "controller.replicas=2"][..],
+            &["controller.replicaCount", "controller.replicas"][..],
+        ),
+        (
+            &[
+                "etcHosts.enabled=true",
+                "etcHosts.proxyIP=10.0.0.1",
+                "etcHosts.proxyIps={10.0.0.2}",
+            ],
+            &["etcHosts.proxyIP", "etcHosts.proxyIps"],
+        ),
+        (
+            &[
+                "externalDns.output=crd",
+                "controller.externalDns.output=service",
+            ],
+            &["externalDns.output", "controller.externalDns.output"],
+        ),
+        (
+            &["proxy.shutdownGrace=45s", "proxy.shutdownGraceSeconds=20"],
+            &["proxy.shutdownGrace", "proxy.shutdownGraceSeconds"],
+        ),
+        (
+            &["controller.logLevel=debug", "logLevel=warn"],
+            &["controller.logLevel", "logLevel"],
+        ),
+        (
+            &[
+                "proxy.podDisruptionBudget.minAvailable=1",
+                "proxy.podDisruptionBudget.maxUnavailable=2",
+            ],
+            &["minAvailable", "maxUnavailable"],
+        ),
+        (
+            &["proxy.enabled=false"],
+            &["proxy.enabled=false", "controller.proxyIps"],
+        ),
+        (
+            &[
+                "proxy.enabled=false",
+                "controller.mode=external-dns",
+                "etcHosts.enabled=true",
+            ],
+            &["controller.externalDns.proxyIps", "etcHosts.proxyIps"],
+        ),
+        (&["proxy.target.host="], &["proxy.target.host"]),
+        (
+            &["image.repository=ghcr.io/lexfrei/ouroboros"],
+            &["image.repository", "reference"],
+        ),
+    ] {
+        let err = template(sets, true).expect_err(&format!("{sets:?}"));
+        for w in words {
+            assert!(err.contains(w), "{sets:?}: {err}");
+        }
+        assert!(
+            !err.contains("schema"),
+            "{sets:?}: a template's message, not the schema's: {err}"
+        );
+    }
+    // The old key alone, or both set to the same value, render.
+    for sets in [
+        &["controller.replicaCount=3"][..],
+        &["controller.replicaCount=3", "controller.replicas=3"],
+        &[
+            "externalDns.output=crd",
+            "controller.externalDns.output=dnsendpoint",
+        ],
+        &[
+            "controller.clusterDomain=cozy.local.",
+            "clusterDomain=cozy.local",
+        ],
+    ] {
+        template(sets, true).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+    }
+    let objs = docs(&template(&["controller.replicaCount=3"], true).unwrap());
+    assert_eq!(
+        find(&objs, "Deployment", "ouroboros-controller").unwrap()["spec"]["replicas"],
+        3
     );
 }
 

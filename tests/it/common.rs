@@ -176,3 +176,51 @@ pub fn names(text: &str, flag: &str) -> bool {
     );
     regex::Regex::new(&word).unwrap().is_match(text)
 }
+
+/// `ouroboros ARGS --help` (stdout) without the caller's OUROBOROS_* variables, whose values
+/// would otherwise show up in it.
+pub fn help(args: &[&str]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.args(args).arg("--help");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUROBOROS_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = ok(run(&mut cmd, None));
+    assert!(
+        !out.is_empty(),
+        "ouroboros {} --help printed nothing",
+        args.join(" ")
+    );
+    out
+}
+
+/// The long flags and env vars a `--help` output defines (option lines, not prose).
+pub fn help_options(help: &str) -> (Vec<String>, Vec<String>) {
+    let mut flags = Vec::new();
+    let mut envs = Vec::new();
+    for line in help.lines() {
+        let t = line.trim_start();
+        // Option lines start with `--name` or `-x, --name`; prose never does.
+        let rest = t.strip_prefix("--").or_else(|| {
+            t.get(4..)
+                .filter(|_| t.starts_with('-'))
+                .and_then(|r| r.strip_prefix("--"))
+        });
+        if let Some(rest) = rest {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if !name.is_empty() && name != "help" && name != "version" {
+                flags.push(format!("--{name}"));
+            }
+        }
+        if let Some(i) = t.find("[env: ") {
+            let env: String = t[i + 6..].chars().take_while(|c| *c != '=').collect();
+            envs.push(env);
+        }
+    }
+    (flags, envs)
+}

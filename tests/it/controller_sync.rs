@@ -1096,3 +1096,261 @@ async fn an_unreadable_object_is_skipped_and_reported_not_the_whole_list() {
     assert_eq!(ev["regarding"]["kind"], "Ingress");
     assert_eq!(ev["regarding"]["name"], "broken");
 }
+
+// ---- The idle-watch detector (--watch-idle-timeout) ----
+
+const INGRESSES: &str = "/apis/networking.k8s.io/v1/ingresses?";
+/// The Ingress watch as it is opened, up to its resourceVersion.
+const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=";
+
+/// [`http_get`] on the real clock: with the clock paused the runtime would move it on while
+/// waiting for the socket, firing the controller's timers in between.
+async fn http_get_unpaused(port: u16, path: &str) -> (u16, String) {
+    tokio::time::resume();
+    let got = http_get(port, path).await;
+    tokio::time::pause();
+    got
+}
+
+fn restarts_line(metrics: &str) -> Option<&str> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("ouroboros_controller_watch_restarts_total{kind=\"Ingress\"}"))
+}
+
+fn ingress_calls(api: &Routed) -> Vec<String> {
+    api.calls()
+        .into_iter()
+        .filter(|(m, u)| m == "GET" && u.starts_with(INGRESSES))
+        .map(|(_, u)| u)
+        .collect()
+}
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+// Paused clock: minutes of watch silence pass in virtual time.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_watch_is_relisted_and_what_was_deleted_meanwhile_goes_away() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let r = start(
+        state_with(vec![
+            ingress("shop", &["shop.example.com"]),
+            ingress("blog", &["blog.example.com"]),
+        ]),
+        &[
+            "--leader-elect=false",
+            "--listen-health",
+            &listen,
+            "--watch-idle-timeout",
+            "2m",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    // The list arrived just before the first write (the 50 ms debounce).
+    let listed = tokio::time::Instant::now();
+    assert!(r
+        .state
+        .lock()
+        .unwrap()
+        .corefile
+        .contains("blog.example.com"));
+
+    // A minute later the API server ends the watch at its timeout, without an event: it is
+    // resumed, and that is no sign that events arrive.
+    tokio::time::sleep_until(listed + Duration::from_secs(60)).await;
+    let tasks = alive_tasks();
+    assert_eq!(r.api.release(INGRESS_WATCH, &[]), 1);
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("GET", INGRESS_WATCH) == 2)
+            .await
+    );
+    // Then the watch dies silently; `blog` is deleted and the watch never says so. The next
+    // list is held, so readiness can be seen while it is pending.
+    {
+        let mut st = r.state.lock().unwrap();
+        st.ingresses.retain(|i| i["metadata"]["name"] == "shop");
+        st.hold_lists = vec![INGRESS_LIST];
+    }
+    tokio::time::sleep_until(listed + Duration::from_secs(110)).await;
+    assert_eq!(r.api.count("GET", INGRESS_LIST), 1, "not before 2 minutes");
+    // Two minutes after the last event (the list), not after the resumed watch.
+    tokio::time::sleep_until(listed + Duration::from_secs(121)).await;
+    assert_eq!(
+        r.api.count("GET", INGRESS_LIST),
+        2,
+        "relisted: {:#?}",
+        r.api.calls()
+    );
+    let (code, reason) = http_get_unpaused(port, "/readyz").await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (503, "relisting Ingress after 2m without events\n")
+    );
+    let (_, metrics) = http_get_unpaused(port, "/metrics").await;
+    assert_eq!(
+        restarts_line(&metrics),
+        Some("ouroboros_controller_watch_restarts_total{kind=\"Ingress\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        r.api.count("PUT", COREDNS),
+        1,
+        "nothing written while relisting"
+    );
+
+    // The new list arrives: it holds only `shop`, so `blog` leaves the store and the block.
+    r.state.lock().unwrap().hold_lists.clear();
+    let fresh = list(
+        "networking.k8s.io/v1",
+        "IngressList",
+        "100",
+        vec![ingress("shop", &["shop.example.com"])],
+    );
+    assert_eq!(r.api.release(INGRESS_LIST, &[fresh]), 1);
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    assert!(
+        corefile.contains("rewrite name shop.example.com "),
+        "{corefile}"
+    );
+    assert!(!corefile.contains("blog.example.com"), "{corefile}");
+    let (code, _) = http_get_unpaused(port, "/readyz").await;
+    assert_eq!(code, 200, "ready again once the new list is in");
+    let (_, metrics) = http_get_unpaused(port, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "ouroboros_controller_desired_hostnames 1"),
+        "{metrics}"
+    );
+    // The restart dropped the old stream and spawned nothing (the admin connections end).
+    assert!(
+        r.api.wait_for(5, |_| alive_tasks() == tasks).await,
+        "{} tasks alive, {tasks} before the restart",
+        alive_tasks()
+    );
+
+    let api = r.shutdown().await;
+    let watch = format!("{INGRESS_WATCH}100");
+    assert_eq!(
+        ingress_calls(&api),
+        [INGRESS_LIST, &watch, &watch, INGRESS_LIST, &watch]
+    );
+    assert_eq!(
+        writes(&api),
+        [
+            ("PUT".to_string(), COREDNS_PUT.to_string()),
+            ("PUT".to_string(), COREDNS_PUT.to_string())
+        ]
+    );
+}
+
+/// The sync engine does not hand a relist's unchanged set to the writer: no read, no write.
+#[tokio::test(start_paused = true)]
+async fn a_relist_that_finds_the_same_objects_writes_nothing() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &[
+            "--leader-elect=false",
+            "--listen-health",
+            &listen,
+            "--watch-idle-timeout",
+            "2m",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    let listed = tokio::time::Instant::now();
+    const SKIPPED: &str = "ouroboros_controller_syncs_total{mode=\"coredns\",result=\"skipped\"} ";
+    let skipped = |metrics: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(SKIPPED))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    tokio::time::sleep_until(listed + Duration::from_secs(60)).await;
+    let before = skipped(&http_get_unpaused(port, "/metrics").await.1);
+    tokio::time::sleep_until(listed + Duration::from_secs(125)).await;
+    assert_eq!(r.api.count("GET", INGRESS_LIST), 2, "{:#?}", r.api.calls());
+    let (code, _) = http_get_unpaused(port, "/readyz").await;
+    assert_eq!(code, 200);
+    let (_, metrics) = http_get_unpaused(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_watch_restarts_total{kind=\"Ingress\"} 1",
+        "ouroboros_controller_syncs_total{mode=\"coredns\",result=\"written\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    // The relist's change was computed and found equal to the set written.
+    assert_eq!(skipped(&metrics), before + 1, "{metrics}");
+    let api = r.shutdown().await;
+    assert_eq!(api.count("GET", COREDNS), 1, "only the first sync read");
+    assert_eq!(writes(&api), [("PUT".to_string(), COREDNS_PUT.to_string())]);
+}
+
+/// Bookmarks alone, then events alone, keep a watch alive well past the timeout; each ends the
+/// held watch (as the API server's timeout would), which is resumed from the resourceVersion
+/// they carried.
+#[tokio::test(start_paused = true)]
+async fn a_watch_with_bookmarks_or_events_is_not_restarted() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &[
+            "--leader-elect=false",
+            "--listen-health",
+            &listen,
+            "--watch-idle-timeout",
+            "2m",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    let mut versions = vec![100];
+    for rv in 201..=210 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let bookmark = json!({"type": "BOOKMARK", "object": {
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"resourceVersion": rv.to_string()}
+        }});
+        r.api.deliver(INGRESS_WATCH, bookmark).await;
+        versions.push(rv);
+    }
+    for rv in 301..=305 {
+        tokio::time::sleep(Duration::from_secs(90)).await;
+        let mut shop = ingress("shop", &["shop.example.com"]);
+        shop["metadata"]["resourceVersion"] = json!(rv.to_string());
+        r.api
+            .deliver(INGRESS_WATCH, json!({"type": "MODIFIED", "object": shop}))
+            .await;
+        versions.push(rv);
+    }
+    // The last resumed watch is open.
+    assert!(
+        r.api
+            .wait_for(5, |a| a.count("GET", &format!("{INGRESS_WATCH}305")) == 1)
+            .await
+    );
+    let (_, metrics) = http_get_unpaused(port, "/metrics").await;
+    assert_eq!(restarts_line(&metrics), None, "{metrics}");
+    let api = r.shutdown().await;
+    let mut want = vec![INGRESS_LIST.to_string()];
+    want.extend(versions.iter().map(|v| format!("{INGRESS_WATCH}{v}")));
+    assert_eq!(ingress_calls(&api), want, "one list in 17.5 minutes");
+    assert_eq!(api.count("PUT", COREDNS), 1);
+}

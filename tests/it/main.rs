@@ -19,6 +19,7 @@ mod support;
 mod sys;
 
 mod chart;
+mod chart_monitoring;
 mod cleanup_cli;
 mod controller_apply;
 mod controller_cli;
@@ -33,6 +34,7 @@ mod external_dns_apply;
 mod fuzz_corpus;
 mod haproxy_headers;
 mod hosts_writer;
+mod migration_doc;
 mod proxy;
 mod readme_flags;
 mod render_cli;

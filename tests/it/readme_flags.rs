@@ -3,7 +3,7 @@
 //! subcommands (`--threads`); their env vars (`OUROBOROS_EDGE_THREADS`) do not, so those pin
 //! each option to its own subcommand's table.
 
-use std::process::Command;
+use crate::common::{help, help_options as options};
 
 const SUBCOMMANDS: &[&[&str]] = &[
     &["proxy"],
@@ -19,35 +19,6 @@ const SUBCOMMANDS: &[&[&str]] = &[
     &["whoami"],
 ];
 
-/// The long flags and env vars a `--help` output defines (option lines, not prose).
-fn options(help: &str) -> (Vec<String>, Vec<String>) {
-    let mut flags = Vec::new();
-    let mut envs = Vec::new();
-    for line in help.lines() {
-        let t = line.trim_start();
-        // Option lines start with `--name` or `-x, --name`; prose never does.
-        let rest = t.strip_prefix("--").or_else(|| {
-            t.get(4..)
-                .filter(|_| t.starts_with('-'))
-                .and_then(|r| r.strip_prefix("--"))
-        });
-        if let Some(rest) = rest {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            if !name.is_empty() && name != "help" && name != "version" {
-                flags.push(format!("--{name}"));
-            }
-        }
-        if let Some(i) = t.find("[env: ") {
-            let env: String = t[i + 6..].chars().take_while(|c| *c != '=').collect();
-            envs.push(env);
-        }
-    }
-    (flags, envs)
-}
-
 #[test]
 fn every_flag_and_env_var_is_in_the_readme() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -57,14 +28,8 @@ fn every_flag_and_env_var_is_in_the_readme() {
     }
     let mut missing = Vec::new();
     for sub in SUBCOMMANDS {
-        let out = Command::new(env!("CARGO_BIN_EXE_ouroboros"))
-            .args(*sub)
-            .arg("--help")
-            .output()
-            .unwrap();
+        let help = help(sub);
         let sub = sub.join(" ");
-        assert!(out.status.success(), "{sub} --help failed");
-        let help = String::from_utf8(out.stdout).unwrap();
         let (flags, envs) = options(&help);
         // Every subcommand has at least the global --log-format and --log-level.
         assert!(

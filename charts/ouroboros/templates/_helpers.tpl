@@ -47,22 +47,209 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 Hardened defaults for every container but the etc-hosts and edge ones. Every pod also sets
 enableServiceLinks: false: the Service <release>-proxy would otherwise inject
 OUROBOROS_PROXY_* variables, the environment namespace of the proxy's flags.
+The controller, proxy and cleanup pods take podSecurityContext / securityContext on top: each
+key set there replaces the chart's (a whole key: capabilities replaces capabilities).
 */}}
 {{- define "ouroboros.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- $d := dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "fsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- range $k, $v := .Values.podSecurityContext }}{{ $_ := set $d $k $v }}{{ end -}}
+{{- toYaml $d -}}
 {{- end -}}
 
-{{- define "ouroboros.containerSecurityContext" -}}
+{{- define "ouroboros.containerSecurityContextDefaults" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 privileged: false
 capabilities:
   drop: [ALL]
+{{- end -}}
+
+{{- define "ouroboros.containerSecurityContext" -}}
+{{- $d := include "ouroboros.containerSecurityContextDefaults" . | fromYaml -}}
+{{- range $k, $v := .Values.securityContext }}{{ $_ := set $d $k $v }}{{ end -}}
+{{- toYaml $d -}}
+{{- end -}}
+
+{{/* Name of the controller Deployment's ServiceAccount. */}}
+{{- define "ouroboros.controllerServiceAccount" -}}
+{{- default (printf "%s-controller" (include "ouroboros.fullname" .)) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+The controller Deployment's mode, empty when it is not rendered. controller.mode empty means
+coredns, except with etcHosts.enabled: then the etc-hosts DaemonSet replaces the Deployment (as
+in the reference chart); an explicit controller.mode runs both.
+*/}}
+{{- define "ouroboros.controllerMode" -}}
+{{- $c := .Values.controller -}}
+{{- if and $c.enabled (or $c.mode (not .Values.etcHosts.enabled)) -}}
+{{- default "coredns" $c.mode -}}
+{{- end -}}
+{{- end -}}
+
+{{/* controller.gatewayApi, or the reference chart's controller.gatewayApi.enabled: "true" or "". */}}
+{{- define "ouroboros.gatewayApi" -}}
+{{- $g := .Values.controller.gatewayApi -}}
+{{- if kindIs "map" $g -}}
+{{- if $g.enabled }}true{{ end -}}
+{{- else if $g -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Keys of the reference tool's chart (lexfrei/ouroboros) and the keys of this chart they set.
+"ouroboros.compat" copies each old key that is set onto its new key; NOTES.txt prints one
+deprecation line per old key present. An old key counts as set unless null or an empty string,
+list or map (the reference chart's "unset"). default: the new key's default in values.yaml (a new
+key away from it counts as set; tests/it/chart.rs checks they agree). convert: list (one IP to a
+list), output (crd is dnsendpoint), seconds (a duration to whole seconds), trimDot (drop a
+trailing dot). mode: applies only when the controller Deployment runs in that mode, as in the
+reference chart. controller.gatewayApi.enabled is read by "ouroboros.gatewayApi".
+*/}}
+{{- define "ouroboros.aliases" -}}
+- {old: controller.replicaCount, new: controller.replicas, default: 1}
+- {old: controller.clusterDomain, new: clusterDomain, default: "", convert: trimDot}
+- {old: controller.logLevel, new: logLevel, default: info}
+- {old: controller.coredns.cleanupOnUninstall, new: controller.cleanupOnUninstall, default: true, mode: coredns}
+- {old: controller.corednsImport.cleanupOnUninstall, new: controller.cleanupOnUninstall, default: true, mode: coredns-import}
+- {old: externalDns.cleanupOnUninstall, new: controller.cleanupOnUninstall, default: true, mode: external-dns}
+- {old: externalDns.namespace, new: controller.externalDns.namespace, default: ""}
+- {old: externalDns.recordTTL, new: controller.externalDns.recordTtl, default: 60}
+- {old: externalDns.output, new: controller.externalDns.output, default: dnsendpoint, convert: output}
+- {old: externalDns.annotationPrefix, new: controller.externalDns.annotationPrefix, default: ""}
+- {old: externalDns.proxyIP, new: controller.externalDns.proxyIps, default: [], convert: list}
+- {old: externalDns.proxyService, new: controller.externalDns.proxyService, default: ""}
+- {old: externalDns.annotations, new: controller.externalDns.annotations, default: {}}
+- {old: externalDns.labels, new: controller.externalDns.labels, default: {}}
+- {old: etcHosts.hostsPath, new: etcHosts.hostPath, default: /etc/hosts}
+- {old: etcHosts.proxyIP, new: etcHosts.proxyIps, default: [], convert: list}
+- {old: proxy.replicaCount, new: proxy.replicas, default: 2}
+- {old: proxy.target.namespace, new: proxy.target.serviceNamespace, default: ""}
+- {old: proxy.shutdownGrace, new: proxy.shutdownGraceSeconds, default: 30, convert: seconds}
+- {old: podDisruptionBudget.enabled, new: proxy.podDisruptionBudget.enabled, default: true}
+- {old: podDisruptionBudget.minAvailable, new: proxy.podDisruptionBudget.minAvailable, default: ""}
+- {old: podDisruptionBudget.maxUnavailable, new: proxy.podDisruptionBudget.maxUnavailable, default: 1}
+- {old: networkPolicy.ingress.from, new: networkPolicy.from, default: [{namespaceSelector: {}}]}
+{{- end -}}
+
+{{/* Keys of the reference chart with nothing to set here, and why ignoring them is harmless. */}}
+{{- define "ouroboros.ignoredKeys" -}}
+- {key: controller.cleanupHookImage, why: "the uninstall hook runs `ouroboros cleanup` from image.*, so no kubectl image is pulled"}
+- {key: externalDns.cleanupHookImage, why: "the uninstall hook runs `ouroboros cleanup` from image.*, so no kubectl image is pulled"}
+- {key: terminationGracePeriodSeconds, why: "each pod's grace period follows its own shutdown (the proxy's is proxy.shutdownDelaySeconds + proxy.shutdownGraceSeconds + 5)"}
+{{- end -}}
+
+{{/*
+Applies "ouroboros.aliases" to .Values, which is this template's own copy: every template
+includes it first (a test checks). Idempotent. Fails when an old key and its new key are both
+set to different values.
+*/}}
+{{- define "ouroboros.compat" -}}
+{{- $values := .Values -}}
+{{- $mode := include "ouroboros.controllerMode" . -}}
+{{- range $a := include "ouroboros.aliases" . | fromYamlArray -}}
+{{- $cur := $values -}}
+{{- $found := true -}}
+{{- range $k := splitList "." $a.old -}}
+{{- if and $found (kindIs "map" $cur) (hasKey $cur $k) -}}
+{{- $cur = index $cur $k -}}
+{{- else -}}
+{{- $found = false -}}
+{{- end -}}
+{{- end -}}
+{{- $set := and $found (not (kindIs "invalid" $cur)) -}}
+{{- if and $set (or (kindIs "string" $cur) (kindIs "slice" $cur) (kindIs "map" $cur)) -}}
+{{- $set = not (empty $cur) -}}
+{{- end -}}
+{{- if and $set $a.mode (ne $a.mode $mode) -}}
+{{- $set = false -}}
+{{- end -}}
+{{- if $set -}}
+{{- $new := $cur -}}
+{{- $convert := default "" $a.convert -}}
+{{- if eq $convert "list" -}}
+{{- $new = list $cur -}}
+{{- else if eq $convert "output" -}}
+{{- $new = ternary "dnsendpoint" $cur (eq $cur "crd") -}}
+{{- else if eq $convert "trimDot" -}}
+{{- $new = trimSuffix "." $cur -}}
+{{- else if eq $convert "seconds" -}}
+{{- $new = include "ouroboros.durationSeconds" $cur | atoi -}}
+{{- end -}}
+{{- $keys := splitList "." $a.new -}}
+{{- $parent := $values -}}
+{{- range $k := initial $keys -}}
+{{- $parent = index $parent $k -}}
+{{- end -}}
+{{- $now := index $parent (last $keys) -}}
+{{- if and (ne (toJson $now) (toJson $a.default)) (ne (toJson $now) (toJson $new)) -}}
+{{- fail (printf "%s (%s) and %s (%s) are both set: %s is the reference chart's name for %s; keep only %s" $a.old (toJson $cur) $a.new (toJson $now) $a.old $a.new $a.new) -}}
+{{- end -}}
+{{- $_ := set $parent (last $keys) $new -}}
+{{- end -}}
+{{- end -}}
+{{- /* proxy.target.namespace: the reference chart's target rules. A host set there wins over
+serviceName/namespace; else serviceName defaults to ingress-nginx-controller. */ -}}
+{{- $t := $values.proxy.target -}}
+{{- if and (hasKey $t "namespace") $t.namespace -}}
+{{- if and $t.host (ne $t.host "ingress-nginx-controller.ingress-nginx.svc.cluster.local") -}}
+{{- $_ := set $t "serviceName" "" -}}
+{{- $_ := set $t "serviceNamespace" "" -}}
+{{- else if not $t.serviceName -}}
+{{- $_ := set $t "serviceName" "ingress-nginx-controller" -}}
+{{- end -}}
+{{- end -}}
+{{- with $values.image.repository -}}
+{{- if or (eq . "ghcr.io/lexfrei/ouroboros") (hasSuffix "/lexfrei/ouroboros" .) -}}
+{{- fail (printf "image.repository %s is the reference tool's image, which does not take this chart's arguments: drop image.repository and image.tag from your values (this chart's default is its own image)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A duration of whole hours, minutes and seconds (1m30s) in seconds. */}}
+{{- define "ouroboros.durationSeconds" -}}
+{{- $s := 0 -}}
+{{- range regexFindAll "[0-9]+[hms]" . -1 -}}
+{{- $unit := regexFind "[hms]$" . -}}
+{{- $n := trimSuffix $unit . | atoi -}}
+{{- $s = add $s (mul $n (get (dict "h" 3600 "m" 60 "s" 1) $unit)) -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
+{{/* NOTES.txt: one line per key of the reference chart in the values. */}}
+{{- define "ouroboros.compatNotes" -}}
+{{- $values := .Values -}}
+{{- $lines := list -}}
+{{- if kindIs "map" $values.controller.gatewayApi -}}
+{{- $lines = append $lines "`controller.gatewayApi.enabled` is deprecated: use `controller.gatewayApi`" -}}
+{{- end -}}
+{{- range $a := include "ouroboros.aliases" . | fromYamlArray -}}
+{{- if include "ouroboros.present" (dict "values" $values "path" $a.old) -}}
+{{- $lines = append $lines (printf "`%s` is deprecated: use `%s`" $a.old $a.new) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i := include "ouroboros.ignoredKeys" . | fromYamlArray -}}
+{{- if include "ouroboros.present" (dict "values" $values "path" $i.key) -}}
+{{- $lines = append $lines (printf "`%s` is ignored: %s" $i.key $i.why) -}}
+{{- end -}}
+{{- end -}}
+{{- join "\n" $lines -}}
+{{- end -}}
+
+{{/* "true" when the dotted path is in the values and not null. Call with (dict "values" .Values "path" "a.b"). */}}
+{{- define "ouroboros.present" -}}
+{{- $cur := .values -}}
+{{- $found := true -}}
+{{- range $k := splitList "." .path -}}
+{{- if and $found (kindIs "map" $cur) (hasKey $cur $k) -}}
+{{- $cur = index $cur $k -}}
+{{- else -}}
+{{- $found = false -}}
+{{- end -}}
+{{- end -}}
+{{- if and $found (not (kindIs "invalid" $cur)) }}true{{ end -}}
 {{- end -}}
 
 {{- define "ouroboros.logArgs" -}}
@@ -128,6 +315,12 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- range $x.proxyIps }}
 - --external-dns-proxy-ip={{ . }}
 {{- end }}
+{{- with $x.annotationPrefix }}
+- --external-dns-annotation-prefix={{ . }}
+{{- end }}
+{{- if $x.adoptReferenceRecords }}
+- --external-dns-adopt
+{{- end }}
 {{- range $k, $val := $x.labels }}
 - --external-dns-label={{ $k }}={{ $val }}
 {{- end }}
@@ -141,7 +334,7 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{/* Which hostnames, shared by the Deployment and the etc-hosts DaemonSet (HostnameArgs). */}}
 {{- define "ouroboros.sourceArgs" -}}
 {{- $v := .Values.controller -}}
-{{- if $v.gatewayApi }}
+{{- if include "ouroboros.gatewayApi" . }}
 - --gateway-api
 {{- end }}
 {{- with $v.ingressClass }}
@@ -159,7 +352,17 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- range $v.denyDomains }}
 - --deny-domain={{ . }}
 {{- end }}
+{{- if ne $v.ingressHosts "tls" }}
+- --ingress-hosts={{ $v.ingressHosts }}
+{{- end }}
+{{- range $v.includeNamespaces }}
+- --include-namespace={{ . }}
+{{- end }}
+{{- range $v.excludeNamespaces }}
+- --exclude-namespace={{ . }}
+{{- end }}
 - --resync={{ $v.resync }}
+- --watch-idle-timeout={{ $v.watchIdleTimeout }}
 - --debounce={{ $v.debounce }}
 - --listen-health=:{{ $v.healthPort }}
 {{- end -}}
