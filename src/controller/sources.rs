@@ -1,4 +1,4 @@
-//! The watch caches: one list/watch ([`list_watch`]) into a kube-runtime reflector store per
+//! The watch caches: one list/watch (`list_watch`) into a kube-runtime reflector store per
 //! source kind (Ingress always, IngressClass with `--ingress-class`,
 //! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`), trimmed to what
 //! [`hostnames::desired`] reads. Tells the sync engine when something changed and when every

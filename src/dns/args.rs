@@ -231,7 +231,7 @@ pub struct DnsArgs {
 
     /// external-dns: take over the DNSEndpoints (or Services) that lexfrei/ouroboros wrote for
     /// this --instance (labels app.kubernetes.io/managed-by=ouroboros and
-    /// ouroboros.lexfrei.tech/instance=<instance>): each is replaced by ours, then deleted (or,
+    /// ouroboros.lexfrei.tech/instance=INSTANCE): each is replaced by ours, then deleted (or,
     /// under a name we write, rewritten and relabelled), so no name goes unpublished and that
     /// tool's uninstall no longer deletes it. Other instances' objects are never touched.
     /// `cleanup` with it also deletes them.
