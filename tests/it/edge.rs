@@ -406,12 +406,12 @@ fn active_checks_eject_without_client_traffic() {
         metric_sum(&p, "ouroboros_edge_connections_accepted_total", &[]),
         0.0
     );
+    // The checks that ejected it failed; with which cause depends on when they met nginx's
+    // shutdown (a reset while it closes, refused once it is gone).
     assert!(
-        metric_sum(
-            &p,
-            "ouroboros_edge_backend_failures_total",
-            &["connection-refused"]
-        ) >= 1.0
+        metric_sum(&p, "ouroboros_edge_backend_failures_total", &[]) >= 1.0,
+        "{}",
+        p.admin("/metrics").1
     );
 }
 
