@@ -18,32 +18,32 @@ use ouroboros::controller::args::{DnsArgs, ExternalDnsOutput, Mode};
 use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
 
-const RELEASE: &str = "ouroboros";
-const NAMESPACE: &str = "ouroboros";
+pub(crate) const RELEASE: &str = "ouroboros";
+pub(crate) const NAMESPACE: &str = "ouroboros";
 /// Kubernetes version the renders are validated against (kubernetes-validate's schemas).
-const KUBERNETES_VERSION: &str = "1.35.0";
+pub(crate) const KUBERNETES_VERSION: &str = "1.35.0";
 /// Custom resources kubernetes-validate has no schema for; checked field by field below.
-const CUSTOM_KINDS: &[&str] = &["ServiceMonitor"];
+pub(crate) const CUSTOM_KINDS: &[&str] = &["ServiceMonitor", "PrometheusRule"];
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn chart_dir() -> PathBuf {
+pub(crate) fn chart_dir() -> PathBuf {
     root().join("charts/ouroboros")
 }
 
-fn tool(name: &str) -> PathBuf {
+pub(crate) fn tool(name: &str) -> PathBuf {
     let p = root().join(".ci/bin").join(name);
     assert!(
         p.exists(),
-        "{} is missing: run .ci/tools.sh (it installs Helm and kubernetes-validate)",
+        "{} is missing: run .ci/tools.sh (it installs Helm, kubernetes-validate and promtool)",
         p.display()
     );
     p
 }
 
-fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, String) {
+pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, String) {
     let out = common::run(cmd, stdin);
     (out.code == 0, out.stdout, out.stderr)
 }
@@ -114,7 +114,7 @@ fn notes(files: &[&Path], sets: &[&str]) -> Result<String, String> {
     }
 }
 
-fn docs(yaml: &str) -> Vec<Value> {
+pub(crate) fn docs(yaml: &str) -> Vec<Value> {
     yaml_serde::Deserializer::from_str(yaml)
         .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
         .filter(|v| !v.is_null())
@@ -291,7 +291,7 @@ fn renders() -> &'static [(String, Vec<Value>, String)] {
     })
 }
 
-fn kind(v: &Value) -> &str {
+pub(crate) fn kind(v: &Value) -> &str {
     v["kind"].as_str().unwrap_or("")
 }
 
@@ -660,7 +660,7 @@ fn helm_3_renders_what_helm_4_renders() {
     assert!(err.contains("mdoe"), "{err}");
 }
 
-fn validate(what: &str, yaml: &str) {
+pub(crate) fn validate(what: &str, yaml: &str) {
     let mut cmd = Command::new(tool("kubernetes-validate"));
     cmd.args(["--strict", "--kubernetes-version", KUBERNETES_VERSION, "-"]);
     let (ok, out, err) = run(&mut cmd, Some(yaml));

@@ -6,6 +6,7 @@
 //! `controller` (against the fake API) after driving traffic through them. Needs Helm,
 //! kubernetes-validate and promtool in .ci/bin (`.ci/tools.sh` installs them).
 
+use crate::chart::{chart_dir, docs, kind, run, tool, validate, NAMESPACE, RELEASE};
 use crate::common;
 use crate::kube_mock::{self, list, Answer};
 use crate::support::{free_port, temp_dir, Proxy, DEADLINE, V4};
@@ -13,21 +14,13 @@ use crate::support::{free_port, temp_dir, Proxy, DEADLINE, V4};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-const RELEASE: &str = "ouroboros";
-const NAMESPACE: &str = "ouroboros";
-/// Kubernetes version the renders are validated against (as in chart.rs).
-const KUBERNETES_VERSION: &str = "1.35.0";
-/// Custom resources kubernetes-validate has no schema for; checked field by field.
-const CUSTOM_KINDS: &[&str] = &["ServiceMonitor", "PrometheusRule"];
 /// The values that turn the monitoring objects on: the ServiceMonitor (whose job the rules select
 /// by default), the PrometheusRule and the dashboard ConfigMap.
 const MONITORING: &[&str] = &[
@@ -66,29 +59,6 @@ const CONTROLLER_ALERTS: &[&str] = &[
     "OuroborosBlockTooLarge",
 ];
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn chart_dir() -> PathBuf {
-    root().join("charts/ouroboros")
-}
-
-fn tool(name: &str) -> PathBuf {
-    let p = root().join(".ci/bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run .ci/tools.sh (it installs Helm, kubernetes-validate and promtool)",
-        p.display()
-    );
-    p
-}
-
-fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, String) {
-    let out = common::run(cmd, stdin);
-    (out.code == 0, out.stdout, out.stderr)
-}
-
 /// `helm template` (Helm 4, or `helm3`) of the chart with `--set` values: the YAML, or Helm's
 /// error.
 fn template_with(helm: &str, sets: &[&str]) -> Result<String, String> {
@@ -111,19 +81,8 @@ fn template(sets: &[&str]) -> Result<String, String> {
     template_with("helm", sets)
 }
 
-fn docs(yaml: &str) -> Vec<Value> {
-    yaml_serde::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
 fn render(sets: &[&str]) -> Vec<Value> {
     docs(&template(sets).unwrap_or_else(|e| panic!("helm template {sets:?} failed: {e}")))
-}
-
-fn kind(v: &Value) -> &str {
-    v["kind"].as_str().unwrap_or("")
 }
 
 fn of_kind<'a>(objs: &'a [Value], k: &str) -> Vec<&'a Value> {
@@ -186,36 +145,6 @@ fn is_prometheus_duration(s: &str) -> bool {
     regex::Regex::new(r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$")
         .unwrap()
         .is_match(s)
-}
-
-fn validate(what: &str, yaml: &str) {
-    let mut cmd = Command::new(tool("kubernetes-validate"));
-    cmd.args(["--strict", "--kubernetes-version", KUBERNETES_VERSION, "-"]);
-    let (ok, out, err) = run(&mut cmd, Some(yaml));
-    assert!(
-        ok,
-        "{what}: kubernetes-validate --strict failed:\n{out}\n{err}"
-    );
-    for line in out.lines().chain(err.lines()) {
-        assert!(
-            !line.contains("ERROR"),
-            "{what}: kubernetes-validate: {line}"
-        );
-        if line.contains("WARN") {
-            assert!(
-                CUSTOM_KINDS
-                    .iter()
-                    .any(|k| line.contains(&format!("kind {k} "))),
-                "{what}: kubernetes-validate warned: {line}"
-            );
-        }
-    }
-    let passed = out.lines().filter(|l| l.contains(" passed for ")).count();
-    let objects = docs(yaml)
-        .iter()
-        .filter(|o| !CUSTOM_KINDS.contains(&kind(o)))
-        .count();
-    assert_eq!(passed, objects, "{what}: every object validated\n{out}");
 }
 
 // --- PromQL ------------------------------------------------------------------------------------
