@@ -1673,11 +1673,63 @@ fn same(key: &'static str, pod: fn() -> &'static Value, field: &'static str) -> 
     Box::new(move || assert_eq!(pod()[field], fixture_value(key), "{key}"))
 }
 
+/// The pod-level keys the controller and proxy Deployments share, checked the same way for both.
+fn pod_checks(component: &'static str, pod: fn() -> &'static Value) -> Vec<KeyCheck> {
+    // Keys live for the whole test run: leaked once per component.
+    let key = |k: &str| -> &'static str { Box::leak(format!("{component}.{k}").into_boxed_str()) };
+    let resources = key("resources");
+    let annotations = key("podAnnotations");
+    let mut checks: Vec<KeyCheck> = vec![
+        (
+            resources,
+            Note::Same,
+            Box::new(move || {
+                assert_eq!(
+                    pod()["containers"][0]["resources"],
+                    fixture_value(resources)
+                );
+            }),
+        ),
+        (
+            annotations,
+            Note::Same,
+            Box::new(move || {
+                let d = obj(ref_on(), "Deployment", component).unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["annotations"],
+                    fixture_value(annotations)
+                );
+            }),
+        ),
+        (
+            key("podLabels"),
+            Note::Same,
+            Box::new(move || {
+                let d = obj(ref_on(), "Deployment", component).unwrap();
+                assert_eq!(
+                    d["spec"]["template"]["metadata"]["labels"]["team"],
+                    "platform"
+                );
+            }),
+        ),
+    ];
+    for field in [
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+    ] {
+        let k = key(field);
+        checks.push((k, Note::Same, same(k, pod, field)));
+    }
+    checks
+}
+
 fn key_checks() -> Vec<KeyCheck> {
     use Note::*;
     let (off, on, ctl, ds, px) = (ref_off, ref_on, ref_ctl, ref_ds, ref_px);
     let (ctl_pod, px_pod, ds_pod) = (ref_ctl_pod, ref_px_pod, ref_ds_pod);
-    vec![
+    let checks: Vec<KeyCheck> = vec![
         (
             "image.repository",
             Same,
@@ -1757,62 +1809,6 @@ fn key_checks() -> Vec<KeyCheck> {
             Box::new(move || {
                 assert!(has(&ctl(), "--mode=external-dns"));
             }),
-        ),
-        (
-            "controller.resources",
-            Same,
-            Box::new(move || {
-                assert_eq!(
-                    ctl_pod()["containers"][0]["resources"],
-                    fixture_value("controller.resources")
-                );
-            }),
-        ),
-        (
-            "controller.podAnnotations",
-            Same,
-            Box::new(move || {
-                let d = obj(on(), "Deployment", "controller").unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["annotations"],
-                    fixture_value("controller.podAnnotations")
-                );
-            }),
-        ),
-        (
-            "controller.podLabels",
-            Same,
-            Box::new(move || {
-                let d = obj(on(), "Deployment", "controller").unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["labels"]["team"],
-                    "platform"
-                );
-            }),
-        ),
-        (
-            "controller.nodeSelector",
-            Same,
-            same("controller.nodeSelector", ctl_pod, "nodeSelector"),
-        ),
-        (
-            "controller.tolerations",
-            Same,
-            same("controller.tolerations", ctl_pod, "tolerations"),
-        ),
-        (
-            "controller.affinity",
-            Same,
-            same("controller.affinity", ctl_pod, "affinity"),
-        ),
-        (
-            "controller.topologySpreadConstraints",
-            Same,
-            same(
-                "controller.topologySpreadConstraints",
-                ctl_pod,
-                "topologySpreadConstraints",
-            ),
         ),
         (
             "controller.gatewayApi.enabled",
@@ -1959,62 +1955,6 @@ fn key_checks() -> Vec<KeyCheck> {
                     3
                 );
             }),
-        ),
-        (
-            "proxy.resources",
-            Same,
-            Box::new(move || {
-                assert_eq!(
-                    px_pod()["containers"][0]["resources"],
-                    fixture_value("proxy.resources")
-                );
-            }),
-        ),
-        (
-            "proxy.podAnnotations",
-            Same,
-            Box::new(move || {
-                let d = obj(on(), "Deployment", "proxy").unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["annotations"],
-                    fixture_value("proxy.podAnnotations")
-                );
-            }),
-        ),
-        (
-            "proxy.podLabels",
-            Same,
-            Box::new(move || {
-                let d = obj(on(), "Deployment", "proxy").unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["labels"]["team"],
-                    "platform"
-                );
-            }),
-        ),
-        (
-            "proxy.nodeSelector",
-            Same,
-            same("proxy.nodeSelector", px_pod, "nodeSelector"),
-        ),
-        (
-            "proxy.tolerations",
-            Same,
-            same("proxy.tolerations", px_pod, "tolerations"),
-        ),
-        (
-            "proxy.affinity",
-            Same,
-            same("proxy.affinity", px_pod, "affinity"),
-        ),
-        (
-            "proxy.topologySpreadConstraints",
-            Same,
-            same(
-                "proxy.topologySpreadConstraints",
-                px_pod,
-                "topologySpreadConstraints",
-            ),
         ),
         (
             "proxy.service.type",
@@ -2320,7 +2260,12 @@ fn key_checks() -> Vec<KeyCheck> {
                 assert!(ctl_pod()["terminationGracePeriodSeconds"].is_null());
             }),
         ),
-    ]
+    ];
+    checks
+        .into_iter()
+        .chain(pod_checks("controller", ctl_pod))
+        .chain(pod_checks("proxy", px_pod))
+        .collect()
 }
 
 /// The fixture's keys: every leaf lies under exactly one checked key, every checked key is in it.
