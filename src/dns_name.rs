@@ -2,6 +2,9 @@
 //! call instead of its own loop over labels. (`hostname` applies the stricter policy of what may
 //! be hairpinned on top of these.)
 
+/// What [`is_label`] accepts, in the words error messages use.
+pub const LABEL_SYNTAX: &str = "lowercase a-z, 0-9 and inner '-', at most 63 characters";
+
 /// An RFC 1123 label as Kubernetes names use it (DNS-1123 label): 1 to 63 of `a-z`, `0-9` and
 /// `-`, not starting or ending with `-`.
 pub fn is_label(s: &str) -> bool {

@@ -92,21 +92,14 @@ pub fn conflict_notices(conflicts: &[&Conflict], rules: &[TargetRule]) -> Vec<No
                     )
                 })
                 .collect();
-            let mut note = format!(
+            // Long lists are cut to the API's limit when published.
+            let note = format!(
                 "not hairpinned through target {}: {}; set the {} annotation (higher wins) to \
                  choose",
                 lost[0].loser_target.name(rules),
                 what.join("; "),
                 super::hostnames::PRIORITY_ANNOTATION
             );
-            if note.len() > MAX_NOTE {
-                let mut cut = MAX_NOTE - 3;
-                while !note.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                note.truncate(cut);
-                note.push_str("...");
-            }
             Notice {
                 regarding: source_reference(loser),
                 reason: HOSTNAME_CONFLICT,

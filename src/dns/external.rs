@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::dns_name::{
     is_dns1035_label, is_label as is_dns1123_label, is_subdomain as is_dns1123_subdomain,
+    LABEL_SYNTAX,
 };
 use crate::hostname::Hostname;
 
@@ -78,7 +79,7 @@ impl Options {
     ) -> Result<Self, String> {
         if !is_dns1123_label(namespace) {
             return Err(format!(
-                "namespace {namespace:?} is not a valid namespace name (lowercase a-z, 0-9 and inner '-', at most 63 characters)"
+                "namespace {namespace:?} is not a valid namespace name ({LABEL_SYNTAX})"
             ));
         }
         check_label_value(instance).map_err(|e| format!("instance {instance:?}: {e}"))?;

@@ -1664,6 +1664,11 @@ fn ref_ds_pod() -> &'static Value {
 }
 
 /// No uninstall hook in that case.
+/// The container whose arguments `args` gives is passed `arg`.
+fn passes(args: fn() -> Vec<String>, arg: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || assert!(has(&args(), arg), "{arg} missing"))
+}
+
 fn no_hook(case: &'static str) -> Box<dyn Fn()> {
     Box::new(move || assert!(obj(reference(case), "Job", "cleanup").is_none(), "{case}"))
 }
@@ -1806,9 +1811,7 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "controller.mode",
             Same,
-            Box::new(move || {
-                assert!(has(&ctl(), "--mode=external-dns"));
-            }),
+            passes(ctl, "--mode=external-dns"),
         ),
         (
             "controller.gatewayApi.enabled",
@@ -1820,16 +1823,12 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "controller.ingressClass",
             Same,
-            Box::new(move || {
-                assert!(has(&ctl(), "--ingress-class=nginx-public"));
-            }),
+            passes(ctl, "--ingress-class=nginx-public"),
         ),
         (
             "controller.gatewayClass",
             Same,
-            Box::new(move || {
-                assert!(has(&ctl(), "--gateway-class=envoy-public"));
-            }),
+            passes(ctl, "--gateway-class=envoy-public"),
         ),
         (
             "controller.coredns.namespace",
@@ -1999,16 +1998,12 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "proxy.target.serviceName",
             Same,
-            Box::new(move || {
-                assert!(has(&px(), "--target-service-name=traefik"));
-            }),
+            passes(px, "--target-service-name=traefik"),
         ),
         (
             "proxy.target.namespace",
             Renamed("proxy.target.serviceNamespace"),
-            Box::new(move || {
-                assert!(has(&px(), "--target-service-namespace=traefik"));
-            }),
+            passes(px, "--target-service-namespace=traefik"),
         ),
         (
             "proxy.target.httpPort",
@@ -2050,60 +2045,37 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "externalDns.recordTTL",
             Renamed("controller.externalDns.recordTtl"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-record-ttl=300"));
-            }),
+            passes(ctl, "--external-dns-record-ttl=300"),
         ),
         (
             "externalDns.output",
             Renamed("controller.externalDns.output"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-output=service"));
-            }),
+            passes(ctl, "--external-dns-output=service"),
         ),
         (
             "externalDns.annotationPrefix",
             Renamed("controller.externalDns.annotationPrefix"),
-            Box::new(move || {
-                assert!(has(
-                    &ctl(),
-                    "--external-dns-annotation-prefix=internal-dns.example.com/"
-                ));
-            }),
+            passes(ctl, "--external-dns-annotation-prefix=internal-dns.example.com/"),
         ),
         (
             "externalDns.proxyIP",
             Renamed("controller.externalDns.proxyIps"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-proxy-ip=10.96.100.10"));
-            }),
+            passes(ctl, "--external-dns-proxy-ip=10.96.100.10"),
         ),
         (
             "externalDns.proxyService",
             Renamed("controller.externalDns.proxyService"),
-            Box::new(move || {
-                assert!(has(
-                    &ctl(),
-                    "--external-dns-proxy-service=shared-hairpin-proxy"
-                ));
-            }),
+            passes(ctl, "--external-dns-proxy-service=shared-hairpin-proxy"),
         ),
         (
             "externalDns.annotations",
             Renamed("controller.externalDns.annotations"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false"));
-            }),
+            passes(ctl, "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false"),
         ),
         (
             "externalDns.labels",
             Renamed("controller.externalDns.labels"),
-            Box::new(move || {
-                assert!(has(
-                    &ctl(),
-                    "--external-dns-label=external-dns-instance=internal-dns"
-                ));
-            }),
+            passes(ctl, "--external-dns-label=external-dns-instance=internal-dns"),
         ),
         (
             "externalDns.cleanupOnUninstall",
@@ -2139,9 +2111,7 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "etcHosts.proxyIP",
             Renamed("etcHosts.proxyIps"),
-            Box::new(move || {
-                assert!(has(&ds(), "--proxy-ip=10.96.100.10"));
-            }),
+            passes(ds, "--proxy-ip=10.96.100.10"),
         ),
         (
             "etcHosts.resources",

@@ -48,16 +48,9 @@ const ALERTS: &[&str] = &[
     "OuroborosWatchRestarts",
     "OuroborosBlockTooLarge",
 ];
-/// The alerts about the controller, absent when the controller Deployment is not rendered.
-const CONTROLLER_ALERTS: &[&str] = &[
-    "OuroborosControllerDown",
-    "OuroborosControllerNotSyncing",
-    "OuroborosWritesFailing",
-    "OuroborosBlockReverted",
-    "OuroborosHostnameConflicts",
-    "OuroborosWatchRestarts",
-    "OuroborosBlockTooLarge",
-];
+/// The alerts about the controller, absent when the controller Deployment is not rendered: the
+/// ones after the proxy's and the scrape alert.
+const CONTROLLER_ALERTS: &[&str] = ALERTS.split_at(3).1;
 
 /// `helm template` (Helm 4, or `helm3`) of the chart with `--set` values: the YAML, or Helm's
 /// error.
@@ -481,24 +474,8 @@ fn exchange(addr: SocketAddr) -> String {
 /// `/metrics` of `proxy` after one connection relayed to an upstream.
 fn proxy_metrics() -> String {
     let upstream = Upstream::start();
-    let port = upstream.addr.port().to_string();
-    let p = ouroboros(
-        "proxy",
-        &[
-            "--listen-http",
-            "127.0.0.1:0",
-            "--listen-https",
-            "127.0.0.1:0",
-            "--target-host",
-            "127.0.0.1",
-            "--target-http-port",
-            &port,
-            "--target-https-port",
-            &port,
-            "--shutdown-delay",
-            "0",
-        ],
-    );
+    let port = upstream.addr.port();
+    let p = Proxy::relaying("127.0.0.1:0", V4, (port, port), &["--shutdown-delay", "0"]);
     assert_eq!(exchange(p.http.expect("the http listener")), "pong");
     metrics_when(&p, "proxy", |t| {
         samples(t, "ouroboros_proxy_connections_closed_total", "done")

@@ -1112,6 +1112,21 @@ async fn http_get_unpaused(port: u16, path: &str) -> (u16, String) {
     got
 }
 
+/// The controller with a 2-minute --watch-idle-timeout and its admin port (for /readyz and
+/// /metrics).
+fn start_idle_2m(state: State) -> (Running, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let flags = [
+        "--leader-elect=false",
+        "--listen-health",
+        &listen,
+        "--watch-idle-timeout",
+        "2m",
+    ];
+    (start(state, &flags), port)
+}
+
 fn restarts_line(metrics: &str) -> Option<&str> {
     metrics
         .lines()
@@ -1135,21 +1150,10 @@ fn alive_tasks() -> usize {
 // Paused clock: minutes of watch silence pass in virtual time.
 #[tokio::test(start_paused = true)]
 async fn a_quiet_watch_is_relisted_and_what_was_deleted_meanwhile_goes_away() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let r = start(
-        state_with(vec![
-            ingress("shop", &["shop.example.com"]),
-            ingress("blog", &["blog.example.com"]),
-        ]),
-        &[
-            "--leader-elect=false",
-            "--listen-health",
-            &listen,
-            "--watch-idle-timeout",
-            "2m",
-        ],
-    );
+    let (r, port) = start_idle_2m(state_with(vec![
+        ingress("shop", &["shop.example.com"]),
+        ingress("blog", &["blog.example.com"]),
+    ]));
     assert!(
         r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
         "{:#?}",
@@ -1262,18 +1266,7 @@ async fn a_quiet_watch_is_relisted_and_what_was_deleted_meanwhile_goes_away() {
 /// The sync engine does not hand a relist's unchanged set to the writer: no read, no write.
 #[tokio::test(start_paused = true)]
 async fn a_relist_that_finds_the_same_objects_writes_nothing() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let r = start(
-        state_with(vec![ingress("shop", &["shop.example.com"])]),
-        &[
-            "--leader-elect=false",
-            "--listen-health",
-            &listen,
-            "--watch-idle-timeout",
-            "2m",
-        ],
-    );
+    let (r, port) = start_idle_2m(state_with(vec![ingress("shop", &["shop.example.com"])]));
     assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
     let listed = tokio::time::Instant::now();
     const SKIPPED: &str = "ouroboros_controller_syncs_total{mode=\"coredns\",result=\"skipped\"} ";
@@ -1308,18 +1301,7 @@ async fn a_relist_that_finds_the_same_objects_writes_nothing() {
 /// they carried.
 #[tokio::test(start_paused = true)]
 async fn a_watch_with_bookmarks_or_events_is_not_restarted() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let r = start(
-        state_with(vec![ingress("shop", &["shop.example.com"])]),
-        &[
-            "--leader-elect=false",
-            "--listen-health",
-            &listen,
-            "--watch-idle-timeout",
-            "2m",
-        ],
-    );
+    let (r, port) = start_idle_2m(state_with(vec![ingress("shop", &["shop.example.com"])]));
     assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
     let mut versions = vec![100];
     for rv in 201..=210 {

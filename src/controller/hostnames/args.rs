@@ -110,7 +110,8 @@ impl HostnameArgs {
                         Ok(n.to_string())
                     } else {
                         Err(format!(
-                            "{flag} {n:?} is not a namespace name (lowercase a-z, 0-9 and inner '-', at most 63 characters)"
+                            "{flag} {n:?} is not a namespace name ({})",
+                            crate::dns_name::LABEL_SYNTAX
                         ))
                     }
                 })

@@ -76,16 +76,19 @@ impl Collector {
         accepted.sort_unstable();
         let mut origins: Vec<(Hostname, BTreeSet<ObjectRef>)> = Vec::new();
         let mut placed = Vec::new();
-        // The current host's winning claim (target, object).
-        let mut winner: Option<(Target, ObjectRef)> = None;
-        for (host, claim) in accepted {
+        // The current host's winning target, and its object when another claim of the host
+        // follows (most hosts have one claim: no copy for them).
+        let mut winner: Option<(Target, Option<ObjectRef>)> = None;
+        let mut claims = accepted.into_iter().peekable();
+        while let Some((host, claim)) = claims.next() {
             let same_host = origins.last().is_some_and(|(h, _)| *h == host);
             match &winner {
                 Some((target, _)) if same_host && claim.target == *target => {}
                 Some((target, object)) if same_host => {
                     out.conflicts.push(Conflict {
                         host,
-                        winner: object.clone(),
+                        // Always kept here: this claim followed the winner's.
+                        winner: object.clone().unwrap_or_else(|| claim.object.clone()),
                         winner_target: *target,
                         loser: claim.object,
                         loser_target: claim.target,
@@ -96,7 +99,8 @@ impl Collector {
                     if claim.target != Target::Default {
                         placed.push((host.clone(), claim.target));
                     }
-                    winner = Some((claim.target, claim.object.clone()));
+                    let contested = claims.peek().is_some_and(|(next, _)| *next == host);
+                    winner = Some((claim.target, contested.then(|| claim.object.clone())));
                     origins.push((host, BTreeSet::new()));
                 }
             }

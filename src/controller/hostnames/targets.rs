@@ -5,12 +5,11 @@
 //! Everything no named target takes goes to the default target (the proxy of
 //! `--proxy-service-name`), under the `--ingress-class` and `--gateway-class` filters as before.
 
-use std::collections::BTreeSet;
-use std::fmt;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::dns_name::{is_label, is_subdomain};
+use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).
@@ -48,12 +47,6 @@ impl Target {
             Target::Named(i) => rules.get(usize::from(*i)).map_or("?", |r| r.name.as_str()),
             Target::Default => DEFAULT_TARGET,
         }
-    }
-}
-
-impl fmt::Display for TargetRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)
     }
 }
 
@@ -104,18 +97,12 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(format!("{pair:?} is not key=value"));
         };
-        let value = value.trim();
-        let once = |slot: &mut Option<String>| {
-            if slot.replace(value.to_string()).is_some() {
-                Err(format!("{key} is given twice"))
-            } else {
-                Ok(())
-            }
-        };
-        match key.trim() {
+        let (key, value) = (key.trim(), value.trim());
+        match key {
             "name" if !rule.name.is_empty() => return Err("name is given twice".into()),
+            "service" if service.is_some() => return Err("service is given twice".into()),
             "name" => rule.name = value.to_string(),
-            "service" => once(&mut service)?,
+            "service" => service = Some(value.to_string()),
             "ingress-class" => {
                 rule.ingress_classes.insert(class(key, value)?);
             }
@@ -141,7 +128,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     }
     if !is_label(&rule.name) {
         return Err(format!(
-            "name {:?} is not a DNS label (lowercase a-z, 0-9 and inner '-', at most 63 characters)",
+            "name {:?} is not a DNS label ({LABEL_SYNTAX})",
             rule.name
         ));
     }
@@ -171,7 +158,8 @@ pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
         return Err("too many --target flags".into());
     }
     let mut names = BTreeSet::new();
-    let mut taken = BTreeSet::new();
+    // "ingress-class=nginx" and the like, with the target that takes it.
+    let mut taken: BTreeMap<String, &str> = BTreeMap::new();
     for r in rules {
         if !names.insert(r.name.as_str()) {
             return Err(format!("--target name {:?} is given twice", r.name));
@@ -187,13 +175,13 @@ pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
             )
             .chain(r.gateways.iter().map(|(n, g)| format!("gateway={n}/{g}")));
         for k in keys {
-            if let Some((_, other)) = taken.iter().find(|(key, _)| *key == k) {
+            if let Some(other) = taken.get(&k) {
                 return Err(format!(
                     "{k} is taken by both --target {other} and --target {}",
                     r.name
                 ));
             }
-            taken.insert((k, r.name.clone()));
+            taken.insert(k, &r.name);
         }
     }
     Ok(())

@@ -731,14 +731,13 @@ fn targets(specs: &[&str]) -> Vec<TargetRule> {
     specs.iter().map(|s| parse_target(s).unwrap()).collect()
 }
 
-fn by_target(d: &Desired, rules: &[TargetRule]) -> Vec<(String, Vec<String>)> {
+/// Each target's hosts as `target: host host ...`, in target order.
+fn by_target(d: &Desired, rules: &[TargetRule]) -> Vec<String> {
     d.by_target()
         .into_iter()
         .map(|(t, hs)| {
-            (
-                t.name(rules).to_string(),
-                hs.iter().map(|h| h.as_str().to_string()).collect(),
-            )
+            let hs: Vec<&str> = hs.iter().map(Hostname::as_str).collect();
+            format!("{}: {}", t.name(rules), hs.join(" "))
         })
         .collect()
 }
@@ -779,27 +778,9 @@ fn classes_and_gateways_go_to_their_targets() {
     assert_eq!(
         by_target(&d, &rules),
         [
-            (
-                "traefik".to_string(),
-                vec![
-                    "blog.example.com".to_string(),
-                    "r2.example.com".into(),
-                    "t.example.com".into()
-                ]
-            ),
-            (
-                "eg".to_string(),
-                vec!["*.apps.example.com".to_string(), "r1.example.com".into()]
-            ),
-            (
-                "default".to_string(),
-                vec![
-                    "old.example.com".to_string(),
-                    "other.example.com".into(),
-                    "r3.example.com".into(),
-                    "shop.example.com".into()
-                ]
-            ),
+            "traefik: blog.example.com r2.example.com t.example.com",
+            "eg: *.apps.example.com r1.example.com",
+            "default: old.example.com other.example.com r3.example.com shop.example.com",
         ]
     );
     assert!(d.conflicts.is_empty());
@@ -817,19 +798,9 @@ fn classes_and_gateways_go_to_their_targets() {
     assert_eq!(
         by_target(&d, &rules),
         [
-            (
-                "traefik".to_string(),
-                vec![
-                    "blog.example.com".to_string(),
-                    "r2.example.com".into(),
-                    "t.example.com".into()
-                ]
-            ),
-            (
-                "eg".to_string(),
-                vec!["*.apps.example.com".to_string(), "r1.example.com".into()]
-            ),
-            ("default".to_string(), vec!["shop.example.com".to_string()]),
+            "traefik: blog.example.com r2.example.com t.example.com",
+            "eg: *.apps.example.com r1.example.com",
+            "default: shop.example.com",
         ]
     );
     // Without targets nothing is placed: the single-target result is unchanged.
@@ -885,10 +856,7 @@ fn a_host_claimed_by_two_targets_has_one_winner() {
     );
     assert_eq!(
         by_target(&d, &rules),
-        [
-            ("traefik".to_string(), vec!["shop.example.com".to_string()]),
-            ("default".to_string(), vec!["a.example.com".to_string()]),
-        ]
+        ["traefik: shop.example.com", "default: a.example.com"]
     );
     assert_eq!(
         conflicts(&d),
@@ -915,10 +883,7 @@ fn a_host_claimed_by_two_targets_has_one_winner() {
         );
         assert_eq!(
             by_target(&d, &rules),
-            [(
-                "default".to_string(),
-                vec!["a.example.com".to_string(), "shop.example.com".into()]
-            )]
+            ["default: a.example.com shop.example.com"]
         );
         assert_eq!(
             conflicts(&d),

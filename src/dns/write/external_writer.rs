@@ -373,7 +373,8 @@ impl ExternalWriter {
     }
 
     fn host_of(&self, body: &Value) -> String {
-        host_of(body, self.settings.prefixes()[0])
+        let prefix = self.settings.annotation_prefix.as_deref();
+        host_of(body, prefix.unwrap_or(ANNOTATION_PREFIXES[0]))
     }
 
     fn key(&self, name: &str) -> ObjectKey {
