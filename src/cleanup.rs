@@ -47,7 +47,8 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             let client = crate::kube_client::client(dns.kubeconfig.as_deref()).await?;
             // The rewrite target does not matter for removal; the domain only has to be valid.
             let domain = crate::cluster_domain::resolve(None);
-            dns.sink(client, &domain).await?
+            // Removal needs no answer, so no named target's Service either.
+            dns.sink(client, &domain, &[]).await?
         }
     };
     let applied = with_retries(&sink, args.attempts, backoff).await?;
@@ -161,10 +162,7 @@ mod tests {
             "test"
         }
 
-        async fn apply(
-            &self,
-            _: &std::collections::BTreeSet<crate::hostname::Hostname>,
-        ) -> Result<Applied, SinkError> {
+        async fn apply(&self, _: &crate::dns::sink::Plan) -> Result<Applied, SinkError> {
             unreachable!("cleanup never applies")
         }
 
@@ -178,7 +176,7 @@ mod tests {
                 });
             }
             Ok(Applied {
-                answer: None,
+                rules: None,
                 outcome: Outcome::Written,
                 findings: None,
                 conflicts: 0,

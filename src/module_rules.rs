@@ -19,6 +19,7 @@ const PURE: &[&str] = &[
     "dns/etc_hosts.rs",
     "dns/external.rs",
     "dns/name_regex.rs",
+    "dns/write/plan.rs",
     "controller/hostnames/",
     "doctor/checks/",
     "edge/backends.rs",

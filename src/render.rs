@@ -2,6 +2,7 @@
 //! the same pure code. The result goes to stdout, warnings to stderr; on any error nothing is
 //! printed to stdout.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::IpAddr;
@@ -13,8 +14,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::controller::args::{AnswerForm, RecordArgs, Selection};
-use crate::controller::hostnames::{self, HostnameArgs};
-use crate::dns::answer::{Answer, ProxyAddrs};
+use crate::controller::hostnames::{self, HostnameArgs, TargetRule};
+use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
+use crate::dns::etc_hosts::HostsGroup;
+use crate::dns::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
@@ -185,10 +188,11 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let output = match args.target {
         Target::Coredns(a) => {
-            let hosts = desired_hosts(&a.input, &[&a.corefile])?;
+            let placed = desired_hosts(&a.input, &[&a.corefile])?;
+            let hosts = &placed.plan.hosts;
             let text = read_input(&a.corefile, "Corefile")?;
-            let answer = a.proxy.answer(&hosts)?;
-            let edit = dns::corefile::splice(&text, &hosts, &answer).map_err(|e| {
+            let rules = placed.rules(&a.proxy)?;
+            let edit = dns::corefile::splice_groups(&text, &groups(&rules)).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
             })?;
             for s in &edit.findings.shadowing {
@@ -220,15 +224,24 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             edit.text
         }
         Target::CorednsImport(a) => {
-            let hosts = desired_hosts(&a.input, &[])?;
-            let text = dns::coredns_import::render(&hosts, &a.proxy.answer(&hosts)?);
-            tracing::info!(hosts = hosts.len(), "rendered the CoreDNS import snippet");
+            let placed = desired_hosts(&a.input, &[])?;
+            let text = dns::coredns_import::render_groups(&groups(&placed.rules(&a.proxy)?));
+            tracing::info!(
+                hosts = placed.plan.hosts.len(),
+                "rendered the CoreDNS import snippet"
+            );
             text
         }
         Target::EtcHosts(a) => {
-            let hosts = desired_hosts(&a.input, &[&a.hosts_file])?;
+            let placed = desired_hosts(&a.input, &[&a.hosts_file])?;
+            let hosts = &placed.plan.hosts;
             let text = read_input(&a.hosts_file, "hosts file")?;
-            let edit = dns::etc_hosts::splice(&text, &hosts, &a.proxy.proxy_ips).map_err(|e| {
+            let with_ips = placed.with_ips(&a.proxy.proxy_ips)?;
+            let groups: Vec<HostsGroup<'_>> = with_ips
+                .iter()
+                .map(|(hosts, ips)| HostsGroup { hosts, ips })
+                .collect();
+            let edit = dns::etc_hosts::splice_groups(&text, &groups).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (nothing was printed)", a.hosts_file.display())
             })?;
             for host in &edit.skipped_wildcards {
@@ -246,17 +259,34 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             edit.text
         }
         Target::ExternalDns(a) => {
-            let opts = external::Options::new(
-                &a.namespace,
-                &a.records.instance,
-                a.records.external_dns_record_ttl,
-                &a.proxy.proxy_ips,
-                &a.records.external_dns_labels,
-                &a.records.external_dns_annotations,
-            )
-            .map_err(UsageError::err)?;
-            let hosts = desired_hosts(&a.input, &[])?;
-            let objects = external::endpoints(&hosts, &opts);
+            let options = |ips: &[IpAddr]| {
+                external::Options::new(
+                    &a.namespace,
+                    &a.records.instance,
+                    a.records.external_dns_record_ttl,
+                    ips,
+                    &a.records.external_dns_labels,
+                    &a.records.external_dns_annotations,
+                )
+                .map_err(UsageError::err)
+            };
+            // Checked before reading the manifests, as without targets.
+            options(&a.proxy.proxy_ips)?;
+            let placed = desired_hosts(&a.input, &[])?;
+            let mut objects = Vec::new();
+            let groups = placed.with_ips(&a.proxy.proxy_ips)?;
+            for (hosts, ips) in &groups {
+                objects.extend(external::endpoints(hosts, &options(ips)?));
+            }
+            if groups.len() > 1 {
+                // In host order whatever the targets, as one set lists them.
+                objects.sort_by(|x, y| {
+                    let host = |o: &external::DnsEndpoint| {
+                        o.spec.endpoints.first().map(|e| e.dns_name.clone())
+                    };
+                    host(x).cmp(&host(y))
+                });
+            }
             let text = external::to_yaml(&objects).context("serialising DNSEndpoints")?;
             tracing::info!(objects = objects.len(), "rendered DNSEndpoint objects");
             text
@@ -275,9 +305,11 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
 
 /// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
 /// are the files the target reads besides the manifests (stdin may feed only one of them).
-fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<BTreeSet<Hostname>> {
+fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed> {
     let Selection {
-        filters, policy, ..
+        filters,
+        policy,
+        cluster_domain,
     } = Selection::of(&input.hostnames)?;
     let stdin_uses = input
         .manifests
@@ -334,14 +366,119 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<BTreeS
         cluster_domain = policy.cluster_domain(),
         "manifests read"
     );
+    for c in &desired.conflicts {
+        tracing::warn!(
+            hostname = %c.host,
+            object = %c.loser,
+            target = c.loser_target.name(&filters.targets),
+            winner = %c.winner,
+            winner_target = c.winner_target.name(&filters.targets),
+            "hostname claimed by two targets; the winner's target answers for it"
+        );
+    }
     let mut desired = desired;
-    let hosts = std::mem::take(&mut desired.hosts);
+    let plan = Plan {
+        hosts: std::mem::take(&mut desired.hosts),
+        placed: std::mem::take(&mut desired.placed)
+            .into_iter()
+            .map(|(h, t)| (h, t.index()))
+            .collect(),
+    };
     // `render` is a one-shot process: freeing every parsed object and origin one by one costs
     // about as much as selecting them (tens of milliseconds at 10k objects), and the process
     // exits right after printing, so their memory is left to the OS.
     std::mem::forget(manifests);
     std::mem::forget(desired);
-    Ok(hosts)
+    Ok(Placed {
+        plan,
+        targets: filters.targets,
+        cluster_domain,
+    })
+}
+
+/// One target's names and its proxy's addresses.
+type NamesOn<'a> = (Cow<'a, BTreeSet<Hostname>>, &'a [IpAddr]);
+
+/// The names to render, which proxy target each goes to, and the targets.
+struct Placed {
+    plan: Plan,
+    targets: Vec<TargetRule>,
+    cluster_domain: String,
+}
+
+impl Placed {
+    /// Each target's names with its proxy's addresses (`--proxy-ip` for the default target,
+    /// `proxy-ip=` for a named one), targets without names left out.
+    fn with_ips<'a>(&'a self, default: &'a [IpAddr]) -> anyhow::Result<Vec<NamesOn<'a>>> {
+        let mut out = Vec::new();
+        for (i, hosts) in self
+            .plan
+            .groups(1 + self.targets.len())?
+            .into_iter()
+            .enumerate()
+        {
+            let ips = match i.checked_sub(1).map(|n| &self.targets[n]) {
+                None => default,
+                Some(_) if hosts.is_empty() => continue,
+                Some(t) if t.proxy_ips.is_empty() => {
+                    return Err(UsageError::err(format!(
+                        "--target {} has {} hostname(s) but no proxy-ip=: render cannot read \
+                         its Service, so give its ClusterIPs as proxy-ip=IP",
+                        t.name,
+                        hosts.len()
+                    )))
+                }
+                Some(t) => &t.proxy_ips,
+            };
+            out.push((hosts, ips));
+        }
+        Ok(out)
+    }
+
+    /// The CoreDNS rules: the default target's answer from the flags, a named target's from its
+    /// `proxy-ip=` (template) or its Service's name (rewrite).
+    fn rules(&self, proxy: &AnswerArgs) -> anyhow::Result<Rules> {
+        let mut rules = Rules::new();
+        for (i, hosts) in self
+            .plan
+            .groups(1 + self.targets.len())?
+            .into_iter()
+            .enumerate()
+        {
+            let answer = match i.checked_sub(1).map(|n| &self.targets[n]) {
+                None => proxy.answer(&hosts)?,
+                Some(_) if hosts.is_empty() => continue,
+                Some(t) => match proxy.coredns_answer {
+                    AnswerForm::Template => {
+                        let Some(addrs) = ProxyAddrs::new(&t.proxy_ips) else {
+                            return Err(UsageError::err(format!(
+                                "--target {} has {} hostname(s) but no proxy-ip=: pass its \
+                                 proxy Service's ClusterIPs as proxy-ip=IP",
+                                t.name,
+                                hosts.len()
+                            )));
+                        };
+                        Answer::Template(addrs)
+                    }
+                    AnswerForm::Rewrite => {
+                        let (Some(ns), name) = &t.service else {
+                            return Err(UsageError::err(format!(
+                                "--target {}: render needs service=NAMESPACE/NAME for the \
+                                 rewrite target",
+                                t.name
+                            )));
+                        };
+                        Answer::Rewrite(
+                            ProxyFqdn::for_service(name, ns, &self.cluster_domain)
+                                .map_err(UsageError::err)?,
+                        )
+                    }
+                },
+            };
+            rules.push((hosts.into_owned(), answer));
+        }
+        Ok(rules)
+    }
 }
 
 fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {

@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use super::hostnames::Desired;
+use super::hostnames::{Desired, TargetRule, DEFAULT_TARGET};
 use crate::hostname::Rejection;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -32,10 +32,18 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// A proxy target (`default`, or a `--target` name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabel {
+    pub target: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub syncs: Family<SyncLabels, Counter>,
     pub desired: Gauge,
+    /// The desired hostnames per proxy target.
+    pub target_hostnames: Family<TargetLabel, Gauge>,
     pub rejected: Family<ReasonLabel, Gauge>,
     /// (hostname, losing object) pairs: hosts claimed by objects of two targets.
     pub hostname_conflicts: Gauge,
@@ -75,6 +83,7 @@ impl Metrics {
         let m = Metrics {
             syncs: Family::default(),
             desired: Gauge::default(),
+            target_hostnames: Family::default(),
             rejected: Family::default(),
             hostname_conflicts: Gauge::default(),
             conflicts: Counter::default(),
@@ -89,6 +98,11 @@ impl Metrics {
             "desired_hostnames",
             "Hostnames in the desired set",
             m.desired.clone(),
+        );
+        r.register(
+            "target_hostnames",
+            "Hostnames in the desired set per proxy target (default, or a --target name)",
+            m.target_hostnames.clone(),
         );
         r.register(
             "rejected_hostnames",
@@ -135,8 +149,24 @@ impl Metrics {
             .inc();
     }
 
-    pub fn desired(&self, d: &Desired) {
+    /// The desired set's figures; `targets` names the `--target`s (each is set, even at 0).
+    pub fn desired(&self, d: &Desired, targets: &[TargetRule]) {
         self.desired.set(d.hosts.len() as i64);
+        let mut per = vec![0i64; 1 + targets.len()];
+        per[0] = (d.hosts.len() - d.placed.len()) as i64;
+        for t in d.placed.values() {
+            if let Some(n) = per.get_mut(t.index()) {
+                *n += 1;
+            }
+        }
+        let names = std::iter::once(DEFAULT_TARGET).chain(targets.iter().map(|t| t.name.as_str()));
+        for (name, n) in names.zip(per) {
+            self.target_hostnames
+                .get_or_create(&TargetLabel {
+                    target: name.to_string(),
+                })
+                .set(n);
+        }
         self.hostname_conflicts.set(d.conflicts.len() as i64);
         for reason in Rejection::ALL {
             let n = d.rejected.iter().filter(|r| r.reason == reason).count();

@@ -133,7 +133,11 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
-    let sink = args.dns.sink(client.clone(), &cluster_domain).await?;
+    let target_services: Vec<_> = filters.targets.iter().map(TargetRule::proxy).collect();
+    let sink = args
+        .dns
+        .sink(client.clone(), &cluster_domain, &target_services)
+        .await?;
     let mode = sink.mode();
     let identity = lease::identity();
     tracing::info!(
@@ -220,14 +224,17 @@ pub async fn run_with(
             args.dns.node_local_dns_target(),
         )));
     }
-    if let (true, Some((namespace, name))) = (coredns_modes, args.dns.proxy_service_read()) {
-        side_tasks.push(tokio::spawn(proxy_watch::watch(
-            client.clone(),
-            namespace,
-            name,
-            forced_tx.clone(),
-            stop.clone(),
-        )));
+    if coredns_modes {
+        let services = args.dns.proxy_service_read().into_iter();
+        for (namespace, name) in services.chain(args.dns.target_services_read(&target_services)) {
+            side_tasks.push(tokio::spawn(proxy_watch::watch(
+                client.clone(),
+                namespace,
+                name,
+                forced_tx.clone(),
+                stop.clone(),
+            )));
+        }
     }
     drop(applied_rx);
     // Keep the channel open (a closed one is simply ignored by the engine).
@@ -382,7 +389,7 @@ struct ControllerHooks {
 
 impl sync::Hooks for ControllerHooks {
     fn desired(&mut self, d: &Desired, leader: bool) {
-        self.metrics.desired(d);
+        self.metrics.desired(d, &self.targets);
         tracing::debug!(
             hosts = d.hosts.len(),
             rejected = d.rejected.len(),
@@ -498,8 +505,7 @@ impl sync::Hooks for ControllerHooks {
             }
         }
         if a.outcome != Outcome::DryRun {
-            let written = a.answer.clone().map(|answer| (hosts.clone(), answer));
-            self.applied_tx.send_replace(written);
+            self.applied_tx.send_replace(a.rules.clone());
         }
     }
 

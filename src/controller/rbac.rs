@@ -4,7 +4,8 @@
 //! same change that adds a call.
 
 use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode};
-use super::hostnames::{HostnameArgs, Kind};
+use super::hostnames::{HostnameArgs, Kind, TargetRule};
+use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
 mod workloads;
@@ -56,6 +57,8 @@ pub struct Needs {
     /// The proxy Service is read for its ClusterIPs (the CoreDNS modes' template answers and
     /// etc-hosts without --proxy-ip, external-dns without --external-dns-proxy-ip).
     pub proxy_service: Option<(String, String)>,
+    /// The named targets' proxy Services read likewise (`--target`, without `proxy-ip=`).
+    pub target_services: Vec<(String, String)>,
     pub external_dns_namespace: String,
     pub external_dns_output: ExternalDnsOutput,
 }
@@ -72,11 +75,18 @@ impl Needs {
     ) -> Needs {
         Needs {
             gateway_api: hostnames.gateway_api,
-            ingress_class_filter: hostnames.ingress_class_filter().is_some(),
+            ingress_class_filter: hostnames.reads_ingress_classes(),
             leader_elect: election.leader_elect,
             namespace: election.lease_namespace_or(namespace),
             lease_name: election.lease_name.clone(),
             proxy_service: dns.proxy_service_read(),
+            target_services: dns.target_services_read(
+                &hostnames
+                    .targets
+                    .iter()
+                    .map(TargetRule::proxy)
+                    .collect::<Vec<_>>(),
+            ),
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
             node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
@@ -112,6 +122,8 @@ impl Needs {
             proxy_service: dns
                 .proxy_service_read()
                 .filter(|_| !matches!(dns.mode, Mode::Coredns | Mode::CorednsImport)),
+            // Removal reads no named target's Service.
+            target_services: Vec::new(),
             external_dns_namespace: dns.external_dns_namespace_or(namespace),
             external_dns_output: dns.external_dns_output,
         }
@@ -183,21 +195,30 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "leader election (first start)",
         ));
     }
-    if let Some((ns, name)) = &n.proxy_service {
-        // The CoreDNS modes also watch it (field selector metadata.name=<name>), to follow a
-        // changed Service at once.
-        let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
+    // The proxy Services read for their ClusterIPs (the default target's and the named ones'),
+    // by namespace. The CoreDNS modes also watch them (field selector metadata.name=<name>), to
+    // follow a changed Service at once.
+    let mut services: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (ns, name) in n.proxy_service.iter().chain(&n.target_services) {
+        services.entry(ns).or_default().push(name);
+    }
+    let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
+    for (ns, names) in services {
         rules.push(rule(
             Namespace(ns.clone()),
             "",
             "services",
-            &[name],
+            &names,
             if coredns {
                 &["get", "list", "watch"]
             } else {
                 &["get"]
             },
-            "read the proxy Service's ClusterIPs",
+            if names.len() == 1 {
+                "read the proxy Service's ClusterIPs"
+            } else {
+                "read the proxy Services' ClusterIPs"
+            },
         ));
     }
     let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
@@ -306,6 +327,7 @@ mod tests {
             import_namespace: "kube-system".into(),
             import_configmap: "coredns-custom".into(),
             proxy_service: None,
+            target_services: Vec::new(),
             external_dns_namespace: "dns".into(),
             external_dns_output: ExternalDnsOutput::Dnsendpoint,
         }
@@ -465,6 +487,7 @@ mod needs_tests {
                 import_namespace: "kube-system".into(),
                 import_configmap: "coredns-custom".into(),
                 proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
+                target_services: Vec::new(),
                 external_dns_namespace: "own".into(),
                 external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
@@ -515,6 +538,35 @@ mod needs_tests {
             (&["--mode", "etc-hosts"], |n| {
                 n.proxy_service == Some(("proxy-ns".into(), "ouroboros-proxy".into()))
             }),
+            // A --target's Service is read like the default one, in --proxy-service-namespace
+            // unless it names its own; a class mapping needs the IngressClasses.
+            (
+                &["--target", "name=t,service=proxy-t,ingress-class=traefik"],
+                |n| {
+                    n.target_services == [("proxy-ns".to_string(), "proxy-t".to_string())]
+                        && n.ingress_class_filter
+                },
+            ),
+            (
+                &["--target", "name=t,service=edge/proxy-t,ingress-class=t"],
+                |n| n.target_services == [("edge".to_string(), "proxy-t".to_string())],
+            ),
+            (
+                &[
+                    "--target",
+                    "name=t,service=proxy-t,ingress-class=t,proxy-ip=10.0.0.9",
+                ],
+                |n| n.target_services.is_empty(),
+            ),
+            (
+                &[
+                    "--coredns-answer",
+                    "rewrite",
+                    "--target",
+                    "name=t,service=proxy-t,ingress-class=t",
+                ],
+                |n| n.target_services.is_empty(),
+            ),
             (&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"], |n| {
                 n.proxy_service.is_none()
             }),

@@ -3,7 +3,7 @@
 //! next resync. Repeated reverts are counted; from [`THRESHOLD`] within [`WINDOW`] on, each one is
 //! reported loudly and restoring backs off, instead of fighting the other writer silently.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -16,14 +16,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::dns::answer::Answer;
+use crate::dns::answer::{self, Rules};
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::corefile;
-use crate::hostname::Hostname;
 use crate::kube_client::{Cause, Repeats};
 
-/// What was last written: the host set and the answer it was rendered with.
-pub type Written = (BTreeSet<Hostname>, Answer);
+/// What was last written: the names and answers the rules were rendered from.
+pub type Written = Rules;
 
 /// Reverts counted together.
 pub const WINDOW: Duration = Duration::from_secs(600);
@@ -35,8 +34,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(300);
 
 /// Whether `text` lacks what we last applied (`None`: it cannot be parsed; the next sync says
 /// so). Pure: the same splice the writer runs; a text it would change has been edited.
-pub fn drifted(text: &str, applied: &BTreeSet<Hostname>, answer: &Answer) -> Option<bool> {
-    corefile::splice(text, applied, answer)
+pub fn drifted(text: &str, applied: &Rules) -> Option<bool> {
+    corefile::splice_groups(text, &answer::groups(applied))
         .ok()
         .map(|e| e.changed)
 }
@@ -95,11 +94,11 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// applied. Nothing is a revert before the first set is applied.
 fn reverted(text: Option<&str>, applied: &watch::Receiver<Option<Written>>) -> bool {
     let applied = applied.borrow();
-    let Some((hosts, answer)) = applied.as_ref() else {
+    let Some(rules) = applied.as_ref() else {
         return false;
     };
     match text {
-        Some(text) => drifted(text, hosts, answer) == Some(true),
+        Some(text) => drifted(text, rules) == Some(true),
         None => true, // deleted, or the key is gone: the next sync reports it
     }
 }
@@ -178,13 +177,19 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hostname::HostPolicy;
+    use crate::dns::answer::Answer;
+    use crate::hostname::{HostPolicy, Hostname};
+    use std::collections::BTreeSet;
 
     const COREFILE: &str = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
 
     fn hosts(names: &[&str]) -> BTreeSet<Hostname> {
         let p = HostPolicy::new("cluster.local", &[], &[]);
         names.iter().map(|n| p.check(n).unwrap()).collect()
+    }
+
+    fn rules(hosts: &BTreeSet<Hostname>, answer: &Answer) -> Rules {
+        vec![(hosts.clone(), answer.clone())]
     }
 
     #[test]
@@ -194,20 +199,28 @@ mod tests {
         );
         let h = hosts(&["a.example.com"]);
         let ours = corefile::splice(COREFILE, &h, &proxy).unwrap().text;
-        assert_eq!(drifted(&ours, &h, &proxy), Some(false));
-        assert_eq!(drifted(COREFILE, &h, &proxy), Some(true), "block dropped");
+        assert_eq!(drifted(&ours, &rules(&h, &proxy)), Some(false));
         assert_eq!(
-            drifted(&ours, &hosts(&["b.example.com"]), &proxy),
+            drifted(COREFILE, &rules(&h, &proxy)),
+            Some(true),
+            "block dropped"
+        );
+        assert_eq!(
+            drifted(&ours, &rules(&hosts(&["b.example.com"]), &proxy)),
             Some(true)
         );
-        assert_eq!(drifted(".:53 {\n", &h, &proxy), None, "unparseable");
+        assert_eq!(drifted(".:53 {\n", &rules(&h, &proxy)), None, "unparseable");
         let moved = Answer::Template(
             crate::dns::answer::ProxyAddrs::new(&["10.96.0.6".parse().unwrap()]).unwrap(),
         );
-        assert_eq!(drifted(&ours, &h, &moved), Some(true), "new address");
+        assert_eq!(
+            drifted(&ours, &rules(&h, &moved)),
+            Some(true),
+            "new address"
+        );
         let edited = ours.replace("errors", "errors\n    log");
         assert_eq!(
-            drifted(&edited, &h, &proxy),
+            drifted(&edited, &rules(&h, &proxy)),
             Some(false),
             "other edits kept"
         );

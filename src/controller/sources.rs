@@ -320,7 +320,7 @@ impl Starter<'_> {
     {
         let f = self.filters;
         K::KIND
-            .is_read(f.gateway_api, f.ingress_class.is_some())
+            .is_read(f.gateway_api, f.reads_ingress_classes())
             .then(|| {
                 follow(
                     Api::<DeserializeGuard<K>>::all(self.client.clone()),

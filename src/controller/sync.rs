@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hostnames::Desired;
 use crate::dns::apply::Applied;
-use crate::dns::sink::{Sink, SinkError};
+use crate::dns::sink::{Plan, Sink, SinkError};
 use crate::hostname::Hostname;
 
 /// Timing parameters of the engine.
@@ -275,8 +275,8 @@ where
     changes.get();
     forced.get();
     let mut trigger = Trigger::new(timing, Instant::now());
-    // The set last applied successfully while leader (`None`: nothing known).
-    let mut applied: Option<BTreeSet<Hostname>> = None;
+    // The plan last applied successfully while leader (`None`: nothing known).
+    let mut applied: Option<Plan> = None;
     let mut was_leader = None;
     loop {
         trigger.set_synced(synced.get());
@@ -294,25 +294,26 @@ where
             let desired = snapshot();
             hooks.desired(&desired, action.write);
             if action.write {
-                if !action.force && applied.as_ref() == Some(&desired.hosts) {
-                    hooks.unchanged(&desired.hosts);
+                let plan = desired.into_plan();
+                if !action.force && applied.as_ref() == Some(&plan) {
+                    hooks.unchanged(&plan.hosts);
                 } else {
                     let result = tokio::select! {
-                        r = sink.apply(&desired.hosts) => Some(r),
+                        r = sink.apply(&plan) => Some(r),
                         _ = lost(&mut leader.rx) => None,
                     };
                     match result {
                         Some(Ok(a)) => {
                             trigger.succeeded(Instant::now());
-                            hooks.applied(&desired.hosts, &a);
-                            applied = Some(desired.hosts);
+                            hooks.applied(&plan.hosts, &a);
+                            applied = Some(plan);
                         }
                         Some(Err(e)) if e.is_permanent() => {
                             // Retrying the same set cannot help: wait for a new one (or a
                             // forced sync), and report the failure as it stands.
                             trigger.succeeded(Instant::now());
                             hooks.failed(&e, Duration::ZERO);
-                            applied = Some(desired.hosts);
+                            applied = Some(plan);
                         }
                         Some(Err(e)) => {
                             applied = None;
@@ -327,7 +328,7 @@ where
                 }
             }
             if stop.is_cancelled() {
-                return applied;
+                return applied.map(|p| p.hosts);
             }
             continue;
         }
@@ -335,7 +336,7 @@ where
         let deadline = trigger.deadline();
         tokio::select! {
             biased;
-            _ = stop.cancelled() => return applied,
+            _ = stop.cancelled() => return applied.map(|p| p.hosts),
             _ = leader.changed() => {}
             _ = synced.changed() => {}
             _ = forced.changed() => trigger.force(),
@@ -526,11 +527,11 @@ mod tests {
         fn mode(&self) -> &'static str {
             "fake"
         }
-        async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+        async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
             self.calls
                 .lock()
                 .unwrap()
-                .push((Instant::now(), hosts.clone()));
+                .push((Instant::now(), plan.hosts.clone()));
             tokio::time::sleep(self.delay).await;
             let mut fail = self.fail.lock().unwrap();
             if *fail > 0 {
@@ -542,7 +543,7 @@ mod tests {
                 });
             }
             Ok(Applied {
-                answer: None,
+                rules: None,
                 outcome: Outcome::Written,
                 findings: None,
                 conflicts: 0,

@@ -140,22 +140,49 @@ pub fn oldest_coredns(hosts: &BTreeSet<Hostname>, answer: &Answer) -> (Version, 
     }
 }
 
-/// Bytes the rules for `hosts` take at most per line of indentation and line ending, for
-/// buffer sizing.
-pub(crate) fn size_hint(hosts: &BTreeSet<Hostname>, answer: &Answer) -> usize {
-    let names: usize = hosts.iter().map(|h| h.as_str().len() + 4).sum();
-    match answer {
-        Answer::Template(_) => 2 * names + 512,
-        Answer::Rewrite(fqdn) => hosts.len() * (fqdn.as_str().len() + 80),
-    }
+/// Names answered one way: one proxy target's hosts and that proxy's answer. A block holds one
+/// group per target (a name is in one group only), each with its own rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Group<'a> {
+    pub hosts: &'a BTreeSet<Hostname>,
+    pub answer: &'a Answer,
 }
 
-/// Writes the rules for `hosts` (nothing for an empty set). `unit` is one level of
+/// The groups a block was rendered from, owned (what the controller compares the live block
+/// with to tell a revert).
+pub type Rules = Vec<(BTreeSet<Hostname>, Answer)>;
+
+/// [`Rules`] as the renderers take them.
+pub fn groups(rules: &Rules) -> Vec<Group<'_>> {
+    rules
+        .iter()
+        .map(|(hosts, answer)| Group { hosts, answer })
+        .collect()
+}
+
+/// Bytes the rules for `groups` take at most per line of indentation and line ending, for
+/// buffer sizing.
+pub(crate) fn size_hint(groups: &[Group<'_>]) -> usize {
+    groups
+        .iter()
+        .map(|g| {
+            let names: usize = g.hosts.iter().map(|h| h.as_str().len() + 4).sum();
+            match g.answer {
+                Answer::Template(_) => 2 * names + 512,
+                Answer::Rewrite(fqdn) => g.hosts.len() * (fqdn.as_str().len() + 80),
+            }
+        })
+        .sum()
+}
+
+/// Writes the rules of each group in turn (nothing for an empty one). `unit` is one level of
 /// indentation inside a directive's block.
-pub(crate) fn write(w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, answer: &Answer, unit: &str) {
-    match answer {
-        Answer::Template(addrs) => write_templates(w, hosts, addrs, unit),
-        Answer::Rewrite(fqdn) => write_rewrites(w, hosts, fqdn),
+pub(crate) fn write(w: &mut Writer<'_>, groups: &[Group<'_>], unit: &str) {
+    for g in groups {
+        match g.answer {
+            Answer::Template(addrs) => write_templates(w, g.hosts, addrs, unit),
+            Answer::Rewrite(fqdn) => write_rewrites(w, g.hosts, fqdn),
+        }
     }
 }
 
@@ -237,7 +264,15 @@ mod tests {
 
     fn render(names: &[&str], answer: &Answer) -> String {
         let mut w = Writer::new(&[], "", "\n", 0);
-        write(&mut w, &hosts(names), answer, "  ");
+        let hosts = hosts(names);
+        write(
+            &mut w,
+            &[Group {
+                hosts: &hosts,
+                answer,
+            }],
+            "  ",
+        );
         w.finish(true, "")
     }
 

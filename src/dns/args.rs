@@ -296,6 +296,16 @@ pub struct RecordArgs {
     pub instance: String,
 }
 
+/// A named proxy target's Service as `--target ...,service=[NAMESPACE/]NAME` gives it, and its
+/// addresses when `proxy-ip=` gives them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetService {
+    /// `None`: in --proxy-service-namespace.
+    pub namespace: Option<String>,
+    pub name: String,
+    pub ips: Vec<IpAddr>,
+}
+
 /// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
 /// on whether its Corefile holds our block.
 #[derive(Args, Clone, Debug)]
@@ -415,15 +425,17 @@ impl DnsArgs {
         Ok(())
     }
 
-    /// Where the CoreDNS modes' answers come from. `client`: `None` only for removal.
-    fn answer_source(
+    /// Where the CoreDNS modes' answers come from: the default target's, then each named
+    /// target's (`targets`). `client`: `None` only for removal.
+    fn answer_sources(
         &self,
         client: Option<kube::Client>,
         cluster_domain: &str,
-    ) -> Result<AnswerSource, UsageError> {
-        Ok(match self.coredns_answer {
+        targets: &[TargetService],
+    ) -> Result<Vec<AnswerSource>, UsageError> {
+        let default = match self.coredns_answer {
             AnswerForm::Template => AnswerSource::Template(ProxyIps::new(
-                client,
+                client.clone(),
                 &self.proxy_ips,
                 &self.proxy_service_namespace(),
                 &self.proxy_service_name,
@@ -432,14 +444,84 @@ impl DnsArgs {
             AnswerForm::Rewrite => {
                 AnswerSource::Rewrite(self.proxy_fqdn(cluster_domain).map_err(UsageError)?)
             }
-        })
+        };
+        let mut out = vec![default];
+        for (t, (ns, name)) in targets.iter().zip(self.target_services(targets)) {
+            out.push(match self.coredns_answer {
+                AnswerForm::Template => AnswerSource::Template(ProxyIps::new(
+                    client.clone(),
+                    &t.ips,
+                    &ns,
+                    &name,
+                    "--target ...,proxy-ip=",
+                )),
+                AnswerForm::Rewrite => AnswerSource::Rewrite(
+                    ProxyFqdn::for_service(&name, &ns, cluster_domain).map_err(UsageError)?,
+                ),
+            });
+        }
+        Ok(out)
     }
 
-    /// The backend for `--mode`. Flag errors are `UsageError`s (exit 64).
+    /// (namespace, name) of each named target's proxy Service; without a namespace, in
+    /// --proxy-service-namespace.
+    pub fn target_services(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+        targets
+            .iter()
+            .map(|t| {
+                let ns = t
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| self.proxy_service_namespace());
+                (ns, t.name.clone())
+            })
+            .collect()
+    }
+
+    /// The named targets' Services this mode reads for their ClusterIPs (as
+    /// [`proxy_service_read`](Self::proxy_service_read) for the default one): none for rewrite
+    /// answers, none for a target given its `proxy-ip=`.
+    pub fn target_services_read(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+        let reads = match self.mode {
+            Mode::Coredns | Mode::CorednsImport => self.template_answers(),
+            Mode::EtcHosts | Mode::ExternalDns => true,
+        };
+        targets
+            .iter()
+            .zip(self.target_services(targets))
+            .filter(|(t, _)| reads && t.ips.is_empty())
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// The named targets' addresses: given, else their proxy Services' ClusterIPs.
+    fn target_ips(
+        &self,
+        client: Option<&kube::Client>,
+        targets: &[TargetService],
+    ) -> Vec<ProxyIps> {
+        targets
+            .iter()
+            .zip(self.target_services(targets))
+            .map(|(t, (ns, name))| {
+                ProxyIps::new(
+                    client.cloned(),
+                    &t.ips,
+                    &ns,
+                    &name,
+                    "--target ...,proxy-ip=",
+                )
+            })
+            .collect()
+    }
+
+    /// The backend for `--mode`, with one answer per proxy target (`targets`: the named ones'
+    /// Services, in `--target` order). Flag errors are `UsageError`s (exit 64).
     pub async fn sink(
         &self,
         client: kube::Client,
         cluster_domain: &str,
+        targets: &[TargetService],
     ) -> Result<AnySink, UsageError> {
         self.check()?;
         let coredns = |target| -> Result<AnySink, UsageError> {
@@ -454,7 +536,7 @@ impl DnsArgs {
             Ok(AnySink::Coredns(CorednsSink {
                 target,
                 node_local,
-                answer: self.answer_source(Some(client.clone()), cluster_domain)?,
+                answers: self.answer_sources(Some(client.clone()), cluster_domain, targets)?,
             }))
         };
         Ok(match self.mode {
@@ -466,8 +548,14 @@ impl DnsArgs {
                 ImportWriter::new(client.clone(), self.import_target(), Retry::default())
                     .dry_run(self.dry_run),
             ))?,
-            Mode::EtcHosts => AnySink::EtcHosts(self.hosts_writer(Some(client))),
-            Mode::ExternalDns => AnySink::ExternalDns(self.external_writer(client)?),
+            Mode::EtcHosts => AnySink::EtcHosts(
+                self.hosts_writer(Some(client.clone()))
+                    .targets(self.target_ips(Some(&client), targets)),
+            ),
+            Mode::ExternalDns => AnySink::ExternalDns(
+                self.external_writer(client.clone())?
+                    .targets(self.target_ips(Some(&client), targets)),
+            ),
         })
     }
 
@@ -572,7 +660,7 @@ mod tests {
             parse_args::<DnsArgs>(&v).unwrap()
         };
         let d = parse(&["--mode", "etc-hosts", "--etc-hosts", "/tmp/h"]);
-        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        let s = d.sink(client.clone(), "cluster.local", &[]).await.unwrap();
         assert_eq!(s.mode(), "etc-hosts");
         assert_eq!(
             d.proxy_service_read(),
@@ -589,7 +677,7 @@ mod tests {
             "--external-dns-namespace",
             "dns",
         ]);
-        let s = d.sink(client.clone(), "cluster.local").await.unwrap();
+        let s = d.sink(client.clone(), "cluster.local", &[]).await.unwrap();
         assert_eq!(s.mode(), "external-dns");
         assert_eq!(d.external_dns_namespace(), "dns");
         assert_eq!(
@@ -607,7 +695,9 @@ mod tests {
             let mut args = vec!["--mode", "external-dns"];
             args.extend_from_slice(bad);
             // Refused, as a `UsageError` (exit 64): the signature says so.
-            let refused = parse(&args).sink(client.clone(), "cluster.local").await;
+            let refused = parse(&args)
+                .sink(client.clone(), "cluster.local", &[])
+                .await;
             assert!(refused.is_err(), "{bad:?} accepted");
         }
     }

@@ -5,14 +5,19 @@
 
 use std::collections::BTreeSet;
 
-use super::answer::{self, Answer};
+use super::answer::{self, Answer, Group};
 use super::block::Writer;
 use crate::hostname::Hostname;
 
 /// The snippet text for the import ConfigMap key (the same rules as the Corefile block).
 pub fn render(hosts: &BTreeSet<Hostname>, answer: &Answer) -> String {
-    let mut w = Writer::new(&[], "", "\n", answer::size_hint(hosts, answer) + 96);
-    answer::write(&mut w, hosts, answer, "    ");
+    render_groups(&[Group { hosts, answer }])
+}
+
+/// [`render`] with one group of rules per proxy target.
+pub fn render_groups(groups: &[Group<'_>]) -> String {
+    let mut w = Writer::new(&[], "", "\n", answer::size_hint(groups) + 96);
+    answer::write(&mut w, groups, "    ");
     w.finish(true, "")
 }
 

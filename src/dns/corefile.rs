@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::answer::{self, Answer};
+use super::answer::{self, Answer, Group};
 use super::block::{self, Writer};
 use crate::hostname::Hostname;
 
@@ -74,19 +74,20 @@ pub fn splice(
     hosts: &BTreeSet<Hostname>,
     answer: &Answer,
 ) -> Result<Edit, CorefileError> {
-    edit(corefile, hosts, Some(answer))
+    splice_groups(corefile, &[Group { hosts, answer }])
 }
 
-/// Removes our block, if any (the splice of an empty set, which needs no answer).
+/// [`splice`] with one group of rules per proxy target.
+pub fn splice_groups(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
+    edit(corefile, groups)
+}
+
+/// Removes our block, if any (the splice of no names, which needs no answer).
 pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
-    edit(corefile, &BTreeSet::new(), None)
+    edit(corefile, &[])
 }
 
-fn edit(
-    corefile: &str,
-    hosts: &BTreeSet<Hostname>,
-    answer: Option<&Answer>,
-) -> Result<Edit, CorefileError> {
+fn edit(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
     if corefile.is_empty() {
         return Err(CorefileError {
             line: 1,
@@ -125,13 +126,29 @@ fn edit(
         return Err(no_root_error(&parsed.blocks, &line_in_input));
     };
     let root = &parsed.blocks[root_idx];
+    // Every name of the block, for the shadowing check (one group: its set as it is).
+    let union: BTreeSet<Hostname>;
+    let hosts = match groups {
+        [] => {
+            union = BTreeSet::new();
+            &union
+        }
+        [one] => one.hosts,
+        _ => {
+            union = groups
+                .iter()
+                .flat_map(|g| g.hosts.iter().cloned())
+                .collect();
+            &union
+        }
+    };
     let findings = Findings {
         has_reload: root.has_reload,
         imports_custom_override: root.imports_override,
         shadowing: shadowing(&parsed.blocks, root, hosts, &line_in_input),
     };
 
-    let text = if let (false, Some(answer)) = (hosts.is_empty(), answer) {
+    let text = if !hosts.is_empty() {
         let eol = block::eol(&base, span.as_ref());
         let indent: Cow<str> = match (root.first_directive, in_place, &span) {
             (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(&base, off)..off]),
@@ -147,8 +164,7 @@ fn edit(
                 &corefile[s.end..],
                 &indent,
                 eol,
-                hosts,
-                answer,
+                groups,
             ),
             _ => {
                 if !root.close_line_first {
@@ -162,7 +178,7 @@ fn edit(
                     });
                 }
                 let at = block::line_start(&base, root.close);
-                write(&base[..at], &base[at..], &indent, eol, hosts, answer)
+                write(&base[..at], &base[at..], &indent, eol, groups)
             }
         }
     } else {
@@ -175,21 +191,14 @@ fn edit(
     })
 }
 
-fn write(
-    prefix: &str,
-    suffix: &str,
-    indent: &str,
-    eol: &str,
-    hosts: &BTreeSet<Hostname>,
-    answer: &Answer,
-) -> String {
+fn write(prefix: &str, suffix: &str, indent: &str, eol: &str, groups: &[Group<'_>]) -> String {
     let mut w = Writer::new(
         &[prefix],
         indent,
         eol,
-        answer::size_hint(hosts, answer) + suffix.len() + 128,
+        answer::size_hint(groups) + suffix.len() + 128,
     );
-    answer::write(&mut w, hosts, answer, unit_indent(indent));
+    answer::write(&mut w, groups, unit_indent(indent));
     w.finish(true, suffix)
 }
 

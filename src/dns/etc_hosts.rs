@@ -26,25 +26,37 @@ pub struct HostsError {
     pub reason: String,
 }
 
+/// Names and the addresses their lines give: one proxy target's hosts and that proxy's IPs.
+#[derive(Clone, Copy, Debug)]
+pub struct HostsGroup<'a> {
+    pub hosts: &'a BTreeSet<Hostname>,
+    pub ips: &'a [IpAddr],
+}
+
 /// Replaces (or inserts, or with an empty set removes) our block of `IP host` lines.
 pub fn splice(text: &str, hosts: &BTreeSet<Hostname>, ips: &[IpAddr]) -> Result<Edit, HostsError> {
+    splice_groups(text, &[HostsGroup { hosts, ips }])
+}
+
+/// [`splice`] with each group's names on its own proxy's addresses, group after group.
+pub fn splice_groups(text: &str, groups: &[HostsGroup<'_>]) -> Result<Edit, HostsError> {
     let span = block::find(text, "hosts file").map_err(|e| HostsError {
         line: e.line,
         reason: e.reason,
     })?;
-    let (wild, exact): (Vec<&Hostname>, Vec<&Hostname>) =
-        hosts.iter().partition(|h| h.is_wildcard());
-    let skipped_wildcards: Vec<Hostname> = wild.into_iter().cloned().collect();
-    let mut ips = ips.to_vec();
-    ips.sort();
-    ips.dedup();
-
-    let out = if exact.is_empty() {
-        match &span {
-            Some(s) => block::remove(text, s),
-            None => text.to_owned(),
+    let mut skipped_wildcards = Vec::new();
+    // Each group's exact names with its addresses, sorted (IPv4 first) and deduplicated.
+    let mut lines: Vec<(Vec<&Hostname>, Vec<String>)> = Vec::new();
+    for g in groups {
+        let (wild, exact): (Vec<&Hostname>, Vec<&Hostname>) =
+            g.hosts.iter().partition(|h| h.is_wildcard());
+        skipped_wildcards.extend(wild.into_iter().cloned());
+        if exact.is_empty() {
+            continue;
         }
-    } else {
+        let mut ips = g.ips.to_vec();
+        ips.sort();
+        ips.dedup();
         if ips.is_empty() {
             return Err(HostsError {
                 line: 0,
@@ -54,7 +66,15 @@ pub fn splice(text: &str, hosts: &BTreeSet<Hostname>, ips: &[IpAddr]) -> Result<
                 ),
             });
         }
-        let ip_text: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+        lines.push((exact, ips.iter().map(IpAddr::to_string).collect()));
+    }
+
+    let out = if lines.is_empty() {
+        match &span {
+            Some(s) => block::remove(text, s),
+            None => text.to_owned(),
+        }
+    } else {
         let eol = match &span {
             Some(s) => block::eol(&block::remove(text, s), Some(s)),
             None => block::eol(text, None),
@@ -67,15 +87,21 @@ pub fn splice(text: &str, hosts: &BTreeSet<Hostname>, ips: &[IpAddr]) -> Result<
         let per_line = 48 + eol.len();
         let cap = lead.len()
             + suffix.len()
-            + exact
+            + lines
                 .iter()
-                .map(|h| ips.len() * (h.as_str().len() + per_line))
+                .flat_map(|(exact, ips)| {
+                    exact
+                        .iter()
+                        .map(|h| ips.len() * (h.as_str().len() + per_line))
+                })
                 .sum::<usize>()
             + 128;
         let mut w = Writer::new(&[prefix, lead], "", eol, cap);
-        for h in &exact {
-            for ip in &ip_text {
-                w.line(&[ip, " ", h.as_str()]);
+        for (exact, ips) in &lines {
+            for h in exact {
+                for ip in ips {
+                    w.line(&[ip, " ", h.as_str()]);
+                }
             }
         }
         w.finish(trailing_eol, suffix)

@@ -16,7 +16,7 @@ pub mod external;
 mod name_regex;
 pub mod write;
 
-pub use write::{apply, external_writer, hosts_writer, proxy_ips, sink};
+pub use write::{apply, external_writer, hosts_writer, plan, proxy_ips, sink};
 
 use std::fmt;
 

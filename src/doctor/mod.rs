@@ -339,6 +339,21 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
     let answer = match d.coredns_answer {
+        // One answer cannot judge a block of several targets' rules: those checks skip (the
+        // `targets` check says so) rather than call a correct block stale.
+        _ if !filters.targets.is_empty() => {
+            out.push(Check::skip(
+                "targets",
+                format!(
+                    "{} --target(s): the checks of our CoreDNS block, import snippet and \
+                     node-local-dns block compare a single target's rules and are skipped; \
+                     the controller's ouroboros_controller_target_hostnames metric and \
+                     HostnameConflict Events show the split",
+                    filters.targets.len()
+                ),
+            ));
+            None
+        }
         AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
         AnswerForm::Template if !d.proxy_ips.is_empty() => {
             ProxyAddrs::new(&d.proxy_ips).map(Answer::Template)

@@ -31,6 +31,7 @@ const PROXY_SERVICE: &str = "/api/v1/namespaces/ouroboros/services/ouroboros-pro
 const PROXY_SERVICE_WATCH_LIST: &str =
     "/api/v1/namespaces/ouroboros/services?&fieldSelector=metadata.name%3Douroboros-proxy&limit=500";
 const PROXY_SERVICE_WATCH: &str = "/api/v1/namespaces/ouroboros/services?&watch=true";
+const SERVICES: &str = "/api/v1/namespaces/ouroboros/services";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
 
@@ -127,6 +128,8 @@ struct State {
     coredns_reads: Vec<std::time::SystemTime>,
     /// The proxy Service (`None`: 404).
     proxy_service: Option<Value>,
+    /// Other Services in the `ouroboros` namespace (named targets' proxies), by name.
+    services: Vec<Value>,
     /// node-local-dns's Corefile and resourceVersion (`None`: 404).
     node_local: Option<(String, u64)>,
 }
@@ -220,6 +223,28 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                     st.proxy_service.iter().cloned().collect(),
                 ),
             ),
+            "GET" if u.starts_with(SERVICES) => {
+                let named = |name: &str| {
+                    st.services
+                        .iter()
+                        .filter(|s| s["metadata"]["name"] == name)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                };
+                match u[SERVICES.len()..].strip_prefix("?&fieldSelector=metadata.name%3D") {
+                    Some(rest) => {
+                        let name = rest.split('&').next().unwrap();
+                        Answer::Json(200, list("v1", "ServiceList", "100", named(name)))
+                    }
+                    None => {
+                        let name = u[SERVICES.len()..].trim_start_matches('/');
+                        match named(name).pop() {
+                            Some(svc) => Answer::Json(200, svc),
+                            None => not_found(&format!("services \"{name}\"")),
+                        }
+                    }
+                }
+            }
             "GET" if u == NODE_LOCAL && st.node_local.is_some() => {
                 let (text, rv) = st.node_local.clone().unwrap();
                 Answer::Json(200, named_configmap("node-local-dns", rv, &text))
@@ -890,12 +915,122 @@ async fn dry_run_reads_but_writes_nothing() {
 }
 
 fn proxy_service(ips: &[&str]) -> Value {
+    service("ouroboros-proxy", ips)
+}
+
+fn service(name: &str, ips: &[&str]) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": "ouroboros-proxy", "namespace": "ouroboros", "resourceVersion": "100"},
+        "metadata": {"name": name, "namespace": "ouroboros", "resourceVersion": "100"},
         "spec": {"type": "ClusterIP", "clusterIP": ips[0], "clusterIPs": ips}
     })
+}
+
+/// An Ingress of IngressClass `class`, with the priority annotation when given.
+fn classed(name: &str, class: &str, priority: Option<&str>, hosts: &[&str]) -> Value {
+    let mut v = ingress(name, hosts);
+    v["spec"]["ingressClassName"] = json!(class);
+    if let Some(p) = priority {
+        v["metadata"]["annotations"] = json!({"ouroboros.io/priority": p});
+    }
+    v
+}
+
+/// nginx's Ingresses on the default proxy, traefik's on their own; a host both claim goes to
+/// traefik (a named target, equal priority), and the nginx Ingress that lost it gets one
+/// HostnameConflict Event naming the winner.
+#[tokio::test]
+async fn two_ingress_controllers_two_targets() {
+    let mut st = state_with(vec![
+        classed(
+            "shop",
+            "nginx",
+            None,
+            &["shop.example.com", "www.example.com"],
+        ),
+        classed("blog", "traefik", None, &["blog.example.com"]),
+        classed("shop-traefik", "traefik", None, &["shop.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("proxy-traefik", &["10.96.0.60", "fd00::60"])];
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let r = start(
+        st,
+        &[
+            "--listen-health",
+            &listen,
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_target_hostnames{target=\"default\"} 1",
+        "ouroboros_controller_target_hostnames{target=\"traefik\"} 2",
+        "ouroboros_controller_hostname_conflicts 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    let api = r.shutdown().await;
+
+    // Both proxies' addresses are read, and both Services are watched.
+    assert_eq!(api.count("GET", PROXY_SERVICE), 1, "{:#?}", api.calls());
+    assert_eq!(api.count("GET", &format!("{SERVICES}/proxy-traefik")), 1);
+    assert_eq!(api.count("GET", PROXY_SERVICE_WATCH_LIST), 1);
+    assert_eq!(
+        api.count(
+            "GET",
+            &format!("{SERVICES}?&fieldSelector=metadata.name%3Dproxy-traefik&limit=500")
+        ),
+        1
+    );
+    assert_eq!(writes(&api), [("PUT".to_string(), COREDNS_PUT.to_string())]);
+
+    // One template pair per target, each answering with its own proxy.
+    let pairs: Vec<&str> = corefile.split("template IN A ").skip(1).collect();
+    assert_eq!(pairs.len(), 2, "{corefile}");
+    assert!(
+        pairs[0].contains(r"match ^www\.example\.com\.$")
+            && pairs[0].contains("IN A 10.96.0.53")
+            && !pairs[0].contains("shop"),
+        "{corefile}"
+    );
+    assert!(
+        pairs[1].contains("blog")
+            && pairs[1].contains("shop")
+            && pairs[1].contains("IN A 10.96.0.60"),
+        "{corefile}"
+    );
+    assert!(
+        corefile.contains(r#"answer "{{ .Name }} 30 IN AAAA fd00::60""#),
+        "the traefik proxy is dual-stack: {corefile}"
+    );
+
+    // The loser, named with the winner and its target.
+    let events = api.matching("POST", EVENTS);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let ev = events[0].1.as_ref().unwrap();
+    assert_eq!(ev["reason"], "HostnameConflict");
+    assert_eq!(ev["regarding"]["name"], "shop");
+    let note = ev["note"].as_str().unwrap();
+    assert!(
+        note.contains("shop.example.com goes to target traefik through Ingress web/shop-traefik"),
+        "{note}"
+    );
 }
 
 #[tokio::test]

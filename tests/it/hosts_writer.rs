@@ -14,7 +14,7 @@ use crate::kube_mock::{calls, reply, serve, status};
 use crate::support::{temp_dir, TempDir};
 
 use ouroboros::dns::apply::Outcome;
-use ouroboros::dns::etc_hosts;
+use ouroboros::dns::etc_hosts::{self, HostsGroup};
 use ouroboros::dns::hosts_writer::{
     replace_if_unchanged, update, HostsWriter, WriteMethod, Written,
 };
@@ -269,10 +269,13 @@ async fn hard_linked_file_is_written_in_place() {
     let other = dir.path().join("hosts.link");
     fs::hard_link(&path, &other).unwrap();
     let set = hosts(&["www.example.com"]);
+    let ip = ips(&["10.0.0.1"]);
     let u = update(
         &path,
-        &set,
-        &ips(&["10.0.0.1"]),
+        &[HostsGroup {
+            hosts: &set,
+            ips: &ip,
+        }],
         WriteMethod::Auto,
         false,
         5,
@@ -291,7 +294,7 @@ async fn hard_linked_file_is_written_in_place() {
 
     // With a single link the same call renames.
     fs::remove_file(&other).unwrap();
-    let u = update(&path, &BTreeSet::new(), &[], WriteMethod::Auto, false, 5).unwrap();
+    let u = update(&path, &[], WriteMethod::Auto, false, 5).unwrap();
     assert_eq!(u.written, Some(Written::Renamed));
     assert_eq!(fs::read_to_string(&path).unwrap(), original);
 }
@@ -451,10 +454,13 @@ fn a_concurrent_edit_is_never_clobbered() {
         assert_eq!(names.len(), 1, "no temporary file left");
 
         // Edited again from what is there now, both edits are kept.
+        let (set, ip) = (hosts(&["www.example.com"]), ips(&["10.0.0.1"]));
         let u = update(
             &path,
-            &hosts(&["www.example.com"]),
-            &ips(&["10.0.0.1"]),
+            &[HostsGroup {
+                hosts: &set,
+                ips: &ip,
+            }],
             method,
             false,
             5,

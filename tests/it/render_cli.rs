@@ -556,3 +556,163 @@ fn examples_render() {
         ])
     );
 }
+
+/// Each hostname's record targets, from the DNSEndpoints on stdout.
+fn targets_by_name(stdout: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    endpoints(stdout)
+        .iter()
+        .flat_map(|o| o["spec"]["endpoints"].as_array().unwrap().clone())
+        .map(|e| {
+            let ips = e["targets"].as_array().unwrap();
+            (
+                e["dnsName"].as_str().unwrap().to_string(),
+                ips.iter()
+                    .map(|t| t.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+const TRAEFIK: &str =
+    "name=traefik,service=proxy-traefik,ingress-class=traefik,proxy-ip=10.96.0.60";
+
+#[test]
+fn targets_answer_with_their_own_proxy() {
+    // external-dns: traefik's Ingress (legacy annotation) on its proxy, the rest on the default.
+    let external = ok(render(&[
+        "external-dns",
+        IP,
+        "--target",
+        TRAEFIK,
+        &fixture("ingresses.yaml"),
+    ]));
+    let by = targets_by_name(&external);
+    let on = |ip: &str| vec![ip.to_string()];
+    assert_eq!(by["b.example.com"], on("10.96.0.60"));
+    for h in ["a.example.com", "c.example.com", "*.wild.example.com"] {
+        assert_eq!(by[h], on("10.96.0.50"), "{h}");
+    }
+    // Host order whatever the targets.
+    let names: Vec<String> = endpoints(&external)
+        .iter()
+        .map(|o| {
+            o["spec"]["endpoints"][0]["dnsName"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+
+    // coredns: one template pair per target, each with its own answer.
+    let corefile = fixtures().join("../corefiles/kubeadm.Corefile");
+    let out = ok(render(&[
+        "coredns",
+        "--corefile",
+        corefile.to_str().unwrap(),
+        IP,
+        "--target",
+        TRAEFIK,
+        &fixture("ingresses.yaml"),
+    ]));
+    let pairs: Vec<&str> = out.split("template IN A ").skip(1).collect();
+    assert_eq!(pairs.len(), 2, "{out}");
+    assert!(
+        pairs[0].contains("IN A 10.96.0.50") && pairs[0].contains("wild"),
+        "{out}"
+    );
+    assert!(
+        pairs[1].contains("IN A 10.96.0.60") && pairs[1].contains("^b\\.example\\.com\\.$"),
+        "{out}"
+    );
+    assert!(
+        !pairs[0].contains("^b\\."),
+        "b.example.com only in traefik's pair: {out}"
+    );
+
+    // The same through the variable, `;`-separated.
+    let env = ok(render_env(
+        &["external-dns", IP, &fixture("ingresses.yaml")],
+        None,
+        &[(
+            "OUROBOROS_CONTROLLER_TARGETS",
+            &format!("{TRAEFIK};name=none,service=p,ingress-class=none-such"),
+        )],
+    ));
+    assert_eq!(targets_by_name(&env), by);
+}
+
+#[test]
+fn a_host_claimed_by_two_targets_goes_to_one() {
+    let manifests = |priority: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: old\n  \
+             namespace: shop\n  annotations: {{ouroboros.io/priority: \"{priority}\"}}\nspec:\n  \
+             ingressClassName: nginx\n  tls: [{{hosts: [shop.example.com]}}]\n---\n\
+             apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: new\n  \
+             namespace: shop\nspec:\n  ingressClassName: traefik\n  tls: [{{hosts: [shop.example.com]}}]\n"
+        )
+    };
+    let run = |priority: &str| {
+        render_env(
+            &["external-dns", IP, "--target", TRAEFIK, "-"],
+            Some(&manifests(priority)),
+            &[],
+        )
+    };
+    // Equal priority: the named target wins over the default proxy, and the loser is named.
+    let out = run("0");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        targets_by_name(&out.stdout)["shop.example.com"],
+        ["10.96.0.60"]
+    );
+    assert!(
+        out.stderr.contains("hostname claimed by two targets")
+            && out.stderr.contains("Ingress shop/old")
+            && out.stderr.contains("Ingress shop/new"),
+        "{}",
+        out.stderr
+    );
+    // The priority annotation decides first.
+    let out = run("5");
+    assert_eq!(
+        targets_by_name(&ok(out))["shop.example.com"],
+        ["10.96.0.50"]
+    );
+}
+
+#[test]
+fn target_usage_errors() {
+    for (args, want) in [
+        (
+            &["--target", "name=traefik,service=p,ingress-class=traefik"][..],
+            "--target traefik has 1 hostname(s) but no proxy-ip=",
+        ),
+        (
+            &["--target", "name=default,service=p,ingress-class=x"],
+            "--proxy-service-name",
+        ),
+        (
+            &["--target", "name=t,service=p,gateway-class=eg"],
+            "--gateway-api",
+        ),
+        (
+            &[
+                "--target",
+                "name=a,service=p,ingress-class=x",
+                "--target",
+                "name=b,service=q,ingress-class=x",
+            ],
+            "ingress-class=x is taken by both --target a and --target b",
+        ),
+    ] {
+        let manifests = fixture("ingresses.yaml");
+        let mut all = vec!["external-dns", IP];
+        all.extend_from_slice(args);
+        all.push(&manifests);
+        let err = fails(render(&all), 64);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
+use super::targets::{check_targets, parse_target, TargetRule};
 use super::{non_empty, Filters, IngressHosts};
 use crate::hostname::HostPolicy;
 
@@ -23,6 +24,22 @@ pub struct HostnameArgs {
     /// them (namespace defaults to the route's own). Needs --gateway-api. Empty: all.
     #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_CLASS", value_name = "CLASS")]
     pub gateway_class: Option<String>,
+
+    /// A proxy target of its own for some sources (repeatable; `;`-separated in the environment
+    /// variable): `name=NAME,service=[NAMESPACE/]SERVICE` and any of `ingress-class=CLASS`,
+    /// `gateway-class=CLASS`, `gateway=NAMESPACE/NAME` (each repeatable). Their hostnames are
+    /// answered with that proxy Service's addresses; everything no --target takes goes to the
+    /// proxy of --proxy-service-name, under --ingress-class/--gateway-class. A name claimed by
+    /// two targets goes to the object with the higher `ouroboros.io/priority` annotation, then
+    /// to the first --target (the default proxy last).
+    #[arg(
+        long = "target",
+        env = "OUROBOROS_CONTROLLER_TARGETS",
+        value_name = "SPEC",
+        value_delimiter = ';',
+        value_parser = parse_target
+    )]
+    pub targets: Vec<TargetRule>,
 
     /// Which Ingress fields name the hosts: `tls` (`spec.tls[].hosts`, the names served over
     /// TLS) or `all` (also `spec.rules[].host`: plain-HTTP names, e.g. for cert-manager's HTTP-01
@@ -92,10 +109,28 @@ impl HostnameArgs {
         non_empty(self.ingress_class.as_deref())
     }
 
+    /// Whether IngressClasses are read: the default-class rule decides an Ingress's class under
+    /// --ingress-class or a --target mapping by class.
+    pub fn reads_ingress_classes(&self) -> bool {
+        self.ingress_class_filter().is_some()
+            || self.targets.iter().any(|t| !t.ingress_classes.is_empty())
+    }
+
     /// The filters, or a usage message for a combination that makes no sense.
     pub fn filters(&self) -> Result<Filters, String> {
         let ingress_class = self.ingress_class_filter().map(str::to_string);
         let gateway_class = non_empty(self.gateway_class.as_deref()).map(str::to_string);
+        if let Some(t) = self
+            .targets
+            .iter()
+            .find(|t| !t.gateway_classes.is_empty() || !t.gateways.is_empty())
+            .filter(|_| !self.gateway_api)
+        {
+            return Err(format!(
+                "--target {} maps Gateway-API objects, which are only read with --gateway-api",
+                t.name
+            ));
+        }
         if gateway_class.is_some() && !self.gateway_api {
             return Err(
                 "--gateway-class filters Gateway-API objects, which are only read with --gateway-api"
@@ -124,8 +159,10 @@ impl HostnameArgs {
             include_namespaces: namespaces("--include-namespace", &self.include_namespaces)?,
             exclude_namespaces: namespaces("--exclude-namespace", &self.exclude_namespaces)?,
             ingress_hosts: self.ingress_hosts,
-            // Named targets come with the writers that answer per target (see `targets`).
-            targets: Vec::new(),
+            targets: {
+                check_targets(&self.targets)?;
+                self.targets.clone()
+            },
         })
     }
 

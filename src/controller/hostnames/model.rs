@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::kinds::{Kind, Objects};
 use super::namespace;
 use super::targets::{Target, TargetRule};
+use crate::dns::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
 
 impl fmt::Display for Kind {
@@ -145,6 +146,14 @@ pub struct Filters {
     pub targets: Vec<TargetRule>,
 }
 
+impl Filters {
+    /// Whether an Ingress's class matters: under --ingress-class, or a --target mapping by
+    /// class (the default-class rule then needs the IngressClasses).
+    pub fn reads_ingress_classes(&self) -> bool {
+        self.ingress_class.is_some() || self.targets.iter().any(|t| !t.ingress_classes.is_empty())
+    }
+}
+
 /// Which Ingress fields name the hosts to hairpin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum IngressHosts {
@@ -185,6 +194,18 @@ pub struct Conflict {
 }
 
 impl Desired {
+    /// What a sink writes: the hosts, each with its target's index.
+    pub fn into_plan(self) -> Plan {
+        Plan {
+            hosts: self.hosts,
+            placed: self
+                .placed
+                .into_iter()
+                .map(|(h, t)| (h, t.index()))
+                .collect(),
+        }
+    }
+
     /// Where `host` goes.
     pub fn target_of(&self, host: &Hostname) -> Target {
         self.placed.get(host).copied().unwrap_or(Target::Default)

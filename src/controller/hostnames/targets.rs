@@ -6,9 +6,11 @@
 //! `--proxy-service-name`), under the `--ingress-class` and `--gateway-class` filters as before.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::dns::args::TargetService;
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
@@ -29,6 +31,20 @@ pub struct TargetRule {
     pub gateway_classes: BTreeSet<String>,
     /// Gateways (`namespace`, `name`); a Gateway named here is taken before any class rule.
     pub gateways: BTreeSet<(String, String)>,
+    /// The proxy's addresses when given (`proxy-ip=`, as --proxy-ip for the default target;
+    /// `render` needs them): no Service lookup then.
+    pub proxy_ips: Vec<IpAddr>,
+}
+
+impl TargetRule {
+    /// Its proxy as the DNS writers take it.
+    pub fn proxy(&self) -> TargetService {
+        TargetService {
+            namespace: self.service.0.clone(),
+            name: self.service.1.clone(),
+            ips: self.proxy_ips.clone(),
+        }
+    }
 }
 
 /// Where an object's hostnames go: a named target (its index in `--target` order) or the
@@ -41,6 +57,15 @@ pub enum Target {
 }
 
 impl Target {
+    /// The index a sink's per-target lists use: 0 for the default target, then `--target`
+    /// order from 1.
+    pub fn index(self) -> usize {
+        match self {
+            Target::Named(i) => usize::from(i) + 1,
+            Target::Default => 0,
+        }
+    }
+
     /// The target's name among `rules`.
     pub fn name<'a>(&self, rules: &'a [TargetRule]) -> &'a str {
         match self {
@@ -87,7 +112,7 @@ pub(super) fn priority(meta: &ObjectMeta) -> i64 {
 }
 
 /// Parses one `--target`: comma-separated `key=value` pairs, `name` and `service` once, the
-/// mapping keys repeatable:
+/// mapping keys and `proxy-ip` repeatable:
 /// `name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,gateway-class=traefik,gateway=infra/public`.
 /// `service` without a namespace is in `--proxy-service-namespace`.
 pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
@@ -109,6 +134,11 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             "gateway-class" => {
                 rule.gateway_classes.insert(class(key, value)?);
             }
+            "proxy-ip" => rule.proxy_ips.push(
+                value
+                    .parse()
+                    .map_err(|_| format!("proxy-ip {value:?} is not an IP address"))?,
+            ),
             "gateway" => {
                 let (ns, name) = namespaced(value)
                     .filter(|(ns, _)| ns.is_some())
@@ -118,7 +148,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway)"
+                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, proxy-ip)"
                 ))
             }
         }
@@ -231,8 +261,17 @@ mod tests {
             r.gateways,
             [("infra".to_string(), "public".to_string())].into()
         );
-        let r = parse_target("name=a,service=proxy-a,gateway=ns/gw").unwrap();
+        let r =
+            parse_target("name=a,service=proxy-a,gateway=ns/gw,proxy-ip=10.0.0.7,proxy-ip=fd00::7")
+                .unwrap();
         assert_eq!(r.service, (None, "proxy-a".into()));
+        assert_eq!(
+            r.proxy_ips,
+            [
+                "10.0.0.7".parse::<IpAddr>().unwrap(),
+                "fd00::7".parse().unwrap()
+            ]
+        );
 
         for (spec, err) in [
             ("service=x,ingress-class=a", "name=NAME is missing"),
@@ -265,6 +304,10 @@ mod tests {
             ),
             ("name=a,service=x,ingress-class", "not key=value"),
             ("name=a,service=x,ingress-class=a b", "not a class name"),
+            (
+                "name=a,service=x,ingress-class=a,proxy-ip=10.0.0",
+                "not an IP address",
+            ),
         ] {
             let got = parse_target(spec).unwrap_err();
             assert!(got.contains(err), "{spec}: {got}");

@@ -110,6 +110,7 @@ mod tests {
             import_namespace: "imp".into(),
             import_configmap: "custom".into(),
             proxy_service: Some(("ns".into(), "proxy".into())),
+            target_services: Vec::new(),
             external_dns_namespace: "records".into(),
             external_dns_output: output,
         }

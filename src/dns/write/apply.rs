@@ -24,7 +24,7 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
 
 use super::error::Reason;
-use crate::dns::answer::Answer;
+use crate::dns::answer::{Answer, Group, Rules};
 use crate::dns::coredns_import;
 use crate::dns::corefile::{self, Findings};
 use crate::hostname::Hostname;
@@ -168,8 +168,9 @@ pub struct Applied {
     pub outcome: Outcome,
     /// What the Corefile says about `reload` and imports (coredns mode only).
     pub findings: Option<Findings>,
-    /// The answer the rules were rendered with (the CoreDNS modes), for drift checks.
-    pub answer: Option<Answer>,
+    /// The names and answers the rules were rendered from (the CoreDNS modes), for drift
+    /// checks.
+    pub rules: Option<Rules>,
     /// 409 Conflicts met (and retried) on the way, for the write-conflict metric.
     pub conflicts: u32,
     /// The key's text before and after (`None`: absent), unless `Unchanged`; for logging a diff.
@@ -301,6 +302,11 @@ impl ApplyError {
     }
 }
 
+/// How many names `groups` hold.
+fn names(groups: &[Group<'_>]) -> usize {
+    groups.iter().map(|g| g.hosts.len()).sum()
+}
+
 fn list_or_none(keys: &[String]) -> String {
     if keys.is_empty() {
         "no keys".into()
@@ -385,16 +391,21 @@ impl CorefileWriter {
         hosts: &BTreeSet<Hostname>,
         answer: &Answer,
     ) -> Result<Applied, ApplyError> {
-        self.edit(hosts, |text| corefile::splice(text, hosts, answer))
+        self.apply_groups(&[Group { hosts, answer }]).await
+    }
+
+    /// [`apply`](Self::apply) with one group of rules per proxy target.
+    pub async fn apply_groups(&self, groups: &[Group<'_>]) -> Result<Applied, ApplyError> {
+        self.edit(names(groups), |text| corefile::splice_groups(text, groups))
             .await
     }
 
     /// Removes our block (for `ouroboros cleanup`).
     pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
-        self.edit(&BTreeSet::new(), corefile::remove).await
+        self.edit(0, corefile::remove).await
     }
 
-    async fn edit<E>(&self, hosts: &BTreeSet<Hostname>, edit: E) -> Result<Applied, ApplyError>
+    async fn edit<E>(&self, hosts: usize, edit: E) -> Result<Applied, ApplyError>
     where
         E: Fn(&str) -> Result<corefile::Edit, corefile::CorefileError>,
     {
@@ -428,7 +439,7 @@ impl CorefileWriter {
             cm.data
                 .get_or_insert_with(BTreeMap::new)
                 .insert(t.key.clone(), edit.text);
-            check_size(&cm, mode, t, hosts.len())?;
+            check_size(&cm, mode, t, hosts)?;
             Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
         })
         .await
@@ -449,8 +460,13 @@ impl ImportWriter {
         hosts: &BTreeSet<Hostname>,
         answer: &Answer,
     ) -> Result<Applied, ApplyError> {
-        self.set(Some(coredns_import::render(hosts, answer)), hosts.len())
-            .await
+        self.apply_groups(&[Group { hosts, answer }]).await
+    }
+
+    /// [`apply`](Self::apply) with one group of rules per proxy target.
+    pub async fn apply_groups(&self, groups: &[Group<'_>]) -> Result<Applied, ApplyError> {
+        let snippet = coredns_import::render_groups(groups);
+        self.set(Some(snippet), names(groups)).await
     }
 
     /// Removes our key (for `ouroboros cleanup`); deletes the ConfigMap only when we created it
@@ -558,7 +574,7 @@ where
         let current = get(api, target, mode).await?;
         let (step, findings) = plan(current)?;
         let applied = |outcome, change| Applied {
-            answer: None,
+            rules: None,
             outcome,
             findings,
             conflicts,

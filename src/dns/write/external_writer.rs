@@ -37,6 +37,7 @@ use serde_json::{json, Value};
 
 use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
 use super::error::{ObjectKey, Reason, SinkError};
+use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
 use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
 use crate::hostname::Hostname;
@@ -290,7 +291,8 @@ pub struct ExternalWriter {
     api: Api<DynamicObject>,
     output: Output,
     settings: Settings,
-    ips: ProxyIps,
+    /// One per proxy target, the default target's first (see [`Plan`]).
+    ips: Vec<ProxyIps>,
     dry_run: bool,
     /// Writes in flight at once (applies first, then deletes).
     concurrency: usize,
@@ -317,10 +319,17 @@ impl ExternalWriter {
             api: Api::namespaced_with(client, &settings.namespace, &output.resource()),
             output,
             settings,
-            ips,
+            ips: vec![ips],
             dry_run: false,
             concurrency: DEFAULT_CONCURRENCY,
         })
+    }
+
+    /// The named proxy targets' addresses, in `--target` order (index 1 on).
+    pub fn targets(mut self, ips: Vec<ProxyIps>) -> Self {
+        self.ips.truncate(1);
+        self.ips.extend(ips);
+        self
     }
 
     /// Writes in flight at once (at least 1).
@@ -340,17 +349,30 @@ impl ExternalWriter {
 
     /// Makes this instance's objects be exactly one per hostname in `hosts`.
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        let want = if hosts.is_empty() {
-            BTreeMap::new()
-        } else {
-            let ips = self.ips.resolve().await?;
+        self.apply_plan(&Plan::new(hosts.clone())).await
+    }
+
+    /// [`apply`](Self::apply) with each name's records on its proxy target's addresses; a
+    /// target's addresses are resolved only when it has names.
+    pub async fn apply_plan(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        let mut want = BTreeMap::new();
+        for (hosts, ips) in plan.groups(self.ips.len())?.iter().zip(&self.ips) {
+            if hosts.is_empty() {
+                continue;
+            }
+            let ips = ips.resolve().await?;
             let opts = self.settings.options(&ips).map_err(|e| SinkError {
                 reason: Reason::Invalid,
                 object: None,
                 message: format!("external-dns records: {e}"),
             })?;
-            desired(self.output, hosts, &opts, &self.settings.prefixes())
-        };
+            want.append(&mut desired(
+                self.output,
+                hosts,
+                &opts,
+                &self.settings.prefixes(),
+            ));
+        }
         self.sync(want).await
     }
 
@@ -361,7 +383,7 @@ impl ExternalWriter {
             Err(e) if e.reason == Reason::CrdMissing => {
                 tracing::info!("the DNSEndpoint CRD is not installed: no DNSEndpoints to delete");
                 Ok(Applied {
-                    answer: None,
+                    rules: None,
                     outcome: Outcome::Unchanged,
                     findings: None,
                     conflicts: 0,
@@ -560,7 +582,7 @@ impl ExternalWriter {
             return Err(e);
         }
         Ok(Applied {
-            answer: None,
+            rules: None,
             outcome,
             findings: None,
             conflicts: 0,

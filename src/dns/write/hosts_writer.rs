@@ -29,8 +29,9 @@ use std::sync::Mutex;
 
 use super::apply::{Applied, Change, Outcome};
 use super::error::{Reason, SinkError};
+use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
-use crate::dns::etc_hosts;
+use crate::dns::etc_hosts::{self, HostsGroup};
 use crate::hostname::Hostname;
 
 /// How the file may be replaced.
@@ -137,12 +138,11 @@ pub struct Update {
     pub skipped_wildcards: Vec<Hostname>,
 }
 
-/// Reads `path`, splices the block for `hosts`/`ips` and writes the result if it differs
-/// (blocking). `attempts` bounds the restarts after concurrent edits.
+/// Reads `path`, splices the block for `groups` (names and their proxy's IPs) and writes the
+/// result if it differs (blocking). `attempts` bounds the restarts after concurrent edits.
 pub fn update(
     path: &Path,
-    hosts: &BTreeSet<Hostname>,
-    ips: &[IpAddr],
+    groups: &[HostsGroup<'_>],
     method: WriteMethod,
     dry_run: bool,
     attempts: u32,
@@ -169,11 +169,12 @@ pub fn update(
             path: path.to_path_buf(),
             offset: e.utf8_error().valid_up_to(),
         })?;
-        let edit = etc_hosts::splice(&before, hosts, ips).map_err(|e| FileError::Unparseable {
-            path: path.to_path_buf(),
-            line: e.line,
-            reason: e.reason,
-        })?;
+        let edit =
+            etc_hosts::splice_groups(&before, groups).map_err(|e| FileError::Unparseable {
+                path: path.to_path_buf(),
+                line: e.line,
+                reason: e.reason,
+            })?;
         let done = |written| Update {
             before: before.clone(),
             after: edit.text.clone(),
@@ -413,7 +414,8 @@ fn reserve(f: &File, len: usize) -> Result<(), Failed> {
 /// The etc-hosts [`Sink`](super::sink::Sink): one per node, no lease.
 pub struct HostsWriter {
     path: PathBuf,
-    ips: ProxyIps,
+    /// One per proxy target, the default target's first (see [`Plan`]).
+    ips: Vec<ProxyIps>,
     method: WriteMethod,
     dry_run: bool,
     attempts: u32,
@@ -425,7 +427,7 @@ impl HostsWriter {
     pub fn new(path: PathBuf, ips: ProxyIps) -> Self {
         Self {
             path,
-            ips,
+            ips: vec![ips],
             method: WriteMethod::Auto,
             dry_run: false,
             attempts: 5,
@@ -435,6 +437,13 @@ impl HostsWriter {
 
     pub fn dry_run(mut self, on: bool) -> Self {
         self.dry_run = on;
+        self
+    }
+
+    /// The named proxy targets' addresses, in `--target` order (index 1 on).
+    pub fn targets(mut self, ips: Vec<ProxyIps>) -> Self {
+        self.ips.truncate(1);
+        self.ips.extend(ips);
         self
     }
 
@@ -451,27 +460,44 @@ impl HostsWriter {
     /// Makes the block hold exactly the exact names of `hosts` (wildcards are warned about once
     /// and skipped). The proxy IPs are resolved only when there is something to write.
     pub async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        let ips = if hosts.iter().any(|h| !h.is_wildcard()) {
-            self.ips.resolve().await?
-        } else {
-            Vec::new()
-        };
-        let u = self.run(hosts.clone(), ips).await?;
+        self.apply_plan(&Plan::new(hosts.clone())).await
+    }
+
+    /// [`apply`](Self::apply) with each name on its proxy target's addresses; a target's
+    /// addresses are resolved only when it has a name to write.
+    pub async fn apply_plan(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        let mut groups = Vec::new();
+        for (hosts, ips) in plan.groups(self.ips.len())?.into_iter().zip(&self.ips) {
+            let ips = if hosts.iter().any(|h| !h.is_wildcard()) {
+                ips.resolve().await?
+            } else {
+                Vec::new()
+            };
+            groups.push((hosts.into_owned(), ips));
+        }
+        let u = self.run(groups).await?;
         self.warn_wildcards(&u.skipped_wildcards);
         Ok(self.applied(u))
     }
 
     /// Removes the block (for `ouroboros cleanup`); needs no API access.
     pub async fn cleanup(&self) -> Result<Applied, SinkError> {
-        let u = self.run(BTreeSet::new(), Vec::new()).await?;
+        let u = self.run(Vec::new()).await?;
         Ok(self.applied(u))
     }
 
-    async fn run(&self, hosts: BTreeSet<Hostname>, ips: Vec<IpAddr>) -> Result<Update, SinkError> {
+    async fn run(
+        &self,
+        groups: Vec<(BTreeSet<Hostname>, Vec<IpAddr>)>,
+    ) -> Result<Update, SinkError> {
         let (path, method, dry_run, attempts) =
             (self.path.clone(), self.method, self.dry_run, self.attempts);
         let u = tokio::task::spawn_blocking(move || {
-            update(&path, &hosts, &ips, method, dry_run, attempts)
+            let groups: Vec<HostsGroup<'_>> = groups
+                .iter()
+                .map(|(hosts, ips)| HostsGroup { hosts, ips })
+                .collect();
+            update(&path, &groups, method, dry_run, attempts)
         })
         .await
         .map_err(|e| SinkError {
@@ -518,7 +544,7 @@ impl HostsWriter {
             after: Some(u.after),
         });
         Applied {
-            answer: None,
+            rules: None,
             outcome,
             findings: None,
             conflicts: u.restarts,

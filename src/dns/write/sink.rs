@@ -2,17 +2,16 @@
 //! its target hold exactly a host set, or removes what it wrote. The controller is generic over
 //! it, so its sync loop, metrics and Events are the same for every mode.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 
 use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome};
 pub use super::error::{ObjectKey, Reason, SinkError};
 use super::external_writer::ExternalWriter;
 use super::hosts_writer::HostsWriter;
+pub use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
-use crate::dns::answer::{Answer, ProxyAddrs};
+use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
 use crate::dns::ProxyFqdn;
-use crate::hostname::Hostname;
 
 impl From<ApplyError> for SinkError {
     fn from(e: ApplyError) -> Self {
@@ -37,12 +36,9 @@ pub trait Sink: Send + Sync {
     /// metric labels.
     fn mode(&self) -> &'static str;
 
-    /// Makes the target hold exactly `hosts` (an empty set removes every entry but may keep
-    /// the markers).
-    fn apply(
-        &self,
-        hosts: &BTreeSet<Hostname>,
-    ) -> impl Future<Output = Result<Applied, SinkError>> + Send;
+    /// Makes the target hold exactly the plan's hosts, each answered by its proxy target (an
+    /// empty set removes every entry but may keep the markers).
+    fn apply(&self, plan: &Plan) -> impl Future<Output = Result<Applied, SinkError>> + Send;
 
     /// Removes everything this instance wrote (for `ouroboros cleanup` and uninstall hooks).
     fn cleanup(&self) -> impl Future<Output = Result<Applied, SinkError>> + Send;
@@ -87,23 +83,33 @@ pub enum CorednsTarget {
 pub struct CorednsSink {
     pub target: CorednsTarget,
     pub node_local: Option<CorefileWriter>,
-    pub answer: AnswerSource,
+    /// One per proxy target, the default target's first (see [`Plan`]).
+    pub answers: Vec<AnswerSource>,
 }
 
 impl CorednsSink {
-    /// Resolves the answer, then writes the main target and node-local-dns.
-    async fn write(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        let answer = self.answer.resolve().await?;
+    /// Resolves each target's answer (the default's always, a named target's when it has
+    /// names), then writes the main target and node-local-dns.
+    async fn write(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        let mut rules: Rules = Vec::new();
+        for (i, hosts) in plan.groups(self.answers.len())?.into_iter().enumerate() {
+            if i > 0 && hosts.is_empty() {
+                continue;
+            }
+            let answer = self.answers[i].resolve().await?;
+            rules.push((hosts.into_owned(), answer));
+        }
+        let groups = answer::groups(&rules);
         let main = match &self.target {
-            CorednsTarget::Corefile(w) => w.apply(hosts, &answer).await?,
-            CorednsTarget::Import(w) => w.apply(hosts, &answer).await?,
+            CorednsTarget::Corefile(w) => w.apply_groups(&groups).await?,
+            CorednsTarget::Import(w) => w.apply_groups(&groups).await?,
         };
         let applied = match &self.node_local {
-            Some(w) => merge(main, w.apply(hosts, &answer).await?),
+            Some(w) => merge(main, w.apply_groups(&groups).await?),
             None => main,
         };
         Ok(Applied {
-            answer: Some(answer),
+            rules: Some(rules),
             ..applied
         })
     }
@@ -117,7 +123,7 @@ fn merge(main: Applied, node_local: Applied) -> Applied {
         (own, _) => own,
     };
     Applied {
-        answer: None,
+        rules: None,
         outcome,
         conflicts: main.conflicts + node_local.conflicts,
         change: main.change.or(node_local.change),
@@ -133,8 +139,8 @@ impl Sink for CorednsSink {
         }
     }
 
-    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        self.write(hosts).await
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        self.write(plan).await
     }
 
     /// Needs no answer (and so no proxy address): removing a block only reads the ConfigMap.
@@ -155,8 +161,8 @@ impl Sink for HostsWriter {
         "etc-hosts"
     }
 
-    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        HostsWriter::apply(self, hosts).await
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        HostsWriter::apply_plan(self, plan).await
     }
 
     async fn cleanup(&self) -> Result<Applied, SinkError> {
@@ -169,8 +175,8 @@ impl Sink for ExternalWriter {
         "external-dns"
     }
 
-    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
-        ExternalWriter::apply(self, hosts).await
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        ExternalWriter::apply_plan(self, plan).await
     }
 
     async fn cleanup(&self) -> Result<Applied, SinkError> {
@@ -197,11 +203,11 @@ impl Sink for AnySink {
         }
     }
 
-    async fn apply(&self, hosts: &BTreeSet<Hostname>) -> Result<Applied, SinkError> {
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
         match self {
-            AnySink::Coredns(s) => Sink::apply(s, hosts).await,
-            AnySink::EtcHosts(s) => Sink::apply(s, hosts).await,
-            AnySink::ExternalDns(s) => Sink::apply(s, hosts).await,
+            AnySink::Coredns(s) => Sink::apply(s, plan).await,
+            AnySink::EtcHosts(s) => Sink::apply(s, plan).await,
+            AnySink::ExternalDns(s) => Sink::apply(s, plan).await,
         }
     }
 
