@@ -36,10 +36,64 @@ pub async fn watch(
     forced: watch::Sender<u64>,
     stop: CancellationToken,
 ) {
+    let service = format!("{namespace}/{name}");
+    let watched = Watched {
+        client,
+        namespace,
+        name,
+        what: "the proxy Service",
+        alternative: "or pass --proxy-ip",
+    };
+    follow(
+        watched,
+        addresses,
+        |before, now| {
+            if let Some(before) = before {
+                tracing::info!(
+                    service = %service,
+                    before = ?before,
+                    now = ?now,
+                    "the proxy Service's ClusterIPs changed; rewriting the DNS block"
+                );
+                forced.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        },
+        stop,
+    )
+    .await;
+}
+
+/// A Service to watch: which, what it is (for logs) and the flag that makes the watch
+/// unnecessary (for the RBAC hint).
+pub struct Watched {
+    pub client: Client,
+    pub namespace: String,
+    pub name: String,
+    pub what: &'static str,
+    pub alternative: &'static str,
+}
+
+/// Watches the Service until `stop`, and calls `changed(before, now)` with `view` of it (`None`:
+/// deleted) each time that view differs from the last one (`before` is `None` for the first).
+/// The one Service watch of the controller: the proxy Services' addresses and the ingress
+/// controllers' load-balancer `ipMode`s.
+pub async fn follow<T: PartialEq>(
+    watched: Watched,
+    view: fn(Option<&Service>) -> T,
+    mut changed: impl FnMut(Option<&T>, &T),
+    stop: CancellationToken,
+) {
+    let Watched {
+        client,
+        namespace,
+        name,
+        what,
+        alternative,
+    } = watched;
     let api: Api<Service> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = pin!(watcher::watcher(api, config).default_backoff());
-    let mut seen: Option<Option<Vec<IpAddr>>> = None;
+    let mut seen: Option<T> = None;
     let mut failures = Repeats::default();
     loop {
         let event = tokio::select! {
@@ -48,8 +102,8 @@ pub async fn watch(
         };
         let now = match event {
             None => return,
-            Some(Ok(Event::Apply(svc) | Event::InitApply(svc))) => addresses(Some(&svc)),
-            Some(Ok(Event::Delete(_))) => None,
+            Some(Ok(Event::Apply(svc) | Event::InitApply(svc))) => view(Some(&svc)),
+            Some(Ok(Event::Delete(_))) => view(None),
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
                 // The watcher retries with capped backoff; a repeating failure is logged once
@@ -58,13 +112,13 @@ pub async fn watch(
                 if let Some(failures) = failures.failed(cause) {
                     let grant = format!(
                         "grant the controller's ServiceAccount `list` and `watch` on services \
-                         (resourceNames: [{name}]) in {namespace}, or pass --proxy-ip"
+                         (resourceNames: [{name}]) in {namespace}, {alternative}"
                     );
                     tracing::warn!(
                         service = %format!("{namespace}/{name}"),
                         error = %e,
                         failures,
-                        "watching the proxy Service failed: {}; retrying with backoff",
+                        "watching {what} failed: {}; retrying with backoff",
                         cause.hint(&grant)
                     );
                 }
@@ -72,19 +126,10 @@ pub async fn watch(
             }
         };
         failures.reset();
-        match &seen {
-            Some(before) if *before != now => {
-                tracing::info!(
-                    service = %format!("{namespace}/{name}"),
-                    before = ?before,
-                    now = ?now,
-                    "the proxy Service's ClusterIPs changed; rewriting the DNS block"
-                );
-                forced.send_modify(|n| *n = n.wrapping_add(1));
-            }
-            _ => {}
+        if seen.as_ref() != Some(&now) {
+            changed(seen.as_ref(), &now);
+            seen = Some(now);
         }
-        seen = Some(now);
     }
 }
 

@@ -177,12 +177,28 @@ pub(crate) fn size_hint(groups: &[Group<'_>]) -> usize {
 
 /// Writes the rules of each group in turn (nothing for an empty one). `unit` is one level of
 /// indentation inside a directive's block.
+///
+/// With several groups, every group's exact names come before any group's wildcards: CoreDNS
+/// answers from the first template (and applies the first rewrite) that matches, so a wildcard
+/// of one target written first would take an exact name under it that another target owns
+/// (docs/coredns-answers.md). Two wildcards never overlap (each covers one label).
 pub(crate) fn write(w: &mut Writer<'_>, groups: &[Group<'_>], unit: &str) {
-    for g in groups {
-        match g.answer {
-            Answer::Template(addrs) => write_templates(w, g.hosts, addrs, unit),
-            Answer::Rewrite(fqdn) => write_rewrites(w, g.hosts, fqdn),
-        }
+    let write_one = |w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, answer: &Answer| match answer {
+        Answer::Template(addrs) => write_templates(w, hosts, addrs, unit),
+        Answer::Rewrite(fqdn) => write_rewrites(w, hosts, fqdn),
+    };
+    if let [one] = groups {
+        return write_one(w, one.hosts, one.answer);
+    }
+    let split: Vec<(BTreeSet<Hostname>, BTreeSet<Hostname>)> = groups
+        .iter()
+        .map(|g| g.hosts.iter().cloned().partition(|h| !h.is_wildcard()))
+        .collect();
+    for (g, (exact, _)) in groups.iter().zip(&split) {
+        write_one(w, exact, g.answer);
+    }
+    for (g, (_, wild)) in groups.iter().zip(&split) {
+        write_one(w, wild, g.answer);
     }
 }
 
@@ -274,6 +290,51 @@ mod tests {
             "  ",
         );
         w.finish(true, "")
+    }
+
+    #[test]
+    fn several_targets_put_exact_names_before_wildcards() {
+        let (default, other) = (addrs(&["10.0.0.1"]), addrs(&["10.0.0.2"]));
+        let (wild, exact) = (
+            hosts(&["*.example.com", "b.example.org"]),
+            hosts(&["a.example.com"]),
+        );
+        let mut w = Writer::new(&[], "", "\n", 0);
+        let groups = [
+            Group {
+                hosts: &wild,
+                answer: &default,
+            },
+            Group {
+                hosts: &exact,
+                answer: &other,
+            },
+        ];
+        write(&mut w, &groups, "  ");
+        let text = w.finish(true, "");
+        let matches: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("match ") || l.contains(" IN A 10."))
+            .map(str::trim)
+            .collect();
+        // The default target's exact name, the other target's exact name, then the wildcard
+        // (each in the A template, then the AAAA one): a.example.com is answered by its own
+        // target although *.example.com covers it.
+        assert_eq!(
+            matches,
+            [
+                r"match ^b\.example\.org\.$",
+                r#"answer "{{ .Name }} 30 IN A 10.0.0.1""#,
+                r"match ^b\.example\.org\.$",
+                r"match ^a\.example\.com\.$",
+                r#"answer "{{ .Name }} 30 IN A 10.0.0.2""#,
+                r"match ^a\.example\.com\.$",
+                r"match ^[a-z0-9-]+\.example\.com\.$",
+                r#"answer "{{ .Name }} 30 IN A 10.0.0.1""#,
+                r"match ^[a-z0-9-]+\.example\.com\.$",
+            ],
+            "{text}"
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@ use clap::Parser;
 use serde::Deserialize;
 use serde_json::Value;
 
-use ouroboros::controller::args::{DnsArgs, ExternalDnsOutput, Mode};
+use ouroboros::cleanup::CleanupArgs;
+use ouroboros::controller::args::{ExternalDnsOutput, Mode};
+use ouroboros::controller::hostnames::parse_target;
 use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
 
@@ -58,16 +60,22 @@ fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, Strin
     template_files(helm, &[], sets, hooks)
 }
 
-/// `--values` files, then `--set` values (`string:` for `--set-string`), on a Helm command.
+/// `--values` files, then `--set` values on a Helm command: `string:` for `--set-string`,
+/// `json:` for `--set-json`, `values:` for a values file of the repository.
 fn values_args(cmd: &mut Command, files: &[&Path], sets: &[&str]) {
     for f in files {
         cmd.arg("--values").arg(f);
     }
     for s in sets {
-        match s.strip_prefix("string:") {
-            Some(s) => cmd.args(["--set-string", s]),
-            None => cmd.args(["--set", s]),
-        };
+        if let Some(f) = s.strip_prefix("values:") {
+            cmd.arg("--values").arg(root().join(f));
+        } else if let Some(s) = s.strip_prefix("string:") {
+            cmd.args(["--set-string", s]);
+        } else if let Some(s) = s.strip_prefix("json:") {
+            cmd.args(["--set-json", s]);
+        } else {
+            cmd.args(["--set", s]);
+        }
     }
 }
 
@@ -121,8 +129,14 @@ pub(crate) fn docs(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The values matrix: every mode and the options that change what is rendered (`string:`
-/// sets a string with `--set-string`).
+/// Two ingress controllers (a `values:` entry of a case): ingress-nginx on the main proxy,
+/// Traefik on an entry of `proxies`.
+const TWO_PROXIES: &str = "values:tests/fixtures/chart/two-proxies.yaml";
+/// The name of the cases rendering TWO_PROXIES begins so.
+const TWO_PROXIES_CASE: &str = "two ingress controllers";
+
+/// The values matrix: every mode and the options that change what is rendered (prefixes as in
+/// `values_args`).
 const CASES: &[(&str, &[&str])] = &[
     ("defaults", &[]),
     (
@@ -274,6 +288,18 @@ const CASES: &[(&str, &[&str])] = &[
             "serviceMonitor.enabled=true",
         ],
     ),
+    (
+        "two ingress controllers: ingress-nginx on the main proxy, traefik on proxies",
+        &[TWO_PROXIES],
+    ),
+    (
+        "two ingress controllers, external-dns with the etc-hosts DaemonSet",
+        &[
+            TWO_PROXIES,
+            "controller.mode=external-dns",
+            "etcHosts.enabled=true",
+        ],
+    ),
 ];
 
 /// Every case rendered once (with hooks), shared by the tests.
@@ -301,6 +327,15 @@ fn name(v: &Value) -> &str {
 
 fn find<'a>(objs: &'a [Value], k: &str, n: &str) -> Option<&'a Value> {
     objs.iter().find(|o| kind(o) == k && name(o) == n)
+}
+
+/// The render of the first case whose name begins with `prefix`.
+fn case(prefix: &str) -> &'static [Value] {
+    &renders()
+        .iter()
+        .find(|(c, _, _)| c.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no case {prefix:?}"))
+        .1
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -362,11 +397,12 @@ struct ControllerFlags {
     log_level: Option<String>,
 }
 
+/// The uninstall hook's and the preStop hook's flags, parsed with `cleanup`'s own arguments.
 #[derive(Parser, Debug)]
 #[command(no_binary_name = true)]
 struct CleanupFlags {
     #[command(flatten)]
-    dns: DnsArgs,
+    cleanup: CleanupArgs,
     #[arg(long)]
     log_format: Option<String>,
     #[arg(long)]
@@ -387,7 +423,7 @@ fn cleanup_needs(args: &[String]) -> Needs {
     assert_eq!(args[0], "cleanup");
     let f = common::parse_without_env::<CleanupFlags, _, _>(&args[1..])
         .unwrap_or_else(|e| panic!("cleanup flags {args:?}: {e}"));
-    Needs::for_cleanup(&f.dns, NAMESPACE)
+    Needs::for_cleanup(&f.cleanup.dns, NAMESPACE)
 }
 
 fn edge_needs(args: &[String]) -> EdgeNeeds {
@@ -623,12 +659,11 @@ fn lint_strict_with_helm_4_and_3() {
                 "networkPolicy.enabled=true",
                 "serviceMonitor.enabled=true",
             ],
+            &[TWO_PROXIES, "etcHosts.enabled=true"],
         ] {
             let mut cmd = Command::new(tool(helm));
             cmd.args(["lint", "--strict"]).arg(chart_dir());
-            for s in sets {
-                cmd.args(["--set", s]);
-            }
+            values_args(&mut cmd, &[], sets);
             let (ok, out, err) = run(&mut cmd, None);
             assert!(ok, "{helm} lint --strict {sets:?}:\n{out}\n{err}");
             assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
@@ -760,6 +795,12 @@ fn schema_rejects_typos_and_bad_values() {
             "readOnlyRootFileSystem",
         ),
         ("serviceAccount.annotation.a=b", "annotation"),
+        // An entry of proxies is as strict as proxy.*.
+        ("proxies[0].nmae=traefik", "nmae"),
+        ("proxies[0].name=Traefik", "name"),
+        ("proxies[0].gateways={public}", "gateways"),
+        ("proxies[0].service.tpye=LoadBalancer", "tpye"),
+        ("proxies[0].target.namespace=traefik", "namespace"),
     ] {
         let err = template(&[set], true).expect_err(set);
         assert!(
@@ -839,55 +880,83 @@ fn pods_are_hardened() {
     assert!(checked >= 30, "{checked}");
 }
 
+/// The proxy Deployments of a render (pods running `ouroboros proxy`): the main one and one per
+/// entry of `proxies`.
+fn proxy_deployments(objs: &[Value]) -> Vec<&Value> {
+    objs.iter()
+        .filter(|o| {
+            kind(o) == "Deployment"
+                && container_args(&o["spec"]["template"]["spec"]).first()
+                    == Some(&"proxy".to_string())
+        })
+        .collect()
+}
+
 #[test]
 fn proxy_has_no_token_and_drains_before_it_is_killed() {
+    let mut extra = 0;
     for (case, objs, _) in renders() {
         let sa = find(objs, "ServiceAccount", "ouroboros-proxy").expect("proxy SA");
         assert_eq!(sa["automountServiceAccountToken"], false, "{case}");
-        let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
-        assert_eq!(pod["automountServiceAccountToken"], false, "{case}");
-        assert_eq!(pod["serviceAccountName"], "ouroboros-proxy", "{case}");
-        assert!(pod["volumes"].is_null(), "{case}: proxy mounts nothing");
-
-        let args = container_args(pod);
-        let secs = |flag: &str| -> u64 {
-            let v = args
-                .iter()
-                .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-                .unwrap_or_else(|| panic!("{case}: proxy has {flag}"));
-            ouroboros::cli::parse_duration(v).unwrap().as_secs()
-        };
-        let shutdown = secs("--shutdown-delay") + secs("--shutdown-grace");
-        let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
         assert!(
-            grace > shutdown,
-            "{case}: terminationGracePeriodSeconds {grace} <= shutdown delay + grace {shutdown}"
-        );
-
-        let deployment = find(objs, "Deployment", "ouroboros-proxy").unwrap();
-        let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
-        let pdb = find(objs, "PodDisruptionBudget", "ouroboros-proxy");
-        assert_eq!(
-            pdb.is_some(),
-            replicas >= 2,
-            "{case}: proxy PDB iff replicas >= 2"
-        );
-        if replicas >= 2 {
-            let spread = &pod["topologySpreadConstraints"][0];
-            assert_eq!(spread["topologyKey"], "kubernetes.io/hostname", "{case}");
-            assert_eq!(
-                spread["labelSelector"]["matchLabels"],
-                deployment["spec"]["selector"]["matchLabels"],
-                "{case}"
-            );
-        }
-        let svc = find(objs, "Service", "ouroboros-proxy").unwrap();
-        assert_eq!(svc["spec"]["type"], "ClusterIP", "{case}");
-        assert_eq!(
-            svc["spec"]["selector"], deployment["spec"]["selector"]["matchLabels"],
+            find(objs, "Deployment", "ouroboros-proxy").is_some(),
             "{case}"
         );
+        // The main proxy and every entry of proxies alike, each with its own Service and PDB.
+        for deployment in proxy_deployments(objs) {
+            let n = name(deployment);
+            extra += usize::from(n != "ouroboros-proxy");
+            let pod = &deployment["spec"]["template"]["spec"];
+            assert_eq!(pod["automountServiceAccountToken"], false, "{case}: {n}");
+            assert_eq!(pod["serviceAccountName"], "ouroboros-proxy", "{case}: {n}");
+            assert!(pod["volumes"].is_null(), "{case}: {n} mounts nothing");
+
+            let args = container_args(pod);
+            let secs = |flag: &str| -> u64 {
+                let v = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("{case}: {n} has {flag}"));
+                ouroboros::cli::parse_duration(v).unwrap().as_secs()
+            };
+            let shutdown = secs("--shutdown-delay") + secs("--shutdown-grace");
+            let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+            assert!(
+                grace > shutdown,
+                "{case}: {n}: terminationGracePeriodSeconds {grace} <= shutdown delay + grace {shutdown}"
+            );
+
+            let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
+            let pdb = find(objs, "PodDisruptionBudget", n);
+            assert_eq!(
+                pdb.is_some(),
+                replicas >= 2,
+                "{case}: {n}: PDB iff replicas >= 2"
+            );
+            let selector = &deployment["spec"]["selector"]["matchLabels"];
+            if let Some(pdb) = pdb {
+                assert_eq!(
+                    &pdb["spec"]["selector"]["matchLabels"], selector,
+                    "{case}: {n}"
+                );
+            }
+            if replicas >= 2 {
+                let spread = &pod["topologySpreadConstraints"][0];
+                assert_eq!(
+                    spread["topologyKey"], "kubernetes.io/hostname",
+                    "{case}: {n}"
+                );
+                assert_eq!(
+                    &spread["labelSelector"]["matchLabels"], selector,
+                    "{case}: {n}"
+                );
+            }
+            let svc = find(objs, "Service", n).unwrap_or_else(|| panic!("{case}: Service {n}"));
+            assert_eq!(svc["spec"]["type"], "ClusterIP", "{case}: {n}");
+            assert_eq!(&svc["spec"]["selector"], selector, "{case}: {n}");
+        }
     }
+    assert!(extra >= 2, "entries of proxies checked: {extra}");
     let (_, objs, _) = renders()
         .iter()
         .find(|(c, _, _)| c.starts_with("proxy: dual-stack"))
@@ -1100,6 +1169,500 @@ fn chart_version_matches_the_crate() {
         pod["containers"][0]["image"],
         format!("{repository}:{}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+// --- several ingress controllers (proxies) ------------------------------------------------------
+
+/// The flag the controller, the etc-hosts DaemonSet and both cleanup hooks get for the Traefik
+/// entry of TWO_PROXIES.
+const TRAEFIK_TARGET: &str =
+    "--target=name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,gateway-class=traefik";
+
+/// (kind, name) of every object of a render.
+fn object_keys(objs: &[Value]) -> BTreeSet<(String, String)> {
+    objs.iter()
+        .map(|o| (kind(o).to_string(), name(o).to_string()))
+        .collect()
+}
+
+/// The `--target` flags of an argument list, and the rest.
+fn split_targets(args: Vec<String>) -> (Vec<String>, Vec<String>) {
+    args.into_iter().partition(|a| a.starts_with("--target="))
+}
+
+/// TWO_PROXIES renders exactly these objects; without its entry of proxies, the same but the
+/// entry's four, and only the controller's arguments (its --target) and RBAC differ.
+#[test]
+fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
+    let with = case(TWO_PROXIES_CASE);
+    let expected: BTreeSet<(String, String)> = [
+        ("ClusterRole", "ouroboros-controller"),
+        ("ClusterRoleBinding", "ouroboros-controller"),
+        ("Deployment", "ouroboros-controller"),
+        ("Deployment", "ouroboros-proxy"),
+        ("Deployment", "ouroboros-proxy-traefik"),
+        ("Job", "ouroboros-cleanup"),
+        ("NetworkPolicy", "ouroboros-proxy"),
+        ("NetworkPolicy", "ouroboros-proxy-traefik"),
+        ("PodDisruptionBudget", "ouroboros-proxy"),
+        ("PodDisruptionBudget", "ouroboros-proxy-traefik"),
+        ("Role", "ouroboros-cleanup"),
+        ("Role", "ouroboros-controller-coredns"),
+        ("Role", "ouroboros-controller-leader-election"),
+        ("Role", "ouroboros-controller-node-local-dns"),
+        ("Role", "ouroboros-controller-proxy-service"),
+        ("RoleBinding", "ouroboros-cleanup"),
+        ("RoleBinding", "ouroboros-controller-coredns"),
+        ("RoleBinding", "ouroboros-controller-leader-election"),
+        ("RoleBinding", "ouroboros-controller-node-local-dns"),
+        ("RoleBinding", "ouroboros-controller-proxy-service"),
+        ("Service", "ouroboros-metrics"),
+        ("Service", "ouroboros-proxy"),
+        ("Service", "ouroboros-proxy-traefik"),
+        ("ServiceAccount", "ouroboros-cleanup"),
+        ("ServiceAccount", "ouroboros-controller"),
+        ("ServiceAccount", "ouroboros-proxy"),
+        ("ServiceMonitor", "ouroboros"),
+    ]
+    .iter()
+    .map(|(k, n)| (k.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(object_keys(with), expected, "{TWO_PROXIES}");
+    assert_eq!(with.len(), expected.len(), "{TWO_PROXIES}: no object twice");
+
+    let without = docs(&template(&[TWO_PROXIES, "json:proxies=[]"], true).unwrap());
+    let added: BTreeSet<_> = object_keys(with)
+        .difference(&object_keys(&without))
+        .cloned()
+        .collect();
+    let entry: BTreeSet<_> = [
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), "ouroboros-proxy-traefik".to_string()))
+    .collect();
+    assert_eq!(added, entry);
+    assert_eq!(object_keys(&without).len() + entry.len(), with.len());
+    let changed: BTreeSet<_> = without
+        .iter()
+        .filter(|o| find(with, kind(o), name(o)) != Some(*o))
+        .map(|o| (kind(o), name(o)))
+        .collect();
+    assert_eq!(
+        changed,
+        BTreeSet::from([
+            ("ClusterRole", "ouroboros-controller"),
+            ("Deployment", "ouroboros-controller"),
+            ("Role", "ouroboros-controller-proxy-service"),
+        ]),
+        "only the controller's flags and RBAC change"
+    );
+    let (k, n) = ("Deployment", "ouroboros-controller");
+    let (targets, rest) = split_targets(container_args(pod_named(with, k, n).unwrap()));
+    assert_eq!(targets, [TRAEFIK_TARGET], "{k} {n}");
+    assert_eq!(
+        rest,
+        container_args(pod_named(&without, k, n).unwrap()),
+        "{k} {n}: only --target is added"
+    );
+
+    let text = notes(&[], &[TWO_PROXIES]).unwrap();
+    for line in [
+        "traefik (ingress-class=traefik, gateway-class=traefik), forwarding to traefik.traefik",
+        "rollout status deployment/ouroboros-proxy-traefik",
+        "get service ouroboros-proxy-traefik",
+    ] {
+        assert!(text.contains(line), "NOTES lacks {line:?}:\n{text}");
+    }
+    let plain = notes(&[], &[]).unwrap();
+    assert!(!plain.contains("(proxies)"), "{plain}");
+}
+
+/// Does a `matchLabels` map select pods labelled `labels`? (Empty selects nothing here.)
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| &labels[k] == v))
+}
+
+/// Every selector of a proxy's objects (its Deployment, Service, PodDisruptionBudget,
+/// NetworkPolicy, spread constraint) selects that proxy's pods and no other pod of the render;
+/// the metrics Service selects them all.
+#[test]
+fn each_proxys_selectors_select_its_own_pods_only() {
+    let mut entries = 0;
+    for (case, objs, _) in renders() {
+        let workloads: Vec<(String, &Value)> = objs
+            .iter()
+            .filter(|o| matches!(kind(o), "Deployment" | "DaemonSet" | "Job"))
+            .map(|o| {
+                (
+                    format!("{}/{}", kind(o), name(o)),
+                    &o["spec"]["template"]["metadata"]["labels"],
+                )
+            })
+            .collect();
+        for d in proxy_deployments(objs) {
+            let n = name(d);
+            let pod = &d["spec"]["template"];
+            let mut selectors = vec![
+                ("Deployment", &d["spec"]["selector"]["matchLabels"]),
+                (
+                    "Service",
+                    &find(objs, "Service", n).unwrap()["spec"]["selector"],
+                ),
+            ];
+            if let Some(spread) = pod["spec"]["topologySpreadConstraints"].get(0) {
+                selectors.push(("spread", &spread["labelSelector"]["matchLabels"]));
+            }
+            if let Some(pdb) = find(objs, "PodDisruptionBudget", n) {
+                selectors.push((
+                    "PodDisruptionBudget",
+                    &pdb["spec"]["selector"]["matchLabels"],
+                ));
+            }
+            if let Some(np) = find(objs, "NetworkPolicy", n) {
+                selectors.push(("NetworkPolicy", &np["spec"]["podSelector"]["matchLabels"]));
+            }
+            for (what, sel) in selectors {
+                let selected: Vec<&str> = workloads
+                    .iter()
+                    .filter(|(_, labels)| selects(sel, labels))
+                    .map(|(w, _)| w.as_str())
+                    .collect();
+                assert_eq!(
+                    selected,
+                    [format!("Deployment/{n}")],
+                    "{case}: the {what} selector of {n}"
+                );
+            }
+            if n != "ouroboros-proxy" {
+                let entry = n.strip_prefix("ouroboros-proxy-").unwrap();
+                assert_eq!(
+                    pod["metadata"]["labels"]["ouroboros.io/proxy"], entry,
+                    "{case}"
+                );
+                assert_eq!(
+                    d["metadata"]["labels"]["ouroboros.io/proxy"], entry,
+                    "{case}"
+                );
+                entries += 1;
+            }
+            if let Some(metrics) = find(objs, "Service", "ouroboros-metrics") {
+                assert!(
+                    selects(&metrics["spec"]["selector"], &pod["metadata"]["labels"]),
+                    "{case}: the ServiceMonitor's Service scrapes {n}"
+                );
+            }
+        }
+    }
+    assert!(entries >= 2, "{entries}");
+    let objs = case(TWO_PROXIES_CASE);
+    assert!(find(objs, "ServiceMonitor", "ouroboros").is_some());
+    assert_eq!(proxy_deployments(objs).len(), 2);
+}
+
+#[test]
+fn controller_and_etc_hosts_get_one_target_per_entry() {
+    let mut seen = BTreeSet::new();
+    for prefix in [TWO_PROXIES_CASE, "two ingress controllers, external-dns"] {
+        for (w, args) in invocations(case(prefix)) {
+            let (targets, _) = split_targets(args.clone());
+            match args[0].as_str() {
+                "controller" => {
+                    assert_eq!(targets, [TRAEFIK_TARGET], "{prefix}: {w}");
+                    seen.insert(w);
+                }
+                // Removing what was written needs no target.
+                _ => assert!(targets.is_empty(), "{prefix}: {w}: {targets:?}"),
+            }
+        }
+    }
+    for w in [
+        "Deployment/ouroboros-controller container controller",
+        "DaemonSet/ouroboros-etc-hosts container etc-hosts",
+    ] {
+        assert!(seen.contains(w), "{w} gets --target: {seen:?}");
+    }
+    // The binary's own parser reads what the chart means.
+    let rule = parse_target(TRAEFIK_TARGET.strip_prefix("--target=").unwrap()).unwrap();
+    assert_eq!(rule.name, "traefik");
+    assert_eq!(
+        rule.service,
+        (Some(NAMESPACE.into()), "ouroboros-proxy-traefik".into())
+    );
+    assert_eq!(rule.ingress_classes, BTreeSet::from(["traefik".into()]));
+    assert_eq!(rule.gateway_classes, BTreeSet::from(["traefik".into()]));
+    assert!(rule.gateways.is_empty());
+
+    // Two entries, in their order, with every kind of mapping.
+    let objs = docs(
+        &template(
+            &[
+                "controller.gatewayApi=true",
+                "proxies[0].name=public",
+                "proxies[0].target.host=traefik.traefik",
+                "proxies[0].ingressClasses={traefik,traefik-public}",
+                "proxies[1].name=gw",
+                "proxies[1].target.serviceName=envoy",
+                "proxies[1].target.serviceNamespace=envoy-gateway-system",
+                "proxies[1].gatewayClasses={eg}",
+                "proxies[1].gateways={infra/public,infra/internal.example}",
+            ],
+            true,
+        )
+        .unwrap(),
+    );
+    let (targets, _) = split_targets(container_args(
+        pod_named(&objs, "Deployment", "ouroboros-controller").unwrap(),
+    ));
+    assert_eq!(
+        targets,
+        [
+            "--target=name=public,service=ouroboros/ouroboros-proxy-public,ingress-class=traefik,ingress-class=traefik-public",
+            "--target=name=gw,service=ouroboros/ouroboros-proxy-gw,gateway-class=eg,gateway=infra/public,gateway=infra/internal.example",
+        ]
+    );
+    let gw = parse_target(targets[1].strip_prefix("--target=").unwrap()).unwrap();
+    assert_eq!(
+        gw.gateways,
+        BTreeSet::from([
+            ("infra".into(), "public".into()),
+            ("infra".into(), "internal.example".into())
+        ])
+    );
+    assert_eq!(gw.gateway_classes, BTreeSet::from(["eg".into()]));
+    assert!(gw.ingress_classes.is_empty());
+    for n in ["ouroboros-proxy-public", "ouroboros-proxy-gw"] {
+        assert!(find(&objs, "Service", n).is_some(), "{n}");
+    }
+}
+
+/// A permission on one Service of the release namespace.
+fn on_service(service: &str, verb: &str) -> Atom {
+    (
+        Scope::Namespace(NAMESPACE.into()),
+        String::new(),
+        "services".into(),
+        Some(service.into()),
+        verb.into(),
+    )
+}
+
+/// The chart's side of the RBAC (its equality with `rbac::required` is
+/// rbac_of_every_pod_equals_what_the_binary_needs): every proxy Service whose addresses answer
+/// is readable, with the verbs of the mode.
+#[test]
+fn rbac_reads_every_proxy_service_that_answers() {
+    let both = ["ouroboros-proxy", "ouroboros-proxy-traefik"];
+    let got = granted(case(TWO_PROXIES_CASE), "ouroboros-controller");
+    for n in both {
+        for v in ["get", "list", "watch"] {
+            assert!(got.contains(&on_service(n, v)), "coredns: {v} {n}");
+        }
+    }
+    // An Ingress without a class goes where the default IngressClass says.
+    assert!(got.contains(&(
+        Scope::Cluster,
+        "networking.k8s.io".into(),
+        "ingressclasses".into(),
+        None,
+        "watch".into()
+    )));
+    let objs = case("two ingress controllers, external-dns");
+    for sa in ["ouroboros-controller", "ouroboros-etc-hosts"] {
+        let got = granted(objs, sa);
+        for n in both {
+            assert!(got.contains(&on_service(n, "get")), "{sa}: get {n}");
+            assert!(!got.contains(&on_service(n, "watch")), "{sa}: watch {n}");
+        }
+    }
+    // Addresses given for the main proxy are its own: the entry's Service is still read.
+    let objs = docs(&template(&[TWO_PROXIES, "controller.proxyIps={10.0.0.1}"], true).unwrap());
+    let got = granted(&objs, "ouroboros-controller");
+    assert!(got.contains(&on_service("ouroboros-proxy-traefik", "watch")));
+    assert!(!got.contains(&on_service("ouroboros-proxy", "get")));
+    // rewrite answers name the Services, reading none.
+    let objs = docs(&template(&[TWO_PROXIES, "controller.corednsAnswer=rewrite"], true).unwrap());
+    let got = granted(&objs, "ouroboros-controller");
+    assert!(got.iter().all(|a| a.2 != "services"), "{got:?}");
+}
+
+/// An entry of proxies takes every proxy.* setting it does not set, and only its own.
+#[test]
+fn an_entry_takes_the_proxy_settings_it_does_not_set() {
+    let objs = case(TWO_PROXIES_CASE);
+    let main = find(objs, "Deployment", "ouroboros-proxy").unwrap();
+    let entry = find(objs, "Deployment", "ouroboros-proxy-traefik").unwrap();
+    let (mp, ep) = (
+        &main["spec"]["template"]["spec"],
+        &entry["spec"]["template"]["spec"],
+    );
+    assert_eq!(
+        (&main["spec"]["replicas"], &entry["spec"]["replicas"]),
+        (&2.into(), &3.into())
+    );
+    let (ma, ea) = (container_args(mp), container_args(ep));
+    let only = |a: &[String], b: &[String]| -> Vec<String> {
+        a.iter().filter(|x| !b.contains(x)).cloned().collect()
+    };
+    assert_eq!(
+        only(&ea, &ma),
+        [
+            "--target-service-name=traefik",
+            "--target-service-namespace=traefik",
+            "--proxy-protocol=v2"
+        ],
+        "the entry's target and PROXY version, proxy's ports, timeouts and relay"
+    );
+    assert_eq!(only(&ma, &ea).len(), 3, "{ma:?}");
+    let (mc, ec) = (&mp["containers"][0], &ep["containers"][0]);
+    assert_eq!(
+        ec["resources"]["requests"],
+        serde_json::json!({"cpu": "100m", "memory": "48Mi"})
+    );
+    assert_eq!(ec["resources"]["limits"], mc["resources"]["limits"]);
+    for k in [
+        "image",
+        "securityContext",
+        "livenessProbe",
+        "readinessProbe",
+        "ports",
+    ] {
+        assert_eq!(ec[k], mc[k], "{k}");
+    }
+    for k in [
+        "nodeSelector",
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "serviceAccountName",
+    ] {
+        assert_eq!(ep[k], mp[k], "{k}");
+    }
+    assert_eq!(ep["nodeSelector"]["kubernetes.io/os"], "linux");
+    // The NetworkPolicy: the entry's ingress controller, the rest shared.
+    let (mn, en) = (
+        &find(objs, "NetworkPolicy", "ouroboros-proxy").unwrap()["spec"],
+        &find(objs, "NetworkPolicy", "ouroboros-proxy-traefik").unwrap()["spec"],
+    );
+    let to = &en["egress"][0];
+    assert_eq!(
+        to["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "traefik"
+    );
+    assert_eq!(
+        to["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "traefik"
+    );
+    let ports: Vec<&Value> = to["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["port"])
+        .collect();
+    assert_eq!(ports, [8000, 8443]);
+    assert_eq!(
+        mn["egress"][0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "ingress-nginx"
+    );
+    assert_eq!(en["egress"][1], mn["egress"][1], "DNS");
+    assert_eq!(en["ingress"], mn["ingress"]);
+
+    // Service, PodDisruptionBudget and placement set on the entry, a host target over proxy's
+    // Service target.
+    let sets = [
+        "controller.gatewayApi=true",
+        "proxy.target.serviceName=ingress-nginx-controller",
+        "proxy.target.serviceNamespace=ingress-nginx",
+        "proxy.podDisruptionBudget.maxUnavailable=2",
+        "proxy.tolerations[0].key=main",
+        "proxy.tolerations[0].operator=Exists",
+        "proxies[0].name=edge",
+        "proxies[0].gateways={infra/public}",
+        "proxies[0].target.host=traefik.example",
+        "proxies[0].target.httpsPort=8443",
+        "proxies[0].service.type=LoadBalancer",
+        "proxies[0].service.annotations.lb=internal",
+        "proxies[0].podDisruptionBudget.minAvailable=1",
+        "proxies[0].tolerations[0].operator=Exists",
+    ];
+    let yaml = template(&sets, true).unwrap();
+    validate(
+        "an entry overriding Service, PodDisruptionBudget and placement",
+        &yaml,
+    );
+    let objs = docs(&yaml);
+    let svc = |n: &str| &find(&objs, "Service", n).unwrap()["spec"];
+    assert_eq!(svc("ouroboros-proxy-edge")["type"], "LoadBalancer");
+    assert_eq!(svc("ouroboros-proxy")["type"], "ClusterIP");
+    let meta = |n: &str| &find(&objs, "Service", n).unwrap()["metadata"];
+    assert_eq!(
+        meta("ouroboros-proxy-edge")["annotations"]["lb"],
+        "internal"
+    );
+    assert!(meta("ouroboros-proxy")["annotations"].is_null());
+    let pdb = |n: &str| &find(&objs, "PodDisruptionBudget", n).unwrap()["spec"];
+    assert_eq!(pdb("ouroboros-proxy-edge")["minAvailable"], 1);
+    assert!(pdb("ouroboros-proxy-edge")["maxUnavailable"].is_null());
+    assert_eq!(pdb("ouroboros-proxy")["maxUnavailable"], 2);
+    let pod = |n: &str| pod_named(&objs, "Deployment", n).unwrap();
+    assert_eq!(
+        pod("ouroboros-proxy-edge")["tolerations"],
+        serde_json::json!([{"operator": "Exists"}])
+    );
+    assert_eq!(pod("ouroboros-proxy")["tolerations"][0]["key"], "main");
+    let args = container_args(pod("ouroboros-proxy-edge"));
+    for a in [
+        "--target-host=traefik.example",
+        "--target-http-port=80",
+        "--target-https-port=8443",
+    ] {
+        assert!(has(&args, a), "{a}: {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--target-service")),
+        "{args:?}"
+    );
+}
+
+/// With `proxies` empty (the default) nothing of it shows: no --target, no entry objects, the
+/// main proxy's objects as they were (the other tests check those unchanged).
+#[test]
+fn without_proxies_no_target_and_no_entry_objects() {
+    let (_, defaults, _) = &renders()[0];
+    let empty = docs(&template(&["json:proxies=[]"], true).unwrap());
+    assert!(empty == *defaults, "proxies: [] renders the defaults");
+    let mut checked = 0;
+    for (case, objs, _) in renders()
+        .iter()
+        .chain(reference_renders())
+        .filter(|(c, _, _)| !c.starts_with(TWO_PROXIES_CASE))
+    {
+        for (w, args) in invocations(objs) {
+            assert!(
+                !args.iter().any(|a| a.starts_with("--target=")),
+                "{case}: {w}"
+            );
+        }
+        assert!(proxy_deployments(objs).len() <= 1, "{case}");
+        for o in objs {
+            assert!(
+                o["metadata"]["labels"]["ouroboros.io/proxy"].is_null(),
+                "{case}: {} {}",
+                kind(o),
+                name(o)
+            );
+            if kind(o) == "Role" && name(o).ends_with("-proxy-service") {
+                let names = strings(&o["rules"][0]["resourceNames"]);
+                assert_eq!(names.len(), 1, "{case}: {names:?}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked}");
 }
 
 // --- flags the chart passes exist in the binary ------------------------------------------------
@@ -2462,6 +3025,19 @@ fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
     assert!(args.contains(&"--mode=coredns".to_string()), "{args:?}");
 }
 
+/// `--set` values of one entry of proxies, its name set by `name` (`proxies[0].name=...`), with
+/// a target and the Gateway API on; then `more`.
+fn proxy_entry<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    [
+        "controller.gatewayApi=true",
+        name,
+        "proxies[0].target.host=traefik.traefik",
+    ]
+    .into_iter()
+    .chain(more.iter().copied())
+    .collect()
+}
+
 #[test]
 fn conflicting_or_unusable_values_fail_with_a_message() {
     for (sets, words) in [
@@ -2515,6 +3091,68 @@ fn conflicting_or_unusable_values_fail_with_a_message() {
         (
             &["image.repository=ghcr.io/lexfrei/ouroboros"],
             &["image.repository", "reference"],
+        ),
+        (
+            &proxy_entry(
+                "proxies[0].name=default",
+                &["proxies[0].ingressClasses={traefik}"],
+            )[..],
+            &["proxies[0].name is default", "the main proxy"],
+        ),
+        (
+            &proxy_entry(
+                "proxies[0].name=traefik",
+                &[
+                    "proxies[0].ingressClasses={traefik}",
+                    "proxies[1].name=traefik",
+                    "proxies[1].target.host=traefik-internal.traefik",
+                    "proxies[1].ingressClasses={traefik-internal}",
+                ],
+            )[..],
+            &["proxies[1].name traefik", "proxies[0]", "a name of its own"],
+        ),
+        (
+            &proxy_entry("proxies[0].name=traefik", &[])[..],
+            &["proxies[0] (traefik) takes no hostnames", "ingressClasses"],
+        ),
+        (
+            // 48 characters: a valid label, but ouroboros-proxy-<name> is 64.
+            &proxy_entry(
+                "proxies[0].name=traefik-public-internet-facing-load-balancer-one",
+                &["proxies[0].ingressClasses={traefik}"],
+            )[..],
+            &["too long", "63", "at most 47 characters"],
+        ),
+        (
+            &[
+                "proxies[0].name=traefik",
+                "proxies[0].target.host=traefik.traefik",
+                "proxies[0].gatewayClasses={traefik}",
+            ],
+            &["proxies[0] (traefik)", "controller.gatewayApi"],
+        ),
+        (
+            &proxy_entry(
+                "proxies[0].name=traefik",
+                &[
+                    "proxies[0].ingressClasses={traefik}",
+                    "proxies[1].name=other",
+                    "proxies[1].target.host=other.example",
+                    "proxies[1].ingressClasses={traefik}",
+                ],
+            )[..],
+            &[
+                "proxies[0] (traefik) and proxies[1] (other)",
+                "ingress-class=traefik",
+            ],
+        ),
+        (
+            &[
+                "proxies[0].name=traefik",
+                "proxies[0].target.serviceName=traefik",
+                "proxies[0].ingressClasses={traefik}",
+            ],
+            &["proxies[0].target.serviceNamespace"],
         ),
     ] {
         let err = template(sets, true).expect_err(&format!("{sets:?}"));

@@ -605,7 +605,8 @@ fn targets_answer_with_their_own_proxy() {
         .collect();
     assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
 
-    // coredns: one template pair per target, each with its own answer.
+    // coredns: one template pair per target, each with its own answer; exact names first, so
+    // that no target's wildcard takes another target's name.
     let corefile = fixtures().join("../corefiles/kubeadm.Corefile");
     let out = ok(render(&[
         "coredns",
@@ -617,9 +618,13 @@ fn targets_answer_with_their_own_proxy() {
         &fixture("ingresses.yaml"),
     ]));
     let pairs: Vec<&str> = out.split("template IN A ").skip(1).collect();
-    assert_eq!(pairs.len(), 2, "{out}");
+    // Exact names first (the default target's, then traefik's), then the wildcard: no
+    // target's wildcard takes another target's name.
+    assert_eq!(pairs.len(), 3, "{out}");
     assert!(
-        pairs[0].contains("IN A 10.96.0.50") && pairs[0].contains("wild"),
+        pairs[0].contains("IN A 10.96.0.50")
+            && pairs[0].contains(r"^[ac]\.example\.com\.$")
+            && !pairs[0].contains("wild"),
         "{out}"
     );
     assert!(
@@ -627,7 +632,11 @@ fn targets_answer_with_their_own_proxy() {
         "{out}"
     );
     assert!(
-        !pairs[0].contains("^b\\."),
+        pairs[2].contains("IN A 10.96.0.50") && pairs[2].contains("wild"),
+        "{out}"
+    );
+    assert!(
+        !pairs[0].contains("^b\\.") && !pairs[2].contains("^b\\."),
         "b.example.com only in traefik's pair: {out}"
     );
 

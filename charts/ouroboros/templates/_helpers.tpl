@@ -20,6 +20,97 @@
 {{- printf "%s-proxy" (include "ouroboros.fullname" .) -}}
 {{- end -}}
 
+{{/*
+The proxies the chart renders: the main one (proxy.*, when proxy.enabled) and one per entry of
+`proxies`, each resolved into (name, key, fullname, component, labels, p, ingressController):
+p is proxy.* with the entry's overrides (values.yaml lists them) and ingressController is
+networkPolicy.ingressController with the entry's. Call with (dict "root" $ "out" $out): sets
+$out.proxies (main first) and $out.extras (the entries). Fails on an entry the controller's
+--target would refuse or Kubernetes could not name.
+*/}}
+{{- define "ouroboros.resolveProxies" -}}
+{{- $v := .root.Values -}}
+{{- $fn := include "ouroboros.fullname" .root -}}
+{{- $gatewayApi := include "ouroboros.gatewayApi" .root -}}
+{{- $all := list -}}
+{{- if $v.proxy.enabled -}}
+{{- $all = append $all (dict "name" "" "key" "proxy" "fullname" (include "ouroboros.proxyServiceName" .root) "component" "proxy" "labels" (dict) "p" $v.proxy "ingressController" $v.networkPolicy.ingressController) -}}
+{{- end -}}
+{{- $extras := list -}}
+{{- $names := dict -}}
+{{- $taken := dict -}}
+{{- range $i, $e := $v.proxies -}}
+{{- $key := printf "proxies[%d]" $i -}}
+{{- $n := $e.name -}}
+{{- if eq $n "default" -}}
+{{- fail (printf "%s.name is default, the controller's name for the main proxy (proxy.*): give the entry another name" $key) -}}
+{{- end -}}
+{{- if hasKey $names $n -}}
+{{- fail (printf "%s.name %s is also the name of %s: every entry of proxies needs a name of its own" $key $n (get $names $n)) -}}
+{{- end -}}
+{{- $_ := set $names $n $key -}}
+{{- $obj := printf "%s-proxy-%s" $fn $n -}}
+{{- if gt (len $obj) 63 -}}
+{{- fail (printf "%s.name %s is too long: the proxy's Service would be %s, %d characters, and Kubernetes allows 63; use at most %d characters (or a shorter fullnameOverride)" $key $n $obj (len $obj) (sub 63 (len (printf "%s-proxy-" $fn)))) -}}
+{{- end -}}
+{{- $mapping := list -}}
+{{- range $c := (get $e "ingressClasses" | default list) }}{{ $mapping = append $mapping (printf "ingress-class=%s" $c) }}{{ end -}}
+{{- range $c := (get $e "gatewayClasses" | default list) }}{{ $mapping = append $mapping (printf "gateway-class=%s" $c) }}{{ end -}}
+{{- range $g := (get $e "gateways" | default list) }}{{ $mapping = append $mapping (printf "gateway=%s" $g) }}{{ end -}}
+{{- if not $mapping -}}
+{{- fail (printf "%s (%s) takes no hostnames: set at least one of ingressClasses, gatewayClasses and gateways (what no entry takes stays with the main proxy)" $key $n) -}}
+{{- end -}}
+{{- if and (or (get $e "gatewayClasses") (get $e "gateways")) (not $gatewayApi) -}}
+{{- fail (printf "%s (%s) maps gatewayClasses or gateways, and the controller reads Gateway-API objects only with controller.gatewayApi=true: set it" $key $n) -}}
+{{- end -}}
+{{- range $m := $mapping -}}
+{{- if hasKey $taken $m -}}
+{{- fail (printf "%s and %s (%s) both take %s: each class and Gateway goes to one proxy" (get $taken $m) $key $n $m) -}}
+{{- end -}}
+{{- $_ := set $taken $m (printf "%s (%s)" $key $n) -}}
+{{- end -}}
+{{- /* proxy.* with the entry's overrides: whole values, then key by key within a group. */ -}}
+{{- $p := deepCopy $v.proxy -}}
+{{- range $k := list "proxyProtocol" "replicas" "podAnnotations" "podLabels" "nodeSelector" "tolerations" "affinity" "topologySpreadConstraints" "priorityClassName" -}}
+{{- if hasKey $e $k }}{{ $_ := set $p $k (index $e $k) }}{{ end -}}
+{{- end -}}
+{{- range $group := list "resources" "service" -}}
+{{- range $k, $val := (get $e $group | default dict) }}{{ $_ := set (index $p $group) $k $val }}{{ end -}}
+{{- end -}}
+{{- $pdb := get $e "podDisruptionBudget" | default dict -}}
+{{- if hasKey $pdb "enabled" }}{{ $_ := set $p.podDisruptionBudget "enabled" (get $pdb "enabled") }}{{ end -}}
+{{- if or (hasKey $pdb "minAvailable") (hasKey $pdb "maxUnavailable") -}}
+{{- /* Either replaces both of proxy's, so an inherited one never conflicts. */ -}}
+{{- $_ := set $p.podDisruptionBudget "minAvailable" (ternary (get $pdb "minAvailable") "" (hasKey $pdb "minAvailable")) -}}
+{{- $_ := set $p.podDisruptionBudget "maxUnavailable" (ternary (get $pdb "maxUnavailable") 1 (hasKey $pdb "maxUnavailable")) -}}
+{{- end -}}
+{{- $min := toString $p.podDisruptionBudget.minAvailable -}}
+{{- if and (ne $min "") (ne (toJson $p.podDisruptionBudget.maxUnavailable) "1") -}}
+{{- fail (printf "%s.podDisruptionBudget: minAvailable (%s) and maxUnavailable (%v) are both set; a PodDisruptionBudget takes one of them" $key $min $p.podDisruptionBudget.maxUnavailable) -}}
+{{- end -}}
+{{- $t := get $e "target" | default (dict) -}}
+{{- $host := get $t "host" | default "" -}}
+{{- $svc := get $t "serviceName" | default "" -}}
+{{- $svcNs := get $t "serviceNamespace" | default "" -}}
+{{- if ne (empty $svc) (empty $svcNs) -}}
+{{- fail (printf "%s.target.serviceName and %s.target.serviceNamespace go together (or set %s.target.host)" $key $key $key) -}}
+{{- end -}}
+{{- if not (or $host $svc) -}}
+{{- fail (printf "%s.target is empty: set host, or serviceName and serviceNamespace (the ingress controller %s forwards to)" $key $n) -}}
+{{- end -}}
+{{- $_ := set $p "target" (dict "host" $host "serviceName" $svc "serviceNamespace" $svcNs
+      "httpPort" (ternary (get $t "httpPort") $v.proxy.target.httpPort (hasKey $t "httpPort"))
+      "httpsPort" (ternary (get $t "httpsPort") $v.proxy.target.httpsPort (hasKey $t "httpsPort"))) -}}
+{{- $ic := deepCopy $v.networkPolicy.ingressController -}}
+{{- range $k, $val := (get (get $e "networkPolicy" | default dict) "ingressController" | default dict) }}{{ $_ := set $ic $k $val }}{{ end -}}
+{{- $spec := dict "name" $n "key" $key "fullname" $obj "component" (printf "proxy-%s" $n) "labels" (dict "ouroboros.io/proxy" $n) "p" $p "ingressController" $ic "mapping" $mapping -}}
+{{- $all = append $all $spec -}}
+{{- $extras = append $extras $spec -}}
+{{- end -}}
+{{- $_ := set .out "proxies" $all -}}
+{{- $_ := set .out "extras" $extras -}}
+{{- end -}}
+
 {{/* Labels. Call with (dict "root" $ "component" "proxy"). */}}
 {{- define "ouroboros.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "ouroboros.name" .root }}
@@ -32,6 +123,14 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Labels of one proxy's objects: px is an entry of "ouroboros.resolveProxies". Call with (dict "root" $ "px" $px). */}}
+{{- define "ouroboros.proxyLabels" -}}
+{{ include "ouroboros.labels" (dict "root" .root "component" .px.component) }}
+{{- with .px.labels }}
+{{ toYaml . | trim }}
+{{- end }}
 {{- end -}}
 
 {{- define "ouroboros.image" -}}
@@ -334,6 +433,13 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{/* Which hostnames, shared by the Deployment and the etc-hosts DaemonSet (HostnameArgs). */}}
 {{- define "ouroboros.sourceArgs" -}}
 {{- $v := .Values.controller -}}
+{{- /* One named target per entry of proxies; everything else stays with the main proxy. Here,
+not with the DNS-target flags: removing what was written (cleanup) needs no target. */}}
+{{- $proxies := dict }}
+{{- $_ := include "ouroboros.resolveProxies" (dict "root" . "out" $proxies) }}
+{{- range $proxies.extras }}
+- --target=name={{ .name }},service={{ $.Release.Namespace }}/{{ .fullname }},{{ join "," .mapping }}
+{{- end }}
 {{- if include "ouroboros.gatewayApi" . }}
 - --gateway-api
 {{- end }}

@@ -27,8 +27,9 @@ pub struct HostnameArgs {
 
     /// A proxy target of its own for some sources (repeatable; `;`-separated in the environment
     /// variable): `name=NAME,service=[NAMESPACE/]SERVICE` and any of `ingress-class=CLASS`,
-    /// `gateway-class=CLASS`, `gateway=NAMESPACE/NAME` (each repeatable). Their hostnames are
-    /// answered with that proxy Service's addresses; everything no --target takes goes to the
+    /// `gateway-class=CLASS`, `gateway=NAMESPACE/NAME` (each repeatable), and optionally
+    /// `proxy-ip=IP` (repeatable) instead of reading the Service (`render` needs it). Their
+    /// hostnames are answered with that proxy's addresses; everything no --target takes goes to the
     /// proxy of --proxy-service-name, under --ingress-class/--gateway-class. A name claimed by
     /// two targets goes to the object with the higher `ouroboros.io/priority` annotation, then
     /// to the first --target (the default proxy last).
