@@ -43,6 +43,57 @@ pub struct WatchArgs {
     pub watch_idle_timeout: Duration,
 }
 
+/// KEP-1860: targets whose ingress controller's load balancer keeps client IPs for in-cluster
+/// clients too (`ipMode: Proxy`) need no hairpin.
+#[derive(Args, Clone, Debug, Default)]
+pub struct IpModeArgs {
+    /// The default proxy's ingress controller Service (NAMESPACE/NAME), watched for its
+    /// load-balancer addresses' `ipMode` (KEP-1860); a named target's is `ingress-controller=`
+    /// in its --target. While every address reports `ipMode: Proxy`, kube-proxy sends in-cluster
+    /// clients through the load balancer itself (with its PROXY header), so that target's names
+    /// are left out (see --skip-proxy-ipmode).
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_INGRESS_CONTROLLER_SERVICE",
+        value_name = "NAMESPACE/NAME",
+        value_parser = crate::controller::hostnames::parse_namespaced
+    )]
+    pub ingress_controller_service: Option<(String, String)>,
+
+    /// Leave out the names of a target whose ingress controller Service reports `ipMode: Proxy`
+    /// on every load-balancer address; false hairpins them anyway (a CNI that replaces
+    /// kube-proxy may not honour ipMode: check with `ouroboros doctor`).
+    #[arg(
+        long = "skip-proxy-ipmode",
+        env = "OUROBOROS_CONTROLLER_SKIP_PROXY_IPMODE",
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub skip_proxy_ipmode: bool,
+}
+
+impl IpModeArgs {
+    /// The ingress controller Services to watch, by target index (0: the default target's),
+    /// when skipping is on.
+    pub fn watched(
+        &self,
+        targets: &[super::hostnames::TargetRule],
+    ) -> Vec<(usize, (String, String))> {
+        if !self.skip_proxy_ipmode {
+            return Vec::new();
+        }
+        let default = self.ingress_controller_service.clone().map(|s| (0, s));
+        let named = targets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.ingress_controller.clone().map(|s| (i + 1, s)));
+        default.into_iter().chain(named).collect()
+    }
+}
+
 /// The shortest `--watch-idle-timeout`: the API server sends a bookmark about once a minute
 /// (and one before each watch's 290 s deadline), so a healthy quiet watch can go a minute and a
 /// little more without one; anything shorter would restart healthy watches.

@@ -18,6 +18,7 @@ use crate::dns::sink::ObjectKey;
 pub const REPORTER: &str = "ouroboros-controller";
 pub const HOSTNAME_REJECTED: &str = "HostnameRejected";
 pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
+pub const HAIRPIN_SKIPPED: &str = "HairpinSkipped";
 pub const COREFILE_UNPARSEABLE: &str = "CorefileUnparseable";
 pub const BLOCK_REVERTED: &str = "BlockReverted";
 pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";

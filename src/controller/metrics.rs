@@ -44,6 +44,8 @@ pub struct Metrics {
     pub desired: Gauge,
     /// The desired hostnames per proxy target.
     pub target_hostnames: Family<TargetLabel, Gauge>,
+    /// 1 while a target's names are left out (its load balancer reports ipMode Proxy).
+    pub target_skipped: Family<TargetLabel, Gauge>,
     pub rejected: Family<ReasonLabel, Gauge>,
     /// (hostname, losing object) pairs: hosts claimed by objects of two targets.
     pub hostname_conflicts: Gauge,
@@ -84,6 +86,7 @@ impl Metrics {
             syncs: Family::default(),
             desired: Gauge::default(),
             target_hostnames: Family::default(),
+            target_skipped: Family::default(),
             rejected: Family::default(),
             hostname_conflicts: Gauge::default(),
             conflicts: Counter::default(),
@@ -103,6 +106,12 @@ impl Metrics {
             "target_hostnames",
             "Hostnames in the desired set per proxy target (default, or a --target name)",
             m.target_hostnames.clone(),
+        );
+        r.register(
+            "target_skipped",
+            "1 while a target's names are left out: every load-balancer address of its ingress \
+             controller Service reports ipMode Proxy (KEP-1860)",
+            m.target_skipped.clone(),
         );
         r.register(
             "rejected_hostnames",

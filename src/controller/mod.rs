@@ -4,6 +4,7 @@
 pub mod args;
 pub mod events;
 pub mod hostnames;
+pub mod ipmode;
 pub mod lease;
 pub mod metrics;
 pub mod proxy_watch;
@@ -58,6 +59,9 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub watch: args::WatchArgs,
+
+    #[command(flatten)]
+    pub ipmode: args::IpModeArgs,
 
     /// Leader election (shared with `doctor`).
     #[command(flatten)]
@@ -236,6 +240,27 @@ pub async fn run_with(
             )));
         }
     }
+    // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
+    let skipped = ipmode::Skipped::default();
+    for (index, service) in args.ipmode.watched(&filters.targets) {
+        let target = match index {
+            0 => hostnames::DEFAULT_TARGET.to_string(),
+            i => filters.targets[i - 1].name.clone(),
+        };
+        let report = ipmode::Report {
+            skipped: skipped.clone(),
+            forced: forced_tx.clone(),
+            notifier: notifier.clone(),
+            gauge: metrics.target_skipped.clone(),
+        };
+        side_tasks.push(tokio::spawn(ipmode::watch(
+            client.clone(),
+            service,
+            (index, target),
+            report,
+            stop.clone(),
+        )));
+    }
     drop(applied_rx);
     // Keep the channel open (a closed one is simply ignored by the engine).
     side_tasks.push(tokio::spawn(async move {
@@ -267,7 +292,11 @@ pub async fn run_with(
     let stores = watches.stores.clone();
     sync::run(
         &sink,
-        || stores.desired(&policy),
+        || {
+            let mut d = stores.desired(&policy);
+            d.skip_targets(&skipped.get());
+            d
+        },
         inputs,
         sync::Timing::new(args.debounce, args.resync),
         &mut hooks,

@@ -3,7 +3,7 @@
 //! cannot drift apart. Keep it equal to the calls the code really makes: add a rule here in the
 //! same change that adds a call.
 
-use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, Mode};
+use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, IpModeArgs, Mode};
 use super::hostnames::{HostnameArgs, Kind, TargetRule};
 use std::collections::BTreeMap;
 
@@ -59,6 +59,8 @@ pub struct Needs {
     pub proxy_service: Option<(String, String)>,
     /// The named targets' proxy Services read likewise (`--target`, without `proxy-ip=`).
     pub target_services: Vec<(String, String)>,
+    /// The ingress controller Services watched for `ipMode: Proxy` (--skip-proxy-ipmode).
+    pub ingress_controller_services: Vec<(String, String)>,
     pub external_dns_namespace: String,
     pub external_dns_output: ExternalDnsOutput,
 }
@@ -71,6 +73,7 @@ impl Needs {
         dns: &DnsArgs,
         hostnames: &HostnameArgs,
         election: &ElectionArgs,
+        ipmode: &IpModeArgs,
         namespace: &str,
     ) -> Needs {
         Needs {
@@ -87,6 +90,11 @@ impl Needs {
                     .map(TargetRule::proxy)
                     .collect::<Vec<_>>(),
             ),
+            ingress_controller_services: ipmode
+                .watched(&hostnames.targets)
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect(),
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
             node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
@@ -122,8 +130,9 @@ impl Needs {
             proxy_service: dns
                 .proxy_service_read()
                 .filter(|_| !matches!(dns.mode, Mode::Coredns | Mode::CorednsImport)),
-            // Removal reads no named target's Service.
+            // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
+            ingress_controller_services: Vec::new(),
             external_dns_namespace: dns.external_dns_namespace_or(namespace),
             external_dns_output: dns.external_dns_output,
         }
@@ -219,6 +228,20 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             } else {
                 "read the proxy Services' ClusterIPs"
             },
+        ));
+    }
+    let mut controllers: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (ns, name) in &n.ingress_controller_services {
+        controllers.entry(ns).or_default().push(name);
+    }
+    for (ns, names) in controllers {
+        rules.push(rule(
+            Namespace(ns.clone()),
+            "",
+            "services",
+            &names,
+            LIST_WATCH,
+            "watch the ingress controller's load-balancer ipMode (KEP-1860)",
         ));
     }
     let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
@@ -328,6 +351,7 @@ mod tests {
             import_configmap: "coredns-custom".into(),
             proxy_service: None,
             target_services: Vec::new(),
+            ingress_controller_services: Vec::new(),
             external_dns_namespace: "dns".into(),
             external_dns_output: ExternalDnsOutput::Dnsendpoint,
         }
@@ -455,6 +479,8 @@ mod needs_tests {
         hostnames: HostnameArgs,
         #[command(flatten)]
         election: ElectionArgs,
+        #[command(flatten)]
+        ipmode: IpModeArgs,
     }
 
     fn of(extra: &[&str]) -> (Needs, Needs) {
@@ -462,7 +488,7 @@ mod needs_tests {
         argv.extend_from_slice(extra);
         let f = Flags::try_parse_from(argv).unwrap();
         (
-            Needs::for_controller(&f.dns, &f.hostnames, &f.election, "own"),
+            Needs::for_controller(&f.dns, &f.hostnames, &f.election, &f.ipmode, "own"),
             Needs::for_cleanup(&f.dns, "own"),
         )
     }
@@ -488,6 +514,7 @@ mod needs_tests {
                 import_configmap: "coredns-custom".into(),
                 proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
                 target_services: Vec::new(),
+                ingress_controller_services: Vec::new(),
                 external_dns_namespace: "own".into(),
                 external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
@@ -538,6 +565,34 @@ mod needs_tests {
             (&["--mode", "etc-hosts"], |n| {
                 n.proxy_service == Some(("proxy-ns".into(), "ouroboros-proxy".into()))
             }),
+            // The ingress controllers watched for ipMode: the default target's and a
+            // --target's, unless skipping is off.
+            (
+                &[
+                    "--ingress-controller-service",
+                    "ingress-nginx/ingress-nginx-controller",
+                    "--target",
+                    "name=t,service=p,ingress-class=t,ingress-controller=traefik/traefik",
+                ],
+                |n| {
+                    n.ingress_controller_services
+                        == [
+                            (
+                                "ingress-nginx".to_string(),
+                                "ingress-nginx-controller".to_string(),
+                            ),
+                            ("traefik".to_string(), "traefik".to_string()),
+                        ]
+                },
+            ),
+            (
+                &[
+                    "--ingress-controller-service",
+                    "ingress-nginx/ingress-nginx-controller",
+                    "--skip-proxy-ipmode=false",
+                ],
+                |n| n.ingress_controller_services.is_empty(),
+            ),
             // A --target's Service is read like the default one, in --proxy-service-namespace
             // unless it names its own; a class mapping needs the IngressClasses.
             (

@@ -150,10 +150,14 @@ impl DoctorArgs {
     /// What the controller with these flags needs (for the RBAC check), its namespace being
     /// the ServiceAccount's.
     pub fn needs(&self) -> Needs {
+        // doctor checks the ingress controller's ipMode itself (kep-1860-ipmode); the
+        // controller's own watch of it is not among the permissions checked.
+        let ipmode = crate::controller::args::IpModeArgs::default();
         Needs::for_controller(
             &self.dns,
             &self.hostnames,
             &self.election,
+            &ipmode,
             &self.service_account().namespace,
         )
     }

@@ -416,7 +416,7 @@ fn controller_needs(args: &[String]) -> Needs {
     let f = common::parse_without_env::<ControllerFlags, _, _>(&args[1..])
         .unwrap_or_else(|e| panic!("controller flags {args:?}: {e}"));
     let c = &f.controller;
-    Needs::for_controller(&c.dns, &c.hostnames, &c.election, NAMESPACE)
+    Needs::for_controller(&c.dns, &c.hostnames, &c.election, &c.ipmode, NAMESPACE)
 }
 
 fn cleanup_needs(args: &[String]) -> Needs {

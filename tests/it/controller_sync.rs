@@ -1476,3 +1476,109 @@ async fn a_watch_with_bookmarks_or_events_is_not_restarted() {
     assert_eq!(ingress_calls(&api), want, "one list in 17.5 minutes");
     assert_eq!(api.count("PUT", COREDNS), 1);
 }
+
+/// A LoadBalancer Service whose every address reports `ipMode: Proxy` (KEP-1860).
+fn proxied_lb(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "ouroboros", "resourceVersion": "7"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "10.96.1.1", "clusterIPs": ["10.96.1.1"]},
+        "status": {"loadBalancer": {"ingress": [
+            {"ip": "203.0.113.7", "ipMode": "Proxy"},
+            {"ip": "2001:db8::7", "ipMode": "Proxy"}
+        ]}}
+    })
+}
+
+/// traefik's load balancer reports ipMode Proxy: in-cluster clients reach it themselves, so its
+/// names leave the block (nginx's stay), with an Event on its Service and the target_skipped
+/// gauge; with --skip-proxy-ipmode=false they stay.
+#[tokio::test]
+async fn a_target_behind_an_ipmode_proxy_load_balancer_is_left_out() {
+    const CONTROLLER_LIST: &str =
+        "/api/v1/namespaces/ouroboros/services?&fieldSelector=metadata.name%3Dtraefik&limit=500";
+    let run = |skip: &'static str| async move {
+        let mut st = state_with(vec![
+            classed("shop", "nginx", None, &["shop.example.com"]),
+            classed("blog", "traefik", None, &["blog.example.com"]),
+        ]);
+        st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+        st.services = vec![
+            service("proxy-traefik", &["10.96.0.60"]),
+            proxied_lb("traefik"),
+        ];
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let r = start(
+            st,
+            &[
+                "--listen-health",
+                &listen,
+                "--leader-elect=false",
+                "--coredns-answer",
+                "template",
+                "--proxy-service-namespace",
+                "ouroboros",
+                "--target",
+                "name=traefik,service=proxy-traefik,ingress-class=traefik,\
+                 ingress-controller=ouroboros/traefik",
+                skip,
+            ],
+        );
+        let settled = r
+            .api
+            .wait_for(10, |a| {
+                let last = a.matching("PUT", COREDNS).pop().and_then(|(_, b)| b);
+                last.is_some_and(|b| {
+                    let text = b["data"]["Corefile"].as_str().unwrap_or_default();
+                    text.contains("shop")
+                        && text.contains("blog") != (skip == "--skip-proxy-ipmode=true")
+                })
+            })
+            .await;
+        assert!(settled, "{:#?}", r.api.calls());
+        let (_, metrics) = http_get(port, "/metrics").await;
+        let corefile = r.state.lock().unwrap().corefile.clone();
+        (r.shutdown().await, corefile, metrics)
+    };
+
+    let (api, corefile, metrics) = run("--skip-proxy-ipmode=true").await;
+    assert!(
+        !corefile.contains("blog") && corefile.contains("10.96.0.53"),
+        "{corefile}"
+    );
+    assert!(!corefile.contains("10.96.0.60"), "{corefile}");
+    assert_eq!(api.count("GET", CONTROLLER_LIST), 1, "{:#?}", api.calls());
+    let ev = api
+        .matching("POST", EVENTS)
+        .into_iter()
+        .filter_map(|(_, b)| b)
+        .find(|b| b["reason"] == "HairpinSkipped")
+        .expect("a HairpinSkipped Event");
+    assert_eq!(
+        (
+            ev["regarding"]["kind"].as_str(),
+            ev["regarding"]["name"].as_str()
+        ),
+        (Some("Service"), Some("traefik"))
+    );
+    assert!(
+        ev["note"].as_str().unwrap().contains("target traefik"),
+        "{ev}"
+    );
+    for line in [
+        "ouroboros_controller_target_skipped{target=\"traefik\"} 1",
+        "ouroboros_controller_target_hostnames{target=\"traefik\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+
+    // Off: traefik's names are hairpinned whatever its load balancer says; it is not watched.
+    let (api, corefile, _) = run("--skip-proxy-ipmode=false").await;
+    assert!(
+        corefile.contains("blog") && corefile.contains("10.96.0.60"),
+        "{corefile}"
+    );
+    assert_eq!(api.count("GET", CONTROLLER_LIST), 0);
+}

@@ -31,7 +31,8 @@ pub use model::{
     OPT_OUT_ANNOTATION,
 };
 pub use targets::{
-    check_targets, parse_target, Target, TargetRule, DEFAULT_TARGET, PRIORITY_ANNOTATION,
+    check_targets, parse_namespaced, parse_target, Target, TargetRule, DEFAULT_TARGET,
+    PRIORITY_ANNOTATION,
 };
 
 use std::collections::BTreeMap;

@@ -194,6 +194,22 @@ pub struct Conflict {
 }
 
 impl Desired {
+    /// Leaves out the hosts of the targets with these indexes (0: the default target's): their
+    /// load balancers reach in-cluster clients themselves.
+    pub fn skip_targets(&mut self, skipped: &BTreeSet<usize>) {
+        if skipped.is_empty() {
+            return;
+        }
+        let placed = &self.placed;
+        let keep = |h: &Hostname| {
+            let index = placed.get(h).map_or(0, |t| t.index());
+            !skipped.contains(&index)
+        };
+        self.hosts.retain(|h| keep(h));
+        self.origins.retain(|h, _| keep(h));
+        self.placed.retain(|_, t| !skipped.contains(&t.index()));
+    }
+
     /// What a sink writes: the hosts, each with its target's index.
     pub fn into_plan(self) -> Plan {
         Plan {

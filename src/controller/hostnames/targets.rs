@@ -34,6 +34,9 @@ pub struct TargetRule {
     /// The proxy's addresses when given (`proxy-ip=`, as --proxy-ip for the default target;
     /// `render` needs them): no Service lookup then.
     pub proxy_ips: Vec<IpAddr>,
+    /// Its ingress controller's Service (`ingress-controller=NAMESPACE/NAME`), watched for
+    /// `ipMode: Proxy` (as --ingress-controller-service for the default target).
+    pub ingress_controller: Option<(String, String)>,
 }
 
 impl TargetRule {
@@ -134,6 +137,10 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             "gateway-class" => {
                 rule.gateway_classes.insert(class(key, value)?);
             }
+            "ingress-controller" if rule.ingress_controller.is_some() => {
+                return Err("ingress-controller is given twice".into())
+            }
+            "ingress-controller" => rule.ingress_controller = Some(parse_namespaced(value)?),
             "proxy-ip" => rule.proxy_ips.push(
                 value
                     .parse()
@@ -148,7 +155,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, proxy-ip)"
+                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, proxy-ip, ingress-controller)"
                 ))
             }
         }
@@ -180,6 +187,15 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
         );
     }
     Ok(rule)
+}
+
+/// `NAMESPACE/NAME` of a Service (both DNS labels), as `--ingress-controller-service` and
+/// `ingress-controller=` take it.
+pub fn parse_namespaced(s: &str) -> Result<(String, String), String> {
+    match s.trim().split_once('/') {
+        Some((ns, name)) if is_label(ns) && is_label(name) => Ok((ns.into(), name.into())),
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
 }
 
 /// Checks a whole `--target` list: unique names, each class and Gateway taken once.
@@ -261,10 +277,16 @@ mod tests {
             r.gateways,
             [("infra".to_string(), "public".to_string())].into()
         );
-        let r =
-            parse_target("name=a,service=proxy-a,gateway=ns/gw,proxy-ip=10.0.0.7,proxy-ip=fd00::7")
-                .unwrap();
+        let r = parse_target(
+            "name=a,service=proxy-a,gateway=ns/gw,proxy-ip=10.0.0.7,proxy-ip=fd00::7,\
+             ingress-controller=traefik/traefik",
+        )
+        .unwrap();
         assert_eq!(r.service, (None, "proxy-a".into()));
+        assert_eq!(
+            r.ingress_controller,
+            Some(("traefik".to_string(), "traefik".to_string()))
+        );
         assert_eq!(
             r.proxy_ips,
             [
@@ -307,6 +329,10 @@ mod tests {
             (
                 "name=a,service=x,ingress-class=a,proxy-ip=10.0.0",
                 "not an IP address",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller=traefik",
+                "not NAMESPACE/NAME",
             ),
         ] {
             let got = parse_target(spec).unwrap_err();

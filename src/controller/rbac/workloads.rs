@@ -111,6 +111,7 @@ mod tests {
             import_configmap: "custom".into(),
             proxy_service: Some(("ns".into(), "proxy".into())),
             target_services: Vec::new(),
+            ingress_controller_services: Vec::new(),
             external_dns_namespace: "records".into(),
             external_dns_output: output,
         }
