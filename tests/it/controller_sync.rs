@@ -1582,3 +1582,42 @@ async fn a_target_behind_an_ipmode_proxy_load_balancer_is_left_out() {
     );
     assert_eq!(api.count("GET", CONTROLLER_LIST), 0);
 }
+
+/// Source selection through the whole controller: an opted-out Ingress, an excluded namespace
+/// and `--ingress-hosts all` decide what the block holds.
+#[tokio::test]
+async fn opt_out_namespaces_and_rule_hosts_shape_the_block() {
+    let mut opted_out = ingress("legacy", &["legacy.example.com"]);
+    opted_out["metadata"]["annotations"] = json!({"ouroboros.io/hairpin": "false"});
+    let mut staging = ingress("staging", &["staging.example.com"]);
+    staging["metadata"]["namespace"] = json!("staging");
+    let mut http = ingress("shop", &["shop.example.com"]);
+    http["spec"]["rules"] = json!([{"host": "shop.example.com"}, {"host": "plain.example.com"}]);
+    let r = start(
+        state_with(vec![opted_out, staging, http]),
+        &[
+            "--leader-elect=false",
+            "--exclude-namespace",
+            "staging",
+            "--ingress-hosts",
+            "all",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    r.shutdown().await;
+    let rewritten: Vec<&str> = corefile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("rewrite name "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        rewritten,
+        ["plain.example.com", "shop.example.com"],
+        "{corefile}"
+    );
+}
