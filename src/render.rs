@@ -367,14 +367,7 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
         "manifests read"
     );
     for c in &desired.conflicts {
-        tracing::warn!(
-            hostname = %c.host,
-            object = %c.loser,
-            target = c.loser_target.name(&filters.targets),
-            winner = %c.winner,
-            winner_target = c.winner_target.name(&filters.targets),
-            "hostname claimed by two targets; the winner's target answers for it"
-        );
+        crate::controller::events::warn_conflict(c, &filters.targets);
     }
     let mut desired = desired;
     let plan = Plan {

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::Client;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -30,16 +30,20 @@ pub fn proxied(svc: Option<&Service>) -> bool {
     if svc.spec.as_ref().and_then(|s| s.type_.as_deref()) != Some("LoadBalancer") {
         return false;
     }
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_deref())
-        .unwrap_or_default();
+    let ingress = load_balancer_ingress(svc);
     !ingress.is_empty()
         && ingress
             .iter()
             .all(|i| i.ip_mode.as_deref() == Some("Proxy"))
+}
+
+/// The Service's load-balancer addresses (`status.loadBalancer.ingress`), none when unset.
+pub fn load_balancer_ingress(svc: &Service) -> &[LoadBalancerIngress] {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_deref())
+        .unwrap_or_default()
 }
 
 /// The targets (by index: 0 the default one) whose names are left out now.

@@ -443,14 +443,7 @@ impl sync::Hooks for ControllerHooks {
             .conflicts_reported
             .fresh(&d.conflicts, events::conflict_key);
         for c in &lost {
-            tracing::warn!(
-                hostname = %c.host,
-                object = %c.loser,
-                target = c.loser_target.name(&self.targets),
-                winner = %c.winner,
-                winner_target = c.winner_target.name(&self.targets),
-                "hostname claimed by two targets; the winner's target answers for it"
-            );
+            events::warn_conflict(c, &self.targets);
         }
         for n in events::conflict_notices(&lost, &self.targets) {
             self.notifier.send(n);

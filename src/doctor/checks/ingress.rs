@@ -158,12 +158,7 @@ pub fn ip_mode(svc: Option<&Service>) -> Check {
             ),
         );
     }
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_deref())
-        .unwrap_or_default();
+    let ingress = crate::controller::ipmode::load_balancer_ingress(svc);
     if ingress.is_empty() {
         return Check::warn(
             ID,
