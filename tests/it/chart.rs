@@ -300,6 +300,15 @@ const CASES: &[(&str, &[&str])] = &[
             "etcHosts.enabled=true",
         ],
     ),
+    (
+        "two ingress controllers, ipMode not watched, with the etc-hosts DaemonSet",
+        &[
+            TWO_PROXIES,
+            "controller.skipProxyIpMode=false",
+            "etcHosts.enabled=true",
+            "controller.mode=coredns",
+        ],
+    ),
 ];
 
 /// Every case rendered once (with hooks), shared by the tests.
@@ -1173,10 +1182,12 @@ fn chart_version_matches_the_crate() {
 
 // --- several ingress controllers (proxies) ------------------------------------------------------
 
-/// The flag the controller, the etc-hosts DaemonSet and both cleanup hooks get for the Traefik
-/// entry of TWO_PROXIES.
+/// The flag the controller and the etc-hosts DaemonSet get for the Traefik entry of TWO_PROXIES
+/// (the cleanup hooks get none): its ingress controller is a Service, watched for its ipMode.
 const TRAEFIK_TARGET: &str =
-    "--target=name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,gateway-class=traefik";
+    "--target=name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,gateway-class=traefik,ingress-controller=traefik/traefik";
+/// The flag they get for the main proxy of TWO_PROXIES, whose target is ingress-nginx's Service.
+const NGINX_IPMODE: &str = "--ingress-controller-service=ingress-nginx/ingress-nginx-controller";
 
 /// (kind, name) of every object of a render.
 fn object_keys(objs: &[Value]) -> BTreeSet<(String, String)> {
@@ -1191,7 +1202,8 @@ fn split_targets(args: Vec<String>) -> (Vec<String>, Vec<String>) {
 }
 
 /// TWO_PROXIES renders exactly these objects; without its entry of proxies, the same but the
-/// entry's four, and only the controller's arguments (its --target) and RBAC differ.
+/// entry's four and the Role and RoleBinding watching its ingress controller's Service, and only
+/// the controller's arguments (its --target) and RBAC differ.
 #[test]
 fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     let with = case(TWO_PROXIES_CASE);
@@ -1208,11 +1220,15 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
         ("PodDisruptionBudget", "ouroboros-proxy-traefik"),
         ("Role", "ouroboros-cleanup"),
         ("Role", "ouroboros-controller-coredns"),
+        ("Role", "ouroboros-controller-ipmode-ingress-nginx"),
+        ("Role", "ouroboros-controller-ipmode-traefik"),
         ("Role", "ouroboros-controller-leader-election"),
         ("Role", "ouroboros-controller-node-local-dns"),
         ("Role", "ouroboros-controller-proxy-service"),
         ("RoleBinding", "ouroboros-cleanup"),
         ("RoleBinding", "ouroboros-controller-coredns"),
+        ("RoleBinding", "ouroboros-controller-ipmode-ingress-nginx"),
+        ("RoleBinding", "ouroboros-controller-ipmode-traefik"),
         ("RoleBinding", "ouroboros-controller-leader-election"),
         ("RoleBinding", "ouroboros-controller-node-local-dns"),
         ("RoleBinding", "ouroboros-controller-proxy-service"),
@@ -1243,6 +1259,12 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     ]
     .iter()
     .map(|k| (k.to_string(), "ouroboros-proxy-traefik".to_string()))
+    .chain(["Role", "RoleBinding"].iter().map(|k| {
+        (
+            k.to_string(),
+            "ouroboros-controller-ipmode-traefik".to_string(),
+        )
+    }))
     .collect();
     assert_eq!(added, entry);
     assert_eq!(object_keys(&without).len() + entry.len(), with.len());
@@ -1374,10 +1396,17 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
             match args[0].as_str() {
                 "controller" => {
                     assert_eq!(targets, [TRAEFIK_TARGET], "{prefix}: {w}");
+                    assert!(has(&args, NGINX_IPMODE), "{prefix}: {w}: {args:?}");
                     seen.insert(w);
                 }
-                // Removing what was written needs no target.
-                _ => assert!(targets.is_empty(), "{prefix}: {w}: {targets:?}"),
+                // Removing what was written needs no target and watches no ingress controller.
+                _ => {
+                    assert!(targets.is_empty(), "{prefix}: {w}: {targets:?}");
+                    assert!(
+                        !args.iter().any(|a| a.contains("ingress-controller")),
+                        "{prefix}: {w}: {args:?}"
+                    );
+                }
             }
         }
     }
@@ -1397,6 +1426,10 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
     assert_eq!(rule.ingress_classes, BTreeSet::from(["traefik".into()]));
     assert_eq!(rule.gateway_classes, BTreeSet::from(["traefik".into()]));
     assert!(rule.gateways.is_empty());
+    assert_eq!(
+        rule.ingress_controller,
+        Some(("traefik".into(), "traefik".into()))
+    );
 
     // Two entries, in their order, with every kind of mapping.
     let objs = docs(
@@ -1423,8 +1456,9 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
         targets,
         [
             "--target=name=public,service=ouroboros/ouroboros-proxy-public,ingress-class=traefik,ingress-class=traefik-public",
-            "--target=name=gw,service=ouroboros/ouroboros-proxy-gw,gateway-class=eg,gateway=infra/public,gateway=infra/internal.example",
-        ]
+            "--target=name=gw,service=ouroboros/ouroboros-proxy-gw,gateway-class=eg,gateway=infra/public,gateway=infra/internal.example,ingress-controller=envoy-gateway-system/envoy",
+        ],
+        "a host target is not watched, a Service target is"
     );
     let gw = parse_target(targets[1].strip_prefix("--target=").unwrap()).unwrap();
     assert_eq!(
@@ -1485,10 +1519,337 @@ fn rbac_reads_every_proxy_service_that_answers() {
     let got = granted(&objs, "ouroboros-controller");
     assert!(got.contains(&on_service("ouroboros-proxy-traefik", "watch")));
     assert!(!got.contains(&on_service("ouroboros-proxy", "get")));
-    // rewrite answers name the Services, reading none.
+    // rewrite answers name the Services, reading none (the ingress controllers' Services, in
+    // their own namespaces, are still watched for their ipMode).
     let objs = docs(&template(&[TWO_PROXIES, "controller.corednsAnswer=rewrite"], true).unwrap());
     let got = granted(&objs, "ouroboros-controller");
-    assert!(got.iter().all(|a| a.2 != "services"), "{got:?}");
+    assert!(
+        got.iter()
+            .all(|a| a.2 != "services" || a.0 != Scope::Namespace(NAMESPACE.into())),
+        "{got:?}"
+    );
+}
+
+/// The ingress controller Service a proxy Deployment forwards to, if its target is a Service.
+fn proxy_target_service(deployment: &Value) -> Option<(String, String)> {
+    let args = container_args(&deployment["spec"]["template"]["spec"]);
+    let value = |flag: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    Some((
+        value("--target-service-namespace")?,
+        value("--target-service-name")?,
+    ))
+}
+
+/// Roles (and their RoleBindings) watching ingress controller Services for their ipMode.
+fn ipmode_roles(objs: &[Value]) -> Vec<&Value> {
+    objs.iter()
+        .filter(|o| matches!(kind(o), "Role" | "RoleBinding") && name(o).contains("-ipmode-"))
+        .collect()
+}
+
+/// In every render, each pod running the controller watches exactly the ingress controller
+/// Services the proxies forward to (the main proxy's as --ingress-controller-service, an
+/// entry's as ingress-controller= in its --target), unless controller.skipProxyIpMode=false; a
+/// host target is not watched, removing (cleanup) watches nothing; one Role per namespace of
+/// those Services grants it (what exactly: rbac_of_every_pod_equals_what_the_binary_needs).
+#[test]
+fn ipmode_watch_follows_each_proxys_service_target() {
+    let mut watching = BTreeSet::new();
+    let mut not_watching = BTreeSet::new();
+    let all = renders()
+        .iter()
+        .map(|r| (r, "ouroboros"))
+        .chain(reference_renders().iter().map(|r| (r, REFERENCE_FULLNAME)));
+    for ((case, objs, _), fullname) in all {
+        let mut watched: BTreeSet<(String, String)> = BTreeSet::new();
+        for (w, args) in invocations(objs) {
+            let values = |flag: &str| -> Vec<String> {
+                args.iter()
+                    .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+                    .map(str::to_string)
+                    .collect()
+            };
+            if args[0] != "controller" {
+                assert!(
+                    !args
+                        .iter()
+                        .any(|a| a.contains("ingress-controller") || a.contains("ipmode")),
+                    "{case}: {w}: {args:?}"
+                );
+                continue;
+            }
+            let skip = values("--skip-proxy-ipmode");
+            let on = skip.is_empty();
+            assert!(on || skip == ["false"], "{case}: {w}: {skip:?}");
+            let main = find(objs, "Deployment", &format!("{fullname}-proxy"))
+                .and_then(proxy_target_service)
+                .filter(|_| on)
+                .map(|(ns, n)| format!("{ns}/{n}"));
+            assert_eq!(
+                values("--ingress-controller-service"),
+                Vec::from_iter(main),
+                "{case}: {w}"
+            );
+            for t in values("--target") {
+                let rule = parse_target(&t).unwrap();
+                let d = find(
+                    objs,
+                    "Deployment",
+                    &format!("{fullname}-proxy-{}", rule.name),
+                )
+                .unwrap_or_else(|| panic!("{case}: {w}: no proxy of --target={t}"));
+                assert_eq!(
+                    rule.ingress_controller,
+                    proxy_target_service(d).filter(|_| on),
+                    "{case}: {w}: --target={t}"
+                );
+            }
+            // The binary reads the same Services to watch.
+            let needs = controller_needs(&args);
+            watched.extend(needs.ingress_controller_services.iter().cloned());
+            if needs.ingress_controller_services.is_empty() {
+                not_watching.insert(case.as_str());
+            } else {
+                watching.insert(case.as_str());
+            }
+        }
+        // One Role and one RoleBinding per namespace watched, named apart and within 63.
+        let roles = ipmode_roles(objs);
+        let namespaces: BTreeSet<&str> = watched.iter().map(|(ns, _)| ns.as_str()).collect();
+        let mut names = BTreeSet::new();
+        for k in ["Role", "RoleBinding"] {
+            let of_kind: Vec<_> = roles.iter().filter(|o| kind(o) == k).collect();
+            let in_ns: BTreeSet<&str> = of_kind
+                .iter()
+                .map(|o| o["metadata"]["namespace"].as_str().unwrap())
+                .collect();
+            assert_eq!(in_ns, namespaces, "{case}: {k}s");
+            assert_eq!(of_kind.len(), namespaces.len(), "{case}: {k}s");
+            for o in of_kind {
+                assert!(name(o).len() <= 63, "{case}: {k} {}", name(o));
+                names.insert((k, name(o)));
+            }
+        }
+        assert_eq!(names.len(), roles.len(), "{case}: names taken twice");
+    }
+    for c in [
+        "proxy: dual-stack",
+        TWO_PROXIES_CASE,
+        "two ingress controllers, external-dns",
+        "reference values, controller and proxy on",
+    ] {
+        assert!(
+            watching.iter().any(|w| w.starts_with(c)),
+            "{c}: no watch in {watching:?}"
+        );
+    }
+    for c in [
+        "defaults",
+        "two ingress controllers, ipMode not watched",
+        "reference values, a target host",
+    ] {
+        assert!(
+            not_watching.iter().any(|w| w.starts_with(c))
+                && !watching.iter().any(|w| w.starts_with(c)),
+            "{c}: watches"
+        );
+    }
+}
+
+/// The two ingress controllers of TWO_PROXIES are each watched by every pod running the
+/// controller, with list and watch on their Service alone; controller.skipProxyIpMode=false
+/// watches neither and renders the same objects but those Roles.
+#[test]
+fn ipmode_rbac_of_two_ingress_controllers() {
+    let watch_on = |ns: &str, service: &str, verb: &str| -> Atom {
+        (
+            Scope::Namespace(ns.into()),
+            String::new(),
+            "services".into(),
+            Some(service.into()),
+            verb.into(),
+        )
+    };
+    let controllers = [
+        ("ingress-nginx", "ingress-nginx-controller"),
+        ("traefik", "traefik"),
+    ];
+    for (prefix, accounts) in [
+        (TWO_PROXIES_CASE, &["ouroboros-controller"][..]),
+        (
+            "two ingress controllers, external-dns",
+            &["ouroboros-controller", "ouroboros-etc-hosts"],
+        ),
+    ] {
+        let objs = case(prefix);
+        for sa in accounts {
+            let got = granted(objs, sa);
+            for (ns, service) in controllers {
+                let in_ns: BTreeSet<_> = got
+                    .iter()
+                    .filter(|a| a.0 == Scope::Namespace(ns.into()))
+                    .cloned()
+                    .collect();
+                assert_eq!(
+                    in_ns,
+                    BTreeSet::from([
+                        watch_on(ns, service, "list"),
+                        watch_on(ns, service, "watch")
+                    ]),
+                    "{prefix}: {sa} in {ns}"
+                );
+            }
+        }
+        for (ns, _) in controllers {
+            let binding = objs
+                .iter()
+                .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
+                .unwrap_or_else(|| panic!("{prefix}: no RoleBinding in {ns}"));
+            assert_eq!(
+                binding["metadata"]["labels"]["app.kubernetes.io/component"], "controller",
+                "{prefix}"
+            );
+            let subjects: Vec<&str> = binding["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(subjects, accounts, "{prefix}: {ns}");
+        }
+    }
+
+    let off = case("two ingress controllers, ipMode not watched");
+    let on = docs(
+        &template(
+            &[
+                TWO_PROXIES,
+                "etcHosts.enabled=true",
+                "controller.mode=coredns",
+            ],
+            true,
+        )
+        .unwrap(),
+    );
+    assert_eq!(ipmode_roles(&on).len(), 4);
+    assert!(ipmode_roles(off).is_empty());
+    let mut expected = object_keys(&on);
+    for o in ipmode_roles(&on) {
+        expected.remove(&(kind(o).to_string(), name(o).to_string()));
+    }
+    assert_eq!(object_keys(off), expected);
+    for (k, n) in [
+        ("Deployment", "ouroboros-controller"),
+        ("DaemonSet", "ouroboros-etc-hosts"),
+    ] {
+        let args = container_args(pod_named(off, k, n).unwrap());
+        assert!(has(&args, "--skip-proxy-ipmode=false"), "{k} {n}: {args:?}");
+        assert!(
+            !args.iter().any(|a| a.contains("ingress-controller")),
+            "{args:?}"
+        );
+        assert!(controller_needs(&args)
+            .ingress_controller_services
+            .is_empty());
+        let (targets, rest) = split_targets(args);
+        let (on_targets, on_rest) = split_targets(container_args(pod_named(&on, k, n).unwrap()));
+        assert_eq!(
+            targets,
+            [TRAEFIK_TARGET
+                .strip_suffix(",ingress-controller=traefik/traefik")
+                .unwrap()]
+        );
+        assert_eq!(on_targets, [TRAEFIK_TARGET]);
+        let added: Vec<_> = rest.iter().filter(|a| !on_rest.contains(a)).collect();
+        let removed: Vec<_> = on_rest.iter().filter(|a| !rest.contains(a)).collect();
+        assert_eq!(added, ["--skip-proxy-ipmode=false"], "{k} {n}");
+        assert_eq!(removed, [NGINX_IPMODE], "{k} {n}");
+    }
+    for o in off {
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+        assert!(
+            !["ingress-nginx", "traefik"].contains(&ns),
+            "{} {}",
+            kind(o),
+            name(o)
+        );
+    }
+}
+
+/// Several watched Services: one Role per namespace with every name in it once, named within 63
+/// characters even for the longest fullname and namespaces, each granting what the binary
+/// needs.
+#[test]
+fn ipmode_roles_are_one_per_namespace_and_fit_in_63_characters() {
+    let fullname = "a".repeat(50);
+    let (ns1, ns2) = (
+        format!("{}-1", "n".repeat(61)),
+        format!("{}-2", "n".repeat(61)),
+    );
+    let sets: Vec<String> = [
+        format!("fullnameOverride={fullname}"),
+        "proxy.target.serviceName=nginx".into(),
+        format!("proxy.target.serviceNamespace={ns1}"),
+        // The main proxy's ingress controller again, and another in its namespace.
+        "proxies[0].name=same".into(),
+        "proxies[0].ingressClasses={same}".into(),
+        "proxies[0].target.serviceName=nginx".into(),
+        format!("proxies[0].target.serviceNamespace={ns1}"),
+        "proxies[1].name=other".into(),
+        "proxies[1].ingressClasses={other}".into(),
+        "proxies[1].target.serviceName=other".into(),
+        format!("proxies[1].target.serviceNamespace={ns1}"),
+        "proxies[2].name=far".into(),
+        "proxies[2].ingressClasses={far}".into(),
+        "proxies[2].target.serviceName=far".into(),
+        format!("proxies[2].target.serviceNamespace={ns2}"),
+        "proxies[3].name=host".into(),
+        "proxies[3].ingressClasses={host}".into(),
+        "proxies[3].target.host=host.example".into(),
+        "etcHosts.enabled=true".into(),
+        "controller.mode=coredns".into(),
+    ]
+    .into();
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let yaml = template(&sets, true).unwrap();
+    validate("ipMode Roles of long names", &yaml);
+    let objs = docs(&yaml);
+    assert_eq!(
+        assert_rbac("ipMode Roles of long names", &objs, &fullname),
+        3
+    );
+    let roles: Vec<_> = ipmode_roles(&objs)
+        .into_iter()
+        .filter(|o| kind(o) == "Role")
+        .collect();
+    let mut got: Vec<(&str, Vec<String>)> = roles
+        .iter()
+        .map(|r| {
+            assert!(name(r).len() <= 63, "{}", name(r));
+            assert!(
+                name(r).starts_with(&format!("{}-ipmode-", &fullname[..46])),
+                "{}",
+                name(r)
+            );
+            (
+                r["metadata"]["namespace"].as_str().unwrap(),
+                strings(&r["rules"][0]["resourceNames"]),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (ns1.as_str(), vec!["nginx".to_string(), "other".into()]),
+            (ns2.as_str(), vec!["far".to_string()]),
+        ]
+    );
+    assert_ne!(name(roles[0]), name(roles[1]));
 }
 
 /// An entry of proxies takes every proxy.* setting it does not set, and only its own.
@@ -2556,6 +2917,16 @@ fn key_checks() -> Vec<KeyCheck> {
                     !a.iter().any(|x| x.starts_with("--target-service")),
                     "{a:?}"
                 );
+                // A host target is not watched for its ipMode.
+                let c = args(
+                    reference("reference values, a target host"),
+                    "Deployment",
+                    "controller",
+                );
+                assert!(
+                    !c.iter().any(|x| x.contains("ingress-controller")),
+                    "{c:?}"
+                );
             }),
         ),
         (
@@ -2566,7 +2937,13 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "proxy.target.namespace",
             Renamed("proxy.target.serviceNamespace"),
-            passes(px, "--target-service-namespace=traefik"),
+            Box::new(move || {
+                assert!(has(&px(), "--target-service-namespace=traefik"));
+                // The Service it makes the target is watched for its ipMode.
+                assert!(has(&ctl(), "--ingress-controller-service=traefik/traefik"));
+                let role = obj(on(), "Role", "controller-ipmode-traefik").unwrap();
+                assert_eq!(role["metadata"]["namespace"], "traefik");
+            }),
         ),
         (
             "proxy.target.httpPort",

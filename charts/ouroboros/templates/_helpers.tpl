@@ -22,19 +22,24 @@
 
 {{/*
 The proxies the chart renders: the main one (proxy.*, when proxy.enabled) and one per entry of
-`proxies`, each resolved into (name, key, fullname, component, labels, p, ingressController):
-p is proxy.* with the entry's overrides (values.yaml lists them) and ingressController is
-networkPolicy.ingressController with the entry's. Call with (dict "root" $ "out" $out): sets
-$out.proxies (main first) and $out.extras (the entries). Fails on an entry the controller's
+`proxies`, each resolved into (name, key, fullname, component, labels, p, ingressController,
+ipModeService): p is proxy.* with the entry's overrides (values.yaml lists them),
+ingressController is networkPolicy.ingressController with the entry's, and ipModeService is the
+target's ingress controller Service as NAMESPACE/NAME when the controller watches its ipMode
+(controller.skipProxyIpMode and a Service target), else "". Call with
+(dict "root" $ "out" $out): sets $out.proxies (main first) and $out.extras (the entries). Fails on an entry the controller's
 --target would refuse or Kubernetes could not name.
 */}}
 {{- define "ouroboros.resolveProxies" -}}
 {{- $v := .root.Values -}}
 {{- $fn := include "ouroboros.fullname" .root -}}
 {{- $gatewayApi := include "ouroboros.gatewayApi" .root -}}
+{{- $ipMode := $v.controller.skipProxyIpMode -}}
 {{- $all := list -}}
 {{- if $v.proxy.enabled -}}
-{{- $all = append $all (dict "name" "" "key" "proxy" "fullname" (include "ouroboros.proxyServiceName" .root) "component" "proxy" "labels" (dict) "p" $v.proxy "ingressController" $v.networkPolicy.ingressController) -}}
+{{- $t := $v.proxy.target -}}
+{{- $watched := ternary (printf "%s/%s" $t.serviceNamespace $t.serviceName) "" (and $ipMode (not (empty $t.serviceName)) (not (empty $t.serviceNamespace))) -}}
+{{- $all = append $all (dict "name" "" "key" "proxy" "fullname" (include "ouroboros.proxyServiceName" .root) "component" "proxy" "labels" (dict) "p" $v.proxy "ingressController" $v.networkPolicy.ingressController "ipModeService" $watched) -}}
 {{- end -}}
 {{- $extras := list -}}
 {{- $names := dict -}}
@@ -103,7 +108,8 @@ $out.proxies (main first) and $out.extras (the entries). Fails on an entry the c
       "httpsPort" (ternary (get $t "httpsPort") $v.proxy.target.httpsPort (hasKey $t "httpsPort"))) -}}
 {{- $ic := deepCopy $v.networkPolicy.ingressController -}}
 {{- range $k, $val := (get (get $e "networkPolicy" | default dict) "ingressController" | default dict) }}{{ $_ := set $ic $k $val }}{{ end -}}
-{{- $spec := dict "name" $n "key" $key "fullname" $obj "component" (printf "proxy-%s" $n) "labels" (dict "ouroboros.io/proxy" $n) "p" $p "ingressController" $ic "mapping" $mapping -}}
+{{- $watched := ternary (printf "%s/%s" $svcNs $svc) "" (and $ipMode (not (empty $svc))) -}}
+{{- $spec := dict "name" $n "key" $key "fullname" $obj "component" (printf "proxy-%s" $n) "labels" (dict "ouroboros.io/proxy" $n) "p" $p "ingressController" $ic "mapping" $mapping "ipModeService" $watched -}}
 {{- $all = append $all $spec -}}
 {{- $extras = append $extras $spec -}}
 {{- end -}}
@@ -434,11 +440,21 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- define "ouroboros.sourceArgs" -}}
 {{- $v := .Values.controller -}}
 {{- /* One named target per entry of proxies; everything else stays with the main proxy. Here,
-not with the DNS-target flags: removing what was written (cleanup) needs no target. */}}
+not with the DNS-target flags: removing what was written (cleanup) needs no target and watches
+no ingress controller. A target whose ingress controller is a Service names it, so that its
+load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- $proxies := dict }}
 {{- $_ := include "ouroboros.resolveProxies" (dict "root" . "out" $proxies) }}
+{{- range $proxies.proxies }}
+{{- if and (eq .name "") .ipModeService }}
+- --ingress-controller-service={{ .ipModeService }}
+{{- end }}
+{{- end }}
 {{- range $proxies.extras }}
-- --target=name={{ .name }},service={{ $.Release.Namespace }}/{{ .fullname }},{{ join "," .mapping }}
+- --target=name={{ .name }},service={{ $.Release.Namespace }}/{{ .fullname }},{{ join "," .mapping }}{{ with .ipModeService }},ingress-controller={{ . }}{{ end }}
+{{- end }}
+{{- if not $v.skipProxyIpMode }}
+- --skip-proxy-ipmode=false
 {{- end }}
 {{- if include "ouroboros.gatewayApi" . }}
 - --gateway-api
