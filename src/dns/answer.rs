@@ -187,7 +187,10 @@ pub(crate) fn write(w: &mut Writer<'_>, groups: &[Group<'_>], unit: &str) {
         Answer::Template(addrs) => write_templates(w, hosts, addrs, unit),
         Answer::Rewrite(fqdn) => write_rewrites(w, hosts, fqdn),
     };
-    if let [one] = groups {
+    // Groups without names write nothing, so one group with names is written as it is,
+    // whatever empty groups come with it (the same text however the set was split).
+    let groups: Vec<&Group<'_>> = groups.iter().filter(|g| !g.hosts.is_empty()).collect();
+    if let [one] = groups[..] {
         return write_one(w, one.hosts, one.answer);
     }
     let split: Vec<(BTreeSet<Hostname>, BTreeSet<Hostname>)> = groups

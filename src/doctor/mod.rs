@@ -168,6 +168,7 @@ pub struct Validated {
     pub filters: hostnames::Filters,
     pub policy: crate::hostname::HostPolicy,
     pub fqdn: crate::dns::ProxyFqdn,
+    pub cluster_domain: String,
 }
 
 impl DoctorArgs {
@@ -179,6 +180,7 @@ impl DoctorArgs {
             fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
             filters: s.filters,
             policy: s.policy,
+            cluster_domain: s.cluster_domain,
         })
     }
 }
@@ -249,78 +251,30 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         filters,
         policy,
         fqdn,
+        cluster_domain,
     } = args.validate()?;
     let mut out: Vec<Check> = Vec::new();
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
     let flag = args.ingress_controller_service.as_ref();
-    let (svc, others): (Got<Service>, Vec<String>) = match flag {
-        Some(t) => (
-            fetch::get(client, "services", &t.namespace, &t.name).await,
-            Vec::new(),
-        ),
-        None => {
-            let lp = ListParams::default().labels(checks::AUTO_DETECT_SELECTOR);
-            match fetch::list::<Service>(client, "services", None, &lp).await {
-                Err(e) => (Err(e), Vec::new()),
-                Ok(list) => {
-                    let list = list.unwrap_or_default();
-                    let (first, others) = checks::pick_ingress_service(&list);
-                    (Ok(first.cloned()), others)
-                }
-            }
-        }
-    };
+    let (first, unreachable) = ingress_checks(client, flag).await;
     // The first call tells whether the API server is reachable at all: a report of a dozen
     // identical transport failures would help nobody.
-    if let Err(e) = &svc {
-        if e.code.is_none() {
-            anyhow::bail!("{} ({e})", crate::kube_client::Cause::Unreachable.hint(""));
+    if let Some(e) = unreachable {
+        anyhow::bail!("{} ({e})", crate::kube_client::Cause::Unreachable.hint(""));
+    }
+    out.extend(first);
+    // Each --target's ingress controller (`ingress-controller=`), the same checks.
+    for t in &filters.targets {
+        if let Some((namespace, name)) = &t.ingress_controller {
+            let ns_name = NsName {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            let (checks, _) = ingress_checks(client, Some(&ns_name)).await;
+            out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
         }
     }
-    let svc_obj = svc.as_ref().ok().and_then(Option::as_ref);
-    let workloads = match svc_obj.and_then(|s| s.metadata.namespace.as_deref()) {
-        Some(ns) => fetch::workloads(client, ns).await,
-        None => Ok(None),
-    };
-    let workload = match (&workloads, svc_obj) {
-        (Ok(Some(ws)), Some(s)) => checks::matching_workload(s, ws),
-        _ => None,
-    };
-    let kind = svc_obj
-        .map(|s| checks::controller_kind(s, workload))
-        .unwrap_or(ControllerKind::Unknown);
-    out.push(checks::ingress_service(
-        flag.map(|f| f.to_string()).as_deref(),
-        &svc,
-        &others,
-        kind,
-    ));
-    out.push(checks::ip_mode(svc_obj));
-    out.push(match (&workloads, kind) {
-        (Err(e), ControllerKind::IngressNginx | ControllerKind::Traefik) => {
-            e.check("proxy-protocol")
-        }
-        (_, ControllerKind::IngressNginx) => {
-            let cm_ref = match (workload, svc_obj) {
-                (Some(w), _) => checks::nginx_configmap(w),
-                // No workload found: the chart's default, named like the Service.
-                (None, Some(s)) => Some((
-                    s.metadata.namespace.clone().unwrap_or_default(),
-                    s.metadata.name.clone().unwrap_or_default(),
-                )),
-                (None, None) => None,
-            };
-            match cm_ref {
-                Some(r) => {
-                    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &r.0, &r.1).await;
-                    checks::proxy_protocol(kind, workload, Some((&r, &got)))
-                }
-                None => checks::proxy_protocol(kind, workload, None),
-            }
-        }
-        _ => checks::proxy_protocol(kind, workload, None),
-    });
 
     // 2. The hostnames the controller would hairpin.
     let needs = args.needs();
@@ -343,21 +297,6 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
     let answer = match d.coredns_answer {
-        // One answer cannot judge a block of several targets' rules: those checks skip (the
-        // `targets` check says so) rather than call a correct block stale.
-        _ if !filters.targets.is_empty() => {
-            out.push(Check::skip(
-                "targets",
-                format!(
-                    "{} --target(s): the checks of our CoreDNS block, import snippet and \
-                     node-local-dns block compare a single target's rules and are skipped; \
-                     the controller's ouroboros_controller_target_hostnames metric and \
-                     HostnameConflict Events show the split",
-                    filters.targets.len()
-                ),
-            ));
-            None
-        }
         AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
         AnswerForm::Template if !d.proxy_ips.is_empty() => {
             ProxyAddrs::new(&d.proxy_ips).map(Answer::Template)
@@ -371,8 +310,38 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             .map(Answer::Template),
     };
 
-    // 3. CoreDNS. The checks of our block need both the hostnames and the answer.
-    let known = hosts.zip(answer.as_ref());
+    // With --target, each named target's names are answered by its own proxy, as the
+    // controller writes them (default target first, then --target order).
+    // Each --target's proxy Service, read once (its ClusterIPs answer for its names; checked
+    // in 5).
+    let proxies: Vec<_> = filters
+        .targets
+        .iter()
+        .map(hostnames::TargetRule::proxy)
+        .collect();
+    let target_services = d.target_services(&proxies);
+    let mut target_svcs: Vec<Got<Service>> = Vec::new();
+    for (ns, name) in &target_services {
+        target_svcs.push(fetch::get(client, "services", ns, name).await);
+    }
+    let per_target = match (&desired, &answer) {
+        (Some(desired), Some(default)) if !filters.targets.is_empty() => {
+            let t = Targets {
+                proxies: &proxies,
+                services: &target_services,
+                got: &target_svcs,
+            };
+            target_rules(d, desired, default, &t, &cluster_domain)
+        }
+        _ => None,
+    };
+    // 3. CoreDNS. The checks of our block need both the hostnames and the answers.
+    let expected = match (hosts, &answer, &per_target) {
+        (Some(h), _, Some(rules)) => Some(checks::Expected::per_target(h, rules)),
+        (Some(h), Some(a), None) if filters.targets.is_empty() => Some(checks::Expected::one(h, a)),
+        _ => None,
+    };
+    let known = expected.as_ref();
     if checks::uses_coredns(mode) {
         let target = d.coredns_target();
         let got: Got<ConfigMap> =
@@ -383,7 +352,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             Err(c) => out.push(c),
             Ok(text) => {
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
-                let (cs, findings) = checks::corefile_checks(mode, text, hosts, answer.as_ref());
+                let (cs, findings) = checks::corefile_checks(mode, text, known);
                 imports = findings.as_ref().map(|f| f.imports_custom_override);
                 shadows = findings.map(|f| f.shadowing);
                 out.extend(cs);
@@ -397,7 +366,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             let got: Got<ConfigMap> =
                 fetch::get(client, "configmaps", &it.namespace, &it.name).await;
             out.push(match known {
-                Some((h, a)) => checks::import_snippet(&it, &got, h, a),
+                Some(want) => checks::import_snippet(&it, &got, want),
                 None => Check::skip("coredns-import-snippet", checks::UNKNOWN),
             });
             import_cm = Some(got);
@@ -421,8 +390,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             shadows.as_deref(),
             &it,
             &import_cm,
-            hosts,
-            answer.as_ref(),
+            known,
         ));
         let deployment = match known {
             Some(_) => fetch::coredns_deployment(client, &d.coredns_namespace).await,
@@ -432,8 +400,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             mode,
             &d.coredns_namespace,
             &deployment,
-            hosts,
-            answer.as_ref(),
+            known,
         ));
     } else {
         out.push(Check::skip(
@@ -450,8 +417,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         d.node_local_dns.enabled,
         &nl,
         &got,
-        hosts,
-        answer.as_ref(),
+        known,
     ));
 
     // 5. The proxy: Service, ready endpoints, answers.
@@ -464,6 +430,25 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         out.push(checks::proxy_endpoints(&p_ns, &p_name, &slices));
     } else {
         out.push(Check::skip("proxy-endpoints", "no proxy Service"));
+    }
+    // Each --target's proxy: its Service and its ready endpoints, likewise.
+    for ((t, (ns, name)), got) in filters
+        .targets
+        .iter()
+        .zip(&target_services)
+        .zip(&target_svcs)
+    {
+        out.push(checks::proxy_service(ns, name, got).for_target(&t.name));
+        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+        let endpoints = match got {
+            Ok(Some(_)) => {
+                let slices: Got<Vec<EndpointSlice>> =
+                    fetch::list(client, "endpointslices.discovery.k8s.io", Some(ns), &lp).await;
+                checks::proxy_endpoints(ns, name, &slices)
+            }
+            _ => Check::skip("proxy-endpoints", "no proxy Service"),
+        };
+        out.push(endpoints.for_target(&t.name));
     }
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let dials = match (proxy_obj, args.dial) {
@@ -547,6 +532,125 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{text}");
     Ok(ExitCode::from(report.exit_code()))
+}
+
+/// The ingress controller checks: its Service (`flag`, else auto-detected), KEP-1860 `ipMode`,
+/// whether it expects the PROXY protocol. The error text instead when the API server cannot be
+/// reached at all.
+async fn ingress_checks(client: &Client, flag: Option<&NsName>) -> (Vec<Check>, Option<String>) {
+    let (svc, others): (Got<Service>, Vec<String>) = match flag {
+        Some(t) => (
+            fetch::get(client, "services", &t.namespace, &t.name).await,
+            Vec::new(),
+        ),
+        None => {
+            let lp = ListParams::default().labels(checks::AUTO_DETECT_SELECTOR);
+            match fetch::list::<Service>(client, "services", None, &lp).await {
+                Err(e) => (Err(e), Vec::new()),
+                Ok(list) => {
+                    let list = list.unwrap_or_default();
+                    let (first, others) = checks::pick_ingress_service(&list);
+                    (Ok(first.cloned()), others)
+                }
+            }
+        }
+    };
+    // A transport failure (no status code): the API server is unreachable.
+    if let Err(e) = &svc {
+        if e.code.is_none() {
+            return (Vec::new(), Some(e.to_string()));
+        }
+    }
+    let mut out = Vec::new();
+    let svc_obj = svc.as_ref().ok().and_then(Option::as_ref);
+    let workloads = match svc_obj.and_then(|s| s.metadata.namespace.as_deref()) {
+        Some(ns) => fetch::workloads(client, ns).await,
+        None => Ok(None),
+    };
+    let workload = match (&workloads, svc_obj) {
+        (Ok(Some(ws)), Some(s)) => checks::matching_workload(s, ws),
+        _ => None,
+    };
+    let kind = svc_obj
+        .map(|s| checks::controller_kind(s, workload))
+        .unwrap_or(ControllerKind::Unknown);
+    out.push(checks::ingress_service(
+        flag.map(|f| f.to_string()).as_deref(),
+        &svc,
+        &others,
+        kind,
+    ));
+    out.push(checks::ip_mode(svc_obj));
+    out.push(match (&workloads, kind) {
+        (Err(e), ControllerKind::IngressNginx | ControllerKind::Traefik) => {
+            e.check("proxy-protocol")
+        }
+        (_, ControllerKind::IngressNginx) => {
+            let cm_ref = match (workload, svc_obj) {
+                (Some(w), _) => checks::nginx_configmap(w),
+                // No workload found: the chart's default, named like the Service.
+                (None, Some(s)) => Some((
+                    s.metadata.namespace.clone().unwrap_or_default(),
+                    s.metadata.name.clone().unwrap_or_default(),
+                )),
+                (None, None) => None,
+            };
+            match cm_ref {
+                Some(r) => {
+                    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &r.0, &r.1).await;
+                    checks::proxy_protocol(kind, workload, Some((&r, &got)))
+                }
+                None => checks::proxy_protocol(kind, workload, None),
+            }
+        }
+        _ => checks::proxy_protocol(kind, workload, None),
+    });
+    (out, None)
+}
+
+/// The named targets as doctor sees them: their proxies (flags), Services (namespace, name) and
+/// what reading each Service gave.
+struct Targets<'a> {
+    proxies: &'a [crate::dns::args::TargetService],
+    services: &'a [(String, String)],
+    got: &'a [Got<Service>],
+}
+
+/// The rules the controller writes with --target: the default target's names with `default`,
+/// each named target's with its proxy's answer (its `proxy-ip=`, else its Service's ClusterIPs;
+/// in the rewrite form its Service's name). `None` when a target's answer cannot be known.
+fn target_rules(
+    d: &DnsArgs,
+    desired: &hostnames::Desired,
+    default: &Answer,
+    targets: &Targets<'_>,
+    cluster_domain: &str,
+) -> Option<crate::dns::answer::Rules> {
+    let mut by_target: Vec<_> = desired.by_target().into_iter().collect();
+    by_target.sort_by_key(|(t, _)| t.index());
+    let mut rules = Vec::new();
+    for (target, hosts) in by_target {
+        let answer = match target.index().checked_sub(1) {
+            None => default.clone(),
+            Some(i) => {
+                let (ns, name) = &targets.services[i];
+                match d.coredns_answer {
+                    AnswerForm::Rewrite => Answer::Rewrite(
+                        crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain).ok()?,
+                    ),
+                    AnswerForm::Template if !targets.proxies[i].ips.is_empty() => {
+                        Answer::Template(ProxyAddrs::new(&targets.proxies[i].ips)?)
+                    }
+                    AnswerForm::Template => {
+                        let svc = targets.got[i].as_ref().ok()?.as_ref()?;
+                        Answer::Template(ProxyAddrs::new(&cluster_ips(svc).ok()?)?)
+                    }
+                }
+            }
+        };
+        rules.push((hosts, answer));
+    }
+    Some(rules)
 }
 
 #[cfg(test)]

@@ -31,6 +31,9 @@ impl Status {
 pub struct Check {
     /// Stable identifier (for scripts reading the JSON).
     pub id: &'static str,
+    /// The `--target` a per-target check is about (`None`: the default proxy, or not per target).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     pub status: Status,
     pub summary: String,
     pub evidence: Vec<String>,
@@ -42,6 +45,7 @@ impl Check {
     pub fn new(id: &'static str, status: Status, summary: impl Into<String>) -> Self {
         Self {
             id,
+            target: None,
             status,
             summary: summary.into(),
             evidence: Vec::new(),
@@ -60,6 +64,12 @@ impl Check {
     pub fn skip(id: &'static str, summary: impl Into<String>) -> Self {
         Self::new(id, Status::Skip, summary)
     }
+    /// The check about a named target's proxy or ingress controller.
+    pub fn for_target(mut self, name: &str) -> Self {
+        self.target = Some(name.to_string());
+        self
+    }
+
     pub fn evidence(mut self, line: impl Into<String>) -> Self {
         self.evidence.push(line.into());
         self
@@ -122,9 +132,14 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = format!("ouroboros doctor (mode {})\n\n", self.mode);
         for c in &self.checks {
+            let target = c
+                .target
+                .as_ref()
+                .map(|t| format!(" (target {t})"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{:<6} {}: {}",
+                "{:<6} {}{target}: {}",
                 format!("[{}]", c.status.as_str()),
                 c.id,
                 c.summary

@@ -15,7 +15,7 @@ use crate::kube_mock;
 use crate::kube_mock::{not_found, serve_fn, status, Seen};
 
 use ouroboros::cli::{Cli, Command};
-use ouroboros::dns::answer::{Answer, ProxyAddrs};
+use ouroboros::dns::answer::{Answer, Group, ProxyAddrs};
 use ouroboros::dns::{corefile, ProxyFqdn, DEFAULT_PROXY_FQDN};
 use ouroboros::doctor::{diagnose, DoctorArgs, Report, Status};
 use ouroboros::hostname::{HostPolicy, Hostname};
@@ -1100,4 +1100,123 @@ async fn server_blocks_for_more_specific_zones_shadow_hosts() {
     );
     assert_eq!(check(&report, "coredns-block").status, Status::Ok);
     assert_eq!(report.exit_code(), 0);
+}
+
+/// With --target, the block is judged against every target's rules: each named target's names
+/// answered with its own proxy Service's ClusterIPs (read from the API), as the controller
+/// writes them; a block with one answer for all is stale.
+#[tokio::test]
+async fn several_targets_are_judged_with_each_proxys_answer() {
+    const NEWS_PROXY: &str = "/api/v1/namespaces/ouroboros/services/proxy-news";
+    let mut news = ingress("news", "web", &["news.example.com"]);
+    news["spec"]["ingressClassName"] = json!("traefik");
+    let ingresses = list(
+        "IngressList",
+        "networking.k8s.io/v1",
+        vec![
+            ingress("shop", "web", &["shop.example.com"]),
+            ingress("blog", "web", &["blog.example.com", "*.blog.example.com"]),
+            news,
+        ],
+    );
+    let mut news_proxy = proxy_service();
+    news_proxy["metadata"]["name"] = json!("proxy-news");
+    news_proxy["spec"]["clusterIP"] = json!("10.96.0.30");
+    news_proxy["spec"]["clusterIPs"] = json!(["10.96.0.30"]);
+    let news_answer = Answer::Template(ProxyAddrs::new(&["10.96.0.30".parse().unwrap()]).unwrap());
+    let (default_hosts, news_hosts) = (
+        hosts(&["shop.example.com", "blog.example.com", "*.blog.example.com"]),
+        hosts(&["news.example.com"]),
+    );
+    let default_answer = template();
+    let two = corefile::splice_groups(
+        &corefile_fixture("kubeadm.Corefile"),
+        &[
+            Group {
+                hosts: &default_hosts,
+                answer: &default_answer,
+            },
+            Group {
+                hosts: &news_hosts,
+                answer: &news_answer,
+            },
+        ],
+    )
+    .unwrap()
+    .text;
+    let a = args(&[
+        "--target",
+        "name=news,service=proxy-news,ingress-class=traefik,ingress-controller=traefik/traefik",
+    ]);
+    let mut traefik = nginx_service(Some("Proxy"));
+    traefik["metadata"] = meta("traefik", "traefik");
+    let cluster = |corefile: String| {
+        healthy()
+            .at(INGRESSES, ingresses.clone())
+            .at(
+                "/apis/networking.k8s.io/v1/ingressclasses?",
+                list("IngressClassList", "networking.k8s.io/v1", vec![]),
+            )
+            .at(NEWS_PROXY, news_proxy.clone())
+            .at(
+                "/api/v1/namespaces/traefik/services/traefik",
+                traefik.clone(),
+            )
+            .at(
+                COREDNS,
+                configmap("kube-system", "coredns", json!({"Corefile": corefile})),
+            )
+    };
+    let (report, seen) = run(cluster(two), &a).await;
+    let b = check(&report, "coredns-block");
+    assert_eq!(b.status, Status::Ok, "{b:?}");
+    assert_eq!(
+        b.summary,
+        "our block is present and current (4 hostname(s))"
+    );
+    assert_eq!(
+        seen.iter().filter(|s| s.uri == NEWS_PROXY).count(),
+        1,
+        "the news proxy is read once"
+    );
+    // The named target's proxy gets its own checks, marked with the target.
+    let of_news: Vec<(&str, Status)> = report
+        .checks
+        .iter()
+        .filter(|c| c.target.as_deref() == Some("news"))
+        .map(|c| (c.id, c.status))
+        .collect();
+    assert_eq!(
+        of_news,
+        [
+            ("ingress-controller", Status::Ok),
+            ("kep-1860-ipmode", Status::Warn),
+            ("proxy-protocol", Status::Skip),
+            ("proxy-service", Status::Ok),
+            ("proxy-endpoints", Status::Fail),
+        ],
+        "{report:#?}"
+    );
+    assert!(report
+        .to_text()
+        .contains("proxy-service (target news): Service ouroboros/proxy-news exists"));
+
+    // One answer for every name: news.example.com would reach the wrong proxy.
+    let one = with_block(
+        &corefile_fixture("kubeadm.Corefile"),
+        &[
+            "shop.example.com",
+            "blog.example.com",
+            "*.blog.example.com",
+            "news.example.com",
+        ],
+        &template(),
+    );
+    let (report, _) = run(cluster(one), &a).await;
+    let b = check(&report, "coredns-block");
+    assert_eq!(
+        (b.status, b.summary.as_str()),
+        (Status::Fail, "our block is stale"),
+        "{b:?}"
+    );
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 
 use super::{cut, Got};
 use crate::controller::args::Mode;
-use crate::dns::answer::Answer;
+use crate::dns::answer::{self, Answer, Group, Rules};
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::{coredns_import, corefile, BEGIN_MARKER, END_MARKER};
 use crate::doctor::report::Check;
@@ -98,6 +98,37 @@ fn rule_diff(want: &[String], have: &[String]) -> Vec<String> {
     cut(missing.chain(extra).collect())
 }
 
+/// What our block should hold: every hairpinned name, and the rules for each proxy target's
+/// names (one group without `--target`).
+#[derive(Clone, Debug)]
+pub struct Expected<'a> {
+    pub hosts: &'a BTreeSet<Hostname>,
+    pub groups: Vec<Group<'a>>,
+}
+
+impl<'a> Expected<'a> {
+    /// Every name answered one way.
+    pub fn one(hosts: &'a BTreeSet<Hostname>, answer: &'a Answer) -> Self {
+        Expected {
+            hosts,
+            groups: vec![Group { hosts, answer }],
+        }
+    }
+
+    /// The names of `hosts`, answered per target as `rules` say.
+    pub fn per_target(hosts: &'a BTreeSet<Hostname>, rules: &'a Rules) -> Self {
+        Expected {
+            hosts,
+            groups: answer::groups(rules),
+        }
+    }
+
+    /// The answer form (`--coredns-answer`: the same for every target).
+    pub fn form(&self) -> &'static str {
+        self.groups.first().map_or("template", |g| g.answer.form())
+    }
+}
+
 /// The summary of the checks that judge our block when they cannot.
 pub const UNKNOWN: &str = "the desired hostnames or the proxy's addresses are unknown (see the \
                            hostnames and proxy-service checks)";
@@ -111,10 +142,10 @@ pub(super) fn block_verdict(
     place: &str,
     corefile: &str,
     edit: &corefile::Edit,
-    hosts: &BTreeSet<Hostname>,
-    answer: &Answer,
+    want: &Expected<'_>,
     action: &str,
 ) -> Check {
+    let hosts = want.hosts;
     if !edit.changed {
         return Check::ok(
             id,
@@ -128,7 +159,7 @@ pub(super) fn block_verdict(
             },
         );
     }
-    let want = block_lines(&coredns_import::render(hosts, answer)).unwrap_or_default();
+    let want = block_lines(&coredns_import::render_groups(&want.groups)).unwrap_or_default();
     let have = block_lines(corefile);
     let c = match &have {
         None => Check::fail(
@@ -156,14 +187,10 @@ pub(super) fn block_verdict(
 pub fn corefile_checks(
     mode: Mode,
     corefile: &str,
-    hosts: Option<&BTreeSet<Hostname>>,
-    answer: Option<&Answer>,
+    want: Option<&Expected<'_>>,
 ) -> (Vec<Check>, Option<corefile::Findings>) {
-    let none = BTreeSet::new();
-    let known = hosts.is_some() && answer.is_some();
-    let hosts = hosts.unwrap_or(&none);
-    let edited = match answer {
-        Some(a) => corefile::splice(corefile, hosts, a),
+    let edited = match want {
+        Some(w) => corefile::splice_groups(corefile, &w.groups),
         None => corefile::remove(corefile),
     };
     let edit = match edited {
@@ -225,14 +252,13 @@ pub fn corefile_checks(
             "the root server block imports /etc/coredns/custom/*.override",
         ),
     });
-    let block = match (mode, answer) {
-        (Mode::Coredns, Some(a)) if known => block_verdict(
+    let block = match (mode, want) {
+        (Mode::Coredns, Some(w)) => block_verdict(
             "coredns-block",
             "",
             corefile,
             &edit,
-            hosts,
-            a,
+            w,
             "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
              deploy/ouroboros-controller) and that the rbac check passes",
         ),
@@ -256,13 +282,9 @@ pub fn corefile_checks(
 }
 
 /// coredns-import: our key holds the snippet for the desired hosts.
-pub fn import_snippet(
-    target: &ConfigMapKey,
-    got: &Got<ConfigMap>,
-    hosts: &BTreeSet<Hostname>,
-    answer: &Answer,
-) -> Check {
+pub fn import_snippet(target: &ConfigMapKey, got: &Got<ConfigMap>, want: &Expected<'_>) -> Check {
     const ID: &str = "coredns-import-snippet";
+    let hosts = want.hosts;
     let act = "check that the controller runs and is leader, and that the rbac check passes";
     let text = match got {
         Err(e) => return e.check(ID),
@@ -275,7 +297,7 @@ pub fn import_snippet(
         }
         Ok(Some(cm)) => cm.data.as_ref().and_then(|d| d.get(&target.key)),
     };
-    let want = coredns_import::render(hosts, answer);
+    let want = coredns_import::render_groups(&want.groups);
     match text {
         None => Check::fail(ID, format!("{target} is missing")).action(act),
         Some(t) if *t == want => Check::ok(
@@ -354,7 +376,7 @@ pub fn block_reverted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::checks::fixtures::{cm, hosts, proxy, PLAIN};
+    use crate::doctor::checks::fixtures::{cm, expect, hosts, proxy, PLAIN};
     use crate::doctor::report::Status;
     use serde_json::json;
 
@@ -422,11 +444,17 @@ mod tests {
             ),
         ];
         for (mode, text, hosts, id, want) in cases {
-            let (checks, _) = corefile_checks(mode, text, Some(hosts), Some(&proxy()));
+            let (checks, _) =
+                corefile_checks(mode, text, expect(Some(hosts), Some(&proxy())).as_ref());
             assert_eq!(status_of(&checks, id), want, "{mode:?} {id} {text:?}");
         }
-        let (checks, _) = corefile_checks(Mode::Coredns, &stale, Some(&h), Some(&proxy()));
-        let (unknown, _) = corefile_checks(Mode::Coredns, &stale, None, Some(&proxy()));
+        let (checks, _) = corefile_checks(
+            Mode::Coredns,
+            &stale,
+            expect(Some(&h), Some(&proxy())).as_ref(),
+        );
+        let (unknown, _) =
+            corefile_checks(Mode::Coredns, &stale, expect(None, Some(&proxy())).as_ref());
         assert_eq!(status_of(&unknown, "coredns-block"), Status::Skip);
         let block = checks.iter().find(|c| c.id == "coredns-block").unwrap();
         assert_eq!(
@@ -458,7 +486,7 @@ mod tests {
             (Ok(None), Status::Fail),
         ] {
             assert_eq!(
-                import_snippet(&t, &got, &h, &proxy()).status,
+                import_snippet(&t, &got, &Expected::one(&h, &proxy())).status,
                 want,
                 "{got:?}"
             );

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
+use super::coredns::Expected;
 use super::{uses_coredns, Got, Workload, UNKNOWN};
 use crate::controller::args::Mode;
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
@@ -56,18 +57,23 @@ pub fn coredns_version(
     mode: Mode,
     namespace: &str,
     deployment: &Got<Workload>,
-    hosts: Option<&BTreeSet<Hostname>>,
-    answer: Option<&Answer>,
+    want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-version";
     if !uses_coredns(mode) {
         return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
     }
-    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+    let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
     };
-    let form = answer.form();
-    let (need, why) = oldest_coredns(hosts, answer);
+    let form = want.form();
+    // The newest of what each target's rules need.
+    let (need, why) = want
+        .groups
+        .iter()
+        .map(|g| oldest_coredns(g.hosts, g.answer))
+        .max_by_key(|(v, _)| *v)
+        .unwrap_or((template_needs(want.hosts), "no rules"));
     let needs = format!("our {form} block needs CoreDNS {need} or later: {why}");
     let w = match deployment {
         Err(e) => {
@@ -131,13 +137,13 @@ pub fn coredns_version(
         )
         .evidence(evidence);
     }
-    let action = match answer {
-        Answer::Rewrite(_) => format!(
+    let action = match form {
+        "rewrite" => format!(
             "use --coredns-answer template (the default), which parses on CoreDNS {} and later, \
              or upgrade CoreDNS to {need} or later",
-            template_needs(hosts)
+            template_needs(want.hosts)
         ),
-        Answer::Template(_) => format!("upgrade CoreDNS to {need} or later"),
+        _ => format!("upgrade CoreDNS to {need} or later"),
     };
     Check::fail(
         ID,
@@ -160,7 +166,7 @@ fn template_needs(hosts: &BTreeSet<Hostname>) -> Version {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::checks::fixtures::{forbidden, hosts, proxy, rewrite};
+    use crate::doctor::checks::fixtures::{expect, forbidden, hosts, proxy, rewrite};
     use crate::doctor::report::Status;
     use std::collections::BTreeMap;
 
@@ -272,7 +278,12 @@ mod tests {
             ),
         ];
         for (got, h, a, want) in cases {
-            let c = coredns_version(Mode::Coredns, "kube-system", &got, Some(h), Some(&a));
+            let c = coredns_version(
+                Mode::Coredns,
+                "kube-system",
+                &got,
+                expect(Some(h), Some(&a)).as_ref(),
+            );
             assert_eq!(c.status, want, "{got:?} {a:?}: {c:?}");
         }
         let old = dep("coredns/coredns:1.8.3");
@@ -280,8 +291,7 @@ mod tests {
             Mode::Coredns,
             "kube-system",
             &old,
-            Some(&wild),
-            Some(&rewrite()),
+            expect(Some(&wild), Some(&rewrite())).as_ref(),
         );
         assert_eq!(
             c.summary,
@@ -303,8 +313,7 @@ mod tests {
             Mode::Coredns,
             "kube-system",
             &dep("coredns/coredns:1.6.7"),
-            Some(&exact),
-            Some(&proxy()),
+            expect(Some(&exact), Some(&proxy())).as_ref(),
         );
         assert_eq!(
             c.action.as_deref(),
@@ -314,8 +323,7 @@ mod tests {
             Mode::Coredns,
             "kube-system",
             &Err(forbidden("deployments.apps", "coredns")),
-            Some(&wild),
-            Some(&proxy()),
+            expect(Some(&wild), Some(&proxy())).as_ref(),
         );
         assert!(
             c.action.as_deref().unwrap().starts_with(
@@ -329,18 +337,29 @@ mod tests {
                 Mode::EtcHosts,
                 "kube-system",
                 &old,
-                Some(&wild),
-                Some(&proxy())
+                expect(Some(&wild), Some(&proxy())).as_ref()
             )
             .status,
             Status::Skip
         );
         assert_eq!(
-            coredns_version(Mode::Coredns, "kube-system", &old, None, Some(&proxy())).status,
+            coredns_version(
+                Mode::Coredns,
+                "kube-system",
+                &old,
+                expect(None, Some(&proxy())).as_ref()
+            )
+            .status,
             Status::Skip
         );
         assert_eq!(
-            coredns_version(Mode::Coredns, "kube-system", &old, Some(&wild), None).status,
+            coredns_version(
+                Mode::Coredns,
+                "kube-system",
+                &old,
+                expect(Some(&wild), None).as_ref()
+            )
+            .status,
             Status::Skip
         );
     }

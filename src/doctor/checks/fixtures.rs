@@ -25,6 +25,15 @@ pub(super) fn proxy() -> Answer {
 pub(super) const PLAIN: &str =
     ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n";
 
+/// What the block should hold for `hosts` answered with `answer` (`None` when either is
+/// unknown), as the checks take it.
+pub(super) fn expect<'a>(
+    hosts: Option<&'a BTreeSet<Hostname>>,
+    answer: Option<&'a Answer>,
+) -> Option<super::Expected<'a>> {
+    Some(super::Expected::one(hosts?, answer?))
+}
+
 pub(super) fn rewrite() -> Answer {
     Answer::Rewrite(crate::dns::ProxyFqdn::parse(crate::dns::DEFAULT_PROXY_FQDN).unwrap())
 }

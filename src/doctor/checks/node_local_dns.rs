@@ -2,18 +2,14 @@
 //! CoreDNS's; off, an installed node-local-dns sends external names upstream past our block.
 //! Separate from `coredns`: another ConfigMap, other flags, and its own failure modes.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::coredns::{block_lines, block_verdict};
+use super::coredns::{block_lines, block_verdict, Expected};
 use super::{uses_coredns, Got, UNKNOWN};
 use crate::controller::args::Mode;
-use crate::dns::answer::Answer;
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::corefile;
 use crate::doctor::report::Check;
-use crate::hostname::Hostname;
 
 /// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold
 /// the same block as CoreDNS's; off, an installed node-local-dns bypasses the block.
@@ -22,8 +18,7 @@ pub fn node_local_dns(
     enabled: bool,
     target: &ConfigMapKey,
     got: &Got<ConfigMap>,
-    hosts: Option<&BTreeSet<Hostname>>,
-    answer: Option<&Answer>,
+    want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "node-local-dns";
     let (ns, name) = (&target.namespace, &target.name);
@@ -78,14 +73,14 @@ pub fn node_local_dns(
         let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
                        controller writes the same template block into its `.:53` server block, \
                        or use --mode external-dns";
-        return c.action(match answer {
-            Some(Answer::Rewrite(_)) => {
+        return c.action(match want.map(Expected::form) {
+            Some("rewrite") => {
                 format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
             }
             _ => turn_on.to_string(),
         });
     }
-    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+    let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
     };
     let Some(text) = text else {
@@ -104,7 +99,7 @@ pub fn node_local_dns(
              keeps its Corefile under the key `Corefile`",
         );
     };
-    match corefile::splice(text, hosts, answer) {
+    match corefile::splice_groups(text, &want.groups) {
         Err(e) => Check::fail(
             ID,
             format!("the Corefile in ConfigMap {ns}/{name} cannot be edited"),
@@ -118,8 +113,7 @@ pub fn node_local_dns(
             &format!(" in ConfigMap {ns}/{name}"),
             text,
             &edit,
-            hosts,
-            answer,
+            want,
             &format!(
                 "check that the controller runs and is leader (kubectl -n NAMESPACE logs \
                  deploy/ouroboros-controller) and may get and update ConfigMap {ns}/{name} (the \
@@ -132,7 +126,7 @@ pub fn node_local_dns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::checks::fixtures::{cm, forbidden, hosts, proxy, rewrite};
+    use crate::doctor::checks::fixtures::{cm, expect, forbidden, hosts, proxy, rewrite};
     use crate::doctor::report::Status;
     use serde_json::json;
 
@@ -241,7 +235,13 @@ mod tests {
             ),
         ];
         for (mode, on, got, want, summary) in cases {
-            let c = node_local_dns(mode, on, &t, &got, Some(&h), Some(&proxy()));
+            let c = node_local_dns(
+                mode,
+                on,
+                &t,
+                &got,
+                expect(Some(&h), Some(&proxy())).as_ref(),
+            );
             assert_eq!(c.status, want, "{mode:?} {on} {c:?}");
             assert!(c.summary.starts_with(summary), "{c:?}");
         }
@@ -251,8 +251,7 @@ mod tests {
             false,
             &t,
             &corefile(&current),
-            Some(&h),
-            Some(&proxy()),
+            expect(Some(&h), Some(&proxy())).as_ref(),
         );
         assert!(
             c.action.as_deref().unwrap().starts_with(
@@ -267,15 +266,20 @@ mod tests {
             false,
             &t,
             &corefile(nl),
-            Some(&h),
-            Some(&rewrite()),
+            expect(Some(&h), Some(&rewrite())).as_ref(),
         );
         assert!(c
             .action
             .unwrap()
             .starts_with("use --coredns-answer template"));
         // Missing: both usual names and the flags.
-        let c = node_local_dns(Mode::Coredns, true, &t, &Ok(None), Some(&h), Some(&proxy()));
+        let c = node_local_dns(
+            Mode::Coredns,
+            true,
+            &t,
+            &Ok(None),
+            expect(Some(&h), Some(&proxy())).as_ref(),
+        );
         let a = c.action.unwrap();
         for want in [
             "`nodelocaldns`",
@@ -291,8 +295,7 @@ mod tests {
             true,
             &t,
             &corefile(&stale),
-            Some(&h),
-            Some(&proxy()),
+            expect(Some(&h), Some(&proxy())).as_ref(),
         );
         assert_eq!(
             c.evidence,
@@ -302,7 +305,13 @@ mod tests {
             ]
         );
         for (hs, a) in [(None, Some(&proxy())), (Some(&h), None)] {
-            let c = node_local_dns(Mode::Coredns, true, &t, &corefile(nl), hs, a);
+            let c = node_local_dns(
+                Mode::Coredns,
+                true,
+                &t,
+                &corefile(nl),
+                expect(hs, a).as_ref(),
+            );
             assert_eq!(c.status, Status::Skip);
         }
     }

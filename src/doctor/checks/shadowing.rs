@@ -6,13 +6,12 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use super::coredns::Expected;
 use super::{cut, uses_coredns, Got, UNKNOWN};
 use crate::controller::args::Mode;
-use crate::dns::answer::Answer;
 use crate::dns::apply::ConfigMapKey;
 use crate::dns::corefile;
 use crate::doctor::report::Check;
-use crate::hostname::Hostname;
 
 /// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so
 /// that our block (in the root server block) never answers them. `corefile` is the Corefile's
@@ -24,14 +23,13 @@ pub fn coredns_shadowing(
     corefile: Option<&[corefile::Shadow]>,
     import: &ConfigMapKey,
     import_got: &Got<ConfigMap>,
-    hosts: Option<&BTreeSet<Hostname>>,
-    answer: Option<&Answer>,
+    want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-shadowing";
     if !uses_coredns(mode) {
         return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
     }
-    let (Some(hosts), Some(answer)) = (hosts, answer) else {
+    let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
     };
     let mut shadows: Vec<(String, String)> = corefile
@@ -63,7 +61,7 @@ pub fn coredns_shadowing(
                 .filter(|(k, _)| k.ends_with(".server"))
                 .collect();
             for (key, text) in &servers {
-                match fragment_shadowing(text, hosts, answer) {
+                match fragment_shadowing(text, want) {
                     Ok(found) => shadows.extend(found.into_iter().map(|s| {
                         let line = format!(
                             "{}: server block '{}' in {cm} key {key:?} (line {})",
@@ -105,7 +103,7 @@ pub fn coredns_shadowing(
             "add the same ouroboros {} block to that server block (copy the lines between the \
              markers, without the marker lines, which the controller would move into the root \
              block), or remove the block",
-            answer.form()
+            want.form()
         ));
     }
     if !problems.is_empty() {
@@ -138,17 +136,16 @@ pub fn coredns_shadowing(
 /// fragment's line numbers as they are.
 fn fragment_shadowing(
     fragment: &str,
-    hosts: &BTreeSet<Hostname>,
-    answer: &Answer,
+    want: &Expected<'_>,
 ) -> Result<Vec<corefile::Shadow>, corefile::CorefileError> {
     let text = format!("{fragment}\n.:53 {{\n}}\n");
-    corefile::splice(&text, hosts, answer).map(|e| e.findings.shadowing)
+    corefile::splice_groups(&text, &want.groups).map(|e| e.findings.shadowing)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::checks::fixtures::{cm, forbidden, hosts, proxy, PLAIN};
+    use crate::doctor::checks::fixtures::{cm, expect, forbidden, hosts, proxy, PLAIN};
     use crate::doctor::report::Status;
     use serde_json::json;
 
@@ -235,7 +232,13 @@ mod tests {
             (Mode::ExternalDns, Some(&in_corefile), Ok(None), Status::Skip, ""),
         ];
         for (mode, shadows, got, want, first) in cases {
-            let c = coredns_shadowing(mode, shadows, &t, &got, Some(&h), Some(&proxy()));
+            let c = coredns_shadowing(
+                mode,
+                shadows,
+                &t,
+                &got,
+                expect(Some(&h), Some(&proxy())).as_ref(),
+            );
             assert_eq!(c.status, want, "{c:?}");
             let got = c.evidence.first().map_or("", String::as_str);
             assert!(got.starts_with(first), "{first:?}: {c:?}");
@@ -245,15 +248,20 @@ mod tests {
             Some(&in_corefile),
             &t,
             &Ok(None),
-            Some(&h),
-            Some(&proxy()),
+            expect(Some(&h), Some(&proxy())).as_ref(),
         );
         assert!(c
             .action
             .unwrap()
             .starts_with("add the same ouroboros template block to that server block"));
         for (hs, a) in [(None, Some(&proxy())), (Some(&h), None)] {
-            let c = coredns_shadowing(Mode::Coredns, Some(&in_corefile), &t, &Ok(None), hs, a);
+            let c = coredns_shadowing(
+                Mode::Coredns,
+                Some(&in_corefile),
+                &t,
+                &Ok(None),
+                expect(hs, a).as_ref(),
+            );
             assert_eq!(c.status, Status::Skip);
         }
     }
