@@ -257,7 +257,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
     let flag = args.ingress_controller_service.as_ref();
-    let (first, unreachable) = ingress_checks(client, flag).await;
+    let (first, unreachable) = ingress_checks(client, flag, "--ingress-controller-service").await;
     // The first call tells whether the API server is reachable at all: a report of a dozen
     // identical transport failures would help nobody.
     if let Some(e) = unreachable {
@@ -271,7 +271,8 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
-            let (checks, _) = ingress_checks(client, Some(&ns_name)).await;
+            let by = format!("ingress-controller= of --target {}", t.name);
+            let (checks, _) = ingress_checks(client, Some(&ns_name), &by).await;
             out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
         }
     }
@@ -537,7 +538,12 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 /// The ingress controller checks: its Service (`flag`, else auto-detected), KEP-1860 `ipMode`,
 /// whether it expects the PROXY protocol. The error text instead when the API server cannot be
 /// reached at all.
-async fn ingress_checks(client: &Client, flag: Option<&NsName>) -> (Vec<Check>, Option<String>) {
+/// `given_by` is the flag that names `flag` (for the summary and the action).
+async fn ingress_checks(
+    client: &Client,
+    flag: Option<&NsName>,
+    given_by: &str,
+) -> (Vec<Check>, Option<String>) {
     let (svc, others): (Got<Service>, Vec<String>) = match flag {
         Some(t) => (
             fetch::get(client, "services", &t.namespace, &t.name).await,
@@ -574,8 +580,9 @@ async fn ingress_checks(client: &Client, flag: Option<&NsName>) -> (Vec<Check>, 
     let kind = svc_obj
         .map(|s| checks::controller_kind(s, workload))
         .unwrap_or(ControllerKind::Unknown);
+    let named = flag.map(|f| f.to_string());
     out.push(checks::ingress_service(
-        flag.map(|f| f.to_string()).as_deref(),
+        named.as_deref().map(|f| (f, given_by)),
         &svc,
         &others,
         kind,

@@ -1197,9 +1197,15 @@ async fn several_targets_are_judged_with_each_proxys_answer() {
         ],
         "{report:#?}"
     );
-    assert!(report
-        .to_text()
-        .contains("proxy-service (target news): Service ouroboros/proxy-news exists"));
+    let text = report.to_text();
+    assert!(
+        text.contains("proxy-service (target news): Service ouroboros/proxy-news exists")
+            && text.contains(
+                "ingress-controller (target news): Service traefik/traefik (traefik, type \
+                 LoadBalancer, from ingress-controller= of --target news)"
+            ),
+        "{text}"
+    );
 
     // One answer for every name: news.example.com would reach the wrong proxy.
     let one = with_block(

@@ -94,8 +94,9 @@ pub fn controller_kind(svc: &Service, workload: Option<&Workload>) -> Controller
         .unwrap_or(ControllerKind::Unknown)
 }
 
+/// `given`: the Service's NAMESPACE/NAME and the flag that named it, when one did.
 pub fn ingress_service(
-    flag: Option<&str>,
+    given: Option<(&str, &str)>,
     got: &Got<Service>,
     others: &[String],
     kind: ControllerKind,
@@ -104,9 +105,9 @@ pub fn ingress_service(
     let svc = match got {
         Err(e) => return e.check(ID),
         Ok(None) => {
-            return match flag {
-                Some(f) => Check::fail(ID, format!("Service {f} not found"))
-                    .action("check --ingress-controller-service (NAMESPACE/NAME of the ingress controller's Service)"),
+            return match given {
+                Some((f, by)) => Check::fail(ID, format!("Service {f} not found"))
+                    .action(format!("check {by} (NAMESPACE/NAME of the ingress controller's Service)")),
                 None => Check::warn(ID, "no ingress-nginx or Traefik Service found")
                     .evidence(format!("listed Services with label selector {AUTO_DETECT_SELECTOR:?}"))
                     .action("pass --ingress-controller-service NAMESPACE/NAME to check the ingress controller"),
@@ -119,10 +120,9 @@ pub fn ingress_service(
         .as_ref()
         .and_then(|s| s.type_.as_deref())
         .unwrap_or("ClusterIP");
-    let how = if flag.is_some() {
-        "from --ingress-controller-service"
-    } else {
-        "auto-detected"
+    let how = match given {
+        Some((_, by)) => format!("from {by}"),
+        None => "auto-detected".to_string(),
     };
     let mut c = Check::ok(
         ID,
