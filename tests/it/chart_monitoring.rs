@@ -1252,3 +1252,75 @@ fn packaged_chart_has_the_dashboard_and_not_the_rule_tests() {
         "the promtool tests are not packaged: {files:#?}"
     );
 }
+
+/// With `proxies`, one OuroborosProxyDown per proxy, each selecting its own pods by name, so a
+/// proxy that is down is seen while another is up.
+#[test]
+fn proxy_down_per_proxy() {
+    let mut sets = MONITORING.to_vec();
+    sets.extend([
+        "proxies[0].name=traefik",
+        "proxies[0].ingressClasses={traefik}",
+        "proxies[0].target.host=traefik.traefik.svc.cluster.local",
+    ]);
+    let objs = render(&sets);
+    let down: Vec<&Value> = rules(only(&objs, "PrometheusRule"))
+        .into_iter()
+        .filter(|r| r["alert"] == "OuroborosProxyDown")
+        .collect();
+    let got: Vec<(&str, &str)> = down
+        .iter()
+        .map(|r| {
+            (
+                r["labels"]["proxy"].as_str().unwrap(),
+                r["expr"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "ouroboros-proxy",
+                r#"absent(ouroboros_proxy_ready{namespace="ouroboros",job="ouroboros-metrics",pod=~"ouroboros-proxy-[a-z0-9]+-[a-z0-9]+"} == 1)"#
+            ),
+            (
+                "ouroboros-proxy-traefik",
+                r#"absent(ouroboros_proxy_ready{namespace="ouroboros",job="ouroboros-metrics",pod=~"ouroboros-proxy-traefik-[a-z0-9]+-[a-z0-9]+"} == 1)"#
+            ),
+        ]
+    );
+    // Each pattern (anchored, as PromQL's are) takes its own Deployment's pods only.
+    let pattern = |e: &str| {
+        let p = e
+            .split("pod=~\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        regex::Regex::new(&format!("^{p}$")).unwrap()
+    };
+    let (main, traefik) = (pattern(got[0].1), pattern(got[1].1));
+    for (pod, m, t) in [
+        ("ouroboros-proxy-7d9f8b6c5-x2b4k", true, false),
+        ("ouroboros-proxy-traefik-5c8d7f9b4-q7w2e", false, true),
+    ] {
+        assert_eq!((main.is_match(pod), traefik.is_match(pod)), (m, t), "{pod}");
+    }
+    // And promtool takes them.
+    let dir = temp_dir("proxydown");
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&rule_spec(&objs)).unwrap(),
+    )
+    .unwrap();
+    let (ok, out, err) = run(
+        Command::new(tool("promtool"))
+            .args(["check", "rules"])
+            .arg(&file),
+        None,
+    );
+    assert!(ok, "promtool check rules:\n{out}\n{err}");
+}
