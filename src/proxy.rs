@@ -146,10 +146,11 @@ pub struct ProxyArgs {
     #[arg(long, env = "OUROBOROS_PROXY_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Duration,
 
-    /// How bytes are copied between the sockets: `userspace` (read/write through a pooled
-    /// buffer) or `splice` (Linux splice(2) through a pooled pipe; bytes stay in the kernel, each
-    /// busy direction holds a pipe).
-    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Userspace)]
+    /// How bytes are copied between the sockets: `auto` (read/write for requests and replies,
+    /// switching a direction to splice(2) while it streams and back after a short read),
+    /// `userspace` (always read/write through a pooled buffer) or `splice` (always Linux
+    /// splice(2) through a pooled pipe; the bytes stay in the kernel).
+    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
     pub copy_mode: CopyMode,
 
     /// Connections relayed at once (both listeners together); past it new connections wait in

@@ -9,18 +9,17 @@
 # Settings (environment): those of bench/lib/common.sh (ROUNDS, WRK_DURATION, WRK_CONNS,
 # BULK_MB, BULK_REPEAT, IDLE_CONNS, PROXY_CPU, LOAD_CPU, OUROBOROS_BIN, NICE, PROXY_THREADS,
 # SCHED, KEEP_TMP, NOTES) and
-#   VARIANTS="direct haproxy ouroboros ouroboros_busy"
-#                       ouroboros_busy = `edge --busy-poll $BUSY_POLL`; add ouroboros_splice for
-#                       `edge --copy-mode splice`
+#   VARIANTS="direct haproxy haproxy_splice ouroboros ouroboros_userspace"
+#                       (the list of variants is in bench/lib/common.sh)
 set -euo pipefail
 
 BENCH=edge
-VARIANTS=${VARIANTS:-"direct haproxy ouroboros ouroboros_busy"}
+VARIANTS=${VARIANTS:-"direct haproxy haproxy_splice ouroboros ouroboros_userspace"}
 # shellcheck source=../lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../lib/common.sh"
 
 bench_prepare edge --balance
-read -r P_PP1 P_PP2 P_PP3 P_PLAIN P_HAPROXY P_OURO P_OURO_HEALTH P_SPLICE P_SPLICE_HEALTH P_BUSY P_BUSY_HEALTH < <("${HELPER[@]}" free-ports 11)
+read -r P_PP1 P_PP2 P_PP3 P_PLAIN < <("${HELPER[@]}" free-ports 4)
 BACKEND_PP_PORTS=$P_PP1,$P_PP2,$P_PP3
 
 # three backends; the first also has the plain listener for the direct baseline
@@ -51,7 +50,7 @@ for v in "${VARS[@]}"; do
     log "$v: 30 requests spread $got"
 done
 
-write_meta "bench/edge/run.sh" "direct=direct (one nginx, no proxy);haproxy=HAProxy 2.6 roundrobin;ouroboros=ouroboros edge;ouroboros_splice=ouroboros edge --copy-mode splice;ouroboros_busy=ouroboros edge --busy-poll $BUSY_POLL"
+write_meta "bench/edge/run.sh" "direct=direct (one nginx, no proxy);haproxy=HAProxy 2.6 roundrobin;haproxy_splice=HAProxy 2.6 roundrobin splice-auto;ouroboros=ouroboros edge;ouroboros_userspace=ouroboros edge --copy-mode userspace;ouroboros_splice=ouroboros edge --copy-mode splice;ouroboros_mt=ouroboros edge --threads 2;ouroboros_busy=ouroboros edge --busy-poll $BUSY_POLL"
 idle_phase
 warm_up
 measure_rounds

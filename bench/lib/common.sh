@@ -3,9 +3,20 @@
 # temp dir and cleanup, nginx backends requiring the PROXY protocol, the measured phases (idle
 # memory, bulk, keep-alive and new-connection wrk runs, the same with each proxy under a CPU limit)
 # and the report. The sourcing script sets
-# BENCH (result file prefix), the ports (P_PLAIN, P_HAPROXY, P_OURO, P_OURO_HEALTH, P_SPLICE,
-# P_SPLICE_HEALTH, P_BUSY, P_BUSY_HEALTH, BACKEND_PP_PORTS), HAPROXY_BACKEND and OURO_SUBCOMMAND, defines
-# ouroboros_args, and calls the functions below in order. See bench/README.md.
+# BENCH (result file prefix), P_PLAIN (the direct baseline's port), BACKEND_PP_PORTS,
+# HAPROXY_BACKEND and OURO_SUBCOMMAND, defines ouroboros_args, and calls the functions below in
+# order; each proxy variant gets its own free ports. See bench/README.md.
+#
+# Variants (VARIANTS, space-separated):
+#   direct               nginx's plain listener, no proxy
+#   haproxy              HAProxy 2.6 mode tcp + send-proxy, no splicing options
+#   haproxy_splice       the same with `option splice-auto` (the stronger HAProxy configuration:
+#                        it splices a direction while its buffer keeps filling); the targets are
+#                        judged against this one when it runs
+#   ouroboros            ouroboros with its defaults (--copy-mode auto)
+#   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
+#   ouroboros_busy       --busy-poll $BUSY_POLL
+#   ouroboros_mt         --threads 2: the multi-threaded scheduler, two workers on the proxy CPU
 #
 # Settings (environment):
 #   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
@@ -109,7 +120,7 @@ bench_prepare() {
 
     DIR=$(mktemp -d /tmp/ouroboros-bench.XXXXXX)
     mkdir -p "$DIR"/{www,logs}
-    declare -gA PID=() CGROUP=()
+    declare -gA PID=() CGROUP=() PORT=()
     trap bench_cleanup EXIT
     trap 'exit 130' INT TERM
 
@@ -183,26 +194,32 @@ EOF
     "${HELPER[@]}" wait-port "$pp" 10 || die "$name did not start: $(tail -5 "$d/error.log" "$DIR/logs/$name.out")"
 }
 
-# start_variants: starts HAProxy and ouroboros for every variant in VARIANTS. HAProxy gets
-# HAPROXY_BACKEND as the body of its `backend be`; ouroboros runs OURO_SUBCOMMAND with the
-# flags `ouroboros_args PORT HEALTH_PORT` puts in OURO_ARGS (listeners and upstreams).
+# start_variants: starts HAProxy and ouroboros for every variant in VARIANTS, each on free
+# ports of its own. HAProxy gets HAPROXY_BACKEND as the body of its `backend be`; ouroboros runs
+# OURO_SUBCOMMAND with the flags `ouroboros_args PORT HEALTH_PORT` puts in OURO_ARGS.
 start_variants() {
-    local v
+    local v port health
     for v in "${VARS[@]}"; do
+        read -r port health < <("${HELPER[@]}" free-ports 2)
+        PORT[$v]=$port
         case $v in
-            direct) ;;
-            haproxy) start_haproxy ;;
-            ouroboros) start_ouroboros ouroboros "$P_OURO" "$P_OURO_HEALTH" ;;
-            ouroboros_splice) start_ouroboros ouroboros_splice "$P_SPLICE" "$P_SPLICE_HEALTH" --copy-mode splice ;;
-            ouroboros_busy) start_ouroboros ouroboros_busy "$P_BUSY" "$P_BUSY_HEALTH" --busy-poll "$BUSY_POLL" ;;
-            *) die "unknown variant $v (known: direct haproxy ouroboros ouroboros_splice ouroboros_busy)" ;;
+            direct) PORT[$v]=$P_PLAIN ;;
+            haproxy) start_haproxy haproxy "$port" ;;
+            haproxy_splice) start_haproxy haproxy_splice "$port" "    option splice-auto" ;;
+            ouroboros) start_ouroboros ouroboros "$port" "$health" ;;
+            ouroboros_userspace) start_ouroboros "$v" "$port" "$health" --copy-mode userspace ;;
+            ouroboros_splice) start_ouroboros "$v" "$port" "$health" --copy-mode splice ;;
+            ouroboros_busy) start_ouroboros "$v" "$port" "$health" --busy-poll "$BUSY_POLL" ;;
+            ouroboros_mt) start_ouroboros "$v" "$port" "$health" --threads 2 ;;
+            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_mt)" ;;
         esac
     done
 }
 
-# HAProxy 2.6 in mode tcp, PROXY_THREADS threads, pinned to PROXY_CPU, listening on P_HAPROXY
+# start_haproxy VARIANT PORT [DEFAULTS-LINE]: HAProxy 2.6 in mode tcp, PROXY_THREADS threads,
+# pinned to PROXY_CPU
 start_haproxy() {
-    cat >"$DIR/haproxy.cfg" <<EOF
+    cat >"$DIR/$1.cfg" <<EOF
 global
     nbthread $PROXY_THREADS
     maxconn $((IDLE_CONNS + 2000))
@@ -211,34 +228,28 @@ defaults
     timeout connect 5s
     timeout client 1h
     timeout server 1h
+${3:-}
 frontend fe
-    bind 127.0.0.1:$P_HAPROXY
+    bind 127.0.0.1:$2
     default_backend be
 backend be
 $HAPROXY_BACKEND
 EOF
-    taskset -c "$PROXY_CPU" "$HAPROXY" -f "$DIR/haproxy.cfg" -db >"$DIR/logs/haproxy.log" 2>&1 &
-    PID[haproxy]=$!
+    taskset -c "$PROXY_CPU" "$HAPROXY" -f "$DIR/$1.cfg" -db >"$DIR/logs/$1.log" 2>&1 &
+    PID[$1]=$!
 }
 
 start_ouroboros() { # variant port health-port extra-args...
-    local v=$1
+    local v=$1 threads=(--threads "$PROXY_THREADS")
     ouroboros_args "$2" "$3"
     shift 3
-    taskset -c "$PROXY_CPU" "$BIN" --log-level warn "$OURO_SUBCOMMAND" --threads "$PROXY_THREADS" \
+    [[ " $* " == *" --threads "* ]] && threads=()
+    taskset -c "$PROXY_CPU" "$BIN" --log-level warn "$OURO_SUBCOMMAND" "${threads[@]}" \
         --max-connections $((IDLE_CONNS + 2000)) "${OURO_ARGS[@]}" "$@" >"$DIR/logs/$v.log" 2>&1 &
     PID[$v]=$!
 }
 
-url_of() {
-    case $1 in
-        direct) echo "http://127.0.0.1:$P_PLAIN" ;;
-        haproxy) echo "http://127.0.0.1:$P_HAPROXY" ;;
-        ouroboros) echo "http://127.0.0.1:$P_OURO" ;;
-        ouroboros_splice) echo "http://127.0.0.1:$P_SPLICE" ;;
-        ouroboros_busy) echo "http://127.0.0.1:$P_BUSY" ;;
-    esac
-}
+url_of() { echo "http://127.0.0.1:${PORT[$1]}"; }
 
 # PIDs whose CPU and memory are charged to a variant (the proxy and its children; none for direct)
 pids_of() {

@@ -266,22 +266,29 @@ def idle(args):
 
 # ---- report -------------------------------------------------------------------------------
 
-# Variant keys the scripts use. "direct" is the no-proxy ceiling, "haproxy" the baseline every
-# other variant is compared with; the first of the others is the one judged against the targets.
+# Variant keys the scripts use. "direct" is the no-proxy ceiling; the HAProxy variants are the
+# baselines every other variant is compared with, and the targets are judged against the first
+# of BASES that ran (splice-auto, the stronger one). The first of the others is the one judged.
 DEFAULT_LABELS = {
     "direct": "direct (no proxy)",
     "haproxy": "HAProxy 2.6",
+    "haproxy_splice": "HAProxy 2.6 splice-auto",
     "ouroboros": "ouroboros",
+    "ouroboros_userspace": "ouroboros --copy-mode userspace",
     "ouroboros_splice": "ouroboros --copy-mode splice",
     "ouroboros_busy": "ouroboros --busy-poll",
+    "ouroboros_mt": "ouroboros --threads 2",
 }
-RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll"}
+BASES = ("haproxy_splice", "haproxy")
+RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_userspace": "userspace",
+              "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll", "ouroboros_mt": "threads 2",
+              "haproxy_splice": "splice-auto", "haproxy": "HAProxy"}
 
 # metric key, label, unit format, better ("high"|"low"; "none": a condition of the run, no
 # ratio), target ratio or None
 ROWS = [
-    ("bulk_mbps", "Bulk throughput, {bulk_mb} MiB file (MB/s)", "{:.0f}", "high", 1.0),
-    ("cpu_s_per_gb", "Proxy CPU seconds per GB relayed", "{:.3f}", "low", None),
+    ("bulk_mbps", "Bulk throughput, {bulk_mb} MiB file (MB/s)", "{:.0f}", "high", 1.2),
+    ("cpu_s_per_gb", "Proxy CPU seconds per GB relayed", "{:.3f}", "low", 0.7),
     ("ka_rps", "Keep-alive requests/s (wrk -c{wrk_conns})", "{:.0f}", "high", 1.0),
     ("ka_p99_us", "Keep-alive p99 latency (ms)", "ms", "low", 1.0),
     ("ka_cpu_us_per_req", "Proxy CPU µs per keep-alive request", "{:.1f}", "low", None),
@@ -294,7 +301,7 @@ ROWS = [
      "{:.0f}", "high", 1.0),
     ("close_cap_p99_us", "New connection per request, p99 latency, proxy limited to {cpu_limit} CPU (ms)",
      "ms", "low", 1.0),
-    ("idle_kib_per_conn", "RSS per idle connection (KiB, {idle_conns} held)", "{:.1f}", "low", 1.0),
+    ("idle_kib_per_conn", "RSS per idle connection (KiB, {idle_conns} held)", "{:.1f}", "low", 0.5),
     ("ka_load_busy", "Load CPU busy (wrk + nginx) during keep-alive runs (%)", "{:.0f}", "low", None),
     ("ka_proxy_busy", "Proxy CPU busy during keep-alive runs (%)", "{:.0f}", "low", None),
     ("close_load_busy", "Load CPU busy (wrk + nginx) during new-connection runs (%)", "{:.0f}", "low", None),
@@ -362,9 +369,11 @@ def report(raw_path, meta_path):
         labels[k] = v
     present = {v for v, _ in samples}
     order = meta.get("variants", " ".join(DEFAULT_LABELS)).split()
-    variants = [v for v in order if v in present or v in ("direct", "haproxy")]
-    subjects = [v for v in variants if v not in ("direct", "haproxy")]
+    variants = [v for v in order if v in present or v in ("direct",) + BASES]
+    bases = [b for b in BASES if b in variants]
+    subjects = [v for v in variants if v != "direct" and v not in BASES]
     judged = subjects[0] if subjects else None
+    judge_base = bases[0] if bases else None
 
     out = []
     out.append(f"Run {meta.get('date', '?')} on {meta.get('machine', '?')}; "
@@ -372,40 +381,47 @@ def report(raw_path, meta_path):
     out.append("")
     out.append(f"Command: `{meta.get('command', '?')}`; {meta.get('settings', '')}")
     out.append("")
-    head = f"| Metric | {labels['direct']} | {labels['haproxy']} |"
-    rule = "| --- | ---: | ---: |"
+    head = f"| Metric | {labels['direct']} |" + "".join(f" {labels[b]} |" for b in bases)
+    rule = "| --- | ---: |" + " ---: |" * len(bases)
     for v in subjects:
-        head += f" {labels[v]} | {RATIO_NAME.get(v, v)} / HAProxy |"
-        rule += " ---: | ---: |"
+        head += f" {labels[v]} |" + "".join(f" {RATIO_NAME.get(v, v)} / {RATIO_NAME[b]} |" for b in bases)
+        rule += " ---: |" * (1 + len(bases))
     out.append(head + " target | met |")
     out.append(rule + " --- | --- |")
     for key, label, fmt, better, target in ROWS:
         vals = {v: med(v, key) for v in variants}
         if all(x is None for x in vals.values()):
             continue  # a phase this run skipped (CPU_LIMIT=0)
-        h = vals.get("haproxy")
-        ratios = {v: (vals[v] / h if (h and vals[v] is not None and better != "none") else None)
-                  for v in subjects}
-        ratio = ratios.get(judged)
+
+        def ratio(v, b):
+            base = vals.get(b)
+            return vals[v] / base if (base and vals[v] is not None and better != "none") else None
+
+        judged_ratio = ratio(judged, judge_base) if judged and judge_base else None
         if target is None:
             tgt, met = "—", ""
         else:
             tgt = f"≥ {target:.1f}×" if better == "high" else f"≤ {target:.1f}×"
-            if ratio is None:
+            if judged_ratio is None:
                 met = "n/a"
-            elif (better == "high" and ratio >= target) or (better == "low" and ratio <= target):
+            elif (better == "high" and judged_ratio >= target) or (better == "low" and judged_ratio <= target):
                 met = "yes"
             else:
                 met = "**no**"
-        cells = [_fmt(fmt, vals.get("direct")), _fmt(fmt, h)]
+        cells = [_fmt(fmt, vals.get("direct"))] + [_fmt(fmt, vals.get(b)) for b in bases]
         for v in subjects:
             cells.append(_fmt(fmt, vals[v]))
-            if ratios[v] is None:
-                cells.append("—")
-                continue
-            ci = ratio_interval(samples.get((v, key), []), samples.get(("haproxy", key), []))
-            cells.append(f"{ratios[v]:.2f}×" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else ""))
+            for b in bases:
+                r = ratio(v, b)
+                if r is None:
+                    cells.append("—")
+                    continue
+                ci = ratio_interval(samples.get((v, key), []), samples.get((b, key), []))
+                cells.append(f"{r:.2f}×" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else ""))
         out.append(f"| {label.format(**meta)} | {' | '.join(cells)} | {tgt} | {met} |")
+    if judged and judge_base:
+        out.append("")
+        out.append(f"Target and met: {labels[judged]} against {labels[judge_base]}.")
     out.append("")
     out.append("Ratios are of medians; in brackets, a 90 % bootstrap interval over the rounds. Where "
                "it spans the target, this run cannot tell the two apart on that row.")

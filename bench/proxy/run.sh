@@ -7,18 +7,17 @@
 # Settings (environment): those of bench/lib/common.sh (ROUNDS, WRK_DURATION, WRK_CONNS,
 # BULK_MB, BULK_REPEAT, IDLE_CONNS, PROXY_CPU, LOAD_CPU, OUROBOROS_BIN, NICE, PROXY_THREADS,
 # SCHED, KEEP_TMP, NOTES) and
-#   VARIANTS="direct haproxy ouroboros ouroboros_splice"
-#                       ouroboros = default --copy-mode (userspace), ouroboros_splice = --copy-mode splice;
-#                       add ouroboros_busy for --busy-poll $BUSY_POLL
+#   VARIANTS="direct haproxy haproxy_splice ouroboros ouroboros_userspace"
+#                       (the list of variants is in bench/lib/common.sh)
 set -euo pipefail
 
 BENCH=proxy
-VARIANTS=${VARIANTS:-"direct haproxy ouroboros ouroboros_splice"}
+VARIANTS=${VARIANTS:-"direct haproxy haproxy_splice ouroboros ouroboros_userspace"}
 # shellcheck source=../lib/common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../lib/common.sh"
 
 bench_prepare proxy --listen-http
-read -r P_NGINX_PP P_PLAIN P_HAPROXY P_OURO P_OURO_HEALTH P_SPLICE P_SPLICE_HEALTH P_BUSY P_BUSY_HEALTH < <("${HELPER[@]}" free-ports 9)
+read -r P_NGINX_PP P_PLAIN < <("${HELPER[@]}" free-ports 2)
 BACKEND_PP_PORTS=$P_NGINX_PP
 
 start_nginx nginx "$P_NGINX_PP" "$P_PLAIN"
@@ -34,7 +33,7 @@ start_variants
 check_variants
 cpu_limit_prepare
 
-write_meta "bench/proxy/run.sh" "direct=direct (no proxy);haproxy=HAProxy 2.6;ouroboros=ouroboros;ouroboros_splice=ouroboros --copy-mode splice;ouroboros_busy=ouroboros --busy-poll $BUSY_POLL"
+write_meta "bench/proxy/run.sh" "ouroboros_busy=ouroboros --busy-poll $BUSY_POLL"
 idle_phase
 warm_up
 measure_rounds

@@ -169,8 +169,9 @@ pub struct EdgeArgs {
     #[arg(long, env = "OUROBOROS_EDGE_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Duration,
 
-    /// How bytes are copied: `userspace` (pooled buffer) or `splice` (Linux splice(2)).
-    #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", value_enum, default_value_t = CopyMode::Userspace)]
+    /// How bytes are copied: `auto` (buffer for small messages, splice(2) while a direction
+    /// streams), `userspace` (pooled buffer) or `splice` (Linux splice(2)), as for `proxy`.
+    #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
     pub copy_mode: CopyMode,
 
     /// Connections relayed at once (all listeners together); past it new connections wait in

@@ -58,12 +58,22 @@ pub(super) async fn read_queued(from: &mut TcpStream, buf: &mut [u8]) -> usize {
 /// How bytes are moved from one socket to the other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum CopyMode {
-    /// read(2) into a pooled 64 KiB buffer, write(2) out of it.
+    /// Each direction starts with read(2)/write(2) and switches to splice(2) while its reads
+    /// keep filling the 64 KiB buffer (bulk), and back after a short splice (requests and
+    /// replies): bulk at splice's CPU cost, small messages at one syscall each way.
     #[default]
+    Auto,
+    /// read(2) into a pooled 64 KiB buffer, write(2) out of it.
     Userspace,
     /// splice(2) through a pooled pipe: the bytes never enter this process.
     Splice,
 }
+
+/// In `Auto` mode, a splice shorter than this means the sender's burst is over: the direction
+/// goes back to the buffer. Not "shorter than asked": a pipe has 16 slots and the kernel may
+/// fill them with fragments smaller than a page while more data is queued, so a splice can come
+/// back short in the middle of a bulk transfer.
+const SHORT_SPLICE: usize = 16 * 1024;
 
 /// Empty pipes kept per worker thread for reuse (each holds two descriptors, no data pages).
 const PIPE_POOL_CAP: usize = 32;
@@ -118,16 +128,23 @@ pub enum End {
 pub struct Counters<'a> {
     pub to_upstream: &'a AtomicU64,
     pub to_client: &'a AtomicU64,
+    /// The part of each that went through a pipe (splice) rather than a buffer.
+    pub spliced_to_upstream: &'a AtomicU64,
+    pub spliced_to_client: &'a AtomicU64,
 }
 
-/// One direction: bytes read from one socket and not yet written to the other.
+/// One direction: bytes read from one socket and not yet written to the other. At most one of
+/// `buf` and `pipe` holds data at a time, and the path only changes while both are empty, so
+/// switching never reorders bytes.
 #[derive(Default)]
 struct Half {
     buf: Option<Box<[u8]>>,
-    /// Splice mode: the pipe holding `end` bytes not yet written out.
+    /// The pipe holding `end` bytes not yet written out.
     pipe: Option<Pipe>,
     start: u32,
     end: u32,
+    /// The next read goes through a pipe.
+    bulk: bool,
     eof: bool,
     done: bool,
     /// The destination's write side was shut down.
@@ -135,10 +152,32 @@ struct Half {
     total: u64,
 }
 
+/// Counts `n` bytes written out.
+fn wrote(total: &mut u64, n: usize, counter: &AtomicU64, moved: &mut bool) {
+    *total += n as u64;
+    counter.fetch_add(n as u64, Ordering::Relaxed);
+    *moved = true;
+}
+
 /// Which side failed, for the error report.
 struct SideError(&'static str, io::Error);
 
+/// One direction's fixed inputs for [`Half::poll`].
+struct Way<'a> {
+    names: (&'static str, &'static str),
+    mode: CopyMode,
+    counter: &'a AtomicU64,
+    spliced: &'a AtomicU64,
+}
+
 impl Half {
+    fn new(mode: CopyMode) -> Self {
+        Half {
+            bulk: mode == CopyMode::Splice,
+            ..Half::default()
+        }
+    }
+
     /// Drives this direction as far as it can go; `Ready(Ok)` once the source reached EOF and
     /// all of it was written ([`Relay::step`] passes the EOF on).
     fn poll(
@@ -146,10 +185,11 @@ impl Half {
         cx: &mut Context<'_>,
         from: &mut TcpStream,
         to: &mut TcpStream,
-        names: (&'static str, &'static str),
-        counter: &AtomicU64,
+        way: &Way<'_>,
         moved: &mut bool,
     ) -> Poll<Result<(), SideError>> {
+        use tokio::io::Interest;
+        let names = way.names;
         if self.done {
             return Poll::Ready(Ok(()));
         }
@@ -166,65 +206,12 @@ impl Half {
                         )));
                     }
                     self.start += n as u32;
-                    self.total += n as u64;
-                    counter.fetch_add(n as u64, Ordering::Relaxed);
-                    *moved = true;
+                    wrote(&mut self.total, n, way.counter, moved);
                 }
                 if let Some(buf) = self.buf.take() {
                     give_buf(buf);
                 }
             }
-            if self.eof {
-                self.done = true;
-                return Poll::Ready(Ok(()));
-            }
-            // Only borrow a buffer once the socket says it has something.
-            ready!(from.poll_read_ready(cx)).map_err(|e| SideError(names.0, e))?;
-            let mut buf = take_buf();
-            let mut rb = ReadBuf::new(&mut buf);
-            match Pin::new(&mut *from).poll_read(cx, &mut rb) {
-                Poll::Ready(Ok(())) => {
-                    let n = rb.filled().len();
-                    if n == 0 {
-                        give_buf(buf);
-                        self.eof = true;
-                    } else {
-                        self.buf = Some(buf);
-                        self.start = 0;
-                        self.end = n as u32;
-                        *moved = true;
-                    }
-                }
-                Poll::Ready(Err(e)) => {
-                    give_buf(buf);
-                    return Poll::Ready(Err(SideError(names.0, e)));
-                }
-                Poll::Pending => {
-                    give_buf(buf);
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
-}
-
-impl Half {
-    /// [`Half::poll`] for [`CopyMode::Splice`]: the same states, with a pipe instead of a buffer
-    /// (`end` = bytes in the pipe).
-    fn poll_splice(
-        &mut self,
-        cx: &mut Context<'_>,
-        from: &mut TcpStream,
-        to: &mut TcpStream,
-        names: (&'static str, &'static str),
-        counter: &AtomicU64,
-        moved: &mut bool,
-    ) -> Poll<Result<(), SideError>> {
-        use tokio::io::Interest;
-        if self.done {
-            return Poll::Ready(Ok(()));
-        }
-        loop {
             if let Some((r, _)) = &self.pipe {
                 while self.end > 0 {
                     ready!(to.poll_write_ready(cx)).map_err(|e| SideError(names.1, e))?;
@@ -238,10 +225,10 @@ impl Half {
                         }
                         Ok(n) => {
                             self.end -= n as u32;
-                            self.total += n as u64;
-                            counter.fetch_add(n as u64, Ordering::Relaxed);
-                            *moved = true;
+                            wrote(&mut self.total, n, way.counter, moved);
+                            way.spliced.fetch_add(n as u64, Ordering::Relaxed);
                         }
+                        // Readiness was cleared: the next poll_write_ready registers for more.
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) => return Poll::Ready(Err(SideError(names.1, e))),
                     }
@@ -254,23 +241,54 @@ impl Half {
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
+            // Only borrow a buffer or pipe once the socket says it has something.
             ready!(from.poll_read_ready(cx)).map_err(|e| SideError(names.0, e))?;
-            let pipe = take_pipe().map_err(|e| SideError(names.0, e))?;
-            match from.try_io(Interest::READABLE, || splice(&*from, &pipe.1, BUF_SIZE)) {
-                Ok(0) => {
-                    give_pipe(pipe);
-                    self.eof = true;
+            if self.bulk {
+                let pipe = take_pipe().map_err(|e| SideError(names.0, e))?;
+                match from.try_io(Interest::READABLE, || splice(&*from, &pipe.1, BUF_SIZE)) {
+                    Ok(0) => {
+                        give_pipe(pipe);
+                        self.eof = true;
+                    }
+                    Ok(n) => {
+                        self.pipe = Some(pipe);
+                        self.end = n as u32;
+                        self.bulk = way.mode == CopyMode::Splice || n >= SHORT_SPLICE;
+                        *moved = true;
+                    }
+                    // Readiness was cleared: the next poll_read_ready registers for more.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => give_pipe(pipe),
+                    Err(e) => {
+                        give_pipe(pipe);
+                        return Poll::Ready(Err(SideError(names.0, e)));
+                    }
                 }
-                Ok(n) => {
-                    self.pipe = Some(pipe);
-                    self.end = n as u32;
-                    *moved = true;
+                continue;
+            }
+            let mut buf = take_buf();
+            let mut rb = ReadBuf::new(&mut buf);
+            match Pin::new(&mut *from).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    if n == 0 {
+                        give_buf(buf);
+                        self.eof = true;
+                    } else {
+                        // A full buffer: more is probably queued, so the sender is streaming.
+                        self.bulk = way.mode == CopyMode::Auto && n == BUF_SIZE;
+                        self.buf = Some(buf);
+                        self.start = 0;
+                        self.end = n as u32;
+                        *moved = true;
+                    }
                 }
-                // Readiness was cleared: the next poll_read_ready registers for more.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => give_pipe(pipe),
-                Err(e) => {
-                    give_pipe(pipe);
+                Poll::Ready(Err(e)) => {
+                    give_buf(buf);
                     return Poll::Ready(Err(SideError(names.0, e)));
+                }
+                Poll::Pending => {
+                    give_buf(buf);
+                    return Poll::Pending;
                 }
             }
         }
@@ -320,31 +338,27 @@ impl Future for Relay<'_> {
 impl RelayProj<'_, '_> {
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         let mut moved = false;
-        let poll = match self.mode {
-            CopyMode::Userspace => Half::poll,
-            CopyMode::Splice => Half::poll_splice,
+        let up = Way {
+            names: ("client", "upstream"),
+            mode: *self.mode,
+            counter: self.counters.to_upstream,
+            spliced: self.counters.spliced_to_upstream,
         };
-        let a = poll(
-            self.up,
-            cx,
-            self.client,
-            self.upstream,
-            ("client", "upstream"),
-            self.counters.to_upstream,
-            &mut moved,
-        );
+        let a = self
+            .up
+            .poll(cx, self.client, self.upstream, &up, &mut moved);
         if let Poll::Ready(Err(SideError(side, e))) = a {
             return Poll::Ready(End::Error(side, e));
         }
-        let b = poll(
-            self.down,
-            cx,
-            self.upstream,
-            self.client,
-            ("upstream", "client"),
-            self.counters.to_client,
-            &mut moved,
-        );
+        let down = Way {
+            names: ("upstream", "client"),
+            mode: *self.mode,
+            counter: self.counters.to_client,
+            spliced: self.counters.spliced_to_client,
+        };
+        let b = self
+            .down
+            .poll(cx, self.upstream, self.client, &down, &mut moved);
         if let Poll::Ready(Err(SideError(side, e))) = b {
             return Poll::Ready(End::Error(side, e));
         }
@@ -396,8 +410,8 @@ pub fn relay<'a>(
         client,
         upstream,
         counters,
-        up: Half::default(),
-        down: Half::default(),
+        up: Half::new(mode),
+        down: Half::new(mode),
         mode,
         idle,
         last: Instant::now(),
@@ -409,6 +423,7 @@ pub fn relay<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -433,16 +448,31 @@ mod tests {
     }
 
     fn spawn_relay_mode(
+        c: TcpStream,
+        u: TcpStream,
+        idle: Option<Duration>,
+        mode: CopyMode,
+    ) -> tokio::task::JoinHandle<(End, u64, u64)> {
+        spawn_relay_counted(c, u, idle, mode, Arc::default())
+    }
+
+    /// Bytes spliced to the upstream and to the client, readable while the relay runs.
+    type Spliced = Arc<(AtomicU64, AtomicU64)>;
+
+    fn spawn_relay_counted(
         mut c: TcpStream,
         mut u: TcpStream,
         idle: Option<Duration>,
         mode: CopyMode,
+        spliced: Spliced,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
         tokio::spawn(async move {
             let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
             let counters = Counters {
                 to_upstream: &a,
                 to_client: &b,
+                spliced_to_upstream: &spliced.0,
+                spliced_to_client: &spliced.1,
             };
             let r = relay(&mut c, &mut u, mode, idle, counters).await;
             assert_eq!(a.load(Ordering::Relaxed), r.1);
@@ -450,6 +480,8 @@ mod tests {
             r
         })
     }
+
+    const ALL_MODES: [CopyMode; 3] = [CopyMode::Auto, CopyMode::Userspace, CopyMode::Splice];
 
     /// How long a read (or the relay task) in these tests may take before the test fails.
     const DEADLINE: Duration = Duration::from_secs(30);
@@ -476,7 +508,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bulk_both_ways_in_order() {
-        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+        for mode in ALL_MODES {
             bulk_both_ways_in_order_with(mode).await;
         }
     }
@@ -521,7 +553,7 @@ mod tests {
 
     #[tokio::test]
     async fn half_close_delivers_reply_after_client_eof() {
-        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+        for mode in ALL_MODES {
             half_close_delivers_reply_after_client_eof_with(mode).await;
         }
     }
@@ -550,7 +582,7 @@ mod tests {
 
     #[tokio::test]
     async fn upstream_half_close_still_takes_client_data() {
-        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+        for mode in ALL_MODES {
             upstream_half_close_still_takes_client_data_with(mode).await;
         }
     }
@@ -627,7 +659,7 @@ mod tests {
 
     #[tokio::test]
     async fn reset_on_one_side_closes_the_other() {
-        for mode in [CopyMode::Userspace, CopyMode::Splice] {
+        for mode in ALL_MODES {
             reset_on_one_side_closes_the_other_with(mode).await;
         }
     }
@@ -646,5 +678,118 @@ mod tests {
         assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
         // The reset surfaces as a read error on the client side.
         assert!(matches!(end, End::Error("client", _)), "{end:?}");
+    }
+
+    /// `auto` mode: 1-byte and multi-MiB messages alternate on one connection, each answered
+    /// through the relay before the next is sent. The multi-MiB ones switch the direction to
+    /// splice, the first small message after them switches it back, and every later small
+    /// message goes through the buffer; every byte arrives once and in order. Ends with a
+    /// half-close from the client while the reply is still streaming.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn auto_switches_between_buffer_and_pipe_in_order() {
+        let ((mut client, rc), (ru, mut server)) = pairs().await;
+        let spliced = Spliced::default();
+        let task = spawn_relay_counted(rc, ru, None, CopyMode::Auto, spliced.clone());
+        let up = || spliced.0.load(Ordering::Relaxed);
+        let sizes = [1usize, 4 << 20, 1, 1, 1, 3 << 20, 1, 1, 6 << 20, 1, 1];
+        let mut sent = 0u64;
+        for (i, &n) in sizes.iter().enumerate() {
+            let chunk = pattern(i as u64 + 10, n);
+            let before = up();
+            let reader = async {
+                let mut got = vec![0u8; n];
+                server.read_exact(&mut got).await.unwrap();
+                // The answer travels back through the relay before the next message is sent.
+                server.write_all(&[i as u8]).await.unwrap();
+                got
+            };
+            let (got, wrote) = within(&format!("message {i}"), async {
+                tokio::join!(reader, client.write_all(&chunk))
+            })
+            .await;
+            wrote.unwrap();
+            assert!(got == chunk, "message {i} ({n} bytes) arrived changed");
+            let mut ack = [0u8; 1];
+            within("ack", client.read_exact(&mut ack)).await.unwrap();
+            assert_eq!(ack[0], i as u8);
+            sent += n as u64;
+            let spliced_now = up() - before;
+            match (n, sizes[i.saturating_sub(1)], sizes[i.saturating_sub(2)]) {
+                (n, ..) if n > 1 => assert!(
+                    spliced_now >= (n as u64) / 2,
+                    "message {i}: only {spliced_now} of {n} bytes spliced"
+                ),
+                // The first small message after bulk may still take the pipe (and switches back).
+                (_, prev, _) if prev > 1 => assert!(spliced_now <= 1),
+                (_, _, _) => assert_eq!(spliced_now, 0, "message {i} took the pipe"),
+            }
+        }
+        // The 1-byte acks never made the other direction stream.
+        assert_eq!(spliced.1.load(Ordering::Relaxed), 0);
+        // Half-close while the reply streams: the client's EOF reaches the upstream, and the
+        // reply still arrives whole.
+        client.shutdown().await.unwrap();
+        let reply = pattern(99, 5 << 20);
+        let (mut r, mut w) = server.split();
+        let mut rest = Vec::new();
+        let (read, wrote) = within("reply after half-close", async {
+            tokio::join!(r.read_to_end(&mut rest), async {
+                w.write_all(&reply).await?;
+                w.shutdown().await
+            })
+        })
+        .await;
+        read.unwrap();
+        wrote.unwrap();
+        assert!(rest.is_empty());
+        let mut got = Vec::new();
+        within("client reading the reply", client.read_to_end(&mut got))
+            .await
+            .unwrap();
+        assert!(got == reply, "reply after half-close arrived changed");
+        let (end, a, b) = within("relay", task).await.unwrap();
+        assert!(matches!(end, End::Done), "{end:?}");
+        assert_eq!(a, sent);
+        assert_eq!(b, sizes.len() as u64 + reply.len() as u64);
+        assert!(
+            spliced.1.load(Ordering::Relaxed) > 0,
+            "the streamed reply was not spliced"
+        );
+    }
+
+    /// An abrupt peer in the middle of a spliced transfer: the relay ends with the error on
+    /// that side and the other side is closed.
+    #[tokio::test]
+    async fn reset_during_a_spliced_transfer_closes_the_other_side() {
+        for mode in [CopyMode::Auto, CopyMode::Splice] {
+            let ((mut client, rc), (ru, server)) = pairs().await;
+            let spliced = Spliced::default();
+            let task = spawn_relay_counted(rc, ru, None, mode, spliced.clone());
+            let payload = pattern(7, 8 << 20);
+            let writer = tokio::spawn(async move {
+                let _ = client.write_all(&payload).await;
+                client
+            });
+            // Wait until bytes went through the pipe, then reset the upstream mid-transfer.
+            within("splicing to start", async {
+                while spliced.0.load(Ordering::Relaxed) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+            socket2::SockRef::from(&server)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(server);
+            let (end, _, _) = within("relay", task).await.unwrap();
+            assert!(
+                matches!(end, End::Error("upstream", _)),
+                "{mode:?}: {end:?}"
+            );
+            let mut client = within("client writer", writer).await.unwrap();
+            let mut b = [0u8; 16];
+            let n = within("client waiting for the close", client.read(&mut b)).await;
+            assert!(matches!(n, Ok(0) | Err(_)), "{mode:?}: {n:?}");
+        }
     }
 }

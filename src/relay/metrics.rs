@@ -42,6 +42,7 @@ pub struct RelayMetrics {
     failed: Family<CauseLabels, Counter>,
     closed: Family<ResultLabels, Counter>,
     bytes: Family<DirectionLabels, Counter>,
+    spliced: Family<DirectionLabels, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
     dial_seconds: Family<ListenerLabel, Histogram>,
     duration_seconds: Family<ListenerLabel, Histogram>,
@@ -58,6 +59,7 @@ impl RelayMetrics {
             failed: Family::default(),
             closed: Family::default(),
             bytes: Family::default(),
+            spliced: Family::default(),
             accept_errors: Family::default(),
             // 0.5 ms .. ~16 s
             dial_seconds: Family::new_with_constructor(|| {
@@ -93,6 +95,13 @@ impl RelayMetrics {
             "Bytes relayed, by direction (to_upstream, to_client)",
             Unit::Bytes,
             m.bytes.clone(),
+        );
+        registry.register_with_unit(
+            "spliced",
+            "The part of transferred_bytes_total moved with splice(2), never copied through the \
+             process (--copy-mode auto while a direction streams, or splice)",
+            Unit::Bytes,
+            m.spliced.clone(),
         );
         registry.register(
             "accept_errors",
@@ -142,6 +151,8 @@ impl RelayMetrics {
         let active = self.active.get_or_create(&l).clone();
         let to_upstream = self.bytes.get_or_create(&dir("to_upstream")).clone();
         let to_client = self.bytes.get_or_create(&dir("to_client")).clone();
+        let spliced_to_upstream = self.spliced.get_or_create(&dir("to_upstream")).clone();
+        let spliced_to_client = self.spliced.get_or_create(&dir("to_client")).clone();
         let accept_errors = self.accept_errors.get_or_create(&l).clone();
         let dial_seconds = self.dial_seconds.get_or_create(&l).clone();
         let duration_seconds = self.duration_seconds.get_or_create(&l).clone();
@@ -151,6 +162,8 @@ impl RelayMetrics {
             active,
             to_upstream,
             to_client,
+            spliced_to_upstream,
+            spliced_to_client,
             accept_errors,
             dial_seconds,
             duration_seconds,
@@ -168,6 +181,8 @@ pub struct ListenerMetrics {
     pub active: Gauge,
     pub to_upstream: Counter,
     pub to_client: Counter,
+    pub spliced_to_upstream: Counter,
+    pub spliced_to_client: Counter,
     pub accept_errors: Counter,
     pub dial_seconds: Histogram,
     pub duration_seconds: Histogram,

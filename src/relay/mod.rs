@@ -87,6 +87,8 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
     let counters = copy::Counters {
         to_upstream: m.to_upstream.inner(),
         to_client: m.to_client.inner(),
+        spliced_to_upstream: m.spliced_to_upstream.inner(),
+        spliced_to_client: m.spliced_to_client.inner(),
     };
     let (end, to_upstream, to_client) = copy::relay(
         &mut client,

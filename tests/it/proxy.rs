@@ -148,6 +148,11 @@ fn relays_64_mib_each_way_intact_with_splice() {
     relay_64_mib("splice");
 }
 
+#[test]
+fn relays_64_mib_each_way_intact_with_auto() {
+    relay_64_mib("auto");
+}
+
 fn relay_64_mib(copy_mode: &str) {
     const LEN: usize = 64 << 20;
     let (up, accepted) = tcp_upstream();
@@ -188,11 +193,24 @@ fn relay_64_mib(copy_mode: &str) {
     // The upstream also received the 28-byte header, which is not relayed client data.
     assert_eq!(bytes("to_upstream"), Some(LEN as f64));
     assert_eq!(bytes("to_client"), Some(LEN as f64));
+    for dir in ["to_upstream", "to_client"] {
+        let spliced = proxy
+            .metric(&format!(
+                r#"ouroboros_proxy_spliced_bytes_total{{listener="http",direction="{dir}"}}"#
+            ))
+            .unwrap();
+        match copy_mode {
+            "userspace" => assert_eq!(spliced, 0.0, "{dir}"),
+            "splice" => assert_eq!(spliced, LEN as f64, "{dir}"),
+            // A stream this long fills the buffer and switches to the pipe.
+            _ => assert!(spliced > 0.0 && spliced <= LEN as f64, "{dir}: {spliced}"),
+        }
+    }
 }
 
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
-    for copy_mode in ["userspace", "splice"] {
+    for copy_mode in ["auto", "userspace", "splice"] {
         for threads in ["0", "1"] {
             for busy_poll in ["0", "50us"] {
                 half_close(&[
