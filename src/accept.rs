@@ -3,6 +3,13 @@
 //! connection rather than the listener, task tracking, and the drain at shutdown. What each
 //! server does with a connection is its [`Handler`].
 //!
+//! With several event loops ([`crate::runtime::Loops`]), every loop runs this same accept loop on
+//! its own duplicate of each listening socket (one socket, one epoll registration per loop):
+//! whichever loop is free first takes the next connection, and the socket stays one bind(2), so
+//! a port already in use still fails at start. (SO_REUSEPORT would give each loop a socket of its
+//! own, but spreads connections by hash, to a busy loop as readily as an idle one, and lets a
+//! second process of the same user silently share the port.)
+//!
 //! One loop rather than one per server because the subtle parts (a permit taken *before*
 //! accept(2) so that clients past the cap wait in the kernel backlog, a backoff that shutdown
 //! can interrupt, ECONNABORTED not treated as a listener failure) drifted apart when each server
@@ -18,6 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::runtime::Loops;
 
 /// Longest pause after an accept(2) failure such as EMFILE.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -114,9 +123,6 @@ pub async fn serve<H: Handler>(
             }
         }
     }
-    for (_, handler) in &listeners {
-        tracing::info!(listener = handler.name(), "stopped accepting connections");
-    }
 }
 
 /// accept(2) errors that concern one connection, not the listener.
@@ -128,11 +134,18 @@ fn per_connection(e: &std::io::Error) -> bool {
     ) || matches!(e.raw_os_error(), Some(libc::EPROTO) | Some(libc::EPERM))
 }
 
-/// The accept side's shared state: connection cap, connection tasks, stop signal.
+/// A listening socket could not be shared with an event loop.
+#[derive(Debug, thiserror::Error)]
+#[error("sharing the listening sockets with the relay event loops: {0}; lower --threads or raise the open-files limit")]
+pub struct ServeError(std::io::Error);
+
+/// The accept side's shared state: connection cap, connection tasks, stop signal, and the
+/// event loops beside the caller's that accept too.
 pub struct Lifecycle {
     limit: Option<Arc<Semaphore>>,
     tracker: TaskTracker,
     stop_accepting: CancellationToken,
+    loops: Loops,
 }
 
 impl Lifecycle {
@@ -148,20 +161,61 @@ impl Lifecycle {
             limit,
             tracker: TaskTracker::new(),
             stop_accepting: CancellationToken::new(),
+            loops: Loops::none(),
         }
     }
 
-    /// Starts accepting on `listeners`.
+    /// Accepts on `loops` too (see the module documentation); they stop when this is dropped.
+    pub fn with_loops(mut self, loops: Loops) -> Self {
+        self.loops = loops;
+        self
+    }
+
+    /// Starts accepting on `listeners`, on this runtime and on every extra loop. The handle
+    /// finishes when every loop has stopped accepting. Fails only when a listening socket
+    /// cannot be duplicated for a loop (e.g. out of descriptors).
     pub fn serve<H: Handler>(
         &self,
         listeners: Vec<(TcpListener, Arc<H>)>,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(serve(
-            listeners,
+    ) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+        use std::os::fd::AsFd;
+        let mut loops = Vec::new();
+        for handle in self.loops.handles() {
+            let copies = listeners
+                .iter()
+                .map(|(l, h)| Ok((l.as_fd().try_clone_to_owned()?, h.clone())))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(ServeError)?;
+            let (limit, tracker, stop) = self.parts();
+            loops.push(handle.spawn(async move {
+                // Registered with this loop's reactor, so it must happen on the loop.
+                let mut own = Vec::new();
+                for (fd, h) in copies {
+                    match TcpListener::from_std(std::net::TcpListener::from(fd)) {
+                        Ok(l) => own.push((l, h)),
+                        Err(e) => tracing::error!(listener = h.name(), error = %e,
+                            "an event loop cannot watch the listening socket; the others still accept"),
+                    }
+                }
+                serve(own, limit, tracker, stop).await
+            }));
+        }
+        let (limit, tracker, stop) = self.parts();
+        let first = tokio::spawn(serve(listeners, limit, tracker, stop));
+        Ok(tokio::spawn(async move {
+            let _ = first.await;
+            for l in loops {
+                let _ = l.await;
+            }
+        }))
+    }
+
+    fn parts(&self) -> (Option<Arc<Semaphore>>, TaskTracker, CancellationToken) {
+        (
             self.limit.clone(),
             self.tracker.clone(),
             self.stop_accepting.clone(),
-        ))
+        )
     }
 
     /// Stops accepting, then gives the open connections up to `grace` to finish.
@@ -207,10 +261,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Echoes one byte and counts what the loop reports.
+    /// Echoes one byte, counts what the loop reports and notes which thread served.
     #[derive(Default)]
     struct Echo {
         accepted: AtomicUsize,
+        threads: std::sync::Mutex<Vec<String>>,
     }
 
     impl Handler for Echo {
@@ -221,6 +276,8 @@ mod tests {
             self.accepted.fetch_add(1, Ordering::Relaxed);
         }
         async fn serve(self: Arc<Self>, mut stream: TcpStream, _peer: SocketAddr) {
+            let thread = std::thread::current().name().unwrap_or("?").to_string();
+            self.threads.lock().unwrap().push(thread);
             let mut b = [0u8; 1];
             if stream.read_exact(&mut b).await.is_ok() {
                 let _ = stream.write_all(&b).await;
@@ -243,7 +300,9 @@ mod tests {
         let (addr_a, addr_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
         let handler = Arc::new(Echo::default());
         let life = Lifecycle::new(0);
-        let server = life.serve(vec![(a, handler.clone()), (b, handler.clone())]);
+        let server = life
+            .serve(vec![(a, handler.clone()), (b, handler.clone())])
+            .unwrap();
         let deadline = Duration::from_secs(15);
         for (addr, byte) in [(addr_a, 1), (addr_b, 2), (addr_a, 3)] {
             let got = tokio::time::timeout(deadline, echo_once(addr, byte)).await;
@@ -265,7 +324,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let handler = Arc::new(Echo::default());
         let life = Lifecycle::new(1);
-        let server = life.serve(vec![(l, handler.clone())]);
+        let server = life.serve(vec![(l, handler.clone())]).unwrap();
         let deadline = Duration::from_secs(15);
         // The first connection holds the only permit until it sends its byte.
         let mut first = TcpStream::connect(addr).await.unwrap();
@@ -292,6 +351,48 @@ mod tests {
         assert_eq!(got.unwrap().unwrap(), 9);
         assert_eq!(handler.accepted.load(Ordering::Relaxed), 2);
         life.drain(server, deadline).await;
+    }
+
+    /// With extra event loops, a connection is served while the caller's loop cannot run at
+    /// all, on one of the extra loops' threads; the drain stops every loop's accepting.
+    #[test]
+    fn extra_loops_accept_while_the_main_loop_is_blocked() {
+        let (rt, loops) = crate::runtime::relay_loops(3, Duration::ZERO).unwrap();
+        assert_eq!(loops.handles().len(), 2);
+        rt.block_on(async {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let handler = Arc::new(Echo::default());
+            let life = Lifecycle::new(0).with_loops(loops);
+            let server = life.serve(vec![(l, handler.clone())]).unwrap();
+            let client = std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                (0..5u8)
+                    .map(|i| {
+                        let mut c = std::net::TcpStream::connect(addr).unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+                        c.write_all(&[i]).unwrap();
+                        let mut b = [0u8; 1];
+                        c.read_exact(&mut b).unwrap();
+                        b[0]
+                    })
+                    .collect::<Vec<_>>()
+            });
+            // Blocks this loop on purpose until the client is done.
+            let echoed = client.join().unwrap();
+            assert_eq!(echoed, [0, 1, 2, 3, 4]);
+            let threads = handler.threads.lock().unwrap().clone();
+            assert_eq!(threads.len(), 5);
+            assert!(
+                threads.iter().all(|t| t.starts_with("relay-")),
+                "served on {threads:?}"
+            );
+            let deadline = Duration::from_secs(15);
+            tokio::time::timeout(deadline, life.drain(server, deadline))
+                .await
+                .unwrap();
+            assert!(TcpStream::connect(addr).await.is_err());
+        });
     }
 
     #[test]

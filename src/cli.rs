@@ -83,12 +83,14 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     let default = || runtime::build(0, Duration::ZERO);
     match command {
         Command::Proxy(args) => {
-            runtime::build(args.threads, args.busy_poll)?.block_on(crate::proxy::run(args))
+            let (rt, loops) = runtime::relay_loops(args.threads, args.busy_poll)?;
+            rt.block_on(crate::proxy::run(args, loops))
         }
         Command::Whoami(args) => default()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
         Command::Edge(args) => {
-            runtime::build(args.threads, args.busy_poll)?.block_on(crate::edge::run(args))
+            let (rt, loops) = runtime::relay_loops(args.threads, args.busy_poll)?;
+            rt.block_on(crate::edge::run(args, loops))
         }
         Command::Doctor(args) => default()?.block_on(crate::doctor::run(args)),
         Command::Cleanup(args) => default()?.block_on(crate::cleanup::run(args)),

@@ -162,9 +162,10 @@ pub struct ProxyArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
-    /// Threads that relay connections. 0 = one per CPU this process may use; 1 (also what 0
-    /// means on one CPU) = everything on one thread with the single-threaded scheduler, the
-    /// least CPU per connection.
+    /// Event loops that relay connections, each a thread with the single-threaded scheduler
+    /// accepting on the same sockets; a connection stays on the loop that accepted it. 0 = one
+    /// per CPU this process may use (its affinity and its CPU limit, rounded up, count); 1 =
+    /// everything on one thread.
     #[arg(
         long,
         env = "OUROBOROS_PROXY_THREADS",
@@ -280,10 +281,11 @@ impl Readiness {
     }
 }
 
-pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+/// Runs the proxy on this (single-threaded) runtime and `loops` (see `crate::runtime`).
+pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Result<ExitCode> {
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
-    let lifecycle = Lifecycle::new(args.max_connections);
+    let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_proxy");
@@ -337,7 +339,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         });
         listeners.push((listener, route));
     }
-    let server = lifecycle.serve(listeners);
+    let server = lifecycle.serve(listeners)?;
 
     let readiness = Arc::new(Readiness {
         targets,

@@ -1,5 +1,12 @@
 //! The async runtime each subcommand runs on: how many threads, and whether they busy-poll.
 //!
+//! The relays (`proxy`, `edge`) run one event loop per CPU ([`relay_loops`]): each loop is a
+//! thread with tokio's single-threaded scheduler, and every loop accepts on the same listening
+//! sockets, so a connection lives its whole life on the loop that accepted it. This replaced
+//! tokio's multi-threaded (work-stealing) scheduler there, whose cross-thread wake-ups and
+//! stealing cost both CPU per request and tail latency when the relay shares its CPUs with
+//! other work (docs/performance.md has the measurements).
+//!
 //! Busy polling (`--busy-poll`): when a worker runs out of work it would block in
 //! `epoll_wait(2)`, and the next packet then has to wake it. On a virtual machine without guest
 //! halt polling, waking an idle vCPU is an inter-processor interrupt that costs the *sender* a
@@ -13,11 +20,6 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Builds the runtime. `threads`: 0 = one per CPU this process may use (affinity and cgroup
-/// quota count); 1 = the current-thread scheduler, which skips work stealing, cross-thread
-/// wakeups and per-batch poll-time bookkeeping (13 % fewer instructions per relayed keep-alive
-/// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
-/// `busy_poll`: the spin window before a worker sleeps; zero turns it off.
 /// Why the async runtime did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -30,8 +32,20 @@ pub enum RuntimeError {
          after starting the runtime, found {0}; run without --busy-poll"
     )]
     EpollFds(usize),
+    #[error("starting relay event loop {index}: {error}")]
+    Loop {
+        index: usize,
+        error: Box<RuntimeError>,
+    },
+    #[error("starting the thread of relay event loop {0}: {1}")]
+    Thread(usize, std::io::Error),
 }
 
+/// Builds the runtime. `threads`: 0 = one per CPU this process may use (affinity and cgroup
+/// quota count); 1 = the current-thread scheduler, which skips work stealing, cross-thread
+/// wakeups and per-batch poll-time bookkeeping (13 % fewer instructions per relayed keep-alive
+/// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
+/// `busy_poll`: the spin window before a worker sleeps; zero turns it off.
 pub fn build(threads: usize, busy_poll: Duration) -> Result<tokio::runtime::Runtime, RuntimeError> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -52,6 +66,81 @@ pub fn build(threads: usize, busy_poll: Duration) -> Result<tokio::runtime::Runt
     };
     runtime.spawn(heartbeat());
     Ok(runtime)
+}
+
+/// How many event loops `--threads N` means: N, or for 0 one per CPU this process may use
+/// (its affinity mask and its cgroup CPU quota, rounded up, both count).
+pub fn loop_count(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// The relays' runtimes: the caller's (single-threaded, returned to `block_on` the subcommand)
+/// and [`Loops`] for the others. Built before any task runs, one after the other, so
+/// `--busy-poll` finds each runtime's own epoll descriptor.
+pub fn relay_loops(
+    threads: usize,
+    busy_poll: Duration,
+) -> Result<(tokio::runtime::Runtime, Loops), RuntimeError> {
+    let main = build(1, busy_poll)?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut handles = Vec::new();
+    for index in 1..loop_count(threads) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name(format!("relay-{index}"))
+            .spawn(move || {
+                let rt = match build(1, busy_poll) {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(tx.send(Err(e))),
+                };
+                let _ = tx.send(Ok(rt.handle().clone()));
+                // Runs the loop's tasks until the Loops are dropped; dropping the runtime here,
+                // outside any async context, then closes the connections it still holds.
+                rt.block_on(stop.cancelled());
+            })
+            .map_err(|e| RuntimeError::Thread(index, e))?;
+        let handle = rx
+            .recv()
+            .unwrap_or_else(|_| Err(RuntimeError::Start(std::io::ErrorKind::Other.into())))
+            .map_err(|e| RuntimeError::Loop {
+                index,
+                error: Box::new(e),
+            })?;
+        handles.push(handle);
+    }
+    Ok((
+        main,
+        Loops {
+            handles,
+            _stop: stop.drop_guard(),
+        },
+    ))
+}
+
+/// The relay event loops beside the caller's own: each a thread running a single-threaded
+/// runtime. Dropping this stops them (their remaining tasks are dropped).
+pub struct Loops {
+    handles: Vec<tokio::runtime::Handle>,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+impl Loops {
+    /// No extra loops: everything runs on the caller's runtime.
+    pub fn none() -> Self {
+        Loops {
+            handles: Vec::new(),
+            _stop: tokio_util::sync::CancellationToken::new().drop_guard(),
+        }
+    }
+
+    /// Handles to spawn work onto each extra loop.
+    pub fn handles(&self) -> &[tokio::runtime::Handle] {
+        &self.handles
+    }
 }
 
 /// Tokio wakes its I/O driver (an eventfd write, and an extra return from `epoll_wait`) each

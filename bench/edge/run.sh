@@ -50,7 +50,7 @@ for v in "${VARS[@]}"; do
     log "$v: 30 requests spread $got"
 done
 
-write_meta "bench/edge/run.sh" "direct=direct (one nginx, no proxy);haproxy=HAProxy 2.6 roundrobin;haproxy_splice=HAProxy 2.6 roundrobin splice-auto;ouroboros=ouroboros edge;ouroboros_userspace=ouroboros edge --copy-mode userspace;ouroboros_splice=ouroboros edge --copy-mode splice;ouroboros_mt=ouroboros edge --threads 2;ouroboros_busy=ouroboros edge --busy-poll $BUSY_POLL"
+write_meta "bench/edge/run.sh" "direct=direct (one nginx, no proxy);haproxy=HAProxy 2.6 roundrobin;haproxy_splice=HAProxy 2.6 roundrobin splice-auto;ouroboros=ouroboros edge;ouroboros_userspace=ouroboros edge --copy-mode userspace;ouroboros_splice=ouroboros edge --copy-mode splice;ouroboros_t1=ouroboros edge --threads 1;ouroboros_t2=ouroboros edge --threads 2;ouroboros_busy=ouroboros edge --busy-poll $BUSY_POLL"
 idle_phase
 warm_up
 measure_rounds

@@ -16,14 +16,16 @@
 #   ouroboros            ouroboros with its defaults (--copy-mode auto)
 #   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
 #   ouroboros_busy       --busy-poll $BUSY_POLL
-#   ouroboros_mt         --threads 2: the multi-threaded scheduler, two workers on the proxy CPU
+#   ouroboros_t1         --threads 1: one event loop     ouroboros_t2  --threads 2: two
 #
 # Settings (environment):
 #   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
 #   WRK_DURATION=6s     length of each wrk run      WRK_CONNS=50  wrk connections
 #   BULK_MB=1024        size of the large file      BULK_REPEAT=2 downloads per variant per round
 #   IDLE_CONNS=5000     idle connections held for the memory figure
-#   PROXY_CPU=0         CPU the proxy under test (HAProxy or ouroboros) is pinned to
+#   PROXY_CPU=0         CPU the proxy under test (HAProxy or ouroboros) is pinned to; a list
+#                       such as 0-1 lets it run on those CPUs (then sharing LOAD_CPU, as a
+#                       proxy without a CPU limit shares a node)
 #   LOAD_CPU=1          CPU nginx, wrk, curl and the idle-connection client are pinned to
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
 #   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
@@ -81,7 +83,9 @@ bench_prepare() {
     [[ $($HAPROXY -v | head -1) == *"version 2.6"* ]] || log "warning: $($HAPROXY -v | head -1) is not HAProxy 2.6"
     local ncpu
     ncpu=$(nproc)
-    ((PROXY_CPU < ncpu && LOAD_CPU < ncpu)) || die "PROXY_CPU=$PROXY_CPU / LOAD_CPU=$LOAD_CPU: this machine has $ncpu CPUs"
+    if ((LOAD_CPU >= ncpu)) || ! "${HELPER[@]}" cpus "$PROXY_CPU" | awk -v n="$ncpu" '$1 >= n {bad = 1} END {exit bad}'; then
+        die "PROXY_CPU=$PROXY_CPU / LOAD_CPU=$LOAD_CPU: this machine has $ncpu CPUs"
+    fi
 
     # every idle connection costs a descriptor on the client, two in the proxy, one in nginx
     NEED_FDS=$((2 * IDLE_CONNS + 1000))
@@ -210,8 +214,9 @@ start_variants() {
             ouroboros_userspace) start_ouroboros "$v" "$port" "$health" --copy-mode userspace ;;
             ouroboros_splice) start_ouroboros "$v" "$port" "$health" --copy-mode splice ;;
             ouroboros_busy) start_ouroboros "$v" "$port" "$health" --busy-poll "$BUSY_POLL" ;;
-            ouroboros_mt) start_ouroboros "$v" "$port" "$health" --threads 2 ;;
-            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_mt)" ;;
+            ouroboros_t1) start_ouroboros "$v" "$port" "$health" --threads 1 ;;
+            ouroboros_t2) start_ouroboros "$v" "$port" "$health" --threads 2 ;;
+            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_t1 ouroboros_t2)" ;;
         esac
     done
 }

@@ -8,9 +8,10 @@ Subcommands:
   spread URL N                 GET URL N times on new connections, print "body count" per answer
   cpu-ticks PID...             print utime+stime (clock ticks, all threads) summed over PIDs
   snapshot LOAD PROXY PID...   print the counters a wrk run is measured with, in one read:
-                               "busy total steal" jiffies of CPU LOAD and of CPU PROXY
+                               "busy total steal" jiffies of CPU LOAD and of the CPUs PROXY
                                (/proc/stat), the PIDs' voluntary context switches, the RES + CAL
                                interrupts CPU PROXY received, and the PIDs' CPU ticks
+  cpus LIST                    print the CPUs of a taskset-style list, one per line
   wrk-parse FILE               print "rps p99_us errors requests" from a `wrk --latency` output
   idle ...                     hold many idle keep-alive connections, report RSS per connection
   report RAW.tsv META.tsv      render the markdown result table
@@ -105,26 +106,40 @@ def sleeps(pids):
                for pid in pids for tid in os.listdir(f"/proc/{pid}/task"))
 
 
-def wake_ipis(cpu):
-    """Rescheduling plus function-call interrupts CPU `cpu` received so far (/proc/interrupts):
-    what other CPUs sent it to wake a task there while it was idle."""
+def cpus(spec):
+    """The CPUs of a taskset-style list: "0", "0,1", "0-1"."""
+    out = []
+    for part in str(spec).split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def wake_ipis(spec):
+    """Rescheduling plus function-call interrupts the CPUs of `spec` received so far
+    (/proc/interrupts): what other CPUs sent them to wake a task there while it was idle."""
     with open("/proc/interrupts") as f:
-        cpus = f.readline().split()
-        col = cpus.index(f"CPU{cpu}") + 1
-        return sum(int(l.split()[col]) for l in f if l.split()[0] in ("RES:", "CAL:"))
+        names = f.readline().split()
+        cols = [names.index(f"CPU{c}") + 1 for c in cpus(spec)]
+        return sum(int(l.split()[col]) for l in f if l.split()[0] in ("RES:", "CAL:") for col in cols)
 
 
-def cpu_jiffies(cpu):
-    """Busy, total and stolen jiffies of one CPU so far, from /proc/stat ("busy total steal";
-    steal is time the hypervisor ran something else while this vCPU wanted to run)."""
+def cpu_jiffies(spec):
+    """Busy, total and stolen jiffies of the CPUs of `spec` so far, from /proc/stat ("busy total
+    steal"; steal is time the hypervisor ran something else while a vCPU wanted to run)."""
+    want = {f"cpu{c}" for c in cpus(spec)}
+    busy = total = steal = 0
     with open("/proc/stat") as f:
         for line in f:
             fields = line.split()
-            if fields[0] == f"cpu{cpu}":
+            if fields[0] in want:
+                want.discard(fields[0])
                 ticks = [int(x) for x in fields[1:]]
                 idle = ticks[3] + ticks[4]  # idle, iowait
-                return sum(ticks) - idle, sum(ticks), ticks[7]
-    raise SystemExit(f"error: no cpu{cpu} in /proc/stat")
+                busy, total, steal = busy + sum(ticks) - idle, total + sum(ticks), steal + ticks[7]
+    if want:
+        raise SystemExit(f"error: no {' '.join(sorted(want))} in /proc/stat")
+    return busy, total, steal
 
 
 def rss_kib(pids):
@@ -277,11 +292,12 @@ DEFAULT_LABELS = {
     "ouroboros_userspace": "ouroboros --copy-mode userspace",
     "ouroboros_splice": "ouroboros --copy-mode splice",
     "ouroboros_busy": "ouroboros --busy-poll",
-    "ouroboros_mt": "ouroboros --threads 2",
+    "ouroboros_t1": "ouroboros --threads 1",
+    "ouroboros_t2": "ouroboros --threads 2",
 }
 BASES = ("haproxy_splice", "haproxy")
 RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_userspace": "userspace",
-              "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll", "ouroboros_mt": "threads 2",
+              "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll", "ouroboros_t1": "threads 1", "ouroboros_t2": "threads 2",
               "haproxy_splice": "splice-auto", "haproxy": "HAProxy"}
 
 # metric key, label, unit format, better ("high"|"low"; "none": a condition of the run, no
@@ -488,6 +504,9 @@ def main(argv):
         # One process for all counters, so the helper's own start-up stays out of the window.
         print(*cpu_jiffies(load), *cpu_jiffies(proxy), sleeps(pids), wake_ipis(proxy),
               cpu_ticks(pids))
+        return 0
+    if cmd == "cpus":
+        print("\n".join(map(str, cpus(args[0]))))
         return 0
     if cmd == "rss-kib":
         print(rss_kib(args))

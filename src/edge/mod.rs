@@ -183,7 +183,7 @@ pub struct EdgeArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
-    /// Threads that relay connections: as for `proxy` (0 = one per CPU, 1 = single-threaded).
+    /// Event loops that relay connections, as for `proxy` (0 = one per CPU, 1 = one thread).
     #[arg(
         long,
         env = "OUROBOROS_EDGE_THREADS",
@@ -303,10 +303,11 @@ impl Readiness {
     }
 }
 
-pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
+/// Runs the balancer on this (single-threaded) runtime and `loops` (see `crate::runtime`).
+pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result<ExitCode> {
     let source = source(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
-    let lifecycle = Lifecycle::new(args.max_connections);
+    let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_edge");
@@ -398,7 +399,7 @@ pub async fn run(args: EdgeArgs) -> anyhow::Result<ExitCode> {
         });
     }
 
-    let server = lifecycle.serve(listeners);
+    let server = lifecycle.serve(listeners)?;
 
     let readiness = Arc::new(Readiness {
         balancers,

@@ -112,7 +112,7 @@ pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
     info!(address = %local, proxy_protocol = mode, "listening");
 
     let lifecycle = Lifecycle::new(args.max_connections);
-    let server = lifecycle.serve(vec![(listener, ctx.clone())]);
+    let server = lifecycle.serve(vec![(listener, ctx.clone())])?;
     token.cancelled().await;
     // Idle keep-alive connections close at once (they watch the same token); a request in
     // progress gets at most one read timeout.

@@ -211,7 +211,7 @@ fn relay_64_mib(copy_mode: &str) {
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
     for copy_mode in ["auto", "userspace", "splice"] {
-        for threads in ["0", "1"] {
+        for threads in ["0", "1", "3"] {
             for busy_poll in ["0", "50us"] {
                 half_close(&[
                     "--copy-mode",
