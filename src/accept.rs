@@ -99,10 +99,9 @@ pub async fn serve<H: Handler>(
                 backoff = FIRST_ACCEPT_BACKOFF;
                 handler.accepted();
                 let connection = handler.clone().serve(stream, peer);
-                tracker.spawn(async move {
-                    // Held for the connection's whole life: the cap counts open connections.
-                    let _permit = permit;
-                    connection.await;
+                tracker.spawn(Held {
+                    connection,
+                    _permit: permit,
                 });
             }
             // The connection died in the backlog; nothing wrong with the listener.
@@ -122,6 +121,27 @@ pub async fn serve<H: Handler>(
                 backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
             }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's future and its cap permit, held for the connection's whole life (the cap
+    /// counts open connections). A struct rather than `async move { let _p = permit;
+    /// connection.await }`: rustc keeps a captured future and the same future being awaited in
+    /// separate slots of an async block, so that block is twice the connection's size, and every
+    /// open connection's task would carry the copy (1.28 KiB tasks instead of 0.64 KiB).
+    struct Held<F> {
+        #[pin]
+        connection: F,
+        _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Held<F> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        self.project().connection.poll(cx)
     }
 }
 
@@ -393,6 +413,23 @@ mod tests {
                 .unwrap();
             assert!(TcpStream::connect(addr).await.is_err());
         });
+    }
+
+    /// What each open connection's task holds beside the handler's future: the permit, no copy.
+    #[test]
+    fn a_held_connection_adds_only_its_permit() {
+        let connection = async {
+            let state = [7u8; 512];
+            tokio::task::yield_now().await;
+            std::hint::black_box(&state);
+        };
+        let inner = std::mem::size_of_val(&connection);
+        let held = Held {
+            connection,
+            _permit: None,
+        };
+        let size = std::mem::size_of_val(&held);
+        assert!(size <= inner + 16, "{size} bytes around a {inner}-byte connection future");
     }
 
     #[test]

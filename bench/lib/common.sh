@@ -17,6 +17,7 @@
 #   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
 #   ouroboros_busy       --busy-poll $BUSY_POLL
 #   ouroboros_t1         --threads 1: one event loop     ouroboros_t2  --threads 2: two
+#   ouroboros_prev       the binary PREV_BIN (e.g. a build of an earlier commit) with the defaults
 #
 # Settings (environment):
 #   ROUNDS=4            rate/throughput rounds; variants run back to back, order rotated per round
@@ -30,8 +31,8 @@
 #   OUROBOROS_BIN=path  use this binary instead of `cargo build --release`
 #   NICE=-19            niceness of everything the run starts (a negative value needs root): on a
 #                       shared box it keeps concurrent compiles from skewing one variant's turn
-#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros --threads (1 = its
-#                       single-threaded scheduler); both would use 1 by themselves on one pinned CPU
+#   PROXY_THREADS=1     threads of each proxy: HAProxy nbthread and ouroboros --threads (1 = one
+#                       event loop); 0 = each proxy's own default (one per CPU of PROXY_CPU)
 #   SCHED=other|fifo    scheduling class of everything the run starts (fifo needs root)
 #   CPU_LIMIT=400m      CFS quota of each proxy in the CPU-limited runs, as a pod's
 #                       `resources.limits.cpu` sets it (100 ms period); 0 skips those runs. They
@@ -216,7 +217,10 @@ start_variants() {
             ouroboros_busy) start_ouroboros "$v" "$port" "$health" --busy-poll "$BUSY_POLL" ;;
             ouroboros_t1) start_ouroboros "$v" "$port" "$health" --threads 1 ;;
             ouroboros_t2) start_ouroboros "$v" "$port" "$health" --threads 2 ;;
-            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_t1 ouroboros_t2)" ;;
+            ouroboros_prev)
+                [[ -x ${PREV_BIN:-} ]] || die "ouroboros_prev needs PREV_BIN=path to another ouroboros binary"
+                BIN=$PREV_BIN start_ouroboros "$v" "$port" "$health" ;;
+            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_t1 ouroboros_t2 ouroboros_prev)" ;;
         esac
     done
 }
@@ -226,7 +230,7 @@ start_variants() {
 start_haproxy() {
     cat >"$DIR/$1.cfg" <<EOF
 global
-    nbthread $PROXY_THREADS
+$( ((PROXY_THREADS > 0)) && echo "    nbthread $PROXY_THREADS")
     maxconn $((IDLE_CONNS + 2000))
 defaults
     mode tcp

@@ -294,10 +294,11 @@ DEFAULT_LABELS = {
     "ouroboros_busy": "ouroboros --busy-poll",
     "ouroboros_t1": "ouroboros --threads 1",
     "ouroboros_t2": "ouroboros --threads 2",
+    "ouroboros_prev": "ouroboros (PREV_BIN)",
 }
 BASES = ("haproxy_splice", "haproxy")
 RATIO_NAME = {"ouroboros": "ouroboros", "ouroboros_userspace": "userspace",
-              "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll", "ouroboros_t1": "threads 1", "ouroboros_t2": "threads 2",
+              "ouroboros_splice": "splice", "ouroboros_busy": "busy-poll", "ouroboros_t1": "threads 1", "ouroboros_t2": "threads 2", "ouroboros_prev": "PREV_BIN",
               "haproxy_splice": "splice-auto", "haproxy": "HAProxy"}
 
 # metric key, label, unit format, better ("high"|"low"; "none": a condition of the run, no

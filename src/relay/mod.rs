@@ -221,7 +221,8 @@ mod tests {
         });
         let fut = route.serve(client, addr);
         let size = std::mem::size_of_val(&fut);
-        // 528 bytes on x86_64 when written; a buffer held inline would be 64 KiB.
+        // 512 bytes on x86_64 in a release build (536 in a debug one); a buffer held inline
+        // would be 64 KiB. The task around it adds only the cap permit (`accept::Held`).
         assert!(size <= 600, "per-connection future is {size} bytes");
     }
 }
