@@ -429,7 +429,10 @@ mod tests {
             _permit: None,
         };
         let size = std::mem::size_of_val(&held);
-        assert!(size <= inner + 16, "{size} bytes around a {inner}-byte connection future");
+        assert!(
+            size <= inner + 16,
+            "{size} bytes around a {inner}-byte connection future"
+        );
     }
 
     #[test]

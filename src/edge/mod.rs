@@ -183,7 +183,8 @@ pub struct EdgeArgs {
         value_name = "N"
     )]
     pub max_connections: usize,
-    /// Event loops that relay connections, as for `proxy` (0 = one per CPU, 1 = one thread).
+    /// Event loops that relay connections, as for `proxy`, but 0 (one per CPU this process may
+    /// use) by default: an edge host carries all inbound traffic. 1 = one thread.
     #[arg(
         long,
         env = "OUROBOROS_EDGE_THREADS",

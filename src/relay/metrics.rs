@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use super::copy::Counters;
 use super::upstream::Cause;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -153,6 +154,12 @@ impl RelayMetrics {
         let to_client = self.bytes.get_or_create(&dir("to_client")).clone();
         let spliced_to_upstream = self.spliced.get_or_create(&dir("to_upstream")).clone();
         let spliced_to_client = self.spliced.get_or_create(&dir("to_client")).clone();
+        let bytes = Counters {
+            to_upstream,
+            to_client,
+            spliced_to_upstream,
+            spliced_to_client,
+        };
         let accept_errors = self.accept_errors.get_or_create(&l).clone();
         let dial_seconds = self.dial_seconds.get_or_create(&l).clone();
         let duration_seconds = self.duration_seconds.get_or_create(&l).clone();
@@ -160,10 +167,7 @@ impl RelayMetrics {
             name: name.to_string(),
             accepted,
             active,
-            to_upstream,
-            to_client,
-            spliced_to_upstream,
-            spliced_to_client,
+            bytes,
             accept_errors,
             dial_seconds,
             duration_seconds,
@@ -179,10 +183,8 @@ pub struct ListenerMetrics {
     pub name: String,
     pub accepted: Counter,
     pub active: Gauge,
-    pub to_upstream: Counter,
-    pub to_client: Counter,
-    pub spliced_to_upstream: Counter,
-    pub spliced_to_client: Counter,
+    /// Bytes relayed each way, and the spliced part of them.
+    pub bytes: Counters,
     pub accept_errors: Counter,
     pub dial_seconds: Histogram,
     pub duration_seconds: Histogram,
