@@ -7,6 +7,7 @@ pub mod hostnames;
 pub mod ipmode;
 pub mod lease;
 pub mod metrics;
+pub mod projection;
 pub mod proxy_watch;
 pub mod rbac;
 pub mod revert;
@@ -458,7 +459,7 @@ impl sync::Hooks for ControllerHooks {
         );
     }
 
-    fn applied(&mut self, hosts: &BTreeSet<Hostname>, a: &Applied) {
+    fn applied(&mut self, hosts: &BTreeSet<Hostname>, a: Applied) {
         let result = match a.outcome {
             Outcome::Written => "written",
             Outcome::Unchanged => "unchanged",
@@ -469,7 +470,9 @@ impl sync::Hooks for ControllerHooks {
         self.metrics.succeeded();
         self.status.lock().expect("status lock").last = Some(Ok(()));
         self.last_notice = None;
-        if let Some(change) = &a.change {
+        // The diff of a large Corefile is megabytes: built only when it is logged.
+        let logged = a.outcome == Outcome::DryRun || tracing::enabled!(tracing::Level::DEBUG);
+        if let Some(change) = a.change.as_ref().filter(|_| logged) {
             let diff = diff_lines(
                 change.before.as_deref().unwrap_or(""),
                 change.after.as_deref().unwrap_or(""),
@@ -527,7 +530,7 @@ impl sync::Hooks for ControllerHooks {
             }
         }
         if a.outcome != Outcome::DryRun {
-            self.applied_tx.send_replace(a.rules.clone());
+            self.applied_tx.send_replace(a.rules);
         }
     }
 

@@ -1,8 +1,9 @@
 //! The watch caches: one list/watch (`list_watch`) into a kube-runtime reflector store per
 //! source kind (Ingress always, IngressClass with `--ingress-class`,
-//! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`), trimmed to what
-//! [`hostnames::desired`] reads. Tells the sync engine when something changed and when every
-//! kind has delivered its initial list.
+//! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`), each object read straight into
+//! its projection (`projection`: only what [`hostnames::desired`] reads is ever allocated).
+//! Tells the sync engine when something changed and when every kind has delivered its initial
+//! list.
 //!
 //! A Gateway-API kind whose CRD is not installed (404 on list) is logged once and counted as
 //! "synced, empty", so it does not hold back writes; the watch keeps retrying with kube-runtime's
@@ -26,10 +27,8 @@ use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::error_boundary::InvalidObject;
-use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -43,82 +42,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
-use super::hostnames::{self, Desired, Filters, ReadWhen, SourceObject, Sources};
+use super::hostnames::{self, Desired, Filters, IngressHosts, ReadWhen, SourceObject, Sources};
 use super::metrics::{KindLabel, Metrics};
+use super::projection::{Project, Projected};
 use crate::hostname::HostPolicy;
 use crate::kube_client::{Cause, Repeats};
-
-/// The annotation `kubectl apply` keeps a full copy of the object in.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops what the controller never reads, so 10,000 objects fit in a few MiB.
-pub trait Trim {
-    fn trim(&mut self);
-}
-
-fn trim_meta(m: &mut ObjectMeta) {
-    m.managed_fields = None;
-    if let Some(a) = m.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
-    m.labels = None;
-    m.owner_references = None;
-    m.finalizers = None;
-}
-
-impl Trim for Ingress {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.status = None;
-        if let Some(s) = self.spec.as_mut() {
-            // Only the TLS hosts, the rules' hosts (--ingress-hosts all) and the class count.
-            if let Some(rules) = s.rules.as_mut() {
-                for r in rules {
-                    r.http = None;
-                }
-            }
-            s.default_backend = None;
-        }
-    }
-}
-
-impl Trim for IngressClass {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = None;
-    }
-}
-
-impl Trim for Gateway {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.status = None;
-    }
-}
-
-impl Trim for HttpRoute {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.status = None;
-        self.spec.rules = None;
-    }
-}
-
-impl Trim for GrpcRoute {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.status = None;
-        self.spec.rules = None;
-    }
-}
-
-impl Trim for TlsRoute {
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.status = None;
-        self.spec.rules = Vec::new();
-    }
-}
 
 /// Which kinds have delivered their initial list, and a change counter, shared by the watch
 /// tasks and read by the sync engine.
@@ -249,7 +177,7 @@ impl Stores {
             grpc_routes: grpc.iter().map(AsRef::as_ref).collect(),
             tls_routes: tls.iter().map(AsRef::as_ref).collect(),
         };
-        hostnames::desired(&sources, &self.filters, policy)
+        hostnames::desired_without_origins(&sources, &self.filters, policy)
     }
 }
 
@@ -316,15 +244,18 @@ impl Starter<'_> {
     /// Watches kind `K` when this configuration reads it.
     fn follow<K>(&mut self) -> Option<Store<K>>
     where
-        K: SourceObject + Trim + Default + Debug + Send + Sync + 'static,
+        K: SourceObject + Project + Default + Debug + Send + Sync + 'static,
     {
         let f = self.filters;
         K::KIND
             .is_read(f.gateway_api, f.reads_ingress_classes())
             .then(|| {
                 follow(
-                    Api::<DeserializeGuard<K>>::all(self.client.clone()),
-                    K::KIND.read_when() == ReadWhen::GatewayApi,
+                    Api::<Projected<K>>::all(self.client.clone()),
+                    Reading {
+                        optional: K::KIND.read_when() == ReadWhen::GatewayApi,
+                        ingress_hosts: f.ingress_hosts,
+                    },
                     &self.progress,
                     self.notifier,
                     &self.idle,
@@ -335,8 +266,15 @@ impl Starter<'_> {
     }
 }
 
-/// Watches one kind into a store until `stop`. `optional`: a 404 (CRD not installed) counts as
-/// an empty, synced list.
+/// How one kind is read.
+struct Reading {
+    /// A 404 (CRD not installed) counts as an empty, synced list.
+    optional: bool,
+    /// Which Ingress fields count (the rest of a projection is dropped: [`Project::narrow`]).
+    ingress_hosts: IngressHosts,
+}
+
+/// Watches one kind into a store until `stop`.
 ///
 /// The store's writer lives in the task rather than in a `reflect` adapter, so that the idle
 /// detector can drop a quiet watch (with any request hanging in it) and start a new one into
@@ -344,8 +282,11 @@ impl Starter<'_> {
 /// exactly that list (an object deleted while the watch was dead goes away). A restart spawns
 /// nothing; the old stream is simply dropped.
 fn follow<K>(
-    api: Api<DeserializeGuard<K>>,
-    optional: bool,
+    api: Api<Projected<K>>,
+    Reading {
+        optional,
+        ingress_hosts,
+    }: Reading,
     progress: &Progress,
     notifier: &Notifier,
     idle: &Idle,
@@ -353,7 +294,7 @@ fn follow<K>(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Store<K>
 where
-    K: Resource + Trim + Default + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Project + Default + Clone + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, mut writer) = reflector::store();
@@ -418,7 +359,7 @@ where
                         let Some(event) = unreadable.screen(event) else {
                             continue;
                         };
-                        let event = event.modify(K::trim);
+                        let event = event.modify(|k| k.narrow(ingress_hosts));
                         writer.apply_watcher_event(&event);
                         match event {
                             Event::InitDone => {
@@ -490,7 +431,7 @@ impl Unreadable {
 
     /// The event with an unreadable object left out: skipped in the initial list, and as a
     /// deletion afterwards (a version that was readable before must not linger in the cache).
-    fn screen<K>(&mut self, e: Event<DeserializeGuard<K>>) -> Option<Event<K>>
+    fn screen<K>(&mut self, e: Event<Projected<K>>) -> Option<Event<K>>
     where
         K: Resource + Default,
         K::DynamicType: Default,
@@ -498,18 +439,18 @@ impl Unreadable {
         Some(match e {
             Event::Init => Event::Init,
             Event::InitDone => Event::InitDone,
-            Event::InitApply(DeserializeGuard(Ok(k))) => Event::InitApply(k),
-            Event::Apply(DeserializeGuard(Ok(k))) => Event::Apply(k),
-            Event::Delete(DeserializeGuard(Ok(k))) => Event::Delete(k),
-            Event::InitApply(DeserializeGuard(Err(bad))) => {
+            Event::InitApply(Projected(Ok(k))) => Event::InitApply(k),
+            Event::Apply(Projected(Ok(k))) => Event::Apply(k),
+            Event::Delete(Projected(Ok(k))) => Event::Delete(k),
+            Event::InitApply(Projected(Err(bad))) => {
                 self.report::<K>(&bad);
                 return None;
             }
-            Event::Apply(DeserializeGuard(Err(bad))) => {
+            Event::Apply(Projected(Err(bad))) => {
                 self.report::<K>(&bad);
                 Event::Delete(placeholder(bad))
             }
-            Event::Delete(DeserializeGuard(Err(bad))) => Event::Delete(placeholder(bad)),
+            Event::Delete(Projected(Err(bad))) => Event::Delete(placeholder(bad)),
         })
     }
 
@@ -764,13 +705,13 @@ mod tests {
             ..ObjectMeta::default()
         };
         let bad = |name: &str| {
-            DeserializeGuard::<Ingress>(Err(InvalidObject {
+            Projected::<Ingress>(Err(InvalidObject {
                 error: "invalid type".into(),
                 metadata: meta(name),
             }))
         };
         let good = |name: &str| {
-            DeserializeGuard(Ok(Ingress {
+            Projected(Ok(Ingress {
                 metadata: meta(name),
                 ..Ingress::default()
             }))
@@ -835,49 +776,6 @@ mod tests {
         assert_eq!(
             Cause::of_watch(&watcher::Error::InitialListFailed(api_error(500))),
             Cause::Other
-        );
-    }
-
-    #[test]
-    fn trims_what_is_never_read() {
-        let mut ing: Ingress = serde_json::from_value(json!({
-            "metadata": {
-                "name": "a", "namespace": "web",
-                "annotations": {
-                    LAST_APPLIED: "{\"big\": true}",
-                    "kubernetes.io/ingress.class": "nginx"
-                },
-                "managedFields": [{"manager": "kubectl"}],
-                "labels": {"app": "a"}
-            },
-            "spec": {
-                "ingressClassName": "nginx",
-                "tls": [{"hosts": ["a.example.com"]}],
-                "rules": [{"host": "a.example.com", "http": {"paths": [{
-                    "path": "/", "pathType": "Prefix",
-                    "backend": {"service": {"name": "web", "port": {"number": 80}}}
-                }]}}]
-            },
-            "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}
-        }))
-        .unwrap();
-        ing.trim();
-        let v = serde_json::to_value(&ing).unwrap();
-        assert_eq!(
-            v,
-            json!({
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "Ingress",
-                "metadata": {
-                    "name": "a", "namespace": "web",
-                    "annotations": {"kubernetes.io/ingress.class": "nginx"}
-                },
-                "spec": {
-                    "ingressClassName": "nginx",
-                    "tls": [{"hosts": ["a.example.com"]}],
-                    "rules": [{"host": "a.example.com"}]
-                }
-            })
         );
     }
 

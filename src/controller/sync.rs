@@ -200,7 +200,8 @@ pub trait Hooks: Send {
     fn desired(&mut self, _desired: &Desired, _leader: bool) {}
     /// The set equals the last one applied: the sink was not called.
     fn unchanged(&mut self, _hosts: &BTreeSet<Hostname>) {}
-    fn applied(&mut self, _hosts: &BTreeSet<Hostname>, _applied: &Applied) {}
+    /// Owned, so the rules it carries (a copy of the host set) can be kept without another.
+    fn applied(&mut self, _hosts: &BTreeSet<Hostname>, _applied: Applied) {}
     fn failed(&mut self, _error: &SinkError, _retry_in: Duration) {}
     /// The lease was lost during a sink call; the call was abandoned.
     fn abandoned(&mut self) {}
@@ -305,7 +306,7 @@ where
                     match result {
                         Some(Ok(a)) => {
                             trigger.succeeded(Instant::now());
-                            hooks.applied(&plan.hosts, &a);
+                            hooks.applied(&plan.hosts, a);
                             applied = Some(plan);
                         }
                         Some(Err(e)) if e.is_permanent() => {

@@ -166,7 +166,13 @@ impl Trie {
                 Err(i) => {
                     let next = self.nodes.len();
                     self.nodes.push(Vec::new());
-                    self.nodes[at].insert(i, (t, next));
+                    let edges = &mut self.nodes[at];
+                    // Most states have one transition: room for exactly one, not the four a
+                    // first insert reserves (30,000 names make ~750,000 states).
+                    if edges.capacity() == 0 {
+                        edges.reserve_exact(1);
+                    }
+                    edges.insert(i, (t, next));
                     next
                 }
             };
@@ -190,8 +196,9 @@ impl Dag {
         // state by its transitions to already interned states: equal remaining languages get
         // one number.
         let mut canon = vec![usize::MAX; trie.nodes.len()];
+        // Each state's transitions are kept once, as its key here; numbered in order of
+        // interning, then moved into `states`.
         let mut ids: HashMap<Edges, usize> = HashMap::new();
-        let mut states: Vec<Edges> = Vec::new();
         let mut stack: Vec<(usize, bool)> = vec![(0, false)];
         while let Some((n, expanded)) = stack.pop() {
             if !expanded {
@@ -200,10 +207,18 @@ impl Dag {
                 continue;
             }
             let edges: Edges = trie.nodes[n].iter().map(|&(t, c)| (t, canon[c])).collect();
-            canon[n] = *ids.entry(edges.clone()).or_insert_with(|| {
-                states.push(edges);
-                states.len() - 1
-            });
+            canon[n] = match ids.get(&edges) {
+                Some(&id) => id,
+                None => {
+                    let id = ids.len();
+                    ids.insert(edges, id);
+                    id
+                }
+            };
+        }
+        let mut states: Vec<Edges> = vec![Vec::new(); ids.len()];
+        for (edges, id) in ids {
+            states[id] = edges;
         }
         // Children are interned before their parents, so every transition goes down in
         // number and the post-dominators come out in one pass.

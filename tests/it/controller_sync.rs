@@ -1431,6 +1431,66 @@ async fn a_relist_that_finds_the_same_objects_writes_nothing() {
     assert_eq!(writes(&api), [("PUT".to_string(), COREDNS_PUT.to_string())]);
 }
 
+/// An update to fields the controller never reads (labels, other annotations, kubectl's
+/// last-applied copy, http paths, status) is computed and found equal: no read, no write. The
+/// next real change is written, so the first one was seen and not merely lost.
+#[tokio::test]
+async fn a_change_to_fields_never_read_writes_nothing() {
+    let r = start(
+        state_with(vec![ingress("shop", &["shop.example.com"])]),
+        &["--leader-elect=false"],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let reads = r.api.count("GET", COREDNS);
+    let mut noise = ingress("shop", &["shop.example.com"]);
+    noise["metadata"]["resourceVersion"] = json!("11");
+    noise["metadata"]["labels"] = json!({"app": "shop", "version": "2"});
+    noise["metadata"]["annotations"] = json!({
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{\"rules\":[]}}",
+        "cert-manager.io/cluster-issuer": "letsencrypt"
+    });
+    noise["spec"]["tls"][0]["secretName"] = json!("cert-2");
+    noise["spec"]["rules"][0]["http"] = json!({"paths": [{"path": "/", "pathType": "Prefix",
+        "backend": {"service": {"name": "shop", "port": {"number": 80}}}}]});
+    noise["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}});
+    r.api
+        .deliver(INGRESS_WATCH, json!({"type": "MODIFIED", "object": noise}))
+        .await;
+    // Well past the 50 ms debounce.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "{:#?}", r.api.calls());
+    assert_eq!(
+        r.api.count("GET", COREDNS),
+        reads,
+        "the sink was not even called"
+    );
+    let mut renamed = ingress("shop", &["shop.example.com", "new.example.com"]);
+    renamed["metadata"]["resourceVersion"] = json!("12");
+    r.api
+        .deliver(
+            INGRESS_WATCH,
+            json!({"type": "MODIFIED", "object": renamed}),
+        )
+        .await;
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let puts = r.puts();
+    let api = r.shutdown().await;
+    assert_eq!(writes(&api).len(), 2);
+    let corefile = puts[1]["data"]["Corefile"].as_str().unwrap();
+    assert!(
+        corefile.contains("rewrite name new.example.com "),
+        "{corefile}"
+    );
+}
+
 /// Bookmarks alone, then events alone, keep a watch alive well past the timeout; each ends the
 /// held watch (as the API server's timeout would), which is resumed from the resourceVersion
 /// they carried.

@@ -1,5 +1,5 @@
 //! The suite's one fake Kubernetes API, shared with the library's unit tests and
-//! `examples/controller_bench.rs` (which includes this file by `#[path]`): see
+//! `examples/fake_api.rs` (which includes this file by `#[path]`): see
 //! `src/test_api.rs`.
 #![allow(dead_code)]
 

@@ -24,9 +24,19 @@ struct Claim {
 pub(super) struct Collector {
     out: Desired,
     accepted: Vec<(Hostname, Claim)>,
+    /// Whether to fill [`Desired::origins`]: a set of objects per host, most of the result's
+    /// memory (a tree node per host), which the sync engine never reads.
+    origins: bool,
 }
 
 impl Collector {
+    pub(super) fn new(origins: bool) -> Self {
+        Collector {
+            origins,
+            ..Collector::default()
+        }
+    }
+
     pub(super) fn add<'s>(
         &mut self,
         policy: &HostPolicy,
@@ -72,6 +82,7 @@ impl Collector {
         let Collector {
             mut out,
             mut accepted,
+            origins: keep_origins,
         } = self;
         accepted.sort_unstable();
         let mut origins: Vec<(Hostname, BTreeSet<ObjectRef>)> = Vec::new();
@@ -104,13 +115,17 @@ impl Collector {
                     origins.push((host, BTreeSet::new()));
                 }
             }
-            if let Some((_, objects)) = origins.last_mut() {
+            if let Some((_, objects)) = origins.last_mut().filter(|_| keep_origins) {
                 objects.insert(claim.object);
             }
         }
         // All from sorted input: built in bulk, without searching.
-        out.hosts = origins.iter().map(|(h, _)| h.clone()).collect();
-        out.origins = origins.into_iter().collect();
+        if keep_origins {
+            out.hosts = origins.iter().map(|(h, _)| h.clone()).collect();
+            out.origins = origins.into_iter().collect();
+        } else {
+            out.hosts = origins.into_iter().map(|(h, _)| h).collect();
+        }
         out.placed = placed.into_iter().collect::<BTreeMap<_, _>>();
         out
     }

@@ -2,7 +2,8 @@
 //! the controller reads it, and the owned container every reader fills (`render` from manifest
 //! files, `doctor` from list calls). The watches (`controller::sources`), RBAC rules
 //! (`controller::rbac`), CRD checks and manifest recognition all iterate [`Kind::ALL`], so a new
-//! kind is added here, in the hostname rules that read it, and in the watch cache's trim.
+//! kind is added here, in the hostname rules that read it, and in the watch cache's projection
+//! (`controller::projection`).
 
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;

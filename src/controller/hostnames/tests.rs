@@ -546,6 +546,45 @@ fn same_name_from_several_objects() {
     assert_eq!(origins, ["Ingress web/a", "Ingress web/b", "Gateway gw/g"]);
 }
 
+/// The sync engine's variant: the same result without the origins it never reads.
+#[test]
+fn without_origins_is_the_same_set() {
+    let a = ingress("a", None, None, &["shared.example.com", "a.example.com"]);
+    let b = ingress(
+        "b",
+        None,
+        None,
+        &["SHARED.example.com.", "bad_name.example.com"],
+    );
+    let gw = gateway(
+        "gw",
+        "g",
+        "c",
+        &["shared.example.com", "g.example.com"],
+        false,
+    );
+    let sources = Sources {
+        ingresses: vec![&a, &b],
+        gateways: vec![&gw],
+        ..Default::default()
+    };
+    let filters = Filters {
+        gateway_api: true,
+        ..Default::default()
+    };
+    let full = desired(&sources, &filters, &policy());
+    let lean = desired_without_origins(&sources, &filters, &policy());
+    assert!(lean.origins.is_empty());
+    assert_eq!(full.origins.len(), 3);
+    assert_eq!(
+        Desired {
+            origins: Default::default(),
+            ..full
+        },
+        lean
+    );
+}
+
 fn annotate<T: kube::Resource>(mut o: T, key: &str, value: &str) -> T {
     o.meta_mut()
         .annotations
