@@ -94,7 +94,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Doctor(args) => default()?.block_on(crate::doctor::run(args)),
         Command::Cleanup(args) => default()?.block_on(crate::cleanup::run(args)),
-        Command::Controller(args) => default()?.block_on(crate::controller::run(args)),
+        // One thread: the controller waits on the API server, and its one CPU-heavy step (the
+        // answer rendering) allocates tens of MiB for a moment; on several worker threads each
+        // render could land in another malloc arena, and glibc keeps every arena's freed pages
+        // (bench/controller/README.md measures it).
+        Command::Controller(args) => {
+            runtime::build(1, Duration::ZERO)?.block_on(crate::controller::run(args))
+        }
     }
 }
 
