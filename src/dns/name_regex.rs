@@ -27,7 +27,7 @@
 //! validated (`Hostname`: lower-case LDH labels, optional leading `*.`), so nothing needs
 //! escaping but the dots.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 /// The pattern of one wildcard label (LDH, as `Hostname` allows).
 pub(crate) const WILDCARD_LABEL: &str = "[a-z0-9-]+";
@@ -83,7 +83,8 @@ pub(crate) fn zones<'a>(names: impl IntoIterator<Item = &'a str> + Clone) -> Vec
 /// pattern fits. Empty for an empty set.
 pub(crate) fn regexes<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut names: Vec<&str> = names.into_iter().collect();
-    names.sort_by_cached_key(|n| n.rsplit('.').collect::<Vec<_>>());
+    // Compared label by label as read: no key vector per name.
+    names.sort_unstable_by(|a, b| a.rsplit('.').cmp(b.rsplit('.')));
     names.dedup();
     let mut out = Vec::new();
     split(&names, &mut out);
@@ -113,20 +114,24 @@ pub(crate) fn regex<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Stri
     let names: Vec<&str> = names.into_iter().collect();
     // Exact names one wildcard label covers add nothing.
     let bases: HashSet<&str> = names.iter().filter_map(|n| n.strip_prefix("*.")).collect();
-    let mut trie = Trie::default();
-    for name in names {
-        let covered = !name.starts_with("*.")
-            && name
-                .split_once('.')
-                .is_some_and(|(_, rest)| bases.contains(rest));
-        if !covered {
-            trie.insert(name);
-        }
-    }
-    if trie.nodes[0].is_empty() {
+    let mut kept: Vec<&str> = names
+        .into_iter()
+        .filter(|name| {
+            name.starts_with("*.")
+                || !name
+                    .split_once('.')
+                    .is_some_and(|(_, rest)| bases.contains(rest))
+        })
+        .collect();
+    drop(bases);
+    if kept.is_empty() {
         return None;
     }
-    let dag = Dag::minimise(&trie);
+    // The construction takes the names in the order of their tokens.
+    kept.sort_unstable_by(|a, b| tokens(a).cmp(tokens(b)));
+    kept.dedup();
+    let dag = Dag::build(&kept);
+    drop(kept);
     let mut out = String::from("^");
     dag.emit(dag.root, dag.sink, &mut out);
     Some(out)
@@ -136,127 +141,204 @@ pub(crate) fn regex<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Stri
 const WILD: u8 = 0;
 const END: u8 = 1;
 
-/// Transitions of a state, sorted by token.
-type Edges = Vec<(u8, usize)>;
-
-/// The character trie of the names: state 0 is the root.
-struct Trie {
-    nodes: Vec<Edges>,
+/// A name's tokens: a leading `*` as [`WILD`], the bytes, the trailing dot and [`END`].
+fn tokens(name: &str) -> impl Iterator<Item = u8> + '_ {
+    let (first, rest) = match name.strip_prefix('*') {
+        Some(rest) => (Some(WILD), rest),
+        None => (None, name),
+    };
+    first.into_iter().chain(rest.bytes()).chain([b'.', END])
 }
 
-impl Default for Trie {
-    fn default() -> Self {
-        Self {
-            nodes: vec![Vec::new()],
-        }
-    }
-}
+/// A state number: 30,000 names make a few hundred thousand states, so half a `usize`.
+type Id = u32;
 
-impl Trie {
-    fn insert(&mut self, name: &str) {
-        let (first, rest) = match name.strip_prefix('*') {
-            Some(rest) => (Some(WILD), rest),
-            None => (None, name),
-        };
-        let tokens = first.into_iter().chain(rest.bytes()).chain([b'.', END]);
-        let mut at = 0;
-        for t in tokens {
-            at = match self.nodes[at].binary_search_by_key(&t, |e| e.0) {
-                Ok(i) => self.nodes[at][i].1,
-                Err(i) => {
-                    let next = self.nodes.len();
-                    self.nodes.push(Vec::new());
-                    let edges = &mut self.nodes[at];
-                    // Most states have one transition: room for exactly one, not the four a
-                    // first insert reserves (30,000 names make ~750,000 states).
-                    if edges.capacity() == 0 {
-                        edges.reserve_exact(1);
-                    }
-                    edges.insert(i, (t, next));
-                    next
-                }
-            };
-        }
-    }
+/// One transition.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Edge {
+    token: u8,
+    to: Id,
 }
 
 /// The minimal automaton: states numbered so that every transition goes to a smaller number
 /// (the sink, which every name ends in, is 0), with each state's immediate post-dominator.
+///
+/// Flat, because the per-state cost is what a large set pays: state `s`'s transitions, sorted
+/// by token, are `edges[start[s]..start[s + 1]]`, all states' in one vector.
 struct Dag {
-    states: Vec<Edges>,
-    root: usize,
-    sink: usize,
-    /// The state every path from a state passes through first (`usize::MAX` for the sink).
-    ipdom: Vec<usize>,
+    edges: Vec<Edge>,
+    start: Vec<u32>,
+    root: Id,
+    sink: Id,
+    /// The state every path from a state passes through first (`Id::MAX` for the sink).
+    ipdom: Vec<Id>,
+}
+
+/// States of the automaton under construction, each held once: what merges a new state into an
+/// equal one. Open addressing over state numbers, hashed from the transitions themselves, so no
+/// transition list is stored twice (a map keyed by the lists held them twice).
+struct Register {
+    slots: Vec<Id>,
+    len: usize,
+}
+
+const EMPTY: Id = Id::MAX;
+
+fn hash(edges: &[Edge]) -> u64 {
+    let mut h: u64 = 0;
+    for e in edges {
+        let x = u64::from(e.token) | (u64::from(e.to) << 8);
+        h = (h.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    h
+}
+
+impl Register {
+    fn new() -> Self {
+        Self {
+            slots: vec![EMPTY; 1024],
+            len: 0,
+        }
+    }
+
+    /// The slot for a state with transitions `edges`: holding an equal state, or empty.
+    fn find(&self, dag: &Dag, edges: &[Edge]) -> usize {
+        let mask = self.slots.len() - 1;
+        // The high bits of a multiplicative hash are the well-mixed ones.
+        let mut i = (hash(edges) >> 32) as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == EMPTY || dag.transitions(s) == edges {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The number of the state with transitions `edges`, added to `dag` if new.
+    fn intern(&mut self, dag: &mut Dag, edges: &[Edge]) -> Id {
+        let i = self.find(dag, edges);
+        if self.slots[i] != EMPTY {
+            return self.slots[i];
+        }
+        let id = Id::try_from(dag.start.len() - 1).expect("fewer than 2^32 states");
+        dag.edges.extend_from_slice(edges);
+        dag.start
+            .push(u32::try_from(dag.edges.len()).expect("fewer than 2^32 transitions"));
+        self.slots[i] = id;
+        self.len += 1;
+        // At most half full, so probes stay short.
+        if self.len * 2 > self.slots.len() {
+            let mut slots = vec![EMPTY; self.slots.len() * 2];
+            let mask = slots.len() - 1;
+            for s in std::mem::take(&mut self.slots)
+                .into_iter()
+                .filter(|&s| s != EMPTY)
+            {
+                let mut j = (hash(dag.transitions(s)) >> 32) as usize & mask;
+                while slots[j] != EMPTY {
+                    j = (j + 1) & mask;
+                }
+                slots[j] = s;
+            }
+            self.slots = slots;
+        }
+        id
+    }
 }
 
 impl Dag {
-    fn minimise(trie: &Trie) -> Dag {
-        // Post-order over the trie (iterative: a name is up to 255 tokens), interning each
-        // state by its transitions to already interned states: equal remaining languages get
-        // one number.
-        let mut canon = vec![usize::MAX; trie.nodes.len()];
-        // Each state's transitions are kept once, as its key here; numbered in order of
-        // interning, then moved into `states`.
-        let mut ids: HashMap<Edges, usize> = HashMap::new();
-        let mut stack: Vec<(usize, bool)> = vec![(0, false)];
-        while let Some((n, expanded)) = stack.pop() {
-            if !expanded {
-                stack.push((n, true));
-                stack.extend(trie.nodes[n].iter().map(|&(_, c)| (c, false)));
-                continue;
+    fn transitions(&self, s: Id) -> &[Edge] {
+        let s = s as usize;
+        &self.edges[self.start[s] as usize..self.start[s + 1] as usize]
+    }
+
+    /// The minimal automaton of `names` (sorted by [`tokens`], distinct), built the incremental
+    /// way for sorted input: only the states along the last name read are not yet final. When
+    /// the next name leaves that path, the states below the point where it leaves can get no
+    /// more transitions, so each is merged into an equal state already built (same transitions,
+    /// to states already merged: the same remaining language) or numbered as a new one. No
+    /// character trie of all the names (one state per character, ~750,000 for 30,000 names) is
+    /// ever held: only the minimal automaton and one name's path.
+    fn build(names: &[&str]) -> Dag {
+        let mut dag = Dag {
+            edges: Vec::new(),
+            start: vec![0],
+            root: 0,
+            sink: 0,
+            ipdom: Vec::new(),
+        };
+        let mut register = Register::new();
+        // path[d]: the transitions so far of the state reached by the last name's first d
+        // tokens; the last transition of each but the deepest leads to the next (its target
+        // is set when that one is merged).
+        let mut path: Vec<Vec<Edge>> = vec![Vec::new()];
+        let mut last: Vec<u8> = Vec::new();
+        let mut next: Vec<u8> = Vec::new();
+        // Merges the path's states below depth `keep`, deepest first.
+        let fold = |path: &mut Vec<Vec<Edge>>, dag: &mut Dag, register: &mut Register, keep| {
+            while path.len() > keep + 1 {
+                let state = path.pop().expect("deeper than keep");
+                let id = register.intern(dag, &state);
+                let parent = path.last_mut().expect("keep + 1 states");
+                parent.last_mut().expect("the edge to the state").to = id;
             }
-            let edges: Edges = trie.nodes[n].iter().map(|&(t, c)| (t, canon[c])).collect();
-            canon[n] = match ids.get(&edges) {
-                Some(&id) => id,
-                None => {
-                    let id = ids.len();
-                    ids.insert(edges, id);
-                    id
-                }
-            };
+        };
+        for name in names {
+            next.clear();
+            next.extend(tokens(name));
+            let common = last.iter().zip(&next).take_while(|(a, b)| a == b).count();
+            fold(&mut path, &mut dag, &mut register, common);
+            for &token in &next[common..] {
+                path.last_mut()
+                    .expect("the root at least")
+                    .push(Edge { token, to: EMPTY });
+                path.push(Vec::new());
+            }
+            std::mem::swap(&mut last, &mut next);
         }
-        let mut states: Vec<Edges> = vec![Vec::new(); ids.len()];
-        for (edges, id) in ids {
-            states[id] = edges;
-        }
-        // Children are interned before their parents, so every transition goes down in
+        fold(&mut path, &mut dag, &mut register, 0);
+        let root = path.pop().expect("the root");
+        dag.root = register.intern(&mut dag, &root);
+        drop(register);
+        dag.edges.shrink_to_fit();
+        dag.start.shrink_to_fit();
+        // Children are numbered before their parents, so every transition goes down in
         // number and the post-dominators come out in one pass.
-        let mut ipdom = vec![usize::MAX; states.len()];
-        let mut depth = vec![0; states.len()];
-        for s in 0..states.len() {
-            let mut targets = states[s].iter().map(|&(_, c)| c);
+        let n = dag.start.len() - 1;
+        let mut ipdom = vec![Id::MAX; n];
+        let mut depth = vec![0u32; n];
+        for s in 0..n {
+            let mut targets = dag.transitions(s as Id).iter().map(|e| e.to);
             let Some(first) = targets.next() else {
                 continue; // the sink
             };
             let p = targets.fold(first, |a, b| lca(&ipdom, &depth, a, b));
             ipdom[s] = p;
-            depth[s] = depth[p] + 1;
+            depth[s] = depth[p as usize] + 1;
         }
-        let sink = states.iter().position(Vec::is_empty).unwrap_or(0);
-        Dag {
-            root: canon[0],
-            sink,
-            states,
-            ipdom,
-        }
+        dag.sink = (0..n as Id)
+            .find(|&s| dag.transitions(s).is_empty())
+            .unwrap_or(0);
+        dag.ipdom = ipdom;
+        dag
     }
 
     /// Appends the regex of every path from `from` to `stop` (its post-dominator or the sink).
-    fn emit(&self, from: usize, stop: usize, out: &mut String) {
+    fn emit(&self, from: Id, stop: Id, out: &mut String) {
         let mut at = from;
         while at != stop {
-            let edges = &self.states[at];
-            if let [(t, next)] = edges.as_slice() {
-                push_token(*t, out);
-                at = *next;
+            let edges = self.transitions(at);
+            if let [e] = edges {
+                push_token(e.token, out);
+                at = e.to;
                 continue;
             }
-            let join = self.ipdom[at];
+            let join = self.ipdom[at as usize];
             // Transitions to the same state share one branch (a class for plain bytes).
-            let mut by_target: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-            for &(t, next) in edges {
-                by_target.entry(next).or_default().push(t);
+            let mut by_target: BTreeMap<Id, Vec<u8>> = BTreeMap::new();
+            for e in edges {
+                by_target.entry(e.to).or_default().push(e.token);
             }
             let mut branches: Vec<String> = Vec::new();
             for (next, tokens) in by_target {
@@ -376,12 +458,12 @@ fn atom(s: &str) -> bool {
 }
 
 /// The nearest common post-dominator of `a` and `b`.
-fn lca(ipdom: &[usize], depth: &[usize], mut a: usize, mut b: usize) -> usize {
+fn lca(ipdom: &[Id], depth: &[u32], mut a: Id, mut b: Id) -> Id {
     while a != b {
-        if depth[a] >= depth[b] {
-            a = ipdom[a];
+        if depth[a as usize] >= depth[b as usize] {
+            a = ipdom[a as usize];
         } else {
-            b = ipdom[b];
+            b = ipdom[b as usize];
         }
     }
     a
