@@ -391,6 +391,8 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
 
 /// One target's names and its proxy's addresses.
 type NamesOn<'a> = (Cow<'a, BTreeSet<Hostname>>, &'a [IpAddr]);
+/// A target's rule (`None`: the default target) and its names.
+type TargetNames<'a> = (Option<&'a TargetRule>, Cow<'a, BTreeSet<Hostname>>);
 
 /// The names to render, which proxy target each goes to, and the targets.
 struct Placed {
@@ -400,59 +402,45 @@ struct Placed {
 }
 
 impl Placed {
+    /// Each target's names: the default target's always, a named target's only when it has
+    /// any (with its rule).
+    fn groups(&self) -> anyhow::Result<Vec<TargetNames<'_>>> {
+        let groups = self.plan.groups(1 + self.targets.len())?;
+        Ok(groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, hosts)| (i.checked_sub(1).map(|n| &self.targets[n]), hosts))
+            .filter(|(t, hosts)| t.is_none() || !hosts.is_empty())
+            .collect())
+    }
+
     /// Each target's names with its proxy's addresses (`--proxy-ip` for the default target,
     /// `proxy-ip=` for a named one), targets without names left out.
     fn with_ips<'a>(&'a self, default: &'a [IpAddr]) -> anyhow::Result<Vec<NamesOn<'a>>> {
-        let mut out = Vec::new();
-        for (i, hosts) in self
-            .plan
-            .groups(1 + self.targets.len())?
+        self.groups()?
             .into_iter()
-            .enumerate()
-        {
-            let ips = match i.checked_sub(1).map(|n| &self.targets[n]) {
-                None => default,
-                Some(_) if hosts.is_empty() => continue,
-                Some(t) if t.proxy_ips.is_empty() => {
-                    return Err(UsageError::err(format!(
-                        "--target {} has {} hostname(s) but no proxy-ip=: render cannot read \
-                         its Service, so give its ClusterIPs as proxy-ip=IP",
-                        t.name,
-                        hosts.len()
-                    )))
-                }
-                Some(t) => &t.proxy_ips,
-            };
-            out.push((hosts, ips));
-        }
-        Ok(out)
+            .map(|(t, hosts)| {
+                let ips = match t {
+                    None => default,
+                    Some(t) => proxy_ips(t, hosts.len())?,
+                };
+                Ok((hosts, ips))
+            })
+            .collect()
     }
 
     /// The CoreDNS rules: the default target's answer from the flags, a named target's from its
     /// `proxy-ip=` (template) or its Service's name (rewrite).
     fn rules(&self, proxy: &AnswerArgs) -> anyhow::Result<Rules> {
         let mut rules = Rules::new();
-        for (i, hosts) in self
-            .plan
-            .groups(1 + self.targets.len())?
-            .into_iter()
-            .enumerate()
-        {
-            let answer = match i.checked_sub(1).map(|n| &self.targets[n]) {
+        for (t, hosts) in self.groups()? {
+            let answer = match t {
                 None => proxy.answer(&hosts)?,
-                Some(_) if hosts.is_empty() => continue,
                 Some(t) => match proxy.coredns_answer {
-                    AnswerForm::Template => {
-                        let Some(addrs) = ProxyAddrs::new(&t.proxy_ips) else {
-                            return Err(UsageError::err(format!(
-                                "--target {} has {} hostname(s) but no proxy-ip=: pass its \
-                                 proxy Service's ClusterIPs as proxy-ip=IP",
-                                t.name,
-                                hosts.len()
-                            )));
-                        };
-                        Answer::Template(addrs)
-                    }
+                    AnswerForm::Template => Answer::Template(
+                        ProxyAddrs::new(proxy_ips(t, hosts.len())?)
+                            .ok_or_else(|| no_proxy_ip(t, hosts.len()))?,
+                    ),
                     AnswerForm::Rewrite => {
                         let (Some(ns), name) = &t.service else {
                             return Err(UsageError::err(format!(
@@ -472,6 +460,22 @@ impl Placed {
         }
         Ok(rules)
     }
+}
+
+/// A named target's `proxy-ip=` addresses, which render needs in place of reading its Service.
+fn proxy_ips(t: &TargetRule, names: usize) -> anyhow::Result<&[IpAddr]> {
+    if t.proxy_ips.is_empty() {
+        return Err(no_proxy_ip(t, names));
+    }
+    Ok(&t.proxy_ips)
+}
+
+fn no_proxy_ip(t: &TargetRule, names: usize) -> anyhow::Error {
+    UsageError::err(format!(
+        "--target {} has {names} hostname(s) but no proxy-ip=: render cannot read its Service, \
+         so give its ClusterIPs as proxy-ip=IP",
+        t.name
+    ))
 }
 
 fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {

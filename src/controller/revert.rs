@@ -90,17 +90,37 @@ impl Reverts {
 /// milliseconds by the event or the `applied` update that matches; a real revert stays.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
+/// The last verdict and the text it was reached on, valid while the applied set is unchanged.
+/// The settle timer asks again about the text an event already brought, and a relist of the
+/// watch brings the same text back: each answer would otherwise render the whole block again
+/// (for tens of thousands of names, the controller's costliest step).
+type Verdict = Option<(Option<String>, bool)>;
+
 /// Whether `text` (`None`: the ConfigMap or its key is gone) no longer holds the set last
 /// applied. Nothing is a revert before the first set is applied.
-fn reverted(text: Option<&str>, applied: &watch::Receiver<Option<Written>>) -> bool {
-    let applied = applied.borrow();
+fn reverted(
+    text: Option<&str>,
+    applied: &mut watch::Receiver<Option<Written>>,
+    last: &mut Verdict,
+) -> bool {
+    // A closed channel (the engine is gone) counts as a change: no verdict is reused.
+    let changed = applied.has_changed().unwrap_or(true);
+    let applied = applied.borrow_and_update();
     let Some(rules) = applied.as_ref() else {
+        *last = None;
         return false;
     };
-    match text {
+    if let Some((seen, verdict)) = last.as_ref().filter(|_| !changed) {
+        if seen.as_deref() == text {
+            return *verdict;
+        }
+    }
+    let verdict = match text {
         Some(text) => drifted(text, rules) == Some(true),
         None => true, // deleted, or the key is gone: the next sync reports it
-    }
+    };
+    *last = Some((text.map(str::to_owned), verdict));
+    verdict
 }
 
 /// Watches `target`'s ConfigMap (field selector on its name) until `stop`. `applied` holds the
@@ -110,7 +130,7 @@ fn reverted(text: Option<&str>, applied: &watch::Receiver<Option<Written>>) -> b
 pub async fn watch(
     client: Client,
     target: ConfigMapKey,
-    applied: watch::Receiver<Option<Written>>,
+    mut applied: watch::Receiver<Option<Written>>,
     forced: watch::Sender<u64>,
     mut on_revert: impl FnMut(&Revert) + Send,
     stop: CancellationToken,
@@ -124,12 +144,13 @@ pub async fn watch(
     // The key's text in the latest event (`None`: gone), and when a drift seen in it settles.
     let mut latest: Option<String> = None;
     let mut settles: Option<Instant> = None;
+    let mut last: Verdict = None;
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(settles.unwrap_or_else(Instant::now)), if settles.is_some() => {
                 settles = None;
-                if reverted(latest.as_deref(), &applied) {
+                if reverted(latest.as_deref(), &mut applied, &mut last) {
                     let r = reverts.record(Instant::now());
                     on_revert(&r);
                     if !r.delay.is_zero() {
@@ -166,7 +187,7 @@ pub async fn watch(
         latest = cm
             .and_then(|cm| cm.data)
             .and_then(|mut d| d.remove(&target.key));
-        if !reverted(latest.as_deref(), &applied) {
+        if !reverted(latest.as_deref(), &mut applied, &mut last) {
             settles = None;
         } else if settles.is_none() {
             settles = Some(Instant::now() + SETTLE);
@@ -190,6 +211,36 @@ mod tests {
 
     fn rules(hosts: &BTreeSet<Hostname>, answer: &Answer) -> Rules {
         vec![(hosts.clone(), answer.clone())]
+    }
+
+    /// A verdict is reused only for the same text under the same applied set.
+    #[test]
+    fn a_verdict_holds_until_the_text_or_the_applied_set_changes() {
+        let proxy = Answer::Template(
+            crate::dns::answer::ProxyAddrs::new(&["10.96.0.5".parse().unwrap()]).unwrap(),
+        );
+        let (a, b) = (hosts(&["a.example.com"]), hosts(&["b.example.com"]));
+        let with_a = corefile::splice(COREFILE, &a, &proxy).unwrap().text;
+        let with_b = corefile::splice(COREFILE, &b, &proxy).unwrap().text;
+        let (tx, mut rx) = watch::channel(None);
+        let mut last = None;
+        assert!(
+            !reverted(Some(&with_a), &mut rx, &mut last),
+            "nothing applied yet"
+        );
+        tx.send_replace(Some(rules(&a, &proxy)));
+        assert!(!reverted(Some(&with_a), &mut rx, &mut last));
+        assert!(
+            !reverted(Some(&with_a), &mut rx, &mut last),
+            "same text, same set"
+        );
+        assert!(reverted(Some(&with_b), &mut rx, &mut last), "other text");
+        assert!(reverted(None, &mut rx, &mut last), "key gone");
+        // The same text under a new applied set is judged again.
+        assert!(reverted(Some(&with_b), &mut rx, &mut last));
+        tx.send_replace(Some(rules(&b, &proxy)));
+        assert!(!reverted(Some(&with_b), &mut rx, &mut last));
+        assert!(reverted(Some(&with_a), &mut rx, &mut last));
     }
 
     #[test]
