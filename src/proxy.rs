@@ -149,7 +149,9 @@ pub struct ProxyArgs {
     /// How bytes are copied between the sockets: `auto` (read/write for requests and replies,
     /// switching a direction to splice(2) while it streams and back after a short read),
     /// `userspace` (always read/write through a pooled buffer) or `splice` (always Linux
-    /// splice(2) through a pooled pipe; the bytes stay in the kernel).
+    /// splice(2) through a pooled pipe; the bytes stay in the kernel) or `sockmap` (the kernel
+    /// moves the bytes between the sockets, a BPF program redirecting through a socket map:
+    /// needs CAP_BPF and CAP_NET_ADMIN and Linux 5.10+, else logs why once and runs `auto`).
     #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
     pub copy_mode: CopyMode,
 
@@ -287,6 +289,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
     let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
+    let (copy, kernel) = relay::copying(args.copy_mode, args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_proxy");
@@ -335,7 +338,8 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
             version: args.proxy_protocol,
             header_port: Some(header_port),
             idle_timeout: idle,
-            copy: args.copy_mode,
+            copy,
+            kernel: kernel.clone(),
             metrics: relay_metrics.listener(name),
         });
         listeners.push((listener, route));

@@ -11,6 +11,8 @@
 //!   no resolver crate is in the dependency tree.
 //! - [`listxattr`], [`getxattr`], [`fsetxattr`]: `nix` 0.32 has no extended-attribute calls
 //!   (`rustix` has, but is not a dependency).
+//! - The kernel relay's bpf(2) calls, TCP_INFO, SIOCOUTQ and SO_RCVLOWAT: see the section
+//!   below; neither `nix` nor `socket2` has them.
 //!
 //! Each wrapper makes exactly the system call(s) its caller made before, with no allocation of
 //! its own beyond what the call's result needs.
@@ -20,7 +22,7 @@
 use std::ffi::{c_int, CStr};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// poll(2) over raw descriptors: how many have events (`revents` is filled in). Negative
 /// descriptors are skipped, as poll(2) does.
@@ -152,4 +154,319 @@ pub(crate) fn fsetxattr(fd: impl AsFd, name: &CStr, value: &[u8]) -> io::Result<
     } else {
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel relay (`relay::sockmap`): bpf(2) and the TCP socket state it reads.
+//
+// Written by hand because the Rust BPF crates load programs from ELF objects only: `aya` needs
+// the object built by `bpf-linker` on a nightly toolchain, `libbpf-rs` builds libbpf (C, libelf,
+// zlib). The relay's program is fifteen instructions assembled in `relay::sockmap`, and it needs
+// four bpf(2) commands; the attribute layouts below are the prefixes of `union bpf_attr`
+// (linux/bpf.h) that those commands read. The kernel accepts a shorter attribute as long as
+// it covers the fields it needs, so the structures end at the last field set.
+
+const BPF_MAP_CREATE: c_int = 0;
+const BPF_MAP_UPDATE_ELEM: c_int = 2;
+const BPF_MAP_DELETE_ELEM: c_int = 3;
+const BPF_MAP_GET_NEXT_KEY: c_int = 4;
+const BPF_PROG_LOAD: c_int = 5;
+const BPF_PROG_ATTACH: c_int = 8;
+
+/// One eBPF instruction (`struct bpf_insn`): `regs` holds dst in its low nibble and src in its
+/// high one on little-endian machines (the C bitfield order), the reverse on big-endian ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BpfInsn {
+    pub code: u8,
+    pub regs: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgAttachAttr {
+    target_fd: u32,
+    attach_bpf_fd: u32,
+    attach_type: u32,
+    attach_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    /// `value` for update, `next_key` for get-next-key.
+    value: u64,
+    flags: u64,
+}
+
+/// An object name for bpftool and /proc: at most 15 bytes, NUL-padded.
+fn bpf_name(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let n = name.len().min(15);
+    out[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out
+}
+
+/// bpf(2) with `attr`; its non-negative result.
+///
+/// # Safety
+/// Every address inside `attr` must point to memory that is live, and writable where the
+/// command writes, for the length the attribute gives, for the duration of the call.
+unsafe fn bpf<T>(cmd: c_int, attr: &mut T) -> io::Result<i64> {
+    // SAFETY: `attr` is a live, exclusively borrowed repr(C) prefix of `union bpf_attr` whose
+    // size is passed, so the kernel reads and writes only within it; what it points to is the
+    // caller's promise.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as i64)
+    }
+}
+
+/// Wraps a descriptor bpf(2) returned (the kernel opens them close-on-exec).
+fn bpf_fd(rc: i64) -> OwnedFd {
+    // SAFETY: a successful BPF_MAP_CREATE or BPF_PROG_LOAD returns a new descriptor that
+    // nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
+}
+
+/// BPF_MAP_CREATE: a map of `map_type` with 8-byte keys and 4-byte values (a socket map's
+/// values are descriptors on update).
+pub(crate) fn bpf_map_create(map_type: u32, max_entries: u32, name: &str) -> io::Result<OwnedFd> {
+    let mut attr = MapCreateAttr {
+        map_type,
+        key_size: 8,
+        value_size: 4,
+        max_entries,
+        map_name: bpf_name(name),
+        ..Default::default()
+    };
+    // SAFETY: the attribute holds no addresses.
+    unsafe { bpf(BPF_MAP_CREATE, &mut attr) }.map(bpf_fd)
+}
+
+/// BPF_PROG_LOAD of `insns` as a `prog_type` program; the verifier's log (level 1) goes to
+/// `log` when the load is refused.
+pub(crate) fn bpf_prog_load(
+    prog_type: u32,
+    insns: &[BpfInsn],
+    license: &CStr,
+    log: &mut [u8],
+    name: &str,
+) -> io::Result<OwnedFd> {
+    let mut attr = ProgLoadAttr {
+        prog_type,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: u32::from(!log.is_empty()),
+        log_size: log.len() as u32,
+        log_buf: if log.is_empty() {
+            0
+        } else {
+            log.as_mut_ptr() as u64
+        },
+        prog_name: bpf_name(name),
+        ..Default::default()
+    };
+    // SAFETY: `insns` (insn_cnt entries) and `license` (NUL-terminated) are live borrows the
+    // kernel only reads; `log` is a live, exclusive borrow of log_size bytes (or none).
+    unsafe { bpf(BPF_PROG_LOAD, &mut attr) }.map(bpf_fd)
+}
+
+/// BPF_PROG_ATTACH of `prog` to `target` (a map, for socket programs) as `attach_type`.
+pub(crate) fn bpf_prog_attach(
+    target: BorrowedFd<'_>,
+    prog: BorrowedFd<'_>,
+    attach_type: u32,
+) -> io::Result<()> {
+    let mut attr = ProgAttachAttr {
+        target_fd: target.as_raw_fd() as u32,
+        attach_bpf_fd: prog.as_raw_fd() as u32,
+        attach_type,
+        attach_flags: 0,
+    };
+    // SAFETY: the attribute holds no addresses.
+    unsafe { bpf(BPF_PROG_ATTACH, &mut attr) }.map(drop)
+}
+
+/// BPF_MAP_UPDATE_ELEM (BPF_ANY): `map[key] = socket` for a socket map.
+pub(crate) fn bpf_map_set_socket(
+    map: BorrowedFd<'_>,
+    key: u64,
+    socket: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let value: u32 = socket.as_raw_fd() as u32;
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u64 as u64,
+        value: &value as *const u32 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` (8 bytes) and `value` (4 bytes) are locals alive for the call, the sizes
+    // the map was created with; the kernel only reads them.
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
+}
+
+/// BPF_MAP_DELETE_ELEM of `key`.
+pub(crate) fn bpf_map_delete(map: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u64 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` is an 8-byte local alive for the call; the kernel only reads it.
+    unsafe { bpf(BPF_MAP_DELETE_ELEM, &mut attr) }.map(drop)
+}
+
+/// BPF_MAP_GET_NEXT_KEY: the key after `key` (the first with `None`); `None` past the last.
+pub(crate) fn bpf_map_next_key(map: BorrowedFd<'_>, key: Option<u64>) -> io::Result<Option<u64>> {
+    let prev = key.unwrap_or(0);
+    let mut next: u64 = 0;
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: if key.is_some() {
+            &prev as *const u64 as u64
+        } else {
+            0
+        },
+        value: &mut next as *mut u64 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `prev` (read) and `next` (written, 8 bytes: the key size) are locals alive for
+    // the call.
+    match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+        Ok(_) => Ok(Some(next)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// getsockopt(TCP_INFO): the kernel's view of a TCP socket (byte counts, state).
+pub(crate) fn tcp_info(socket: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
+    // SAFETY: an all-zero tcp_info is a valid value (integers only).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is a live local of `len` bytes; the kernel writes at most `len` of them and
+    // stores the length written in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(info)
+    }
+}
+
+/// ioctl(SIOCOUTQ): bytes in a TCP socket's send queue not yet acknowledged by the peer
+/// (sent or not).
+pub(crate) fn send_queue_bytes(socket: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut n: c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int to the pointer, a live local.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut c_int) };
+    if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.max(0) as u64)
+    }
+}
+
+/// setsockopt(SO_RCVLOWAT). For TCP the kernel re-runs the socket's data-ready callback when
+/// this many bytes are already queued: how the kernel relay hands over bytes that arrived
+/// before the socket joined the map.
+pub(crate) fn set_rcvlowat(socket: BorrowedFd<'_>, bytes: c_int) -> io::Result<()> {
+    // SAFETY: the kernel reads one int from the pointer, a live borrow.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&bytes as *const c_int).cast(),
+            std::mem::size_of::<c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// An epoll instance that tokio's reactor watches (readable when it has events to report).
+/// Its descriptor is private, so it stays the one registered for as long as this lives.
+pub(crate) struct EpollWatch(nix::sys::epoll::Epoll);
+
+impl AsRawFd for EpollWatch {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0 .0.as_raw_fd()
+    }
+}
+
+impl EpollWatch {
+    pub(crate) fn epoll(&self) -> &nix::sys::epoll::Epoll {
+        &self.0
+    }
+}
+
+/// Registers `epoll` with the current tokio reactor for readability.
+pub(crate) fn watch_epoll(
+    epoll: nix::sys::epoll::Epoll,
+) -> io::Result<tokio::io::unix::AsyncFd<EpollWatch>> {
+    // SAFETY: `EpollWatch` owns the descriptor (an OwnedFd inside the Epoll) and never exposes
+    // it for replacement, so it stays open and the same until the AsyncFd drops it.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            EpollWatch(epoll),
+            tokio::io::Interest::READABLE,
+        )
+    }
+    .map_err(io::Error::from)
 }

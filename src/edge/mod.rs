@@ -170,7 +170,8 @@ pub struct EdgeArgs {
     pub idle_timeout: Duration,
 
     /// How bytes are copied: `auto` (buffer for small messages, splice(2) while a direction
-    /// streams), `userspace` (pooled buffer) or `splice` (Linux splice(2)), as for `proxy`.
+    /// streams), `userspace` (pooled buffer), `splice` (Linux splice(2)) or `sockmap` (the kernel
+    /// moves the bytes; CAP_BPF and CAP_NET_ADMIN, Linux 5.10+), as for `proxy`.
     #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
     pub copy_mode: CopyMode,
 
@@ -309,6 +310,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
     let source = source(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
     let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
+    let (copy, kernel) = relay::copying(args.copy_mode, args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_edge");
@@ -358,7 +360,8 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
                 version: args.proxy_protocol,
                 header_port: None,
                 idle_timeout: idle,
-                copy: args.copy_mode,
+                copy,
+                kernel: kernel.clone(),
                 metrics: relay_metrics.listener(name),
             }),
         ));

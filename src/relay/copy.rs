@@ -75,6 +75,11 @@ pub enum CopyMode {
     Userspace,
     /// splice(2) through a pooled pipe: the bytes never enter this process.
     Splice,
+    /// The kernel moves the bytes (a BPF program redirecting between the sockets through a
+    /// socket map); this process only passes ends of stream on and counts. Needs CAP_BPF and
+    /// CAP_NET_ADMIN and Linux 5.10 or later; without them the relay logs why once and copies
+    /// as `auto` does.
+    Sockmap,
 }
 
 /// In `Auto` mode, a splice shorter than this means the sender's burst is over: the direction
@@ -142,6 +147,8 @@ pub struct Counters {
     /// The part of each that went through a pipe (splice) rather than a buffer.
     pub spliced_to_upstream: Counter,
     pub spliced_to_client: Counter,
+    /// Connections handed to the kernel relay (`--copy-mode sockmap`).
+    pub kernel: Counter,
 }
 
 /// One direction: bytes read from one socket and not yet written to the other. At most one of
@@ -450,21 +457,26 @@ mod tests {
         (pair().await, pair().await)
     }
 
-    fn spawn_relay(
-        c: TcpStream,
-        u: TcpStream,
-        idle: Option<Duration>,
-    ) -> tokio::task::JoinHandle<(End, u64, u64)> {
-        spawn_relay_mode(c, u, idle, CopyMode::Userspace)
-    }
-
-    fn spawn_relay_mode(
+    /// Starts a relay in `mode`; in `Sockmap` mode, returns once the kernel took the pair
+    /// (failing the test when it relays in this process instead).
+    async fn spawn_relay_mode(
         c: TcpStream,
         u: TcpStream,
         idle: Option<Duration>,
         mode: CopyMode,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
-        spawn_relay_counted(c, u, idle, mode, Arc::default())
+        let counters = Spliced::default();
+        let task = spawn_relay_counted(c, u, idle, mode, counters.clone());
+        if mode == CopyMode::Sockmap {
+            within("the kernel taking the connection", async {
+                while counters.kernel.get() == 0 {
+                    assert!(!task.is_finished(), "the relay ended before the handover");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
+        task
     }
 
     /// The relay's counters, readable while it runs.
@@ -478,14 +490,26 @@ mod tests {
         counters: Spliced,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
         tokio::spawn(async move {
-            let r = relay(&mut c, &mut u, mode, idle, &counters).await;
+            let r = if mode == CopyMode::Sockmap {
+                let kernel = super::super::sockmap::tests::kernel();
+                let fallback = CopyMode::Auto;
+                super::super::sockmap::relay_or_copy(&kernel, c, u, 0, idle, fallback, &counters)
+                    .await
+            } else {
+                relay(&mut c, &mut u, mode, idle, &counters).await
+            };
             assert_eq!(counters.to_upstream.get(), r.1);
             assert_eq!(counters.to_client.get(), r.2);
             r
         })
     }
 
-    const ALL_MODES: [CopyMode; 3] = [CopyMode::Auto, CopyMode::Userspace, CopyMode::Splice];
+    const ALL_MODES: [CopyMode; 4] = [
+        CopyMode::Auto,
+        CopyMode::Userspace,
+        CopyMode::Splice,
+        CopyMode::Sockmap,
+    ];
 
     /// How long a read (or the relay task) in these tests may take before the test fails.
     const DEADLINE: Duration = Duration::from_secs(30);
@@ -519,7 +543,7 @@ mod tests {
 
     async fn bulk_both_ways_in_order_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay_mode(rc, ru, Some(Duration::from_secs(30)), mode);
+        let task = spawn_relay_mode(rc, ru, Some(Duration::from_secs(30)), mode).await;
         let up = pattern(1, 8 << 20);
         let down = pattern(2, 5 << 20);
         let (up2, down2) = (up.clone(), down.clone());
@@ -535,7 +559,13 @@ mod tests {
             .await;
             rr.unwrap();
             wr.unwrap();
-            assert!(got == up2, "upstream received different bytes");
+            assert!(
+                got == up2,
+                "upstream received different bytes: {} of {}, first difference at {:?}",
+                got.len(),
+                up2.len(),
+                got.iter().zip(&up2).position(|(a, b)| a != b)
+            );
         });
         let (mut r, mut w) = client.split();
         let mut got = Vec::new();
@@ -564,7 +594,7 @@ mod tests {
 
     async fn half_close_delivers_reply_after_client_eof_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay_mode(rc, ru, None, mode);
+        let task = spawn_relay_mode(rc, ru, None, mode).await;
         client.write_all(b"request").await.unwrap();
         client.shutdown().await.unwrap();
         // The upstream sees EOF only after the request, and answers after that.
@@ -593,7 +623,7 @@ mod tests {
 
     async fn upstream_half_close_still_takes_client_data_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay_mode(rc, ru, None, mode);
+        let task = spawn_relay_mode(rc, ru, None, mode).await;
         server.write_all(b"banner").await.unwrap();
         server.shutdown().await.unwrap();
         let mut got = Vec::new();
@@ -616,9 +646,15 @@ mod tests {
 
     #[tokio::test]
     async fn idle_timeout_closes_both_sides() {
+        for mode in [CopyMode::Userspace, CopyMode::Sockmap] {
+            idle_timeout_closes_both_sides_with(mode).await;
+        }
+    }
+
+    async fn idle_timeout_closes_both_sides_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         let started = std::time::Instant::now();
-        let task = spawn_relay(rc, ru, Some(Duration::from_millis(200)));
+        let task = spawn_relay_mode(rc, ru, Some(Duration::from_millis(200)), mode).await;
         client.write_all(b"x").await.unwrap();
         let mut b = [0u8; 1];
         within("upstream reading x", server.read_exact(&mut b))
@@ -640,11 +676,17 @@ mod tests {
 
     #[tokio::test]
     async fn activity_postpones_idle_timeout() {
+        for mode in [CopyMode::Userspace, CopyMode::Sockmap] {
+            activity_postpones_idle_timeout_with(mode).await;
+        }
+    }
+
+    async fn activity_postpones_idle_timeout_with(mode: CopyMode) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         // Real sockets, so real time: a write every 100 ms against a 1 s idle timeout leaves
         // 900 ms of slack for a loaded machine, and the writes go on past the first second.
         let idle = Duration::from_millis(1000);
-        let task = spawn_relay(rc, ru, Some(idle));
+        let task = spawn_relay_mode(rc, ru, Some(idle), mode).await;
         let started = std::time::Instant::now();
         let mut b = [0u8; 1];
         for _ in 0..12 {
@@ -670,7 +712,7 @@ mod tests {
 
     async fn reset_on_one_side_closes_the_other_with(mode: CopyMode) {
         let ((client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay_mode(rc, ru, None, mode);
+        let task = spawn_relay_mode(rc, ru, None, mode).await;
         // SO_LINGER 0 makes close send RST.
         socket2::SockRef::from(&client)
             .set_linger(Some(Duration::ZERO))

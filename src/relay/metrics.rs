@@ -44,6 +44,7 @@ pub struct RelayMetrics {
     closed: Family<ResultLabels, Counter>,
     bytes: Family<DirectionLabels, Counter>,
     spliced: Family<DirectionLabels, Counter>,
+    kernel: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
     dial_seconds: Family<ListenerLabel, Histogram>,
     duration_seconds: Family<ListenerLabel, Histogram>,
@@ -61,6 +62,7 @@ impl RelayMetrics {
             closed: Family::default(),
             bytes: Family::default(),
             spliced: Family::default(),
+            kernel: Family::default(),
             accept_errors: Family::default(),
             // 0.5 ms .. ~16 s
             dial_seconds: Family::new_with_constructor(|| {
@@ -103,6 +105,13 @@ impl RelayMetrics {
              process (--copy-mode auto while a direction streams, or splice)",
             Unit::Bytes,
             m.spliced.clone(),
+        );
+        registry.register(
+            "kernel_relayed_connections",
+            "Connections whose bytes the kernel moved (--copy-mode sockmap); their bytes join \
+             transferred_bytes_total when they close. Others in that mode were copied in the \
+             process: a side had already closed at the handover, or the socket map was full",
+            m.kernel.clone(),
         );
         registry.register(
             "accept_errors",
@@ -154,11 +163,13 @@ impl RelayMetrics {
         let to_client = self.bytes.get_or_create(&dir("to_client")).clone();
         let spliced_to_upstream = self.spliced.get_or_create(&dir("to_upstream")).clone();
         let spliced_to_client = self.spliced.get_or_create(&dir("to_client")).clone();
+        let kernel = self.kernel.get_or_create(&l).clone();
         let bytes = Counters {
             to_upstream,
             to_client,
             spliced_to_upstream,
             spliced_to_client,
+            kernel,
         };
         let accept_errors = self.accept_errors.get_or_create(&l).clone();
         let dial_seconds = self.dial_seconds.get_or_create(&l).clone();

@@ -4,12 +4,14 @@
 //! ```text
 //! accept (crate::accept: cap, backoff) -> task per connection
 //!   -> upstream.dial() -> TCP_NODELAY -> PROXY header -> copy both ways (half-close safe)
+//!        (copy: in this process; sockmap: handed to the kernel, ends watched here)
 //!   -> metrics + debug log on close
 //! ```
 
 pub mod copy;
 pub mod lifecycle;
 pub mod metrics;
+pub mod sockmap;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -26,6 +28,7 @@ use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
 pub use lifecycle::ReadyState;
 pub use metrics::{ListenerMetrics, RelayMetrics};
+pub use sockmap::Sockmap;
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
 
 /// What one listener does with its connections.
@@ -40,7 +43,33 @@ pub struct Route<U> {
     /// Close a connection after this long without traffic either way; `None` = never.
     pub idle_timeout: Option<Duration>,
     pub copy: CopyMode,
+    /// The kernel relay (`--copy-mode sockmap`, when it loaded); `copy` is then what a
+    /// connection falls back to when the kernel's map is full.
+    pub kernel: Option<Arc<Sockmap>>,
     pub metrics: ListenerMetrics,
+}
+
+/// The copy mode and kernel relay for `--copy-mode mode`: `sockmap` loads the kernel relay once
+/// for the process, or says once why it cannot and copies in this process (`auto`).
+pub fn copying(mode: CopyMode, max_connections: usize) -> (CopyMode, Option<Arc<Sockmap>>) {
+    if mode != CopyMode::Sockmap {
+        return (mode, None);
+    }
+    let cap = if max_connections == 0 {
+        65536
+    } else {
+        max_connections
+    };
+    match Sockmap::load(cap) {
+        Ok(k) => {
+            tracing::info!("copy mode sockmap: the kernel relays established connections");
+            (CopyMode::Auto, Some(Arc::new(k)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "copy mode sockmap is not available here; copying in this process (auto) instead");
+            (CopyMode::Auto, None)
+        }
+    }
 }
 
 impl<U: Upstream> Handler for Route<U> {
@@ -81,17 +110,26 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
     m.active.inc();
     let _active = Active(&m.active);
     let started = Instant::now();
-    let Some((mut up, lease)) = Box::pin(connect(&mut client, peer, &route)).await else {
+    let Some((mut up, lease, early)) = Box::pin(connect(&mut client, peer, &route)).await else {
         return;
     };
-    let (end, to_upstream, to_client) = copy::relay(
-        &mut client,
-        &mut up,
-        route.copy,
-        route.idle_timeout,
-        &m.bytes,
-    )
-    .await;
+    let debug = tracing::enabled!(tracing::Level::DEBUG);
+    let (end, to_upstream, to_client, up_addr) = match &route.kernel {
+        // Boxed: only connections the kernel relays pay for this future.
+        Some(k) => Box::pin(in_kernel(k, client, up, early, &route, debug)).await,
+        None => {
+            let (end, to_upstream, to_client) = copy::relay(
+                &mut client,
+                &mut up,
+                route.copy,
+                route.idle_timeout,
+                &m.bytes,
+            )
+            .await;
+            let addr = if debug { up.peer_addr().ok() } else { None };
+            (end, to_upstream, to_client, addr)
+        }
+    };
     lease.record(to_upstream, to_client);
     drop(lease);
     let elapsed = started.elapsed();
@@ -102,7 +140,7 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
         End::Error(..) => (2, "error"),
     };
     m.closed[idx].inc();
-    if tracing::enabled!(tracing::Level::DEBUG) {
+    if debug {
         let error = match &end {
             End::Error(side, e) => format!("{side}: {e}"),
             _ => String::new(),
@@ -110,7 +148,7 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
         tracing::debug!(
             listener = route.name,
             client = %peer,
-            upstream = ?up.peer_addr().ok(),
+            upstream = ?up_addr,
             to_upstream,
             to_client,
             duration_ms = elapsed.as_millis() as u64,
@@ -121,12 +159,38 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
     }
 }
 
-/// Dials the upstream and writes the PROXY header; `None` when the connection is over.
+/// The relay phase in the kernel: (how it ended, bytes to upstream, to client, upstream
+/// address when `debug`).
+async fn in_kernel<U: Upstream>(
+    kernel: &Sockmap,
+    client: TcpStream,
+    up: TcpStream,
+    early: u64,
+    route: &Route<U>,
+    debug: bool,
+) -> (End, u64, u64, Option<SocketAddr>) {
+    let addr = if debug { up.peer_addr().ok() } else { None };
+    let m = &route.metrics;
+    let (end, to_upstream, to_client) = sockmap::relay_or_copy(
+        kernel,
+        client,
+        up,
+        early,
+        route.idle_timeout,
+        route.copy,
+        &m.bytes,
+    )
+    .await;
+    (end, to_upstream, to_client, addr)
+}
+
+/// Dials the upstream and writes the PROXY header with the client's early bytes; `None` when
+/// the connection is over, else the upstream socket, its lease and how many early bytes went.
 async fn connect<U: Upstream>(
     client: &mut TcpStream,
     peer: SocketAddr,
     route: &Route<U>,
-) -> Option<(TcpStream, U::Lease)> {
+) -> Option<(TcpStream, U::Lease, u64)> {
     let m = &route.metrics;
     let started = Instant::now();
     let _ = client.set_nodelay(true);
@@ -171,7 +235,7 @@ async fn connect<U: Upstream>(
         return None;
     }
     m.bytes.to_upstream.inc_by(early as u64);
-    Some((up, lease))
+    Some((up, lease, early as u64))
 }
 
 /// Dials `upstream`, sends a LOCAL (v2) / UNKNOWN (v1) header and closes: proves the target
@@ -211,6 +275,7 @@ mod tests {
             header_port: Some(80),
             idle_timeout: Some(Duration::from_secs(60)),
             copy: CopyMode::Userspace,
+            kernel: None,
             metrics: RelayMetrics::register(&mut registry).listener("http"),
         });
         let fut = route.serve(client, addr);

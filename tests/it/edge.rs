@@ -464,6 +464,7 @@ async fn removed_backend_drains_its_connections() {
         header_port: None,
         idle_timeout: None,
         copy: CopyMode::Userspace,
+        kernel: None,
         metrics: RelayMetrics::register(&mut registry).listener("test"),
     });
     let tracker = tokio_util::task::TaskTracker::new();
