@@ -614,6 +614,39 @@ mod tests {
         assert!(matches!(within("relay", task).await.unwrap().0, End::Done));
     }
 
+    /// The kernel relay takes established sockets only: a client that sends its request and
+    /// FIN while the relay is handing the pair over is relayed, whichever side of the
+    /// handover its FIN lands on (before: copied in the process; between the two sockets: the
+    /// client's last bytes are copied here; after: the kernel). Many rounds, to land on each.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn client_fin_racing_the_kernel_handover() {
+        for round in 0..300 {
+            let ((mut client, rc), (ru, mut server)) = pairs().await;
+            let counters = Spliced::default();
+            let task = spawn_relay_counted(rc, ru, None, CopyMode::Sockmap, counters);
+            if round % 3 == 1 {
+                tokio::task::yield_now().await;
+            }
+            client.write_all(b"request").await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut req = Vec::new();
+            within("upstream reading the request", server.read_to_end(&mut req))
+                .await
+                .unwrap();
+            assert_eq!(req, b"request", "round {round}");
+            server.write_all(b"reply").await.unwrap();
+            drop(server);
+            let mut got = Vec::new();
+            within("client reading the reply", client.read_to_end(&mut got))
+                .await
+                .unwrap();
+            assert_eq!(got, b"reply", "round {round}");
+            let (end, a, b) = within("relay", task).await.unwrap();
+            assert!(matches!(end, End::Done), "round {round}: {end:?}");
+            assert_eq!((a, b), (7, 5), "round {round}");
+        }
+    }
+
     #[tokio::test]
     async fn upstream_half_close_still_takes_client_data() {
         for mode in ALL_MODES {

@@ -206,20 +206,22 @@ impl Sockmap {
             .and_then(|()| {
                 sys::bpf_map_set_socket(self.peers.as_fd(), keys[UPSTREAM], client.as_fd())
             });
-        if let Err(e) = placed {
+        // The upstream goes first. If it cannot (it is no longer established: the upstream
+        // closed meanwhile), nothing has moved in the kernel yet, so the process can still
+        // relay the connection.
+        let activated = placed.and_then(|()| {
+            sys::bpf_map_set_socket(self.active.as_fd(), keys[UPSTREAM], upstream.as_fd())
+        });
+        if let Err(e) = activated {
             for k in keys {
                 let _ = sys::bpf_map_delete(self.peers.as_fd(), k);
             }
             return Err(e);
         }
-        // From here on bytes may move in the kernel: a failure ends the connection rather than
-        // falling back, which could reorder them.
-        let end = match self.hand_over(&pair) {
-            Ok(()) => {
-                counters.kernel.inc();
-                pair.watch(idle).await
-            }
-            Err(e) => e,
+        counters.kernel.inc();
+        let end = match self.hand_over_client(&pair).await {
+            Ok(ended) => pair.watch(idle, ended).await,
+            Err(end) => end,
         };
         let (up, down) = pair.moved();
         counters.to_upstream.inc_by(up);
@@ -227,17 +229,27 @@ impl Sockmap {
         Ok((end, up, down))
     }
 
-    fn hand_over(&self, pair: &Pair<'_>) -> Result<(), End> {
-        for side in [UPSTREAM, CLIENT] {
-            let s = pair.sockets[side];
-            sys::bpf_map_set_socket(self.active.as_fd(), pair.cookie[side], s.as_fd())
-                .map_err(|e| End::Error(NAMES[side], e))?;
+    /// Hands the client over and has both sockets judge what they queued before: which sides
+    /// already ended. From here on bytes may move in the kernel, so a failure ends the
+    /// connection rather than falling back, which could reorder them. A client that already
+    /// sent its FIN cannot join (a socket map takes established sockets only); its last bytes
+    /// are all queued, and only this process writes to the upstream, so they are copied here.
+    async fn hand_over_client(&self, pair: &Pair<'_>) -> Result<[bool; 2], End> {
+        let [client, upstream] = pair.sockets;
+        let joined =
+            sys::bpf_map_set_socket(self.active.as_fd(), pair.cookie[CLIENT], client.as_fd());
+        let kick = |side: usize| {
+            sys::set_rcvlowat(pair.sockets[side].as_fd(), 1).map_err(|e| End::Error(NAMES[side], e))
+        };
+        kick(UPSTREAM)?;
+        match joined {
+            Ok(()) => kick(CLIENT).map(|()| [false, false]),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                pair.copy_rest(CLIENT, upstream).await?;
+                Ok([true, false])
+            }
+            Err(e) => Err(End::Error("client", e)),
         }
-        for side in [UPSTREAM, CLIENT] {
-            sys::set_rcvlowat(pair.sockets[side].as_fd(), 1)
-                .map_err(|e| End::Error(NAMES[side], e))?;
-        }
-        Ok(())
     }
 }
 
@@ -348,8 +360,47 @@ impl<'a> Pair<'a> {
         self.sockets.iter().map(|s| received(s).unwrap_or(0)).sum()
     }
 
-    async fn watch(&self, idle: Option<Duration>) -> End {
-        let mut ended = [false; 2];
+    /// Copies what `side` (which reached end of stream) still has queued to `to`, then shuts
+    /// `to`'s sending side down.
+    async fn copy_rest(&self, side: usize, to: &TcpStream) -> Result<(), End> {
+        use std::io::{Read, Write};
+        let other = 1 - side;
+        let mut buf = super::copy::take_buf();
+        let mut from = self.sockets[side];
+        let mut to_ref = to;
+        let result = loop {
+            let n = match from.read(&mut buf[..]) {
+                Ok(0) => break Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                Err(e) => break Err(End::Error(NAMES[side], e)),
+            };
+            let mut done = 0;
+            while done < n {
+                match to_ref.write(&buf[done..n]) {
+                    Ok(w) => done += w,
+                    // Rare and short (a request's worth): poll rather than register for
+                    // writability.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        tokio::time::sleep(Duration::from_millis(1)).await
+                    }
+                    Err(e) => return Err(End::Error(NAMES[other], e)),
+                }
+            }
+        };
+        super::copy::give_buf(buf);
+        result?;
+        SockRef::from(to)
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(|e| End::Error(NAMES[other], e))?;
+        self.shut[other].store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn watch(&self, idle: Option<Duration>, mut ended: [bool; 2]) -> End {
         let mut last = (self.activity(), Instant::now());
         let far = Duration::from_secs(86400 * 365);
         let timer = tokio::time::sleep(idle.unwrap_or(far));

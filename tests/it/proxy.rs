@@ -153,6 +153,21 @@ fn relays_64_mib_each_way_intact_with_auto() {
     relay_64_mib("auto");
 }
 
+#[test]
+fn relays_64_mib_each_way_intact_with_sockmap() {
+    relay_64_mib("sockmap");
+}
+
+/// The flag that selects the kernel relay.
+const SOCKMAP: &[&str] = &["--copy-mode", "sockmap"];
+
+/// Connections of the http listener the kernel relayed.
+fn kernel_relayed(proxy: &Proxy) -> f64 {
+    proxy
+        .metric(r#"ouroboros_proxy_kernel_relayed_connections_total{listener="http"}"#)
+        .expect("the kernel relay's metric")
+}
+
 fn relay_64_mib(copy_mode: &str) {
     const LEN: usize = 64 << 20;
     let (up, accepted) = tcp_upstream();
@@ -200,17 +215,19 @@ fn relay_64_mib(copy_mode: &str) {
             ))
             .unwrap();
         match copy_mode {
-            "userspace" => assert_eq!(spliced, 0.0, "{dir}"),
+            "userspace" | "sockmap" => assert_eq!(spliced, 0.0, "{dir}"),
             "splice" => assert_eq!(spliced, LEN as f64, "{dir}"),
             // A stream this long fills the buffer and switches to the pipe.
             _ => assert!(spliced > 0.0 && spliced <= LEN as f64, "{dir}: {spliced}"),
         }
     }
+    let kernel = if copy_mode == "sockmap" { 1.0 } else { 0.0 };
+    assert_eq!(kernel_relayed(&proxy), kernel);
 }
 
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
-    for copy_mode in ["auto", "userspace", "splice"] {
+    for copy_mode in ["auto", "userspace", "splice", "sockmap"] {
         for threads in ["0", "1", "3"] {
             for busy_poll in ["0", "50us"] {
                 half_close(&[
@@ -248,19 +265,32 @@ fn half_close(flags: &[&str]) {
 
 #[test]
 fn a_thousand_concurrent_connections() {
+    a_thousand_concurrent_connections_with(&[]);
+}
+
+/// Keep-alive connections stay open after their first answer, so every one is handed over.
+#[test]
+fn a_thousand_concurrent_connections_through_the_kernel_relay() {
+    let proxy = a_thousand_concurrent_connections_with(SOCKMAP);
+    assert_eq!(kernel_relayed(&proxy), 1000.0);
+}
+
+fn a_thousand_concurrent_connections_with(extra: &[&str]) -> Proxy {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const N: usize = 1000;
     raise_fd_limit();
     let nginx = Nginx::start();
     let port = nginx.http_port.to_string();
-    let proxy = Proxy::start(&[
+    let mut args = vec![
         "--target-host",
         "127.0.0.1",
         "--target-http-port",
         &port,
         "--listen-https",
         "",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let proxy = Proxy::start(&args);
     let addr = port_of(proxy.http);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -320,6 +350,115 @@ fn a_thousand_concurrent_connections() {
         assert!(Instant::now() < wait, "connections not released");
         std::thread::sleep(Duration::from_millis(20));
     }
+    proxy
+}
+
+/// Keep-alive requests, one after the other on one connection, to nginx and HAProxy (both
+/// requiring the PROXY protocol) through the kernel relay: each answer names this client's
+/// address, and each connection went to the kernel.
+#[test]
+fn keep_alive_requests_through_the_kernel_relay_reach_nginx_and_haproxy() {
+    let nginx = Nginx::start();
+    let haproxy = Haproxy::start();
+    let proxy = Proxy::relaying("127.0.0.1:0", V4, (nginx.http_port, haproxy.port), SOCKMAP);
+    for (addr, port) in [(port_of(proxy.http), 80), (port_of(proxy.https), 443)] {
+        let mut s = connect(addr);
+        let me = s.local_addr().unwrap();
+        for i in 0..200 {
+            s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let body = read_one_response(&mut s);
+            assert_eq!(
+                body.trim(),
+                format!("{} 127.0.0.1:{port}", plain(me)),
+                "request {i}"
+            );
+        }
+    }
+    for listener in ["http", "https"] {
+        let series =
+            format!(r#"ouroboros_proxy_kernel_relayed_connections_total{{listener="{listener}"}}"#);
+        assert_eq!(proxy.metric(&series), Some(1.0), "{listener}");
+    }
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length from `s`; its body.
+fn read_one_response(s: &mut TcpStream) -> String {
+    let mut resp = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = read_ok("reading a response", s.read(&mut buf));
+        assert!(
+            n > 0,
+            "connection closed early: {:?}",
+            String::from_utf8_lossy(&resp)
+        );
+        resp.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&resp);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .expect("a Content-Length");
+            if body.len() >= len {
+                assert_eq!(body.len(), len, "more than one response");
+                return body.to_string();
+            }
+        }
+    }
+}
+
+/// Without CAP_BPF and CAP_NET_ADMIN (here: running as an unprivileged user), the kernel
+/// relay cannot load: the proxy says why once, copies in the process, and stays ready.
+#[test]
+fn sockmap_without_privileges_falls_back_and_says_why() {
+    use std::os::unix::process::CommandExt;
+    let nginx = Nginx::start();
+    let port = nginx.http_port.to_string();
+    let mut cmd = Proxy::command(&[
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &port,
+        "--listen-https",
+        "",
+        "--copy-mode",
+        "sockmap",
+    ]);
+    if nix::unistd::geteuid().is_root() {
+        cmd.uid(65534).gid(65534);
+    }
+    let mut proxy = Proxy::spawn(cmd);
+    let warn = proxy.wait_log(
+        |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("copy mode sockmap is not available here"))
+        },
+        DEADLINE,
+    );
+    assert_eq!(warn["level"], "WARN", "{warn}");
+    let error = warn["error"].as_str().unwrap();
+    assert!(error.contains("CAP_BPF and CAP_NET_ADMIN"), "{error}");
+    let (me, status, body) = http_get_via(port_of(proxy.http));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.trim(), format!("{} 127.0.0.1:80", plain(me)));
+    assert_eq!(kernel_relayed(&proxy), 0.0);
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 200, "{body}");
+    let said = proxy
+        .logs()
+        .iter()
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("copy mode sockmap"))
+        })
+        .count();
+    assert_eq!(said, 1, "said once");
 }
 
 #[test]
@@ -453,8 +592,22 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
 
 #[test]
 fn graceful_shutdown_drains_in_flight_connections() {
+    graceful_shutdown_drains_with(&[]);
+}
+
+#[test]
+fn graceful_shutdown_drains_connections_the_kernel_relays() {
+    graceful_shutdown_drains_with(SOCKMAP);
+}
+
+fn graceful_shutdown_drains_with(extra: &[&str]) {
     let (up, accepted) = tcp_upstream();
-    let mut proxy = proxy_to(up, &["--shutdown-delay", "2s", "--shutdown-grace", "30s"]);
+    let flags = [
+        &["--shutdown-delay", "2s", "--shutdown-grace", "30s"][..],
+        extra,
+    ]
+    .concat();
+    let mut proxy = proxy_to(up, &flags);
     let http = port_of(proxy.http);
     let mut inflight = connect(http);
     let (mut server, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -554,10 +707,31 @@ fn sigint_skips_the_shutdown_delay() {
 
 #[test]
 fn shutdown_grace_expiry_warns_and_exits_zero() {
+    shutdown_grace_expiry_with(&[]);
+}
+
+#[test]
+fn shutdown_grace_expiry_cuts_connections_the_kernel_relays() {
+    shutdown_grace_expiry_with(SOCKMAP);
+}
+
+fn shutdown_grace_expiry_with(extra: &[&str]) {
     let (up, accepted) = tcp_upstream();
-    let mut proxy = proxy_to(up, &["--shutdown-delay", "0", "--shutdown-grace", "300ms"]);
+    let flags = [
+        &["--shutdown-delay", "0", "--shutdown-grace", "300ms"][..],
+        extra,
+    ]
+    .concat();
+    let mut proxy = proxy_to(up, &flags);
     let _held = connect(port_of(proxy.http));
     let _server = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    if !extra.is_empty() {
+        let wait = Instant::now() + DEADLINE;
+        while kernel_relayed(&proxy) != 1.0 {
+            assert!(Instant::now() < wait, "not handed to the kernel");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     proxy.signal(Signal::SIGINT);
     let status = proxy.wait_exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
@@ -575,9 +749,18 @@ fn shutdown_grace_expiry_warns_and_exits_zero() {
 
 #[test]
 fn max_connections_leaves_excess_clients_in_the_backlog() {
+    max_connections_with(&[]);
+}
+
+#[test]
+fn max_connections_counts_connections_the_kernel_relays() {
+    max_connections_with(SOCKMAP);
+}
+
+fn max_connections_with(extra: &[&str]) {
     let (up, accepted) = tcp_upstream();
     // The https listener stays enabled (and idle): it must not hold one of the two slots.
-    let proxy = proxy_to(up, &["--max-connections", "2"]);
+    let proxy = proxy_to(up, &[&["--max-connections", "2"][..], extra].concat());
     let http = port_of(proxy.http);
     let a = connect(http);
     let _b = connect(http);
@@ -776,8 +959,17 @@ fn unanswered_dial_times_out_with_cause_timeout() {
 
 #[test]
 fn idle_connections_are_closed_after_the_idle_timeout() {
+    idle_timeout_with(&[]);
+}
+
+#[test]
+fn idle_connections_the_kernel_relays_are_closed_after_the_idle_timeout() {
+    idle_timeout_with(SOCKMAP);
+}
+
+fn idle_timeout_with(extra: &[&str]) {
     let (up, accepted) = tcp_upstream();
-    let proxy = proxy_to(up, &["--idle-timeout", "400ms"]);
+    let proxy = proxy_to(up, &[&["--idle-timeout", "400ms"][..], extra].concat());
     let mut c = connect(port_of(proxy.http));
     let (mut s, _) = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
     // Traffic keeps it open past the timeout...
