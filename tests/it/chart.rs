@@ -309,6 +309,15 @@ const CASES: &[(&str, &[&str])] = &[
             "controller.mode=coredns",
         ],
     ),
+    (
+        "two ingress controllers, the entry and edge in sockmap mode",
+        &[
+            TWO_PROXIES,
+            "proxies[0].copyMode=sockmap",
+            "edge.enabled=true",
+            "edge.copyMode=sockmap",
+        ],
+    ),
 ];
 
 /// Every case rendered once (with hooks), shared by the tests.
@@ -810,6 +819,9 @@ fn schema_rejects_typos_and_bad_values() {
         ("proxies[0].gateways={public}", "gateways"),
         ("proxies[0].service.tpye=LoadBalancer", "tpye"),
         ("proxies[0].target.namespace=traefik", "namespace"),
+        ("proxy.copyMode=bpf", "copyMode"),
+        ("proxies[0].copyMode=kernel", "copyMode"),
+        ("edge.copyMode=ebpf", "copyMode"),
     ] {
         let err = template(&[set], true).expect_err(set);
         assert!(
@@ -837,6 +849,7 @@ fn pods_are_hardened() {
     for (case, objs, _) in renders() {
         for (w, pod) in pods(objs) {
             let root_exception = w.ends_with("-etc-hosts") || w.ends_with("-edge");
+            // The pod keeps its user; a proxy container in sockmap mode runs as root (below).
             assert_eq!(
                 pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
                 "{case}: {w}"
@@ -865,10 +878,29 @@ fn pods_are_hardened() {
                 assert_eq!(sc["privileged"], false, "{case}: {w}");
                 assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{case}: {w}");
                 let added = strings(&sc["capabilities"]["add"]);
+                // The kernel relay's capabilities, only where the container runs it.
+                let sockmap = has(&strings(&c["args"]), "--copy-mode=sockmap");
+                let relay: &[&str] = if sockmap { &["BPF", "NET_ADMIN"] } else { &[] };
                 if w.ends_with("-edge") {
-                    assert_eq!(added, ["NET_BIND_SERVICE"], "{case}: {w}");
+                    let want: Vec<&str> = ["NET_BIND_SERVICE"]
+                        .into_iter()
+                        .chain(relay.iter().copied())
+                        .collect();
+                    assert_eq!(added, want, "{case}: {w}");
                 } else {
-                    assert!(added.is_empty(), "{case}: {w} adds {added:?}");
+                    assert_eq!(added, relay, "{case}: {w} adds {added:?}");
+                }
+                if sockmap && !root_exception {
+                    assert_eq!(
+                        (&sc["runAsUser"], &sc["runAsNonRoot"]),
+                        (&0.into(), &false.into()),
+                        "{case}: {w}: added capabilities reach only root's effective set"
+                    );
+                } else {
+                    assert!(
+                        sc["runAsUser"].is_null() && sc["runAsNonRoot"].is_null(),
+                        "{case}: {w}: the pod's user"
+                    );
                 }
                 assert!(
                     !c["resources"]["requests"].is_null()
@@ -887,6 +919,144 @@ fn pods_are_hardened() {
         }
     }
     assert!(checked >= 30, "{checked}");
+}
+
+/// `--copy-mode sockmap` loads a BPF program and socket maps: the chart grants CAP_BPF and
+/// CAP_NET_ADMIN to the containers that run it and to no other, the proxy's as root (added
+/// capabilities never reach a non-root process's effective set) and edge's on top of its
+/// NET_BIND_SERVICE. Each render here differs from the same values without sockmap in those
+/// containers' --copy-mode and securityContext alone.
+#[test]
+fn sockmap_grants_bpf_and_net_admin_to_its_own_containers_only() {
+    // The defaults add no capability anywhere.
+    let (_, defaults, _) = &renders()[0];
+    for (w, pod) in pods(defaults) {
+        for c in pod["containers"].as_array().unwrap() {
+            let caps = &c["securityContext"]["capabilities"];
+            assert!(caps["add"].is_null(), "defaults: {w} adds {}", caps["add"]);
+            assert_eq!(strings(&caps["drop"]), ["ALL"], "defaults: {w}");
+        }
+    }
+
+    let proxy_root = serde_json::json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "privileged": false,
+        "runAsUser": 0,
+        "runAsNonRoot": false,
+        "capabilities": {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN"]},
+    });
+    let edge = ("DaemonSet", "ouroboros-edge");
+    let main = ("Deployment", "ouroboros-proxy");
+    let entry = ("Deployment", "ouroboros-proxy-traefik");
+    type Scenario<'a> = (&'a [&'a str], &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let scenarios: &[Scenario] = &[
+        (&["proxy.copyMode=sockmap"], &[], &[main]),
+        (
+            &["edge.enabled=true", "edge.copyMode=sockmap"],
+            &["edge.enabled=true"],
+            &[edge],
+        ),
+        // An entry of proxies opts in alone...
+        (
+            &[TWO_PROXIES, "proxies[0].copyMode=sockmap"],
+            &[TWO_PROXIES],
+            &[entry],
+        ),
+        // ... takes proxy.copyMode unless it sets its own ...
+        (
+            &[TWO_PROXIES, "proxy.copyMode=sockmap"],
+            &[TWO_PROXIES],
+            &[main, entry],
+        ),
+        // ... and can keep out of it.
+        (
+            &[
+                TWO_PROXIES,
+                "proxy.copyMode=sockmap",
+                "proxies[0].copyMode=splice",
+            ],
+            &[TWO_PROXIES, "proxies[0].copyMode=splice"],
+            &[main],
+        ),
+    ];
+    for (sets, base_sets, expected) in scenarios {
+        let what = format!("{sets:?}");
+        let yaml = template(sets, true).unwrap_or_else(|e| panic!("{what}: {e}"));
+        validate(&what, &yaml);
+        let with = docs(&yaml);
+        let base = docs(&template(base_sets, true).unwrap());
+        assert_eq!(
+            object_keys(&with),
+            object_keys(&base),
+            "{what}: same objects"
+        );
+        let changed: BTreeSet<(&str, &str)> = with
+            .iter()
+            .filter(|o| find(&base, kind(o), name(o)) != Some(*o))
+            .map(|o| (kind(o), name(o)))
+            .collect();
+        assert_eq!(
+            changed,
+            expected.iter().copied().collect(),
+            "{what}: only the workloads in sockmap mode change"
+        );
+        for &(k, n) in *expected {
+            let was = find(&base, k, n).unwrap();
+            let mut now = find(&with, k, n).unwrap().clone();
+            let c = &mut now["spec"]["template"]["spec"]["containers"][0];
+            let was_c = &was["spec"]["template"]["spec"]["containers"][0];
+            // The arguments differ in --copy-mode alone.
+            let args = strings(&c["args"]);
+            let was_args = strings(&was_c["args"]);
+            let mode = |a: &[String]| -> Vec<String> {
+                a.iter()
+                    .filter(|x| x.starts_with("--copy-mode="))
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(mode(&args), ["--copy-mode=sockmap"], "{what}: {k} {n}");
+            assert_ne!(mode(&was_args), mode(&args), "{what}: {k} {n}");
+            let others = |a: &[String]| -> Vec<String> {
+                a.iter()
+                    .filter(|x| !x.starts_with("--copy-mode="))
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(others(&args), others(&was_args), "{what}: {k} {n}");
+            let sc = c["securityContext"].take();
+            if k == "DaemonSet" {
+                let mut want = was_c["securityContext"].clone();
+                want["capabilities"]["add"] =
+                    serde_json::json!(["NET_BIND_SERVICE", "BPF", "NET_ADMIN"]);
+                assert_eq!(sc, want, "{what}: {k} {n}");
+                assert_eq!(
+                    now["spec"]["template"]["spec"]["securityContext"]["runAsUser"], 0,
+                    "{what}: edge already runs as root"
+                );
+            } else {
+                assert_eq!(sc, proxy_root, "{what}: {k} {n}");
+            }
+            // Put back what sockmap changes: the rest is as without it.
+            let c = &mut now["spec"]["template"]["spec"]["containers"][0];
+            c["securityContext"] = was_c["securityContext"].clone();
+            c["args"] = was_c["args"].clone();
+            assert_eq!(&now, was, "{what}: {k} {n}: nothing else changes");
+        }
+    }
+
+    // securityContext keys still replace the chart's last, as values.yaml says.
+    let objs = docs(
+        &template(
+            &["proxy.copyMode=sockmap", "securityContext.runAsUser=1000"],
+            true,
+        )
+        .unwrap(),
+    );
+    let sc = &pod_named(&objs, "Deployment", "ouroboros-proxy").unwrap()["containers"][0]
+        ["securityContext"];
+    assert_eq!(sc["runAsUser"], 1000);
+    assert_eq!(strings(&sc["capabilities"]["add"]), ["BPF", "NET_ADMIN"]);
 }
 
 /// The proxy Deployments of a render (pods running `ouroboros proxy`): the main one and one per

@@ -76,7 +76,7 @@ target's ingress controller Service as NAMESPACE/NAME when the controller watche
 {{- end -}}
 {{- /* proxy.* with the entry's overrides: whole values, then key by key within a group. */ -}}
 {{- $p := deepCopy $v.proxy -}}
-{{- range $k := list "proxyProtocol" "replicas" "podAnnotations" "podLabels" "nodeSelector" "tolerations" "affinity" "topologySpreadConstraints" "priorityClassName" -}}
+{{- range $k := list "proxyProtocol" "copyMode" "replicas" "podAnnotations" "podLabels" "nodeSelector" "tolerations" "affinity" "topologySpreadConstraints" "priorityClassName" -}}
 {{- if hasKey $e $k }}{{ $_ := set $p $k (index $e $k) }}{{ end -}}
 {{- end -}}
 {{- range $group := list "resources" "service" -}}
@@ -170,8 +170,25 @@ capabilities:
 {{- end -}}
 
 {{- define "ouroboros.containerSecurityContext" -}}
-{{- $d := include "ouroboros.containerSecurityContextDefaults" . | fromYaml -}}
-{{- range $k, $v := .Values.securityContext }}{{ $_ := set $d $k $v }}{{ end -}}
+{{- include "ouroboros.relaySecurityContext" (dict "root" . "copyMode" "") -}}
+{{- end -}}
+
+{{/*
+A proxy container's securityContext: the same, and with copyMode sockmap (the kernel relay,
+src/relay/sockmap.rs) root with CAP_BPF and CAP_NET_ADMIN added, every other capability still
+dropped. Root because Kubernetes sets no ambient capabilities: added ones reach the effective
+set of a root process only (the binary has no file capabilities), so user 65532 would start
+without them and fall back to auto. Group 65532 and fsGroup stay; securityContext keys still
+replace the chart's last. Call with (dict "root" $ "copyMode" MODE).
+*/}}
+{{- define "ouroboros.relaySecurityContext" -}}
+{{- $d := include "ouroboros.containerSecurityContextDefaults" .root | fromYaml -}}
+{{- if eq .copyMode "sockmap" -}}
+{{- $_ := set $d "runAsUser" 0 -}}
+{{- $_ := set $d "runAsNonRoot" false -}}
+{{- $_ := set $d "capabilities" (dict "drop" (list "ALL") "add" (list "BPF" "NET_ADMIN")) -}}
+{{- end -}}
+{{- range $k, $v := .root.Values.securityContext }}{{ $_ := set $d $k $v }}{{ end -}}
 {{- toYaml $d -}}
 {{- end -}}
 
