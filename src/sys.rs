@@ -161,15 +161,15 @@ pub(crate) fn fsetxattr(fd: impl AsFd, name: &CStr, value: &[u8]) -> io::Result<
 //
 // Written by hand because the Rust BPF crates load programs from ELF objects only: `aya` needs
 // the object built by `bpf-linker` on a nightly toolchain, `libbpf-rs` builds libbpf (C, libelf,
-// zlib). The relay's program is fifteen instructions assembled in `relay::sockmap`, and it needs
-// four bpf(2) commands; the attribute layouts below are the prefixes of `union bpf_attr`
+// zlib). The relay's program is 35 instructions assembled in `relay::sockmap`, and it needs
+// six bpf(2) commands; the attribute layouts below are the prefixes of `union bpf_attr`
 // (linux/bpf.h) that those commands read. The kernel accepts a shorter attribute as long as
 // it covers the fields it needs, so the structures end at the last field set.
 
 const BPF_MAP_CREATE: c_int = 0;
+const BPF_MAP_LOOKUP_ELEM: c_int = 1;
 const BPF_MAP_UPDATE_ELEM: c_int = 2;
 const BPF_MAP_DELETE_ELEM: c_int = 3;
-const BPF_MAP_GET_NEXT_KEY: c_int = 4;
 const BPF_PROG_LOAD: c_int = 5;
 const BPF_PROG_ATTACH: c_int = 8;
 
@@ -271,13 +271,19 @@ fn bpf_fd(rc: i64) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
 }
 
-/// BPF_MAP_CREATE: a map of `map_type` with 8-byte keys and 4-byte values (a socket map's
-/// values are descriptors on update).
-pub(crate) fn bpf_map_create(map_type: u32, max_entries: u32, name: &str) -> io::Result<OwnedFd> {
+/// BPF_MAP_CREATE: a map of `map_type` with `key_size`-byte keys and `value_size`-byte values
+/// (a socket map's values are descriptors on update, 4 bytes).
+pub(crate) fn bpf_map_create(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    name: &str,
+) -> io::Result<OwnedFd> {
     let mut attr = MapCreateAttr {
         map_type,
-        key_size: 8,
-        value_size: 4,
+        key_size,
+        value_size,
         max_entries,
         map_name: bpf_name(name),
         ..Default::default()
@@ -349,6 +355,37 @@ pub(crate) fn bpf_map_set_socket(
     unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
 }
 
+/// BPF_MAP_UPDATE_ELEM (BPF_ANY): `map[key] = value` for a map of 8-byte keys and values.
+pub(crate) fn bpf_map_set_u64(map: BorrowedFd<'_>, key: u64, value: u64) -> io::Result<()> {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u64 as u64,
+        value: &value as *const u64 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` and `value` are 8-byte locals alive for the call, the sizes the map was
+    // created with; the kernel only reads them.
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
+}
+
+/// BPF_MAP_LOOKUP_ELEM in a map of 8-byte keys and values; `None` when `key` is absent.
+pub(crate) fn bpf_map_get_u64(map: BorrowedFd<'_>, key: u64) -> io::Result<Option<u64>> {
+    let mut value: u64 = 0;
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u64 as u64,
+        value: &mut value as *mut u64 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` (read) and `value` (written, 8 bytes: the value size) are locals alive for
+    // the call.
+    match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+        Ok(_) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// BPF_MAP_DELETE_ELEM of `key`.
 pub(crate) fn bpf_map_delete(map: BorrowedFd<'_>, key: u64) -> io::Result<()> {
     let mut attr = MapElemAttr {
@@ -358,29 +395,6 @@ pub(crate) fn bpf_map_delete(map: BorrowedFd<'_>, key: u64) -> io::Result<()> {
     };
     // SAFETY: `key` is an 8-byte local alive for the call; the kernel only reads it.
     unsafe { bpf(BPF_MAP_DELETE_ELEM, &mut attr) }.map(drop)
-}
-
-/// BPF_MAP_GET_NEXT_KEY: the key after `key` (the first with `None`); `None` past the last.
-pub(crate) fn bpf_map_next_key(map: BorrowedFd<'_>, key: Option<u64>) -> io::Result<Option<u64>> {
-    let prev = key.unwrap_or(0);
-    let mut next: u64 = 0;
-    let mut attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        key: if key.is_some() {
-            &prev as *const u64 as u64
-        } else {
-            0
-        },
-        value: &mut next as *mut u64 as u64,
-        ..Default::default()
-    };
-    // SAFETY: `prev` (read) and `next` (written, 8 bytes: the key size) are locals alive for
-    // the call.
-    match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
-        Ok(_) => Ok(Some(next)),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// getsockopt(TCP_INFO): the kernel's view of a TCP socket (byte counts, state).
@@ -469,4 +483,136 @@ pub(crate) fn watch_epoll(
         )
     }
     .map_err(io::Error::from)
+}
+
+/// The consumer side of a BPF ring buffer map (BPF_MAP_TYPE_RINGBUF): its two mappings and its
+/// descriptor, which epoll reports readable while records wait.
+///
+/// Layout (kernel/bpf/ringbuf.c): page 0, writable, holds the consumer position; from page 1,
+/// read-only, the producer position, then the data area mapped twice in a row so a record
+/// that wraps reads as one slice. Each record starts with an 8-byte header whose first word is
+/// its length with a busy bit (still being written) and a discard bit; records are 8-aligned.
+pub(crate) struct RingBuf {
+    fd: OwnedFd,
+    consumer: *mut u8,
+    producer: *const u8,
+    page: usize,
+    size: usize,
+}
+
+// SAFETY: the pointers are to shared mappings that live as long as the value; the kernel
+// synchronises with the consumer through the atomic positions, and `drain` takes `&mut self`,
+// so one thread at a time consumes.
+unsafe impl Send for RingBuf {}
+// SAFETY: `&RingBuf` only exposes the descriptor.
+unsafe impl Sync for RingBuf {}
+
+const RINGBUF_BUSY: u32 = 1 << 31;
+const RINGBUF_DISCARD: u32 = 1 << 30;
+const RINGBUF_HDR: usize = 8;
+
+impl RingBuf {
+    /// Maps the ring buffer map `fd` created with `size` (a power of two number of pages).
+    pub(crate) fn map(fd: OwnedFd, size: usize) -> io::Result<Self> {
+        // SAFETY: sysconf has no memory effects.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let raw = fd.as_raw_fd();
+        // SAFETY: a fresh shared mapping of the map's consumer page; the kernel validates the
+        // length, offset and protection against the map.
+        let consumer = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                raw,
+                0,
+            )
+        };
+        if consumer == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above, read-only: the producer page and the data area twice.
+        let producer = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page + 2 * size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                raw,
+                page as libc::off_t,
+            )
+        };
+        if producer == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: the consumer mapping made above, unmapped once.
+            unsafe { libc::munmap(consumer, page) };
+            return Err(e);
+        }
+        Ok(RingBuf {
+            fd,
+            consumer: consumer.cast(),
+            producer: producer.cast(),
+            page,
+            size,
+        })
+    }
+
+    /// Passes each committed record (not discarded) to `each`, in order, and frees its space.
+    pub(crate) fn drain(&mut self, mut each: impl FnMut(&[u8])) {
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+        // SAFETY: both positions are 8-aligned u64s at the start of mapped pages, accessed only
+        // atomically, as the kernel does.
+        let (cons, prod) = unsafe {
+            (
+                AtomicU64::from_ptr(self.consumer.cast()),
+                AtomicU64::from_ptr(self.producer.cast_mut().cast()),
+            )
+        };
+        let mut pos = cons.load(Ordering::Acquire);
+        let end = prod.load(Ordering::Acquire);
+        while pos < end {
+            let off = (pos as usize) & (self.size - 1);
+            // SAFETY: `off` < size, and the data area (mapped twice) starts one page after the
+            // producer page, so the header and a record of up to `size` bytes are mapped.
+            let hdr = unsafe { self.producer.add(self.page + off) };
+            // SAFETY: the header's first word is an aligned u32 the kernel writes atomically.
+            let len = unsafe { AtomicU32::from_ptr(hdr.cast_mut().cast()) }.load(Ordering::Acquire);
+            if len & RINGBUF_BUSY != 0 {
+                break;
+            }
+            let n = (len & !(RINGBUF_BUSY | RINGBUF_DISCARD)) as usize;
+            if len & RINGBUF_DISCARD == 0 {
+                // SAFETY: a committed record of `n` bytes follows its header, within the double
+                // mapping; the kernel does not write it again until the consumer moves past.
+                each(unsafe { std::slice::from_raw_parts(hdr.add(RINGBUF_HDR), n) });
+            }
+            pos += ((n + RINGBUF_HDR + 7) & !7) as u64;
+            cons.store(pos, Ordering::Release);
+        }
+    }
+}
+
+impl AsRawFd for RingBuf {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for RingBuf {
+    fn drop(&mut self) {
+        // SAFETY: the two mappings made in `map`, with their lengths, unmapped once; nothing
+        // borrows them past `drain`.
+        unsafe {
+            libc::munmap(self.consumer.cast(), self.page);
+            libc::munmap(self.producer.cast_mut().cast(), self.page + 2 * self.size);
+        }
+    }
+}
+
+/// Registers `ring` with the current tokio reactor for readability.
+pub(crate) fn watch_ring(ring: RingBuf) -> io::Result<tokio::io::unix::AsyncFd<RingBuf>> {
+    // SAFETY: `RingBuf` owns its descriptor privately and never replaces it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)
 }

@@ -647,6 +647,64 @@ mod tests {
         }
     }
 
+    /// The kernel queues redirected bytes without limit, in memory charged to no socket: the
+    /// kernel relay must hold a fast sender back from a slow reader itself. The upstream
+    /// streams 256 MiB at a client that reads nothing for a second; by then it can only have
+    /// written socket buffers and the relay's backlog limit (a relay without flow control lets
+    /// it write everything). Then the client reads it all, intact and in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kernel_relay_holds_a_fast_sender_back_from_a_slow_reader() {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+        const CHUNK: usize = 1 << 20;
+        const CHUNKS: usize = 256;
+        let ((mut client, rc), (ru, mut server)) = pairs().await;
+        let task = spawn_relay_mode(rc, ru, None, CopyMode::Sockmap).await;
+        let written = Arc::new(AtomicUsize::new(0));
+        let w = written.clone();
+        let sender = tokio::spawn(async move {
+            let chunk = pattern(5, CHUNK);
+            for _ in 0..CHUNKS {
+                server.write_all(&chunk).await.unwrap();
+                w.fetch_add(CHUNK, Relaxed);
+            }
+            server.shutdown().await.unwrap();
+            server
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let held = written.load(Relaxed);
+        assert!(
+            held <= 48 << 20,
+            "the upstream wrote {} MiB at a client that read nothing",
+            held >> 20
+        );
+        let chunk = pattern(5, CHUNK);
+        let mut buf = vec![0u8; CHUNK];
+        for i in 0..CHUNKS {
+            within("client reading", client.read_exact(&mut buf))
+                .await
+                .unwrap();
+            if buf != chunk {
+                let first = buf.iter().zip(&chunk).position(|(a, b)| a != b).unwrap();
+                let found = chunk.windows(16).position(|w| w == &buf[first..first + 16]);
+                panic!("chunk {i} arrived changed at {first}; those bytes are at {found:?} of the pattern");
+            }
+        }
+        assert_eq!(
+            within("client EOF", client.read(&mut buf)).await.unwrap(),
+            0
+        );
+        client.shutdown().await.unwrap();
+        let mut server = within("sender", sender).await.unwrap();
+        let mut rest = Vec::new();
+        within("upstream EOF", server.read_to_end(&mut rest))
+            .await
+            .unwrap();
+        assert!(rest.is_empty());
+        let (end, a, b) = within("relay", task).await.unwrap();
+        assert!(matches!(end, End::Done), "{end:?}");
+        assert_eq!((a, b), (0, (CHUNK * CHUNKS) as u64));
+    }
+
     #[tokio::test]
     async fn upstream_half_close_still_takes_client_data() {
         for mode in ALL_MODES {

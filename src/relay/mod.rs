@@ -63,7 +63,9 @@ pub fn copying(mode: CopyMode, max_connections: usize) -> (CopyMode, Option<Arc<
     match Sockmap::load(cap) {
         Ok(k) => {
             tracing::info!("copy mode sockmap: the kernel relays established connections");
-            (CopyMode::Auto, Some(Arc::new(k)))
+            let k = Arc::new(k);
+            tokio::spawn(k.clone().ring_doorbells());
+            (CopyMode::Auto, Some(k))
         }
         Err(e) => {
             tracing::warn!(error = %e, "copy mode sockmap is not available here; copying in this process (auto) instead");
