@@ -15,6 +15,8 @@
 #                        judged against this one when it runs
 #   ouroboros            ouroboros with its defaults (--copy-mode auto)
 #   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
+#   ouroboros_sockmap    --copy-mode sockmap (the kernel relay; needs root): judged against the
+#                        kernel relay's targets, its CPU by what it adds to both CPUs per request
 #   ouroboros_busy       --busy-poll $BUSY_POLL
 #   ouroboros_t1         --threads 1: one event loop     ouroboros_t2  --threads 2: two
 #   ouroboros_prev       the binary PREV_BIN (e.g. a build of an earlier commit) with the defaults
@@ -214,13 +216,14 @@ start_variants() {
             ouroboros) start_ouroboros ouroboros "$port" "$health" ;;
             ouroboros_userspace) start_ouroboros "$v" "$port" "$health" --copy-mode userspace ;;
             ouroboros_splice) start_ouroboros "$v" "$port" "$health" --copy-mode splice ;;
+            ouroboros_sockmap) start_ouroboros "$v" "$port" "$health" --copy-mode sockmap ;;
             ouroboros_busy) start_ouroboros "$v" "$port" "$health" --busy-poll "$BUSY_POLL" ;;
             ouroboros_t1) start_ouroboros "$v" "$port" "$health" --threads 1 ;;
             ouroboros_t2) start_ouroboros "$v" "$port" "$health" --threads 2 ;;
             ouroboros_prev)
                 [[ -x ${PREV_BIN:-} ]] || die "ouroboros_prev needs PREV_BIN=path to another ouroboros binary"
                 BIN=$PREV_BIN start_ouroboros "$v" "$port" "$health" ;;
-            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_busy ouroboros_t1 ouroboros_t2 ouroboros_prev)" ;;
+            *) die "unknown variant $v (known: direct haproxy haproxy_splice ouroboros ouroboros_userspace ouroboros_splice ouroboros_sockmap ouroboros_busy ouroboros_t1 ouroboros_t2 ouroboros_prev)" ;;
         esac
     done
 }
@@ -415,6 +418,7 @@ wrk_run() { # variant mode(ka|close|ka_cap|close_cap) round
     rec "$v" "${mode}_errors" "$errors" "round $3"
     local us=$((1000000 / CLK_TCK))
     rec "$v" "${mode}_load_us_per_req" "$(per_req $(((lb1 - lb0) * us)) "$reqs")" "round $3"
+    rec "$v" "${mode}_sys_us_per_req" "$(per_req $(((lb1 - lb0 + pb1 - pb0) * us)) "$reqs")" "round $3"
     if [[ $v != direct ]]; then
         rec "$v" "${mode}_cpu_us_per_req" "$(per_req $(((t1 - t0) * us)) "$reqs")" "round $3"
         rec "$v" "${mode}_sleeps_per_req" "$(per_req $((s1 - s0)) "$reqs")" "round $3"
