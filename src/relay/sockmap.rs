@@ -4,8 +4,10 @@
 //! ```text
 //! peers  (sockhash, no program):   peers[cookie(client)] = upstream, peers[cookie(upstream)] = client
 //! active (sockhash, the program):  active[cookie(s)] = s   -- joining it hands s to the kernel
+//! held, bytes (hashes):            sockets whose segments stay with them; bytes each redirected
+//! bells (ring buffer):             a socket's cookie each time its count crosses a MiB
 //! program (sk_skb stream verdict, on every segment that arrives on an active socket):
-//!     return redirect_hash(peers, socket_cookie(skb))   -- out of the peer socket, in order
+//!     held? keep it : (count it, ring on a new MiB, redirect_hash(peers, cookie) -- out of the peer)
 //! ```
 //!
 //! A socket joins `peers` first, then `active`, so no byte is ever judged before its
@@ -15,10 +17,13 @@
 //! What stays here: an end-of-stream on one side becomes a FIN on the other once every byte
 //! before it was queued there (the kernel does not carry FINs, and it sends redirected bytes
 //! from a work queue, so shutting down at once could overtake them); errors, the idle timeout
-//! and the byte counts (both read from the sockets' TCP_INFO and send queues). Each connection
-//! has a small epoll instance of its own that wakes only on hang-ups and errors: the sockets
-//! leave tokio's reactor, which would otherwise be woken by every segment the kernel moves.
-//! The kernel drops a socket from both maps when it is closed.
+//! and the byte counts (both read from the sockets' TCP_INFO and send queues); and flow
+//! control, which the kernel lacks: on a doorbell, a direction whose peer lags by more than
+//! [`BACKLOG_HIGH`] is held and copied here from then on. Each connection has a small epoll
+//! instance of its own that wakes only on hang-ups and errors (and on readiness for a
+//! direction copied here): the sockets leave tokio's reactor, which would otherwise be woken
+//! by every segment the kernel moves. The kernel drops a socket from the socket maps when it
+//! is closed; the relay removes the rest of its entries.
 
 use std::collections::HashMap;
 use std::io;
