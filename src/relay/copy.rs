@@ -149,6 +149,8 @@ pub struct Counters {
     pub spliced_to_client: Counter,
     /// Connections handed to the kernel relay (`--copy-mode sockmap`).
     pub kernel: Counter,
+    /// Directions the kernel relay handed back to the process because their reader lagged.
+    pub kernel_held: Counter,
 }
 
 /// One direction: bytes read from one socket and not yet written to the other. At most one of
@@ -465,6 +467,16 @@ mod tests {
         idle: Option<Duration>,
         mode: CopyMode,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
+        spawn_relay_watched(c, u, idle, mode).await.0
+    }
+
+    /// [`spawn_relay_mode`], with the relay's counters.
+    async fn spawn_relay_watched(
+        c: TcpStream,
+        u: TcpStream,
+        idle: Option<Duration>,
+        mode: CopyMode,
+    ) -> (tokio::task::JoinHandle<(End, u64, u64)>, Spliced) {
         let counters = Spliced::default();
         let task = spawn_relay_counted(c, u, idle, mode, counters.clone());
         if mode == CopyMode::Sockmap {
@@ -476,7 +488,7 @@ mod tests {
             })
             .await;
         }
-        task
+        (task, counters)
     }
 
     /// The relay's counters, readable while it runs.
@@ -658,7 +670,7 @@ mod tests {
         const CHUNK: usize = 1 << 20;
         const CHUNKS: usize = 256;
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let task = spawn_relay_mode(rc, ru, None, CopyMode::Sockmap).await;
+        let (task, counters) = spawn_relay_watched(rc, ru, None, CopyMode::Sockmap).await;
         let written = Arc::new(AtomicUsize::new(0));
         let w = written.clone();
         let sender = tokio::spawn(async move {
@@ -703,6 +715,11 @@ mod tests {
         let (end, a, b) = within("relay", task).await.unwrap();
         assert!(matches!(end, End::Done), "{end:?}");
         assert_eq!((a, b), (0, (CHUNK * CHUNKS) as u64));
+        assert_eq!(
+            counters.kernel_held.get(),
+            1,
+            "the lagging direction was not held"
+        );
     }
 
     #[tokio::test]

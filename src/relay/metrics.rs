@@ -45,6 +45,7 @@ pub struct RelayMetrics {
     bytes: Family<DirectionLabels, Counter>,
     spliced: Family<DirectionLabels, Counter>,
     kernel: Family<ListenerLabel, Counter>,
+    kernel_held: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
     dial_seconds: Family<ListenerLabel, Histogram>,
     duration_seconds: Family<ListenerLabel, Histogram>,
@@ -63,6 +64,7 @@ impl RelayMetrics {
             bytes: Family::default(),
             spliced: Family::default(),
             kernel: Family::default(),
+            kernel_held: Family::default(),
             accept_errors: Family::default(),
             // 0.5 ms .. ~16 s
             dial_seconds: Family::new_with_constructor(|| {
@@ -112,6 +114,12 @@ impl RelayMetrics {
              transferred_bytes_total when they close. Others in that mode were copied in the \
              process: a side had already closed at the handover, or the socket map was full",
             m.kernel.clone(),
+        );
+        registry.register(
+            "kernel_held_directions",
+            "Directions of kernel-relayed connections handed back to the process because their \
+             reader lagged more than 8 MiB behind (the kernel has no flow control of its own)",
+            m.kernel_held.clone(),
         );
         registry.register(
             "accept_errors",
@@ -164,12 +172,14 @@ impl RelayMetrics {
         let spliced_to_upstream = self.spliced.get_or_create(&dir("to_upstream")).clone();
         let spliced_to_client = self.spliced.get_or_create(&dir("to_client")).clone();
         let kernel = self.kernel.get_or_create(&l).clone();
+        let kernel_held = self.kernel_held.get_or_create(&l).clone();
         let bytes = Counters {
             to_upstream,
             to_client,
             spliced_to_upstream,
             spliced_to_client,
             kernel,
+            kernel_held,
         };
         let accept_errors = self.accept_errors.get_or_create(&l).clone();
         let dial_seconds = self.dial_seconds.get_or_create(&l).clone();

@@ -19,7 +19,7 @@
 //! from a work queue, so shutting down at once could overtake them); errors, the idle timeout
 //! and the byte counts (both read from the sockets' TCP_INFO and send queues); and flow
 //! control, which the kernel lacks: on a doorbell, a direction whose peer lags by more than
-//! [`BACKLOG_HIGH`] is held and copied here from then on. Each connection has a small epoll
+//! 8 MiB (`BACKLOG_HIGH`) is held and copied here from then on. Each connection has a small epoll
 //! instance of its own that wakes only on hang-ups and errors (and on readiness for a
 //! direction copied here): the sockets leave tokio's reactor, which would otherwise be woken
 //! by every segment the kernel moves. The kernel drops a socket from the socket maps when it
@@ -364,7 +364,7 @@ impl Sockmap {
             }
         }
         let end = match self.hand_over_client(&pair) {
-            Ok(ways) => pair.watch(self, &bell, idle, ways).await,
+            Ok(ways) => pair.watch(self, &bell, idle, ways, counters).await,
             Err(end) => end,
         };
         drop(joined);
@@ -649,6 +649,7 @@ impl<'a> Pair<'a> {
         bell: &Notify,
         idle: Option<Duration>,
         mut ways: [Way; 2],
+        counters: &Counters,
     ) -> End {
         let mut last = (self.activity(), Instant::now());
         let mut rounds = 0u32;
@@ -730,6 +731,7 @@ impl<'a> Pair<'a> {
                                 if let Err(e) = kernel.hold(self.cookie[side]) {
                                     return End::Error(NAMES[side], e);
                                 }
+                                counters.kernel_held.inc();
                                 ways[side] = Way::Holding { seen: u64::MAX, since: Instant::now() };
                             }
                             Ok(_) => {}
