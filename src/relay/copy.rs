@@ -605,8 +605,21 @@ mod tests {
     }
 
     async fn half_close_delivers_reply_after_client_eof_with(mode: CopyMode) {
-        let ((mut client, rc), (ru, mut server)) = pairs().await;
+        let ((client, rc), (ru, server)) = pairs().await;
         let task = spawn_relay_mode(rc, ru, None, mode).await;
+        let reply = pattern(3, 1 << 20);
+        request_then_reply(client, server, &reply, "").await;
+        assert!(matches!(within("relay", task).await.unwrap().0, End::Done));
+    }
+
+    /// The client sends "request" and its FIN; the upstream reads both, then sends `reply`
+    /// and closes; the client reads it whole. `what` names the case in failures.
+    async fn request_then_reply(
+        mut client: TcpStream,
+        mut server: TcpStream,
+        reply: &[u8],
+        what: &str,
+    ) {
         client.write_all(b"request").await.unwrap();
         client.shutdown().await.unwrap();
         // The upstream sees EOF only after the request, and answers after that.
@@ -614,16 +627,14 @@ mod tests {
         within("upstream reading the request", server.read_to_end(&mut req))
             .await
             .unwrap();
-        assert_eq!(req, b"request");
-        let reply = pattern(3, 1 << 20);
-        server.write_all(&reply).await.unwrap();
+        assert_eq!(req, b"request", "{what}");
+        server.write_all(reply).await.unwrap();
         drop(server);
         let mut got = Vec::new();
         within("client reading the reply", client.read_to_end(&mut got))
             .await
             .unwrap();
-        assert!(got == reply);
-        assert!(matches!(within("relay", task).await.unwrap().0, End::Done));
+        assert!(got == reply, "{what}: the reply arrived changed");
     }
 
     /// The kernel relay takes established sockets only: a client that sends its request and
@@ -633,26 +644,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn client_fin_racing_the_kernel_handover() {
         for round in 0..300 {
-            let ((mut client, rc), (ru, mut server)) = pairs().await;
+            let ((client, rc), (ru, server)) = pairs().await;
             let counters = Spliced::default();
             let task = spawn_relay_counted(rc, ru, None, CopyMode::Sockmap, counters);
             if round % 3 == 1 {
                 tokio::task::yield_now().await;
             }
-            client.write_all(b"request").await.unwrap();
-            client.shutdown().await.unwrap();
-            let mut req = Vec::new();
-            within("upstream reading the request", server.read_to_end(&mut req))
-                .await
-                .unwrap();
-            assert_eq!(req, b"request", "round {round}");
-            server.write_all(b"reply").await.unwrap();
-            drop(server);
-            let mut got = Vec::new();
-            within("client reading the reply", client.read_to_end(&mut got))
-                .await
-                .unwrap();
-            assert_eq!(got, b"reply", "round {round}");
+            request_then_reply(client, server, b"reply", &format!("round {round}")).await;
             let (end, a, b) = within("relay", task).await.unwrap();
             assert!(matches!(end, End::Done), "round {round}: {end:?}");
             assert_eq!((a, b), (7, 5), "round {round}");
