@@ -116,9 +116,19 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
         return;
     };
     let debug = tracing::enabled!(tracing::Level::DEBUG);
+    let upstream_addr = |up: &TcpStream| if debug { up.peer_addr().ok() } else { None };
     let (end, to_upstream, to_client, up_addr) = match &route.kernel {
         // Boxed: only connections the kernel relays pay for this future.
-        Some(k) => Box::pin(in_kernel(k, client, up, early, &route, debug)).await,
+        Some(k) => {
+            // Asked first: the relay takes the sockets.
+            let addr = upstream_addr(&up);
+            let (idle, copy) = (route.idle_timeout, route.copy);
+            let relayed = Box::pin(sockmap::relay_or_copy(
+                k, client, up, early, idle, copy, &m.bytes,
+            ))
+            .await;
+            (relayed.0, relayed.1, relayed.2, addr)
+        }
         None => {
             let (end, to_upstream, to_client) = copy::relay(
                 &mut client,
@@ -128,8 +138,7 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
                 &m.bytes,
             )
             .await;
-            let addr = if debug { up.peer_addr().ok() } else { None };
-            (end, to_upstream, to_client, addr)
+            (end, to_upstream, to_client, upstream_addr(&up))
         }
     };
     lease.record(to_upstream, to_client);
@@ -159,31 +168,6 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
             "connection closed"
         );
     }
-}
-
-/// The relay phase in the kernel: (how it ended, bytes to upstream, to client, upstream
-/// address when `debug`).
-async fn in_kernel<U: Upstream>(
-    kernel: &Sockmap,
-    client: TcpStream,
-    up: TcpStream,
-    early: u64,
-    route: &Route<U>,
-    debug: bool,
-) -> (End, u64, u64, Option<SocketAddr>) {
-    let addr = if debug { up.peer_addr().ok() } else { None };
-    let m = &route.metrics;
-    let (end, to_upstream, to_client) = sockmap::relay_or_copy(
-        kernel,
-        client,
-        up,
-        early,
-        route.idle_timeout,
-        route.copy,
-        &m.bytes,
-    )
-    .await;
-    (end, to_upstream, to_client, addr)
 }
 
 /// Dials the upstream and writes the PROXY header with the client's early bytes; `None` when

@@ -337,7 +337,10 @@ impl Sockmap {
     ) -> io::Result<(End, u64, u64)> {
         let pair = Pair::new(client, upstream, early)?;
         let keys = pair.cookie;
-        let joined = Joined { kernel: self, keys };
+        let joined = Joined {
+            kernel: self,
+            pair: &pair,
+        };
         // Counts and redirect targets first: a socket in `peers` alone moves nothing. Then the
         // upstream: if it cannot join (it is no longer established: it closed meanwhile),
         // nothing has moved in the kernel yet, so the process can still relay the connection.
@@ -411,20 +414,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A connection's entries outside the socket maps (which the kernel empties when a socket
-/// closes): its doorbell, its byte counts and holds, removed when the relay ends.
+/// closes): its doorbell, its byte counts and holds, removed when the relay ends (also when
+/// its task is dropped at the end of the shutdown grace).
 struct Joined<'a> {
     kernel: &'a Sockmap,
-    keys: [u64; 2],
+    pair: &'a Pair<'a>,
 }
 
 impl Drop for Joined<'_> {
     fn drop(&mut self) {
         let mut bells = lock(&self.kernel.bells);
-        for k in self.keys {
+        for side in [CLIENT, UPSTREAM] {
+            let k = self.pair.cookie[side];
             bells.remove(&k);
             let _ = sys::bpf_map_delete(self.kernel.redirected.as_fd(), k);
-            let _ = sys::bpf_map_delete(self.kernel.held.as_fd(), k);
+            if self.pair.held[side].load(Ordering::Relaxed) {
+                let _ = sys::bpf_map_delete(self.kernel.held.as_fd(), k);
+            }
         }
+    }
+}
+
+/// Both results, or the connection's end naming the side that failed.
+fn both<T>(client: io::Result<T>, upstream: io::Result<T>) -> Result<(T, T), End> {
+    match (client, upstream) {
+        (Ok(c), Ok(u)) => Ok((c, u)),
+        (Err(e), _) => Err(End::Error("client", e)),
+        (_, Err(e)) => Err(End::Error("upstream", e)),
     }
 }
 /// Relays `client` and `upstream` in the kernel, or in this process with `fallback` when the
@@ -441,10 +457,9 @@ pub async fn relay_or_copy(
 ) -> (End, u64, u64) {
     static FULL: AtomicBool = AtomicBool::new(false);
     // Out of tokio's reactor: it would be woken by every segment the kernel moves.
-    let (client, upstream) = match (client.into_std(), upstream.into_std()) {
-        (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) => return (End::Error("client", e), 0, 0),
-        (_, Err(e)) => return (End::Error("upstream", e), 0, 0),
+    let (client, upstream) = match both(client.into_std(), upstream.into_std()) {
+        Ok(pair) => pair,
+        Err(end) => return (end, 0, 0),
     };
     match kernel
         .relay(&client, &upstream, early, idle, counters)
@@ -459,10 +474,9 @@ pub async fn relay_or_copy(
         }
     }
     let from_std = tokio::net::TcpStream::from_std;
-    let (mut client, mut upstream) = match (from_std(client), from_std(upstream)) {
-        (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) => return (End::Error("client", e), 0, 0),
-        (_, Err(e)) => return (End::Error("upstream", e), 0, 0),
+    let (mut client, mut upstream) = match both(from_std(client), from_std(upstream)) {
+        Ok(pair) => pair,
+        Err(end) => return (end, 0, 0),
     };
     super::copy::relay(&mut client, &mut upstream, fallback, idle, counters).await
 }
@@ -494,7 +508,10 @@ struct Pair<'a> {
     forwarded: [u64; 2],
     /// Each socket's sending side was shut down here (its FIN counts in `queued_out`).
     shut: [AtomicBool; 2],
-    watch: AsyncFd<sys::EpollWatch>,
+    /// Each socket was held (is in the `held` map).
+    held: [AtomicBool; 2],
+    /// The connection's own epoll instance.
+    events: AsyncFd<sys::EpollWatch>,
 }
 
 impl<'a> Pair<'a> {
@@ -515,17 +532,15 @@ impl<'a> Pair<'a> {
             base: [queued_out(client)?, queued_out(upstream)?],
             forwarded: [early, 0],
             shut: Default::default(),
+            held: Default::default(),
             sockets,
-            watch: sys::watch_epoll(ep)?,
+            events: sys::watch_epoll(ep)?,
         })
     }
 
-    /// Bytes the kernel moved (to upstream, to client).
+    /// Bytes sent after the handover (to upstream, to client).
     fn moved(&self) -> (u64, u64) {
-        let out = |side: usize| {
-            let fin = u64::from(self.shut[side].load(Ordering::Relaxed));
-            queued_out(self.sockets[side]).map_or(0, |q| q.saturating_sub(self.base[side] + fin))
-        };
+        let out = |side| self.sent(side).unwrap_or(0);
         (out(UPSTREAM), out(CLIENT))
     }
 
@@ -541,7 +556,30 @@ impl<'a> Pair<'a> {
 
     /// Bytes `side`'s socket sent since the handover (the kernel's and this process's).
     fn sent(&self, side: usize) -> io::Result<u64> {
-        Ok(queued_out(self.sockets[side])?.saturating_sub(self.base[side]))
+        let fin = u64::from(self.shut[side].load(Ordering::Relaxed));
+        Ok(queued_out(self.sockets[side])?.saturating_sub(self.base[side] + fin))
+    }
+
+    /// Whether `side`'s socket has sent `target` bytes since the handover. `seen` and `since`
+    /// track its progress; nothing sent for `idle` ends the connection as idle.
+    fn caught_up(
+        &self,
+        side: usize,
+        target: u64,
+        seen: &mut u64,
+        since: &mut Instant,
+        idle: Option<Duration>,
+    ) -> Result<bool, End> {
+        let sent = self.sent(side).map_err(|e| End::Error(NAMES[side], e))?;
+        if sent >= target {
+            return Ok(true);
+        }
+        if sent != *seen {
+            (*seen, *since) = (sent, Instant::now());
+        } else if idle.is_some_and(|d| since.elapsed() >= d) {
+            return Err(End::Idle);
+        }
+        Ok(false)
     }
 
     /// What the per-connection epoll waits for on each socket: hang-ups and errors always;
@@ -556,7 +594,7 @@ impl<'a> Pair<'a> {
                 flags |= EpollFlags::EPOLLOUT;
             }
             let mut ev = EpollEvent::new(flags, side as u64);
-            self.watch
+            self.events
                 .get_ref()
                 .epoll()
                 .modify(self.sockets[side], &mut ev)?;
@@ -574,32 +612,21 @@ impl<'a> Pair<'a> {
     ) -> Result<(), End> {
         let other = 1 - side;
         let fail = |s: usize| move |e: io::Error| End::Error(NAMES[s], e);
-        let stalled = |since: Instant| idle.is_some_and(|d| since.elapsed() >= d);
         match way {
             Way::Kernel | Way::Ended => {}
             Way::Draining { total, seen, since } => {
-                let sent = self.sent(other).map_err(fail(other))?;
-                if sent >= *total {
+                if self.caught_up(other, *total, seen, since, idle)? {
                     self.shut_down(other)?;
                     *way = Way::Ended;
-                } else if sent != *seen {
-                    (*seen, *since) = (sent, Instant::now());
-                } else if stalled(*since) {
-                    return Err(End::Idle);
                 }
             }
             Way::Holding { seen, since } => {
                 // Everything the kernel redirected must be out of the peer before this process
                 // writes to it.
                 let redirected = kernel.redirected(self.cookie[side]).map_err(fail(side))?;
-                let sent = self.sent(other).map_err(fail(other))?;
-                if sent >= redirected {
+                if self.caught_up(other, redirected, seen, since, idle)? {
                     *way = Way::copying();
                     return self.advance(kernel, side, way, idle);
-                } else if sent != *seen {
-                    (*seen, *since) = (sent, Instant::now());
-                } else if stalled(*since) {
-                    return Err(End::Idle);
                 }
             }
             Way::Copying { buf, start, end } => {
@@ -685,7 +712,7 @@ impl<'a> Pair<'a> {
                 Duration::from_millis(1)
             };
             tokio::select! {
-                g = self.watch.readable() => {
+                g = self.events.readable() => {
                     let mut guard = match g {
                         Ok(g) => g,
                         Err(e) => return End::Error("client", e),
@@ -731,6 +758,7 @@ impl<'a> Pair<'a> {
                                 if let Err(e) = kernel.hold(self.cookie[side]) {
                                     return End::Error(NAMES[side], e);
                                 }
+                                self.held[side].store(true, Ordering::Relaxed);
                                 counters.kernel_held.inc();
                                 ways[side] = Way::Holding { seen: u64::MAX, since: Instant::now() };
                             }
