@@ -530,7 +530,9 @@ impl sync::Hooks for ControllerHooks {
             }
         }
         if a.outcome != Outcome::DryRun {
-            self.applied_tx.send_replace(a.rules);
+            let texts = a.texts;
+            self.applied_tx
+                .send_replace(a.rules.map(|rules| revert::Written { rules, texts }));
         }
     }
 

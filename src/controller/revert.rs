@@ -17,12 +17,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::dns::answer::{self, Rules};
-use crate::dns::apply::ConfigMapKey;
+use crate::dns::apply::{fingerprint, ConfigMapKey};
 use crate::dns::corefile;
 use crate::kube_client::{Cause, Repeats};
 
-/// What was last written: the names and answers the rules were rendered from.
-pub type Written = Rules;
+/// What the engine last applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The names and answers the blocks were rendered from.
+    pub rules: Rules,
+    /// The fingerprint of each Corefile's text as the engine left it, holding `rules`.
+    pub texts: Vec<(ConfigMapKey, u64)>,
+}
 
 /// Reverts counted together.
 pub const WINDOW: Duration = Duration::from_secs(600);
@@ -90,37 +96,60 @@ impl Reverts {
 /// milliseconds by the event or the `applied` update that matches; a real revert stays.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
-/// The last verdict and the text it was reached on, valid while the applied set is unchanged.
-/// The settle timer asks again about the text an event already brought, and a relist of the
-/// watch brings the same text back: each answer would otherwise render the whole block again
-/// (for tens of thousands of names, the controller's costliest step).
-type Verdict = Option<(Option<String>, bool)>;
+/// Judges one Corefile's texts against what the engine last applied, rendering the block (for
+/// tens of thousands of names, the controller's costliest step) only when nothing cheaper can
+/// tell: the echo of our own write, or a text the engine read and found holding the set, is
+/// known by its fingerprint; a text judged before under the same set gets the same verdict.
+struct Judge {
+    target: ConfigMapKey,
+    applied: watch::Receiver<Option<Written>>,
+    /// The last rendered verdict and the text it was reached on, while the set is unchanged.
+    last: Option<(String, bool)>,
+    /// Blocks rendered, for the tests.
+    renders: u64,
+}
 
-/// Whether `text` (`None`: the ConfigMap or its key is gone) no longer holds the set last
-/// applied. Nothing is a revert before the first set is applied.
-fn reverted(
-    text: Option<&str>,
-    applied: &mut watch::Receiver<Option<Written>>,
-    last: &mut Verdict,
-) -> bool {
-    // A closed channel (the engine is gone) counts as a change: no verdict is reused.
-    let changed = applied.has_changed().unwrap_or(true);
-    let applied = applied.borrow_and_update();
-    let Some(rules) = applied.as_ref() else {
-        *last = None;
-        return false;
-    };
-    if let Some((seen, verdict)) = last.as_ref().filter(|_| !changed) {
-        if seen.as_deref() == text {
-            return *verdict;
+impl Judge {
+    fn new(target: ConfigMapKey, applied: watch::Receiver<Option<Written>>) -> Self {
+        Self {
+            target,
+            applied,
+            last: None,
+            renders: 0,
         }
     }
-    let verdict = match text {
-        Some(text) => drifted(text, rules) == Some(true),
-        None => true, // deleted, or the key is gone: the next sync reports it
-    };
-    *last = Some((text.map(str::to_owned), verdict));
-    verdict
+
+    /// Whether `text` (`None`: the ConfigMap or its key is gone) no longer holds the set last
+    /// applied; `None` when only rendering can tell and `render` is false. Nothing is a revert
+    /// before the first set is applied.
+    fn reverted(&mut self, text: Option<&str>, render: bool) -> Option<bool> {
+        // A closed channel (the engine is gone) counts as a change: no verdict is reused.
+        if self.applied.has_changed().unwrap_or(true) {
+            self.last = None;
+        }
+        let applied = self.applied.borrow_and_update();
+        let Some(written) = applied.as_ref() else {
+            return Some(false);
+        };
+        // Deleted, or the key is gone: the next sync reports it.
+        let Some(text) = text else {
+            return Some(true);
+        };
+        let print = fingerprint(text);
+        if (written.texts.iter()).any(|(key, p)| *key == self.target && *p == print) {
+            return Some(false);
+        }
+        if let Some((_, verdict)) = self.last.as_ref().filter(|(seen, _)| seen == text) {
+            return Some(*verdict);
+        }
+        if !render {
+            return None;
+        }
+        self.renders += 1;
+        let verdict = drifted(text, &written.rules) == Some(true);
+        self.last = Some((text.to_owned(), verdict));
+        Some(verdict)
+    }
 }
 
 /// Watches `target`'s ConfigMap (field selector on its name) until `stop`. `applied` holds the
@@ -130,7 +159,7 @@ fn reverted(
 pub async fn watch(
     client: Client,
     target: ConfigMapKey,
-    mut applied: watch::Receiver<Option<Written>>,
+    applied: watch::Receiver<Option<Written>>,
     forced: watch::Sender<u64>,
     mut on_revert: impl FnMut(&Revert) + Send,
     stop: CancellationToken,
@@ -144,13 +173,13 @@ pub async fn watch(
     // The key's text in the latest event (`None`: gone), and when a drift seen in it settles.
     let mut latest: Option<String> = None;
     let mut settles: Option<Instant> = None;
-    let mut last: Verdict = None;
+    let mut judge = Judge::new(target.clone(), applied);
     loop {
         let event = tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(settles.unwrap_or_else(Instant::now)), if settles.is_some() => {
                 settles = None;
-                if reverted(latest.as_deref(), &mut applied, &mut last) {
+                if judge.reverted(latest.as_deref(), true) == Some(true) {
                     let r = reverts.record(Instant::now());
                     on_revert(&r);
                     if !r.delay.is_zero() {
@@ -187,7 +216,9 @@ pub async fn watch(
         latest = cm
             .and_then(|cm| cm.data)
             .and_then(|mut d| d.remove(&target.key));
-        if !reverted(latest.as_deref(), &mut applied, &mut last) {
+        // A text that is not plainly ours is judged when it has settled, by which time the
+        // engine has marked our write applied if it was one: its echo is never rendered.
+        if judge.reverted(latest.as_deref(), false) == Some(false) {
             settles = None;
         } else if settles.is_none() {
             settles = Some(Instant::now() + SETTLE);
@@ -213,34 +244,63 @@ mod tests {
         vec![(hosts.clone(), answer.clone())]
     }
 
-    /// A verdict is reused only for the same text under the same applied set.
+    fn corefile_key() -> ConfigMapKey {
+        ConfigMapKey::new("kube-system", "coredns", "Corefile")
+    }
+
+    fn written(rules: Rules, texts: &[(&ConfigMapKey, &str)]) -> Option<Written> {
+        let texts = (texts.iter())
+            .map(|(key, text)| ((*key).clone(), fingerprint(text)))
+            .collect();
+        Some(Written { rules, texts })
+    }
+
+    /// The echo of our own write, early or on time, is never rendered; other texts are
+    /// rendered once per text and applied set.
     #[test]
-    fn a_verdict_holds_until_the_text_or_the_applied_set_changes() {
+    fn the_judge_renders_only_texts_it_cannot_recognise() {
         let proxy = Answer::Template(
             crate::dns::answer::ProxyAddrs::new(&["10.96.0.5".parse().unwrap()]).unwrap(),
         );
         let (a, b) = (hosts(&["a.example.com"]), hosts(&["b.example.com"]));
         let with_a = corefile::splice(COREFILE, &a, &proxy).unwrap().text;
         let with_b = corefile::splice(COREFILE, &b, &proxy).unwrap().text;
-        let (tx, mut rx) = watch::channel(None);
-        let mut last = None;
-        assert!(
-            !reverted(Some(&with_a), &mut rx, &mut last),
+        let key = corefile_key();
+        let (tx, rx) = watch::channel(None);
+        let mut judge = Judge::new(key.clone(), rx);
+        assert_eq!(
+            judge.reverted(Some(COREFILE), true),
+            Some(false),
             "nothing applied yet"
         );
-        tx.send_replace(Some(rules(&a, &proxy)));
-        assert!(!reverted(Some(&with_a), &mut rx, &mut last));
-        assert!(
-            !reverted(Some(&with_a), &mut rx, &mut last),
-            "same text, same set"
-        );
-        assert!(reverted(Some(&with_b), &mut rx, &mut last), "other text");
-        assert!(reverted(None, &mut rx, &mut last), "key gone");
-        // The same text under a new applied set is judged again.
-        assert!(reverted(Some(&with_b), &mut rx, &mut last));
-        tx.send_replace(Some(rules(&b, &proxy)));
-        assert!(!reverted(Some(&with_b), &mut rx, &mut last));
-        assert!(reverted(Some(&with_a), &mut rx, &mut last));
+        // Our write of `a`, then its echo.
+        tx.send_replace(written(rules(&a, &proxy), &[(&key, &with_a)]));
+        assert_eq!(judge.reverted(Some(&with_a), false), Some(false));
+        // The echo of the write of `b` arrives before `b` is marked applied: not judged yet ...
+        assert_eq!(judge.reverted(Some(&with_b), false), None);
+        // ... and once it is, known by its fingerprint.
+        tx.send_replace(written(rules(&b, &proxy), &[(&key, &with_b)]));
+        assert_eq!(judge.reverted(Some(&with_b), true), Some(false));
+        assert_eq!(judge.renders, 0, "our own writes are never rendered");
+        // Someone else's edit that keeps the block: rendered once, then remembered.
+        let edited = with_b.replace("errors", "errors\n    log");
+        assert_eq!(judge.reverted(Some(&edited), false), None);
+        assert_eq!(judge.reverted(Some(&edited), true), Some(false));
+        assert_eq!(judge.reverted(Some(&edited), true), Some(false));
+        assert_eq!(judge.renders, 1);
+        // A revert, and a deleted key (no render needed).
+        assert_eq!(judge.reverted(Some(COREFILE), true), Some(true));
+        assert_eq!(judge.reverted(None, false), Some(true));
+        assert_eq!(judge.renders, 2);
+        // A new applied set judges the same text again.
+        tx.send_replace(written(rules(&b, &proxy), &[]));
+        assert_eq!(judge.reverted(Some(&edited), true), Some(false));
+        assert_eq!(judge.renders, 3);
+        // Another ConfigMap's fingerprint says nothing about this one.
+        let node_local = ConfigMapKey::new("kube-system", "node-local-dns", "Corefile");
+        tx.send_replace(written(rules(&a, &proxy), &[(&node_local, &with_b)]));
+        assert_eq!(judge.reverted(Some(&with_b), true), Some(true));
+        assert_eq!(judge.renders, 4);
     }
 
     #[test]

@@ -545,6 +545,7 @@ mod tests {
             }
             Ok(Applied {
                 rules: None,
+                texts: Vec::new(),
                 outcome: Outcome::Written,
                 findings: None,
                 conflicts: 0,

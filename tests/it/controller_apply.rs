@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::apply::{
-    ApplyError, ConfigMapKey, CorefileWriter, ImportWriter, Outcome, Retry,
+    fingerprint, ApplyError, ConfigMapKey, CorefileWriter, ImportWriter, Outcome, Retry,
 };
 use ouroboros::dns::{coredns_import, corefile, BEGIN_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
@@ -104,10 +104,14 @@ async fn coredns_first_sync_writes_once_second_only_reads() {
     let change = first.change.unwrap();
     assert_eq!(change.before.as_deref(), Some(original.as_str()));
     assert_eq!(change.after.as_deref(), Some(spliced.as_str()));
+    // The revert watch knows our write's echo by these.
+    let key = ConfigMapKey::coredns_default();
+    assert_eq!(first.texts, [(key.clone(), fingerprint(&spliced))]);
 
     let second = w.apply(&want, &proxy()).await.unwrap();
     assert_eq!(second.outcome, Outcome::Unchanged);
     assert_eq!(second.change, None);
+    assert_eq!(second.texts, [(key, fingerprint(&spliced))], "as read");
     drop(w);
 
     let seen = task.await.unwrap();

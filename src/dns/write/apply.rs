@@ -175,6 +175,19 @@ pub struct Applied {
     pub conflicts: u32,
     /// The key's text before and after (`None`: absent), unless `Unchanged`; for logging a diff.
     pub change: Option<Change>,
+    /// The [`fingerprint`] of each target key's text as this call left it (written, or read and
+    /// found holding the set), so that a watch on the ConfigMap can tell the echo of our own
+    /// write without rendering the block again.
+    pub texts: Vec<(ConfigMapKey, u64)>,
+}
+
+/// A text's fingerprint (SipHash with fixed keys: the same in every process). A 64-bit hash
+/// rather than a copy, because a large cluster's Corefile is megabytes.
+pub fn fingerprint(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -572,18 +585,23 @@ where
     let mut conflicts = 0;
     loop {
         let current = get(api, target, mode).await?;
+        let read = current
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref()?.get(&target.key))
+            .map(|text| fingerprint(text));
         let (step, findings) = plan(current)?;
-        let applied = |outcome, change| Applied {
+        let applied = |outcome, change: Option<Change>, text: Option<u64>| Applied {
             rules: None,
             outcome,
             findings,
             conflicts,
+            texts: text.map(|t| (target.clone(), t)).into_iter().collect(),
             change,
         };
         let (op, change) = match step {
-            Step::Unchanged => return Ok(applied(Outcome::Unchanged, None)),
+            Step::Unchanged => return Ok(applied(Outcome::Unchanged, None, read)),
             Step::Write(_, change) if dry_run => {
-                return Ok(applied(Outcome::DryRun, Some(change)));
+                return Ok(applied(Outcome::DryRun, Some(change), None));
             }
             Step::Write(op, change) => (op, change),
         };
@@ -595,7 +613,8 @@ where
                     mode = mode.as_str(),
                     "wrote DNS configuration"
                 );
-                return Ok(applied(Outcome::Written, Some(change)));
+                let written = change.after.as_deref().map(fingerprint);
+                return Ok(applied(Outcome::Written, Some(change), written));
             }
             Err(ApplyError::Api { error, .. }) if is_conflict(&error) => {
                 conflicts += 1;

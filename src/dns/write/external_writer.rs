@@ -384,6 +384,7 @@ impl ExternalWriter {
                 tracing::info!("the DNSEndpoint CRD is not installed: no DNSEndpoints to delete");
                 Ok(Applied {
                     rules: None,
+                    texts: Vec::new(),
                     outcome: Outcome::Unchanged,
                     findings: None,
                     conflicts: 0,
@@ -583,6 +584,7 @@ impl ExternalWriter {
         }
         Ok(Applied {
             rules: None,
+            texts: Vec::new(),
             outcome,
             findings: None,
             conflicts: 0,

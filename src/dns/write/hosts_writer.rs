@@ -545,6 +545,7 @@ impl HostsWriter {
         });
         Applied {
             rules: None,
+            texts: Vec::new(),
             outcome,
             findings: None,
             conflicts: u.restarts,

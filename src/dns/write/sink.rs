@@ -128,6 +128,7 @@ fn merge(main: Applied, node_local: Applied) -> Applied {
         conflicts: main.conflicts + node_local.conflicts,
         change: main.change.or(node_local.change),
         findings: main.findings,
+        texts: [main.texts, node_local.texts].concat(),
     }
 }
 
