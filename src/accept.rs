@@ -377,7 +377,7 @@ mod tests {
     /// all, on one of the extra loops' threads; the drain stops every loop's accepting.
     #[test]
     fn extra_loops_accept_while_the_main_loop_is_blocked() {
-        let (rt, loops) = crate::runtime::relay_loops(3, Duration::ZERO).unwrap();
+        let (rt, loops) = crate::runtime::relay_loops(3, crate::runtime::BusyPoll::Off).unwrap();
         assert_eq!(loops.handles().len(), 2);
         rt.block_on(async {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

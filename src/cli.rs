@@ -3,7 +3,6 @@
 //! module; the flag types the subcommands share live in `flags`.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -80,7 +79,7 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     // Only the relaying subcommands take runtime flags.
-    let default = || runtime::build(0, Duration::ZERO);
+    let default = || runtime::build(0, runtime::BusyPoll::Off);
     match command {
         Command::Proxy(args) => {
             let (rt, loops) = runtime::relay_loops(args.threads, args.busy_poll)?;
@@ -99,7 +98,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         // render could land in another malloc arena, and glibc keeps every arena's freed pages
         // (bench/controller/README.md measures it).
         Command::Controller(args) => {
-            runtime::build(1, Duration::ZERO)?.block_on(crate::controller::run(args))
+            runtime::build(1, runtime::BusyPoll::Off)?.block_on(crate::controller::run(args))
         }
     }
 }

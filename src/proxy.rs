@@ -176,11 +176,14 @@ pub struct ProxyArgs {
         value_name = "N"
     )]
     pub threads: usize,
-    /// Before a relay thread sleeps, watch for new events for up to this long (at most 1ms;
-    /// 0 = off). Spends CPU to spare the peers the cost of waking it: on VMs without guest halt
-    /// polling, that wake-up is an interrupt the sending CPU pays for. E.g. 50us.
-    #[arg(long, env = "OUROBOROS_PROXY_BUSY_POLL", default_value = "0", value_parser = crate::runtime::parse_busy_poll, value_name = "DURATION")]
-    pub busy_poll: Duration,
+    /// Before a relay thread sleeps, watch for new events for a while: spends CPU to spare the
+    /// peers the cost of waking it (on VMs without guest halt polling, that wake-up is an
+    /// interrupt the sending CPU pays for). `auto`: a window of up to 50us that grows while the
+    /// thread's sleeps are short and shrinks to nothing when they are long (an idle relay does
+    /// not spin), off under a CPU limit; a duration (at most 1ms) spins that long before every
+    /// sleep; 0 = off.
+    #[arg(long, env = "OUROBOROS_PROXY_BUSY_POLL", default_value = "auto", value_parser = crate::runtime::parse_busy_poll, value_name = "auto|DURATION")]
+    pub busy_poll: crate::runtime::BusyPoll,
 }
 
 /// Checked settings derived from the flags.
@@ -398,7 +401,7 @@ mod tests {
         assert_eq!(a.idle_timeout, Duration::from_secs(3600));
         assert_eq!(a.max_connections, 65536);
         assert_eq!(a.threads, 1);
-        assert_eq!(a.busy_poll, Duration::ZERO);
+        assert_eq!(a.busy_poll, crate::runtime::BusyPoll::Auto);
     }
 
     #[test]

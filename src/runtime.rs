@@ -14,10 +14,17 @@
 //! (bench/README.md measures it). With a window set, the worker first watches its epoll instance
 //! for up to that long, and goes on the moment anything is ready. Tokio has no such option, and
 //! no crate adds one: the hook below is written here.
+//!
+//! `--busy-poll auto` sizes that window from the loop's own sleeps, as Linux's cpuidle-haltpoll
+//! governor does for a guest's idle vCPUs (drivers/cpuidle/governors/haltpoll.c): it grows
+//! while sleeps end within [`AUTO_MAX`] (a longer spin would have caught the event that ended
+//! them) and shrinks when one lasts longer. Under load the loop spins instead of sleeping; an
+//! idle relay's sleeps last until its next one-second heartbeat, so it does not spin at all.
 
 use std::collections::BTreeSet;
 use std::os::fd::RawFd;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why the async runtime did not start.
@@ -41,12 +48,59 @@ pub enum RuntimeError {
     Thread(usize, std::io::Error),
 }
 
+/// `--busy-poll`: whether a relay thread watches for events before it sleeps, and how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusyPoll {
+    /// Sleep as soon as there is nothing to do (`0`).
+    Off,
+    /// Spin up to this long before every sleep.
+    Fixed(Duration),
+    /// A window sized from the loop's own sleeps, at most [`AUTO_MAX`]; off under a CPU limit.
+    Auto,
+}
+
+/// The adaptive window's first step and its cap: sleeps shorter than the cap are what a spin
+/// saves (a wake-up interrupt each), longer ones cost less asleep than spinning.
+pub const AUTO_START: Duration = Duration::from_micros(10);
+pub const AUTO_MAX: Duration = Duration::from_micros(50);
+
+/// The adaptive window after a sleep of `slept` (from the start of the spin before it, which
+/// did not catch anything): doubled, from [`AUTO_START`] up to [`AUTO_MAX`], when the sleep
+/// ended within `AUTO_MAX`; halved, and off below `AUTO_START`, when it lasted longer.
+pub fn next_window(window: Duration, slept: Duration) -> Duration {
+    if slept <= AUTO_MAX {
+        (window * 2).clamp(AUTO_START, AUTO_MAX)
+    } else if window / 2 < AUTO_START {
+        Duration::ZERO
+    } else {
+        window / 2
+    }
+}
+
+/// Whether this process runs under a CPU limit, as last read. `auto` does not spin under one:
+/// every spin is CPU time the quota then takes from relaying (bench/README.md). Read when the
+/// loops start and again at every heartbeat (a few small file reads a second), since a pod's
+/// limit can change while it runs (in-place resize).
+static CPU_LIMITED: AtomicBool = AtomicBool::new(false);
+
+/// Reads the CPU limit into [`CPU_LIMITED`]; logs when that changes after the start.
+fn recheck_cpu_limit() {
+    let limited = cpu_limit().is_some();
+    if CPU_LIMITED.swap(limited, Ordering::Relaxed) != limited {
+        tracing::info!(
+            cpu_limited = limited,
+            "the CPU limit changed: --busy-poll auto now {}",
+            if limited { "does not spin" } else { "spins" }
+        );
+    }
+}
+
 /// Builds the runtime. `threads`: 0 = one per CPU this process may use (affinity and cgroup
 /// quota count); 1 = the current-thread scheduler, which skips work stealing, cross-thread
 /// wakeups and per-batch poll-time bookkeeping (13 % fewer instructions per relayed keep-alive
 /// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
-/// `busy_poll`: the spin window before a worker sleeps; zero turns it off.
-pub fn build(threads: usize, busy_poll: Duration) -> Result<tokio::runtime::Runtime, RuntimeError> {
+/// `busy_poll`: whether a worker spins before it sleeps.
+pub fn build(threads: usize, busy_poll: BusyPoll) -> Result<tokio::runtime::Runtime, RuntimeError> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -59,12 +113,11 @@ pub fn build(threads: usize, busy_poll: Duration) -> Result<tokio::runtime::Runt
         b
     };
     builder.enable_all();
-    let runtime = if busy_poll.is_zero() {
-        builder.build().map_err(RuntimeError::Start)?
-    } else {
-        with_busy_poll(builder, busy_poll)?
+    let runtime = match busy_poll {
+        BusyPoll::Off => builder.build().map_err(RuntimeError::Start)?,
+        spin => with_busy_poll(builder, spin)?,
     };
-    runtime.spawn(heartbeat());
+    runtime.spawn(heartbeat(busy_poll == BusyPoll::Auto));
     Ok(runtime)
 }
 
@@ -82,8 +135,20 @@ pub fn loop_count(threads: usize) -> usize {
 /// `--busy-poll` finds each runtime's own epoll descriptor.
 pub fn relay_loops(
     threads: usize,
-    busy_poll: Duration,
+    busy_poll: BusyPoll,
 ) -> Result<(tokio::runtime::Runtime, Loops), RuntimeError> {
+    let limit = cpu_limit();
+    CPU_LIMITED.store(limit.is_some(), Ordering::Relaxed);
+    if let (BusyPoll::Fixed(window), Some(cpus)) = (busy_poll, limit) {
+        tracing::warn!(
+            busy_poll_us = window.as_micros() as u64,
+            cpu_limit = cpus,
+            "--busy-poll under a CPU limit: the spin is CPU time the limit counts, so the relay \
+             gets less real work done per period (under a 400m limit, --busy-poll 50us relayed \
+             7-23 % fewer requests per second than --busy-poll 0; bench/README.md); consider \
+             --busy-poll auto, which does not spin under a limit"
+        );
+    }
     let main = build(1, busy_poll)?;
     let stop = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
@@ -148,37 +213,76 @@ impl Loops {
 /// are idle timeouts an hour away, so every dial's timeout would be that timer: a syscall and
 /// a wake-up per new connection. A timer re-armed every second keeps the earliest expiry
 /// within a second, and dial timeouts (5 s by default) are armed without waking anything.
-async fn heartbeat() {
+/// With `--busy-poll auto` each beat also re-reads the CPU limit.
+async fn heartbeat(recheck_limit: bool) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if recheck_limit {
+            recheck_cpu_limit();
+        }
     }
 }
 
-/// Builds the runtime with the `--busy-poll` park hook.
+/// One loop's spin before it sleeps: the window, and for `Auto` when the current sleep began.
+struct Spinner {
+    mode: BusyPoll,
+    /// (the adaptive window, the start of the spin that preceded the current sleep).
+    state: Mutex<(Duration, Option<Instant>)>,
+    /// [`CPU_LIMITED`] (a test's own flag in tests).
+    limited: &'static AtomicBool,
+}
+
+impl Spinner {
+    fn new(mode: BusyPoll, limited: &'static AtomicBool) -> Self {
+        Spinner {
+            mode,
+            state: Mutex::new((Duration::ZERO, None)),
+            limited,
+        }
+    }
+
+    /// Runs before the loop sleeps (at `start`): spins for the window, and notes when the
+    /// sleep began if the spin caught nothing.
+    fn before_park(&self, fds: &[RawFd], start: Instant) {
+        let mut state = self.state.lock().expect("spinner lock");
+        let window = match self.mode {
+            BusyPoll::Fixed(window) => window,
+            BusyPoll::Auto if self.limited.load(Ordering::Relaxed) => return,
+            BusyPoll::Auto => state.0,
+            BusyPoll::Off => return,
+        };
+        let caught = !window.is_zero() && spin_until_ready(fds, window);
+        if self.mode == BusyPoll::Auto && !caught {
+            state.1 = Some(start);
+        }
+    }
+
+    /// Runs after the loop woke (at `now`): an adaptive window follows how long it slept.
+    fn after_unpark(&self, now: Instant) {
+        let mut state = self.state.lock().expect("spinner lock");
+        if let Some(start) = state.1.take() {
+            state.0 = next_window(state.0, now.saturating_duration_since(start));
+        }
+    }
+}
+
+/// Builds the runtime with the `--busy-poll` park hooks.
 fn with_busy_poll(
     mut builder: tokio::runtime::Builder,
-    busy_poll: Duration,
+    busy_poll: BusyPoll,
 ) -> Result<tokio::runtime::Runtime, RuntimeError> {
-    if let Some(cpus) = cpu_limit() {
-        tracing::warn!(
-            busy_poll_us = busy_poll.as_micros() as u64,
-            cpu_limit = cpus,
-            "--busy-poll under a CPU limit: the spin is CPU time the limit counts, so the relay \
-             gets less real work done per period (under a 400m limit, --busy-poll 50us relayed \
-             7-23 % fewer requests per second than --busy-poll 0; bench/README.md); consider \
-             --busy-poll 0"
-        );
-    }
+    let spinner = Arc::new(Spinner::new(busy_poll, &CPU_LIMITED));
     // The epoll descriptors only exist once the runtime is built; the hook waits for them.
     let epoll = Arc::new(OnceLock::<Vec<RawFd>>::new());
-    let hook = epoll.clone();
+    let (hook, park) = (epoll.clone(), spinner.clone());
     builder.on_thread_park(move || {
         if let Some(fds) = hook.get() {
-            spin_until_ready(fds, busy_poll);
+            park.before_park(fds, Instant::now());
         }
     });
+    builder.on_thread_unpark(move || spinner.after_unpark(Instant::now()));
     let before = epoll_fds()?;
     let runtime = builder.build().map_err(RuntimeError::Start)?;
     let new: Vec<RawFd> = epoll_fds()?.difference(&before).copied().collect();
@@ -195,15 +299,22 @@ const MAX_EPOLL_FDS: usize = 4;
 /// Longest `--busy-poll` window: past this, sleeping and being woken costs less than spinning.
 pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
 
-/// Parses `--busy-poll`: a duration up to [`MAX_BUSY_POLL`], `0` for off.
-pub fn parse_busy_poll(s: &str) -> Result<Duration, String> {
+/// Parses `--busy-poll`: `auto`, or a duration up to [`MAX_BUSY_POLL`] (`0` for off).
+pub fn parse_busy_poll(s: &str) -> Result<BusyPoll, String> {
+    if s == "auto" {
+        return Ok(BusyPoll::Auto);
+    }
     let d = crate::flags::parse_duration(s)?;
     if d > MAX_BUSY_POLL {
         return Err(format!(
-            "{s} is longer than the 1ms maximum (e.g. 50us; 0 = off)"
+            "{s} is longer than the 1ms maximum (auto, a window such as 50us, or 0 = off)"
         ));
     }
-    Ok(d)
+    Ok(if d.is_zero() {
+        BusyPoll::Off
+    } else {
+        BusyPoll::Fixed(d)
+    })
 }
 
 /// The CPU limit (in CPUs) the kernel enforces on this process through its cgroup or an
@@ -315,19 +426,89 @@ mod tests {
     use super::*;
     use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
     use nix::sys::eventfd::{EfdFlags, EventFd};
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn busy_poll_windows() {
+        let us = |n| Some(BusyPoll::Fixed(Duration::from_micros(n)));
         for (input, want) in [
-            ("0", Some(Duration::ZERO)),
-            ("50us", Some(Duration::from_micros(50))),
-            ("1ms", Some(Duration::from_millis(1))),
+            ("0", Some(BusyPoll::Off)),
+            ("0us", Some(BusyPoll::Off)),
+            ("auto", Some(BusyPoll::Auto)),
+            ("50us", us(50)),
+            ("1ms", us(1000)),
             ("1001us", None),
             ("1s", None),
             ("50", None),
         ] {
             assert_eq!(parse_busy_poll(input).ok(), want, "{input:?}");
         }
+    }
+
+    #[test]
+    fn the_adaptive_window_follows_the_sleeps() {
+        let us = Duration::from_micros;
+        for (window, slept, want) in [
+            // Woken within the cap: a longer spin would have caught it.
+            (0, 3, 10),
+            (0, 50, 10),
+            (10, 20, 20),
+            (40, 45, 50),
+            (50, 12, 50),
+            // A long sleep: the spin was wasted.
+            (50, 51, 25),
+            (20, 1_000_000, 10),
+            (10, 800, 0),
+            (0, 1_000_000, 0),
+        ] {
+            assert_eq!(
+                next_window(us(window), us(slept)),
+                us(want),
+                "{window} {slept}"
+            );
+        }
+        // An idle loop (its heartbeat sleeps 1 s) stops spinning within three sleeps.
+        let mut w = AUTO_MAX;
+        for _ in 0..3 {
+            w = next_window(w, Duration::from_secs(1));
+        }
+        assert_eq!(w, Duration::ZERO);
+    }
+
+    /// `auto` on a real epoll instance, on a made-up clock: a sleep after a spin that caught
+    /// nothing grows the window when it was short and shrinks it when it was long, a caught
+    /// event leaves it, and under a CPU limit nothing spins or adapts.
+    #[test]
+    fn auto_adapts_to_its_sleeps_and_stops_under_a_cpu_limit() {
+        let (ep, ev) = epoll_with_eventfd();
+        let fds = [ep.0.as_raw_fd()];
+        let limited: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let s = Spinner::new(BusyPoll::Auto, limited);
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
+        // One park: parked at `t0`, woken `slept` later.
+        let sleep = |slept: u64| {
+            s.before_park(&fds, t0);
+            s.after_unpark(t0 + us(slept));
+            s.state.lock().unwrap().0
+        };
+        assert_eq!(sleep(3), AUTO_START, "a spin would have caught it");
+        assert_eq!(sleep(30), AUTO_START * 2);
+        assert_eq!(sleep(2_000), AUTO_START, "a long sleep halves it");
+        assert_eq!(sleep(3), AUTO_START * 2);
+        // An event is ready: the spin catches it, the loop does not sleep, the window stays.
+        ev.write(1).unwrap();
+        s.before_park(&fds, t0);
+        assert_eq!(s.state.lock().unwrap().1, None, "caught: not asleep");
+        assert_eq!(sleep(2_000), AUTO_START * 2);
+        ev.read().unwrap();
+        // Under a limit: no spin and no change, however the loop slept.
+        limited.store(true, Ordering::Relaxed);
+        assert_eq!(sleep(3), AUTO_START * 2);
+        assert_eq!(sleep(2_000), AUTO_START * 2);
+        limited.store(false, Ordering::Relaxed);
+        assert_eq!(sleep(2_000), AUTO_START);
+        assert_eq!(sleep(2_000), Duration::ZERO, "an idle loop stops spinning");
     }
 
     /// An epoll instance watching an eventfd, and the eventfd.
@@ -463,7 +644,6 @@ mod tests {
 
     #[test]
     fn spin_returns_as_soon_as_an_event_is_ready_and_leaves_it_for_epoll_wait() {
-        use std::os::fd::AsRawFd;
         let (ep, ev) = epoll_with_eventfd();
         // Nothing ready: the whole window passes.
         let start = Instant::now();

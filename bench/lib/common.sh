@@ -442,6 +442,9 @@ measure_rounds() {
             for v in "${order[@]}"; do
                 [[ $v == direct ]] && continue
                 cpu_limit "$v" on
+                # ouroboros reads its CPU limit every second (`--busy-poll auto` does not spin
+                # under one): give it the state a pod started under the limit has from the start
+                sleep 1.5
                 wrk_run "$v" "$mode" "$r"
                 cpu_limit "$v" off
             done

@@ -193,10 +193,10 @@ pub struct EdgeArgs {
         value_name = "N"
     )]
     pub threads: usize,
-    /// Before a relay thread sleeps, watch for new events for up to this long: as for `proxy`
-    /// (at most 1ms, 0 = off).
-    #[arg(long, env = "OUROBOROS_EDGE_BUSY_POLL", default_value = "0", value_parser = crate::runtime::parse_busy_poll, value_name = "DURATION")]
-    pub busy_poll: Duration,
+    /// Before a relay thread sleeps, watch for new events for a while: as for `proxy` (`auto`,
+    /// a duration of at most 1ms, or 0 = off).
+    #[arg(long, env = "OUROBOROS_EDGE_BUSY_POLL", default_value = "auto", value_parser = crate::runtime::parse_busy_poll, value_name = "auto|DURATION")]
+    pub busy_poll: crate::runtime::BusyPoll,
 }
 
 /// Where the backends come from.
@@ -456,7 +456,7 @@ mod tests {
         assert_eq!(a.idle_timeout, Duration::from_secs(3600));
         assert_eq!(a.max_connections, 65536);
         assert_eq!(a.threads, 0);
-        assert_eq!(a.busy_poll, Duration::ZERO);
+        assert_eq!(a.busy_poll, crate::runtime::BusyPoll::Auto);
     }
 
     #[test]
