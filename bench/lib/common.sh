@@ -17,7 +17,8 @@
 #   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
 #   ouroboros_sockmap    --copy-mode sockmap (the kernel relay; needs root): judged against the
 #                        kernel relay's targets, its CPU by what it adds to both CPUs per request
-#   ouroboros_busy       --busy-poll $BUSY_POLL
+#   ouroboros_busy       --busy-poll $BUSY_POLL (default 0: the relay without busy polling; the
+#                        default is auto)
 #   ouroboros_t1         --threads 1: one event loop     ouroboros_t2  --threads 2: two
 #   ouroboros_prev       the binary PREV_BIN (e.g. a build of an earlier commit) with the defaults
 #
@@ -58,7 +59,7 @@ OUROBOROS_BIN=${OUROBOROS_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
 NICE=${NICE:--19}
 PROXY_THREADS=${PROXY_THREADS:-1}
-BUSY_POLL=${BUSY_POLL:-50us}
+BUSY_POLL=${BUSY_POLL:-0}
 CPU_LIMIT=${CPU_LIMIT:-400m}
 CFS_PERIOD_US=100000 # the kubelet's default
 
