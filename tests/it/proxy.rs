@@ -883,27 +883,37 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
         warn["error"].as_str().unwrap().contains("os error 24"),
         "{warn}"
     );
-    // Free the descriptors: the listener picks up again and relays a new connection.
+    // Free the descriptors. The dropped clients left in the backlog are relayed now too, each
+    // holding two descriptors until its upstream end closes: a drainer closes every upstream
+    // end, and hands over the one that brings the fresh client's bytes.
     drop(clients);
-    let held: Vec<_> = accepted.try_iter().collect();
-    drop(held);
-    let mut fresh = connect(port_of(proxy.http));
-    fresh.write_all(b"fresh").unwrap();
+    let (relayed_tx, relayed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (mut s, _) in accepted.iter() {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut b = [0u8; 5];
+            if s.read_exact(&mut b).is_ok() && &b == b"fresh" {
+                let _ = relayed_tx.send(s);
+            }
+        }
+    });
+    // The listener picks up again and relays a new connection. One that comes before enough
+    // relays have finished still finds no descriptor for its upstream and is closed, so a new
+    // client tries again every half second.
     let wait = Instant::now() + Duration::from_secs(15);
+    let mut fresh = Vec::new();
     loop {
-        let left = wait.saturating_duration_since(Instant::now());
-        let (mut s, _) = accepted
-            .recv_timeout(left)
-            .expect("new connection never relayed");
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut b = [0u8; 5];
-        if s.read_exact(&mut b).is_ok() && &b == b"fresh" {
+        let mut c = connect(port_of(proxy.http));
+        c.write_all(b"fresh").unwrap();
+        fresh.push(c);
+        if relayed.recv_timeout(Duration::from_millis(500)).is_ok() {
             break;
         }
+        assert!(
+            Instant::now() < wait,
+            "no new connection relayed once descriptors were free"
+        );
     }
-    // The clients left in the backlog are relayed now too, each holding two descriptors until
-    // the upstream closes: close their upstream ends so the admin listener can accept again.
-    std::thread::spawn(move || accepted.iter().for_each(drop));
     assert!(proxy.is_running());
     assert!(proxy.metric(errors).unwrap() >= 1.0);
 }
