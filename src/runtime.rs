@@ -228,7 +228,8 @@ async fn heartbeat(recheck_limit: bool) {
 /// One loop's spin before it sleeps: the window, and for `Auto` when the current sleep began.
 struct Spinner {
     mode: BusyPoll,
-    /// (the adaptive window, the start of the spin that preceded the current sleep).
+    /// (the adaptive window, the start of the spin that preceded the current sleep). Only the
+    /// loop's own thread takes the lock (the hooks need `Sync`).
     state: Mutex<(Duration, Option<Instant>)>,
     /// [`CPU_LIMITED`] (a test's own flag in tests).
     limited: &'static AtomicBool,
@@ -246,16 +247,15 @@ impl Spinner {
     /// Runs before the loop sleeps (at `start`): spins for the window, and notes when the
     /// sleep began if the spin caught nothing.
     fn before_park(&self, fds: &[RawFd], start: Instant) {
-        let mut state = self.state.lock().expect("spinner lock");
         let window = match self.mode {
             BusyPoll::Fixed(window) => window,
             BusyPoll::Auto if self.limited.load(Ordering::Relaxed) => return,
-            BusyPoll::Auto => state.0,
+            BusyPoll::Auto => self.state.lock().expect("spinner lock").0,
             BusyPoll::Off => return,
         };
         let caught = !window.is_zero() && spin_until_ready(fds, window);
         if self.mode == BusyPoll::Auto && !caught {
-            state.1 = Some(start);
+            self.state.lock().expect("spinner lock").1 = Some(start);
         }
     }
 
