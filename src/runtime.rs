@@ -79,8 +79,8 @@ pub fn next_window(window: Duration, slept: Duration) -> Duration {
 
 /// Whether this process runs under a CPU limit, as last read. `auto` does not spin under one:
 /// every spin is CPU time the quota then takes from relaying (bench/README.md). Read when the
-/// loops start and again at every heartbeat (a few small file reads a second), since a pod's
-/// limit can change while it runs (in-place resize).
+/// loops start and again at every heartbeat of the first loop (a few small file reads a
+/// second), since a pod's limit can change while it runs (in-place resize).
 static CPU_LIMITED: AtomicBool = AtomicBool::new(false);
 
 /// Reads the CPU limit into [`CPU_LIMITED`]; logs when that changes after the start.
@@ -101,6 +101,16 @@ fn recheck_cpu_limit() {
 /// request than one worker of the multi-threaded one, bench/README.md); N = N workers.
 /// `busy_poll`: whether a worker spins before it sleeps.
 pub fn build(threads: usize, busy_poll: BusyPoll) -> Result<tokio::runtime::Runtime, RuntimeError> {
+    build_with(threads, busy_poll, busy_poll == BusyPoll::Auto)
+}
+
+/// [`build`]; `recheck_limit`: this runtime's heartbeat re-reads the CPU limit (one per process
+/// is enough).
+fn build_with(
+    threads: usize,
+    busy_poll: BusyPoll,
+    recheck_limit: bool,
+) -> Result<tokio::runtime::Runtime, RuntimeError> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -117,7 +127,7 @@ pub fn build(threads: usize, busy_poll: BusyPoll) -> Result<tokio::runtime::Runt
         BusyPoll::Off => builder.build().map_err(RuntimeError::Start)?,
         spin => with_busy_poll(builder, spin)?,
     };
-    runtime.spawn(heartbeat(busy_poll == BusyPoll::Auto));
+    runtime.spawn(heartbeat(recheck_limit));
     Ok(runtime)
 }
 
@@ -158,7 +168,7 @@ pub fn relay_loops(
         std::thread::Builder::new()
             .name(format!("relay-{index}"))
             .spawn(move || {
-                let rt = match build(1, busy_poll) {
+                let rt = match build_with(1, busy_poll, false) {
                     Ok(rt) => rt,
                     Err(e) => return drop(tx.send(Err(e))),
                 };
