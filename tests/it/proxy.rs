@@ -433,11 +433,7 @@ fn sockmap_without_privileges_falls_back_and_says_why() {
     }
     let mut proxy = Proxy::spawn(cmd);
     let warn = proxy.wait_log(
-        |v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("copy mode sockmap is not available here"))
-        },
+        message_starts("copy mode sockmap is not available here"),
         DEADLINE,
     );
     assert_eq!(warn["level"], "WARN", "{warn}");
@@ -452,11 +448,7 @@ fn sockmap_without_privileges_falls_back_and_says_why() {
     let said = proxy
         .logs()
         .iter()
-        .filter(|v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("copy mode sockmap"))
-        })
+        .filter(|v| message_starts("copy mode sockmap")(v))
         .count();
     assert_eq!(said, 1, "said once");
 }
@@ -500,11 +492,7 @@ fn target_down_closes_clients_and_fails_readiness() {
     let not_ready = proxy
         .logs()
         .iter()
-        .filter(|v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("not ready"))
-        })
+        .filter(|v| message_starts("not ready")(v))
         .count();
     assert_eq!(not_ready, 1);
     assert_eq!(proxy.admin("/healthz").0, 200);
@@ -618,14 +606,7 @@ fn graceful_shutdown_drains_with(extra: &[&str]) {
     let signalled = Instant::now();
     proxy.signal(Signal::SIGTERM);
     // Readiness fails at once: the first probe after the signal is handled fails.
-    proxy.wait_log(
-        |v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("shutting down: /readyz fails now"))
-        },
-        DEADLINE,
-    );
+    proxy.wait_log(message_starts("shutting down: /readyz fails now"), DEADLINE);
     let (status, body) = proxy.admin("/readyz");
     assert_eq!(status, 503, "{body}");
     assert!(body.starts_with("shutting-down"), "{body}");
@@ -692,14 +673,7 @@ fn sigint_skips_the_shutdown_delay() {
     let (up, _accepted) = tcp_upstream();
     let mut proxy = proxy_to(up, &[]);
     proxy.signal(Signal::SIGINT);
-    let line = proxy.wait_log(
-        |v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("shutting down"))
-        },
-        DEADLINE,
-    );
+    let line = proxy.wait_log(message_starts("shutting down"), DEADLINE);
     assert_eq!(line["delay_ms"], 0, "{line}");
     let status = proxy.wait_exit(DEADLINE);
     assert_eq!(status.code(), Some(0));
@@ -853,11 +827,7 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
         let mut seen = false;
         // The health listener needs a descriptor too; poll the log instead of /metrics.
         while Instant::now() < wait {
-            if proxy.logs().iter().any(|v| {
-                v["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("accept failed"))
-            }) {
+            if proxy.logs().iter().any(message_starts("accept failed")) {
                 seen = true;
                 break;
             }
@@ -870,14 +840,7 @@ fn running_out_of_file_descriptors_backs_off_and_recovers() {
         assert!(proxy.is_running());
     }
     let (mut proxy, clients, accepted, errors) = hit.expect("accept(2) never hit EMFILE");
-    let warn = proxy.wait_log(
-        |v| {
-            v["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("accept failed"))
-        },
-        Duration::from_secs(1),
-    );
+    let warn = proxy.wait_log(message_starts("accept failed"), Duration::from_secs(1));
     assert_eq!(warn["level"], "WARN");
     assert!(
         warn["error"].as_str().unwrap().contains("os error 24"),

@@ -61,6 +61,11 @@ pub fn ensure_read_deadline(s: &TcpStream) {
 }
 
 /// Connects to `addr` (one attempt) with a read deadline of [`DEADLINE`].
+/// A log-line predicate: the message starts with `prefix` (messages often go on with details).
+pub fn message_starts(prefix: &str) -> impl Fn(&serde_json::Value) -> bool + '_ {
+    move |v| v["message"].as_str().is_some_and(|m| m.starts_with(prefix))
+}
+
 pub fn connect(addr: impl std::net::ToSocketAddrs + std::fmt::Debug) -> TcpStream {
     let s = TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect {addr:?}: {e}"));
     with_read_deadline(s)
