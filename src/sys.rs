@@ -343,28 +343,25 @@ pub(crate) fn bpf_map_set_socket(
     key: u64,
     socket: BorrowedFd<'_>,
 ) -> io::Result<()> {
-    let value: u32 = socket.as_raw_fd() as u32;
-    let mut attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        key: &key as *const u64 as u64,
-        value: &value as *const u32 as u64,
-        ..Default::default()
-    };
-    // SAFETY: `key` (8 bytes) and `value` (4 bytes) are locals alive for the call, the sizes
-    // the map was created with; the kernel only reads them.
-    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
+    map_update(map, key, &(socket.as_raw_fd() as u32))
 }
 
 /// BPF_MAP_UPDATE_ELEM (BPF_ANY): `map[key] = value` for a map of 8-byte keys and values.
 pub(crate) fn bpf_map_set_u64(map: BorrowedFd<'_>, key: u64, value: u64) -> io::Result<()> {
+    map_update(map, key, &value)
+}
+
+/// BPF_MAP_UPDATE_ELEM (BPF_ANY) of an 8-byte key; `V` must be the map's value size (`u32`
+/// for a socket map's descriptor, `u64` otherwise), which both callers above fix.
+fn map_update<V: Copy>(map: BorrowedFd<'_>, key: u64, value: &V) -> io::Result<()> {
     let mut attr = MapElemAttr {
         map_fd: map.as_raw_fd() as u32,
         key: &key as *const u64 as u64,
-        value: &value as *const u64 as u64,
+        value: value as *const V as u64,
         ..Default::default()
     };
-    // SAFETY: `key` and `value` are 8-byte locals alive for the call, the sizes the map was
-    // created with; the kernel only reads them.
+    // SAFETY: `key` and `value` are alive for the call and have the sizes the map was created
+    // with; the kernel only reads them.
     unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
 }
 
