@@ -35,6 +35,8 @@ mod fuzz_corpus;
 mod haproxy_headers;
 mod hosts_writer;
 mod migration_doc;
+/// Against real CoreDNS, etcd, kube-apiserver and kube-proxy (`.ci/peers/build.sh`).
+mod peers;
 mod proxy;
 mod readme_flags;
 mod render_cli;

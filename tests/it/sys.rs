@@ -55,3 +55,19 @@ pub fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
     };
     (n >= 0).then(|| buf[..n as usize].to_vec())
 }
+
+/// Makes `cmd`'s child receive SIGKILL when the thread that spawns it exits, so a peer started
+/// for the whole test binary (`peers::spawn`, from a thread that lives as long as the process)
+/// does not outlive a run that ends, panics or is killed.
+pub fn kill_with_parent(cmd: &mut Command) {
+    // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}

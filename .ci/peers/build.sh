@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the real peers the tests run against (tests/it/peers): CoreDNS at the newest and the
+# oldest supported release, etcd, kube-apiserver and kube-proxy, from the Go module proxy, pinned
+# by the go.mod/go.sum files beside this script (own modules: etcd's and Kubernetes' go.mod files
+# have replace directives, so `go install` refuses them).
+#
+# Binaries are cached outside the clone, in $OUROBOROS_PEERS_CACHE (default ~/.cache/ouroboros-peers),
+# keyed by peer, version, Go version and a hash of the files that pin it, so a warm run takes
+# seconds and a version bump rebuilds only that peer. They are linked into $OUROBOROS_PEERS_DIR
+# (default .ci/peers/bin, gitignored), where the tests look for them.
+#
+# A peer that fails to build does not stop the others: its link is replaced by NAME.failed, which
+# holds the command that failed and the end of its output, and the tests that need it print that
+# (skipped locally, failed under CI=true). The exit status is 0 unless --strict is given.
+#
+# Usage: .ci/peers/build.sh [--strict] [PEER...]   (PEER: coredns coredns-oldest etcd kube-apiserver kube-proxy)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${OUROBOROS_PEERS_CACHE:-${HOME}/.cache/ouroboros-peers}
+bin=${OUROBOROS_PEERS_DIR:-$here/bin}
+strict=0
+if [[ ${1:-} == --strict ]]; then
+    strict=1
+    shift
+fi
+
+command -v go >/dev/null || {
+    echo "peers: no Go toolchain on PATH (/usr/local/go/bin?): the real-peer tests need it to build CoreDNS, etcd and Kubernetes" >&2
+    exit 1
+}
+# Never fetch another toolchain: a pin whose go line is newer than this Go fails at once.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+gover=$(go env GOVERSION)
+mkdir -p "$cache" "$bin"
+
+# mod_version FILE MODULE: the version FILE requires of MODULE.
+mod_version() {
+    awk -v m="$2" '$1 == m && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == m {print $3; exit}' "$1"
+}
+
+# build NAME VERSION DIR OUTPUT -- GO-BUILD-ARGS...: builds into the cache unless a finished
+# build with the same key is there, then links bin/NAME to it.
+build() {
+    local name=$1 version=$2 dir=$3 output=$4
+    shift 5
+    local key
+    key=$(cd "$dir" && cat ./*.mod ./*.sum ./*.go 2>/dev/null | cat - <(printf '%s\n' "$@") | sha256sum | cut -c1-12)
+    local out="$cache/$name-$version-$gover-$key"
+    rm -f "$bin/$name" "$bin/$name.failed"
+    if [[ ! -e $out/.ok ]]; then
+        rm -rf "$out"
+        mkdir -p "$out"
+        echo "peers: building $name $version with $gover (cold: minutes; cached in $out)" >&2
+        local start=$SECONDS log="$out/build.log"
+        if ! (cd "$dir" && timeout 40m go build -trimpath -o "$out/$output" "$@") >"$log" 2>&1; then
+            {
+                echo "peer $name $version did not build with $gover:"
+                echo "  (cd .ci/peers/$(basename "$dir") && go build -trimpath -o $out/$output $*)"
+                tail -n 20 "$log" | sed 's/^/  | /'
+            } | tee "$bin/$name.failed" >&2
+            return 1
+        fi
+        echo "peers: built $name $version in $((SECONDS - start)) s" >&2
+        touch "$out/.ok"
+    fi
+    ln -sfn "$out/$output" "$bin/$name"
+}
+
+k8s=$(mod_version "$here/kubernetes/go.mod" k8s.io/kubernetes)
+k8s_minor=$(cut -d. -f2 <<<"$k8s")
+# What /version reports, as upstream's hack/lib/version.sh stamps it.
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$k8s"
+
+peer() {
+    case $1 in
+    coredns)
+        build coredns "$(mod_version "$here/coredns/go.mod" github.com/coredns/coredns)" "$here/coredns" coredns -- \
+            -ldflags "-s -w" -tags grpcnotrace .
+        ;;
+    coredns-oldest)
+        build coredns-oldest "$(mod_version "$here/coredns/oldest.mod" github.com/coredns/coredns)" "$here/coredns" coredns -- \
+            -modfile oldest.mod -ldflags "-s -w" -tags grpcnotrace .
+        ;;
+    etcd)
+        build etcd "$(mod_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)" "$here/etcd" etcd -- \
+            -ldflags "-s -w" go.etcd.io/etcd/server/v3
+        ;;
+    kube-apiserver | kube-proxy)
+        build "$1" "$k8s" "$here/kubernetes" "$1" -- -pgo=off -ldflags "$k8s_ldflags" "k8s.io/kubernetes/cmd/$1"
+        ;;
+    *)
+        echo "peers: unknown peer $1 (coredns coredns-oldest etcd kube-apiserver kube-proxy)" >&2
+        return 2
+        ;;
+    esac
+}
+
+failed=0
+peers=("$@")
+((${#peers[@]})) || peers=(coredns coredns-oldest etcd kube-apiserver kube-proxy)
+for p in "${peers[@]}"; do
+    peer "$p" || failed=$((failed + 1))
+done
+if ((failed)); then
+    echo "peers: $failed peer(s) did not build; the tests that need them say which" >&2
+    ((strict == 0)) || exit 1
+fi

@@ -1,0 +1,272 @@
+//! A real control plane, etcd and kube-apiserver, started once per test binary (a start costs
+//! 10-20 s on two cores) and shared by the tests, each in namespaces of its own. Authentication
+//! is a static token file for the admin and the API server's own TokenRequest for service
+//! accounts, so a test can run the controller as the chart's ServiceAccount with the chart's RBAC
+//! as its only rights (`--authorization-mode RBAC`).
+//!
+//! What is missing without kube-controller-manager, so no test waits for it: namespaces are never
+//! finalized (tests use fresh names), no garbage collection, no EndpointSlices for Services, no
+//! ServiceAccount token controller.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::Client;
+
+use super::{binary, spawn, wait_for, Process};
+use crate::support::{free_ports, temp_dir, V4};
+
+pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+const ADMIN_TOKEN: &str = "admin-token-for-tests";
+
+pub struct Cluster {
+    pub server: String,
+    dir: PathBuf,
+    _etcd: Process,
+    _apiserver: Process,
+}
+
+/// The shared control plane, started on first use; `None` (after saying why) when etcd or
+/// kube-apiserver is not built.
+pub fn shared() -> Option<&'static Cluster> {
+    static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| {
+            let etcd = binary("etcd")?;
+            let apiserver = binary("kube-apiserver")?;
+            Some(Cluster::start(&etcd, &apiserver))
+        })
+        .as_ref()
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a serving certificate for 127.0.0.1 signed by it (rustls refuses a self-signed leaf as
+/// its own anchor), and the service-account signing key pair, with openssl.
+fn pki(dir: &Path) {
+    let openssl = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "7",
+        "-subj",
+        "/CN=ouroboros-test-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "serving.key",
+        "-out",
+        "serving.csr",
+        "-subj",
+        "/CN=kube-apiserver",
+    ]);
+    std::fs::write(
+        dir.join("serving.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "serving.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "serving.crt",
+        "-days",
+        "7",
+        "-extfile",
+        "serving.ext",
+    ]);
+    openssl(&["genrsa", "-out", "sa.key", "2048"]);
+    openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
+}
+
+impl Cluster {
+    fn start(etcd: &Path, apiserver: &Path) -> Cluster {
+        // Kept for the whole run (the processes write into it); removed by nobody, like any
+        // peer's scratch space under the temp dir.
+        let dir = temp_dir("control-plane").keep();
+        pki(&dir);
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{ADMIN_TOKEN},admin,uid-admin,\"system:masters\"\n"),
+        )
+        .unwrap();
+        let ports = free_ports(V4, 3);
+        let (client_port, peer_port, api_port) = (ports[0], ports[1], ports[2]);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(etcd);
+        cmd.args(["--name", "default", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &etcd_url,
+                "--advertise-client-urls",
+                &etcd_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .arg("--unsafe-no-fsync");
+        let mut etcd = spawn("etcd", cmd, &dir.join("etcd.log"));
+        let etcd_addr: SocketAddr = format!("127.0.0.1:{client_port}").parse().unwrap();
+        wait_for(
+            "accepting connections",
+            &mut etcd,
+            Duration::from_secs(30),
+            || std::net::TcpStream::connect(etcd_addr).ok(),
+        );
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        let path = |f: &str| dir.join(f).display().to_string();
+        let mut cmd = Command::new(apiserver);
+        cmd.args([
+            &format!("--etcd-servers={etcd_url}"),
+            &format!("--secure-port={api_port}"),
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            &format!("--cert-dir={}", path("pki")),
+            &format!("--tls-cert-file={}", path("serving.crt")),
+            &format!("--tls-private-key-file={}", path("serving.key")),
+            &format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--authorization-mode=RBAC",
+            &format!("--token-auth-file={}", path("tokens.csv")),
+            &format!("--service-account-issuer={server}"),
+            &format!("--service-account-key-file={}", path("sa.pub")),
+            &format!("--service-account-signing-key-file={}", path("sa.key")),
+            // No token controller runs, so no default ServiceAccount would ever appear for
+            // the admission plugin to wait for.
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+        ]);
+        let mut apiserver = spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log"));
+        let cluster_dir = dir.clone();
+        let kubeconfig = write_kubeconfig(&cluster_dir, &server, ADMIN_TOKEN, "admin");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        wait_for(
+            "ready (/readyz)",
+            &mut apiserver,
+            Duration::from_secs(90),
+            || {
+                rt.block_on(async {
+                    let client = client_from(&kubeconfig).await;
+                    let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
+                    client.request_text(req).await.ok()
+                })
+            },
+        );
+        Cluster {
+            server,
+            dir,
+            _etcd: etcd,
+            _apiserver: apiserver,
+        }
+    }
+
+    /// A kubeconfig with the admin's token (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    pub async fn admin(&self) -> Client {
+        client_from(&self.admin_kubeconfig()).await
+    }
+
+    /// A kubeconfig in `dir` whose token the API server issued for ServiceAccount
+    /// `namespace/name` (TokenRequest), so RBAC decides what it may do.
+    pub async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        dir: &Path,
+    ) -> PathBuf {
+        let admin = self.admin().await;
+        let body = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        });
+        let req = http::Request::post(format!(
+            "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+        let reply: serde_json::Value = admin
+            .request(req)
+            .await
+            .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"));
+        let token = reply["status"]["token"].as_str().unwrap();
+        std::fs::copy(self.dir.join("ca.crt"), dir.join("ca.crt")).unwrap();
+        write_kubeconfig(dir, &self.server, token, name)
+    }
+}
+
+/// `dir/<user>.kubeconfig` for `server` with `token`, trusting `dir/ca.crt`.
+fn write_kubeconfig(dir: &Path, server: &str, token: &str, user: &str) -> PathBuf {
+    let path = dir.join(format!("{user}.kubeconfig"));
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": server,
+            "certificate-authority": dir.join("ca.crt"),
+        }}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
+        "current-context": "test",
+    });
+    // JSON is YAML: kubeconfig readers take it as it is.
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    path
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Client {
+    ouroboros::kube_client::client(Some(kubeconfig))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
