@@ -216,6 +216,54 @@ impl Cluster {
         client_from(&self.admin_kubeconfig()).await
     }
 
+    /// Creates namespace `name` unless it exists.
+    pub async fn ensure_namespace(&self, name: &str) {
+        self.apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"
+        ))
+        .await;
+    }
+
+    /// Server-side applies every document of `yaml` (JSON is YAML too) as the admin, as
+    /// `kubectl apply --server-side` would: the real server validates and defaults each one.
+    pub async fn apply_yaml(&self, yaml: &str) {
+        use kube::api::{Api, DynamicObject, Patch, PatchParams};
+        use kube::core::{ApiResource, GroupVersionKind};
+        use serde::Deserialize;
+        let client = self.admin().await;
+        for doc in yaml_serde::Deserializer::from_str(yaml) {
+            let value = serde_json::Value::deserialize(doc).unwrap();
+            if value.is_null() {
+                continue;
+            }
+            let obj: DynamicObject = serde_json::from_value(value.clone()).unwrap();
+            let types = obj.types.clone().expect("apiVersion and kind");
+            let gvk = GroupVersionKind::try_from(&types).unwrap();
+            // The plural the API serves, for the kinds the tests apply.
+            let lower = gvk.kind.to_ascii_lowercase();
+            let plural = if let Some(stem) = lower.strip_suffix('y') {
+                format!("{stem}ies")
+            } else if lower.ends_with('s') {
+                format!("{lower}es")
+            } else {
+                format!("{lower}s")
+            };
+            let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+            let name = obj.metadata.name.clone().expect("metadata.name");
+            let api: Api<DynamicObject> = match &obj.metadata.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            api.patch(
+                &name,
+                &PatchParams::apply("ouroboros-tests").force(),
+                &Patch::Apply(&value),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
+        }
+    }
+
     /// A kubeconfig in `dir` whose token the API server issued for ServiceAccount
     /// `namespace/name` (TokenRequest), so RBAC decides what it may do.
     pub async fn service_account_kubeconfig(

@@ -26,7 +26,7 @@ const VERSIONS: [&str; 2] = ["coredns", "coredns-oldest"];
 const PROXY_V4: &str = "10.96.0.20";
 const PROXY_V6: &str = "fd00:10:96::20";
 
-fn corefile_fixture(name: &str) -> PathBuf {
+pub fn corefile_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/corefiles")
         .join(name)
@@ -140,7 +140,7 @@ fn runnable(
     (text, dns)
 }
 
-struct CoreDns {
+pub struct CoreDns {
     process: Process,
     addr: SocketAddr,
     corefile: PathBuf,
@@ -169,7 +169,7 @@ impl CoreDns {
         }
     }
 
-    fn ask(&self, name: &str, qtype: TYPE, tcp: bool) -> Reply {
+    pub fn ask(&self, name: &str, qtype: TYPE, tcp: bool) -> Reply {
         query(self.addr, name, qtype, tcp).unwrap_or_else(|e| {
             panic!(
                 "{name} {qtype:?} (tcp: {tcp}): {e}\n{}",
@@ -276,22 +276,23 @@ fn check_cluster_names(dns: &CoreDns, what: &str) {
     );
 }
 
-struct Scene {
+pub struct Scene {
     dir: TempDir,
     upstream: Upstream,
     cluster: &'static Cluster,
 }
 
-fn scene(tag: &str) -> Option<Scene> {
-    let cluster = cluster::shared()?;
-    Some(Scene {
-        dir: temp_dir(tag),
-        upstream: Upstream::start(),
-        cluster,
-    })
-}
-
 impl Scene {
+    /// A scratch directory, a stub upstream and the shared cluster (`None` without one).
+    pub fn new(tag: &str) -> Option<Scene> {
+        let cluster = cluster::shared()?;
+        Some(Scene {
+            dir: temp_dir(tag),
+            upstream: Upstream::start(),
+            cluster,
+        })
+    }
+
     /// A directory of its own for one CoreDNS run.
     fn run_dir(&self, name: &str) -> PathBuf {
         let d = self.dir.path().join(name);
@@ -299,7 +300,7 @@ impl Scene {
         d
     }
 
-    fn coredns(&self, binary: &Path, name: &str, corefile: &str) -> CoreDns {
+    pub fn coredns(&self, binary: &Path, name: &str, corefile: &str) -> CoreDns {
         self.coredns_reloading(binary, name, corefile, false)
     }
 
@@ -318,7 +319,7 @@ impl Scene {
 
 #[test]
 fn template_block_in_the_root_block_answers_a_and_aaaa_only() {
-    let Some(scene) = scene("coredns-root") else {
+    let Some(scene) = Scene::new("coredns-root") else {
         return;
     };
     let manifests = ingress(scene.dir.path(), &hosts());
@@ -341,7 +342,7 @@ fn template_block_in_the_root_block_answers_a_and_aaaa_only() {
 
 #[test]
 fn import_snippet_loaded_through_the_import_glob_answers_the_same() {
-    let Some(scene) = scene("coredns-import") else {
+    let Some(scene) = Scene::new("coredns-import") else {
         return;
     };
     let manifests = ingress(scene.dir.path(), &hosts());
@@ -368,7 +369,7 @@ fn import_snippet_loaded_through_the_import_glob_answers_the_same() {
 
 #[test]
 fn node_local_dns_corefile_with_our_block_answers_the_same() {
-    let Some(scene) = scene("coredns-nodelocal") else {
+    let Some(scene) = Scene::new("coredns-nodelocal") else {
         return;
     };
     let manifests = ingress(scene.dir.path(), &hosts());
@@ -395,7 +396,7 @@ fn node_local_dns_corefile_with_our_block_answers_the_same() {
 
 #[test]
 fn rewrite_form_answers_with_the_proxy_service_of_the_real_cluster() {
-    let Some(scene) = scene("coredns-rewrite") else {
+    let Some(scene) = Scene::new("coredns-rewrite") else {
         return;
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -465,7 +466,7 @@ async fn proxy_service(cluster: &Cluster, namespace: &str) -> IpAddr {
 
 #[test]
 fn every_corefile_our_editor_accepts_loads_in_real_coredns() {
-    let Some(scene) = scene("coredns-fixtures") else {
+    let Some(scene) = Scene::new("coredns-fixtures") else {
         return;
     };
     let manifests = ingress(scene.dir.path(), &hosts());
@@ -517,7 +518,7 @@ fn every_corefile_our_editor_accepts_loads_in_real_coredns() {
 
 #[test]
 fn reload_picks_up_a_changed_block() {
-    let Some(scene) = scene("coredns-reload") else {
+    let Some(scene) = Scene::new("coredns-reload") else {
         return;
     };
     let kubeadm = corefile_fixture("kubeadm.Corefile");

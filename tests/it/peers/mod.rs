@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 mod cluster;
+mod controller;
 mod coredns;
 mod dns;
 
