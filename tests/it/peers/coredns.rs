@@ -579,3 +579,127 @@ fn reload_picks_up_a_changed_block() {
         );
     }
 }
+
+/// xorshift64*: enough spread for names, with no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % bound
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.below(from.len())]
+    }
+
+    /// A pronounceable label of two to four syllables, a digit or a hyphen now and then.
+    fn label(&mut self) -> String {
+        const ONSETS: [&str; 16] = [
+            "b", "k", "t", "z", "m", "v", "r", "l", "s", "n", "d", "p", "g", "f", "br", "st",
+        ];
+        const VOWELS: [&str; 6] = ["a", "e", "i", "o", "u", "ie"];
+        let mut s = String::new();
+        for _ in 0..2 + self.below(3) {
+            s.push_str(self.pick(&ONSETS));
+            s.push_str(self.pick(&VOWELS));
+        }
+        match self.below(10) {
+            0 => s.push_str(&self.below(10).to_string()),
+            1 => {
+                s.push('-');
+                s.push_str(self.pick(&ONSETS));
+                s.push_str(self.pick(&VOWELS));
+            }
+            _ => {}
+        }
+        s
+    }
+}
+
+/// `n` hostnames that look like a hosting platform's: unrelated pronounceable labels, one to three
+/// of them under registrable domains of a dozen public suffixes, customers' apexes and their
+/// `www.` (deterministic for `seed`; no two alike).
+pub fn varied_names(n: usize, seed: u64) -> Vec<String> {
+    const SUFFIXES: [&str; 12] = [
+        "com", "de", "io", "co.uk", "net", "org", "fr", "nl", "app", "dev", "ch", "com.au",
+    ];
+    let mut rng = Rng(seed | 1);
+    let mut names = std::collections::BTreeSet::new();
+    let mut domain = String::new();
+    while names.len() < n {
+        // A new customer domain every fifteen names or so (about 2,000 at 30,000 names).
+        if domain.is_empty() || rng.below(15) == 0 {
+            let label = rng.label();
+            domain = format!("{label}.{}", rng.pick(&SUFFIXES));
+        }
+        let name = match rng.below(6) {
+            0 => domain.clone(),
+            1 => format!("www.{domain}"),
+            2 => {
+                let (a, b) = (rng.label(), rng.label());
+                format!("{a}.{b}.{domain}")
+            }
+            _ => format!("{}.{domain}", rng.label()),
+        };
+        names.insert(name);
+    }
+    let mut names: Vec<String> = names.into_iter().collect();
+    // Spread the customers over the list, as their Ingresses would be.
+    names.sort_by_key(|n| {
+        let mut h = crate::support::Fnv(0xcbf2_9ce4_8422_2325);
+        h.update(n.as_bytes());
+        h.0
+    });
+    names
+}
+
+#[test]
+fn varied_names_at_scale_load_and_answer() {
+    let Some(scene) = Scene::new("coredns-scale") else {
+        return;
+    };
+    let kubeadm = corefile_fixture("kubeadm.Corefile");
+    for size in [1, 1_000, 30_000] {
+        let names = varied_names(size, 7);
+        let dir = scene.run_dir(&format!("manifests-{size}"));
+        let manifests = ingress(&dir, &names);
+        let corefile = render(&[
+            "coredns",
+            "--corefile",
+            kubeadm.to_str().unwrap(),
+            "--proxy-ip",
+            PROXY_V4,
+            "--proxy-ip",
+            PROXY_V6,
+            manifests.to_str().unwrap(),
+        ]);
+        eprintln!(
+            "{size} varied names: a Corefile of {} bytes",
+            corefile.len()
+        );
+        let step = (size / 40).max(1);
+        for version in VERSIONS {
+            let Some(bin) = binary(version) else { return };
+            let dns = scene.coredns(&bin, &format!("{version}-{size}"), &corefile);
+            for name in names.iter().step_by(step).chain(names.last()) {
+                let what = format!("{version}, {size} names: {name}");
+                let a = dns.ask(&format!("{name}."), TYPE::A, false);
+                assert_eq!(a.answers, vec![format!("A {PROXY_V4}")], "{what}");
+                let aaaa = dns.ask(&format!("{name}."), TYPE::AAAA, true);
+                assert_eq!(aaaa.answers, vec![format!("AAAA {PROXY_V6}")], "{what}");
+                // A near miss in the same zone, and the name's TXT, are the upstream's.
+                for (q, qtype) in [
+                    (format!("x{name}."), TYPE::A),
+                    (format!("{name}."), TYPE::TXT),
+                ] {
+                    let got = dns.ask(&q, qtype, false);
+                    let want = query(scene.upstream.addr, &q, qtype, false).unwrap();
+                    assert_eq!(got, want, "{what}: {q} {qtype:?} is the upstream's");
+                }
+            }
+        }
+    }
+}
