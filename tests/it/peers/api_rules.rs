@@ -1,0 +1,242 @@
+//! What the product predicts the API server refuses, asked of the real one: each prediction is a
+//! pure function the controller uses to never send a write that would be refused, so each must
+//! agree with the server on both sides of its boundary. Writes are dry runs (nothing is stored),
+//! made as the admin, so only validation answers.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::ByteString;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::Client;
+
+use super::cluster;
+use ouroboros::dns::external::{check_key, check_label_value, service_name};
+use ouroboros::dns::write::apply::{data_size, MAX_CONFIGMAP_DATA};
+use ouroboros::dns_name::is_dns1035_label;
+use ouroboros::hostname::HostPolicy;
+
+const NAMESPACE: &str = "api-rules";
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    }
+}
+
+/// Whether the server accepts `cm` (dry run); any refusal other than validation's 422 fails.
+async fn accepts_configmap(client: &Client, cm: &ConfigMap) -> bool {
+    match Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)
+        .create(&dry_run(), cm)
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 422 => false,
+        Err(e) => panic!("creating ConfigMap {:?}: {e}", cm.metadata.name),
+    }
+}
+
+async fn accepts_service(client: &Client, name: &str) -> bool {
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"port": 443}]},
+    }))
+    .unwrap();
+    match Api::<Service>::namespaced(client.clone(), NAMESPACE)
+        .create(&dry_run(), &svc)
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 422 => false,
+        Err(e) => panic!("creating Service {name:?}: {e}"),
+    }
+}
+
+fn configmap(name: &str, data: &[(&str, usize)], binary: &[(&str, usize)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, n)| (k.to_string(), "x".repeat(*n)))
+                .collect(),
+        ),
+        binary_data: (!binary.is_empty()).then(|| {
+            binary
+                .iter()
+                .map(|(k, n)| (k.to_string(), ByteString(vec![7u8; *n])))
+                .collect::<BTreeMap<_, _>>()
+        }),
+        ..ConfigMap::default()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn configmap_size_limit_is_where_the_server_puts_it() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    runtime().block_on(async {
+        cluster.ensure_namespace(NAMESPACE).await;
+        let client = cluster.admin().await;
+        let max = MAX_CONFIGMAP_DATA;
+        // Keys are not counted, values of data and binaryData are: both sides of the limit.
+        let cases: Vec<(&str, Vec<(&str, usize)>, Vec<(&str, usize)>)> = vec![
+            ("one-key-at-limit", vec![("Corefile", max)], vec![]),
+            ("one-key-over", vec![("Corefile", max + 1)], vec![]),
+            (
+                "two-keys-at-limit",
+                vec![
+                    ("Corefile", max - 100),
+                    ("a-long-key-name-that-is-not-counted", 100),
+                ],
+                vec![],
+            ),
+            (
+                "two-keys-over",
+                vec![("Corefile", max - 100), ("b", 101)],
+                vec![],
+            ),
+            (
+                "binary-at-limit",
+                vec![("Corefile", max - 10)],
+                vec![("blob", 10)],
+            ),
+            (
+                "binary-over",
+                vec![("Corefile", max - 10)],
+                vec![("blob", 11)],
+            ),
+            ("well-under", vec![("Corefile", 1000)], vec![]),
+        ];
+        for (name, data, binary) in cases {
+            let cm = configmap(name, &data, &binary);
+            let predicted_ok = data_size(&cm) <= max;
+            let server_ok = accepts_configmap(&client, &cm).await;
+            assert_eq!(
+                predicted_ok,
+                server_ok,
+                "{name}: our size check and the API server disagree (data_size {})",
+                data_size(&cm)
+            );
+        }
+    });
+}
+
+#[test]
+fn service_names_we_make_are_names_the_server_takes() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let policy = HostPolicy::new("cluster.local", &[], &[]);
+    runtime().block_on(async {
+        cluster.ensure_namespace(NAMESPACE).await;
+        let client = cluster.admin().await;
+        // The rule itself, on both sides.
+        for raw in [
+            "a",
+            "abc-def",
+            "1abc",
+            "-a",
+            "a-",
+            "a.b",
+            "A",
+            &"a".repeat(63),
+            &"a".repeat(64),
+            "a_b",
+        ] {
+            assert_eq!(
+                is_dns1035_label(raw),
+                accepts_service(&client, raw).await,
+                "{raw:?}: our DNS-1035 check and the API server disagree"
+            );
+        }
+        // Names made from hostnames that start with a digit, are long, or are wildcards.
+        let long = format!("{}.{}.example.com", "a".repeat(63), "b".repeat(63));
+        for host in [
+            "1password.example.com",
+            "0.example.org",
+            "*.apps.example.com",
+            "shop.example.com",
+            &long,
+            "9-lives.co.uk",
+        ] {
+            let host = policy
+                .check(host)
+                .unwrap_or_else(|r| panic!("{host}: {r:?}"));
+            let name = service_name("ouroboros", &host);
+            assert!(
+                accepts_service(&client, &name).await,
+                "{host:?} -> Service name {name:?} refused"
+            );
+        }
+    });
+}
+
+#[test]
+fn label_keys_and_values_we_accept_are_the_ones_the_server_takes() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    runtime().block_on(async {
+        cluster.ensure_namespace(NAMESPACE).await;
+        let client = cluster.admin().await;
+        let long_value = "v".repeat(63);
+        let too_long_value = "v".repeat(64);
+        let long_prefix = format!("{}/k", "p".repeat(254));
+        let keys = [
+            "app",
+            "example.com/team",
+            "Example.com/x",
+            "a/b/c",
+            "/x",
+            "x/",
+            "-a",
+            "a_b.c-d",
+            &long_prefix,
+            "k8s.io/Name",
+        ];
+        for key in keys {
+            let mut cm = configmap(
+                &format!("key-{}", keys.iter().position(|k| *k == key).unwrap()),
+                &[("k", 1)],
+                &[],
+            );
+            cm.metadata.labels = Some([(key.to_string(), "v".to_string())].into());
+            assert_eq!(
+                check_key(key).is_ok(),
+                accepts_configmap(&client, &cm).await,
+                "label key {key:?}: our check and the API server disagree"
+            );
+        }
+        let values = [
+            "",
+            "v",
+            "V.1_x-y",
+            "-v",
+            "v-",
+            "a b",
+            long_value.as_str(),
+            too_long_value.as_str(),
+        ];
+        for (i, value) in values.iter().enumerate() {
+            let mut cm = configmap(&format!("value-{i}"), &[("k", 1)], &[]);
+            cm.metadata.labels = Some([("k".to_string(), value.to_string())].into());
+            assert_eq!(
+                check_label_value(value).is_ok(),
+                accepts_configmap(&client, &cm).await,
+                "label value {value:?}: our check and the API server disagree"
+            );
+        }
+    });
+}
