@@ -53,7 +53,10 @@ async fn accepts_service(client: &Client, name: &str) -> bool {
     }
 }
 
-fn configmap(name: &str, data: &[(&str, usize)], binary: &[(&str, usize)]) -> ConfigMap {
+/// Keys and value sizes of a ConfigMap's `data` or `binaryData`.
+type Sizes<'a> = [(&'a str, usize)];
+
+fn configmap(name: &str, data: &Sizes, binary: &Sizes) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -91,7 +94,7 @@ fn configmap_size_limit_is_where_the_server_puts_it() {
         let client = cluster.admin().await;
         let max = MAX_CONFIGMAP_DATA;
         // Keys are not counted, values of data and binaryData are: both sides of the limit.
-        let cases: Vec<(&str, Vec<(&str, usize)>, Vec<(&str, usize)>)> = vec![
+        let cases: Vec<(&str, Vec<_>, Vec<_>)> = vec![
             ("one-key-at-limit", vec![("Corefile", max)], vec![]),
             ("one-key-over", vec![("Corefile", max + 1)], vec![]),
             (

@@ -168,7 +168,7 @@ impl Upstream {
             name.trim_end_matches('.').to_ascii_lowercase(),
             format!("{qtype:?}"),
         );
-        self.asked.lock().unwrap().iter().any(|q| *q == want)
+        self.asked.lock().unwrap().contains(&want)
     }
 }
 
