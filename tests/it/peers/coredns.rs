@@ -69,7 +69,7 @@ fn proxy_args(dual_stack: bool) -> Vec<&'static str> {
 /// `bind` to 127.0.0.1, every `forward` to the stub upstream, node-local-dns's placeholders filled
 /// in as node-cache does, imports to `dir`, and the `kubernetes` plugin to the test cluster.
 /// Our block is left exactly as rendered.
-fn runnable(
+pub fn runnable(
     corefile: &str,
     dir: &Path,
     upstream: SocketAddr,
@@ -77,7 +77,26 @@ fn runnable(
     reload: bool,
 ) -> (String, u16) {
     let ports = free_ports(V4, 4);
-    let (dns, health, ready, metrics) = (ports[0], ports[1], ports[2], ports[3]);
+    let text = runnable_on(
+        corefile,
+        dir,
+        upstream,
+        cluster,
+        reload,
+        [ports[0], ports[1], ports[2], ports[3]],
+    );
+    (text, ports[0])
+}
+
+/// [`runnable`] on given ports: DNS, health, ready, metrics.
+pub fn runnable_on(
+    corefile: &str,
+    dir: &Path,
+    upstream: SocketAddr,
+    cluster: &Cluster,
+    reload: bool,
+    [dns, health, ready, metrics]: [u16; 4],
+) -> String {
     let kubeconfig = cluster.admin_kubeconfig();
     let replacements: Vec<(&str, String)> = vec![
         (r":(?:53|5353)(\s*\{)", format!(":{dns}$1")),
@@ -137,7 +156,7 @@ fn runnable(
     }
     std::fs::create_dir_all(dir.join("custom")).unwrap();
     std::fs::write(dir.join("NodeHosts"), "").unwrap();
-    (text, dns)
+    text
 }
 
 pub struct CoreDns {

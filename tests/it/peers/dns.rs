@@ -103,8 +103,8 @@ pub fn query(server: SocketAddr, name: &str, qtype: TYPE, tcp: bool) -> std::io:
 
 fn unspecified_like(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
-        IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
     }
 }
 
@@ -124,14 +124,20 @@ pub struct Upstream {
 impl Upstream {
     pub fn start() -> Upstream {
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tcp = TcpListener::bind(udp.local_addr().unwrap()).unwrap();
+        Upstream::serve(udp, tcp, UPSTREAM_A)
+    }
+
+    /// Serves on sockets bound by the caller (in another network namespace, say), answering A
+    /// queries with `a`.
+    pub fn serve(udp: UdpSocket, tcp: TcpListener, a: Ipv4Addr) -> Upstream {
         let addr = udp.local_addr().unwrap();
-        let tcp = TcpListener::bind(addr).unwrap();
         let asked = Arc::new(Mutex::new(Vec::new()));
         let log = asked.clone();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 65535];
             while let Ok((n, from)) = udp.recv_from(&mut buf) {
-                if let Some(reply) = answer(&buf[..n], &log) {
+                if let Some(reply) = answer(&buf[..n], a, &log) {
                     let _ = udp.send_to(&reply, from);
                 }
             }
@@ -147,7 +153,7 @@ impl Upstream {
                         if s.read_exact(&mut q).is_err() {
                             return;
                         }
-                        let Some(reply) = answer(&q, &log) else {
+                        let Some(reply) = answer(&q, a, &log) else {
                             return;
                         };
                         let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
@@ -172,7 +178,7 @@ impl Upstream {
     }
 }
 
-fn answer(query: &[u8], log: &Mutex<Vec<(String, String)>>) -> Option<Vec<u8>> {
+fn answer(query: &[u8], a: Ipv4Addr, log: &Mutex<Vec<(String, String)>>) -> Option<Vec<u8>> {
     let q = Packet::parse(query).ok()?;
     let mut reply = Packet::new_reply(q.id());
     reply.set_flags(PacketFlag::RECURSION_AVAILABLE);
@@ -196,7 +202,7 @@ fn answer(query: &[u8], log: &Mutex<Vec<(String, String)>>) -> Option<Vec<u8>> {
         return reply.build_bytes_vec().ok();
     }
     let rdata = match qtype {
-        TYPE::A => Some(RData::A(A::from(UPSTREAM_A))),
+        TYPE::A => Some(RData::A(A::from(a))),
         TYPE::AAAA => Some(RData::AAAA(AAAA::from(UPSTREAM_AAAA))),
         TYPE::TXT => Some(RData::TXT(TXT::new().with_string("upstream").ok()?)),
         TYPE::MX => Some(RData::MX(MX {

@@ -19,6 +19,8 @@ mod cluster;
 mod controller;
 mod coredns;
 mod dns;
+mod hairpin;
+mod netns;
 
 pub fn peers_dir() -> PathBuf {
     std::env::var_os("OUROBOROS_PEERS_DIR")

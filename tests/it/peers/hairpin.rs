@@ -1,0 +1,481 @@
+//! The hairpin itself, reproduced and fixed with the real programs: network namespaces as a
+//! node, a client pod, the ingress controller's pod, our proxy's pod and an external load
+//! balancer; real kube-proxy (iptables mode) programming the node from the real API server; real
+//! CoreDNS as the cluster DNS behind the kube-dns Service; nginx requiring the PROXY protocol as
+//! the ingress controller; HAProxy as the load balancer that adds the header.
+//!
+//! ```text
+//!   pod 10.244.1.2 ──┐                    ┌── ingress (nginx, proxy_protocol) 10.244.2.2:8080
+//!                    ├── node (kube-proxy, ┼── proxy (ouroboros proxy)        10.244.3.2:8080
+//!                    │   CoreDNS :53)      └── lb (HAProxy, send-proxy)       192.0.2.10:80
+//! ```
+//!
+//! 1. Without ouroboros, the pod's request to the public name is short-circuited by kube-proxy
+//!    to nginx without a header and fails, as users report; nginx logs a broken header.
+//! 2. With the controller and the proxy, the name answers the proxy's ClusterIP and nginx sees
+//!    the pod's own address as the client.
+//! 3. With `ipMode: Proxy` on the ingress controller's Service, kube-proxy stops short-circuiting,
+//!    the controller leaves the name out, and the request goes through the load balancer, again
+//!    with the pod's address.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use simple_dns::TYPE;
+
+use super::cluster::{self, Cluster};
+use super::coredns::{corefile_fixture, runnable_on};
+use super::dns::{query, Upstream};
+use super::netns::{self, veth, Netns};
+use super::{binary, spawn, wait_for, Process};
+use crate::common::command;
+use crate::support::{free_port, temp_dir, V4};
+
+const NAMESPACE: &str = "hairpin";
+const HOST: &str = "app.example.com";
+const LB_IP: &str = "192.0.2.10";
+const POD_IP: &str = "10.244.1.2";
+const NODE_IP: &str = "10.244.1.1";
+const INGRESS_IP: &str = "10.244.2.2";
+const PROXY_IP: &str = "10.244.3.2";
+/// The kube-dns Service's ClusterIP, from the low band the API server keeps for fixed choices.
+const DNS_SERVICE_IP: &str = "10.96.0.10";
+
+fn yaml(value: serde_json::Value) -> String {
+    value.to_string()
+}
+
+/// A Service and its EndpointSlice (no EndpointSlice controller runs): `ports` are
+/// (name, protocol, port, targetPort).
+async fn service(
+    cluster: &Cluster,
+    name: &str,
+    spec: serde_json::Value,
+    endpoint: &str,
+    ports: &[(&str, &str, u16, u16)],
+) -> Service {
+    let mut spec = spec;
+    spec["ports"] = ports
+        .iter()
+        .map(|(n, proto, port, target)| serde_json::json!({"name": n, "protocol": proto, "port": port, "targetPort": target}))
+        .collect();
+    cluster
+        .apply_yaml(&yaml(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": spec,
+        })))
+        .await;
+    cluster
+        .apply_yaml(&yaml(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-1"), "namespace": NAMESPACE, "labels": {
+                "kubernetes.io/service-name": name,
+                "endpointslice.kubernetes.io/managed-by": "ouroboros-tests",
+            }},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [endpoint], "conditions": {"ready": true}, "nodeName": "hairpin-node"}],
+            "ports": ports.iter().map(|(n, proto, _, target)| serde_json::json!({"name": n, "protocol": proto, "port": target})).collect::<Vec<_>>(),
+        })))
+        .await;
+    Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+fn cluster_ip(svc: &Service) -> String {
+    svc.spec.as_ref().unwrap().cluster_ip.clone().unwrap()
+}
+
+/// nginx as an ingress controller that requires the PROXY protocol, answering with the client
+/// address the header carried and the address the connection came from.
+fn nginx(ns: &Netns, dir: &Path) -> Process {
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let conf = format!(
+        r#"master_process off;
+user root;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  server {{
+    listen {INGRESS_IP}:8080 proxy_protocol;
+    location / {{ return 200 "client=$proxy_protocol_addr via=$remote_addr\n"; }}
+  }}
+}}
+"#
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let mut cmd = ns.command("nginx");
+    cmd.args(["-e", &format!("{d}/error.log"), "-c"])
+        .arg(dir.join("nginx.conf"))
+        .args(["-g", "daemon off;"]);
+    spawn("nginx", cmd, &dir.join("nginx.out"))
+}
+
+/// HAProxy as the external load balancer: the header, then the ingress controller.
+fn haproxy(ns: &Netns, dir: &Path) -> Process {
+    let conf = format!(
+        "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+         frontend public\n  bind {LB_IP}:80\n  default_backend ingress\n\
+         backend ingress\n  server nginx {INGRESS_IP}:8080 send-proxy\n"
+    );
+    std::fs::write(dir.join("haproxy.cfg"), conf).unwrap();
+    let mut cmd = ns.command("haproxy");
+    cmd.arg("-db").arg("-f").arg(dir.join("haproxy.cfg"));
+    spawn("haproxy", cmd, &dir.join("haproxy.log"))
+}
+
+/// The pod's request for the public name, as a program in it makes it: the name resolved by the
+/// C library through the pod's resolv.conf (the kube-dns Service), then HTTP. Ok(body) or
+/// Err(curl's message).
+fn pod_get(pod: &Netns) -> Result<String, String> {
+    let out = pod
+        .command("curl")
+        .args(["-sS", "--max-time", "5", &format!("http://{HOST}/")])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The A answer the pod gets for the public name from the cluster DNS.
+fn pod_resolves(pod: &Netns) -> Vec<String> {
+    let server: SocketAddr = format!("{DNS_SERVICE_IP}:53").parse().unwrap();
+    pod.run(|| query(server, &format!("{HOST}."), TYPE::A, false))
+        .map(|r| r.answers)
+        .unwrap_or_default()
+}
+
+/// Whether kube-proxy's rules in `node` send the load balancer's address straight to the
+/// Service's endpoints (the short circuit).
+fn short_circuits(node: &Netns) -> bool {
+    let out = node
+        .command("iptables-save")
+        .args(["-t", "nat"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).contains(&format!("-d {LB_IP}/32"))
+}
+
+struct Dns {
+    corefile: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    upstream: SocketAddr,
+}
+
+impl Dns {
+    /// The Corefile the controller keeps in the ConfigMap, where CoreDNS reads it (as the
+    /// kubelet projects a ConfigMap volume), its fixed ports kept.
+    fn project(&self, cluster: &Cluster, text: &str) {
+        let runnable = runnable_on(
+            text,
+            &self.dir,
+            self.upstream,
+            cluster,
+            true,
+            [53, 8080, 8181, 9153],
+        );
+        std::fs::write(&self.corefile, runnable).unwrap();
+    }
+}
+
+async fn corefile(cluster: &Cluster) -> String {
+    let cm = Api::<ConfigMap>::namespaced(cluster.admin().await, NAMESPACE)
+        .get("coredns")
+        .await
+        .unwrap();
+    cm.data.unwrap().remove("Corefile").unwrap()
+}
+
+#[test]
+fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_with_ip_mode_proxy()
+{
+    if !netns::available() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "the hairpin test needs root under CI"
+        );
+        eprintln!("SKIPPED: the hairpin test needs root (network namespaces)");
+        return;
+    }
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let (Some(kube_proxy), Some(coredns)) = (binary("kube-proxy"), binary("coredns")) else {
+        return;
+    };
+    let dir = temp_dir("hairpin");
+    let path = |f: &str| {
+        let p = dir.path().join(f);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The hosts and their wiring.
+    let tag = format!("hp{}", std::process::id() % 100_000);
+    let [node, pod, ingress, proxy, lb] =
+        ["node", "pod", "ingress", "proxy", "lb"].map(|n| Netns::new(&format!("{tag}-{n}")));
+    veth(
+        &node,
+        "to-pod",
+        "10.244.1.1/24",
+        &pod,
+        "eth0",
+        &format!("{POD_IP}/24"),
+    );
+    veth(
+        &node,
+        "to-ingress",
+        "10.244.2.1/24",
+        &ingress,
+        "eth0",
+        &format!("{INGRESS_IP}/24"),
+    );
+    veth(
+        &node,
+        "to-proxy",
+        "10.244.3.1/24",
+        &proxy,
+        "eth0",
+        &format!("{PROXY_IP}/24"),
+    );
+    veth(
+        &node,
+        "to-lb",
+        "192.0.2.1/24",
+        &lb,
+        "eth0",
+        &format!("{LB_IP}/24"),
+    );
+    for (ns, gw) in [
+        (&pod, NODE_IP),
+        (&ingress, "10.244.2.1"),
+        (&proxy, "10.244.3.1"),
+        (&lb, "192.0.2.1"),
+    ] {
+        ns.ip(&["route", "add", "default", "via", gw]);
+    }
+    node.sysctl("net.ipv4.ip_forward=1");
+    pod.resolv_conf(DNS_SERVICE_IP);
+
+    // The API server, reachable from the node at the address the kubeconfig names.
+    let api: SocketAddr = cluster
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    let listener = node.run(|| TcpListener::bind(api).unwrap());
+    netns::forward(listener, api);
+
+    // The cluster's objects: the node, the ingress controller's LoadBalancer Service, kube-dns
+    // and our proxy's Service, each with its EndpointSlice; the Ingress; the CoreDNS ConfigMap.
+    let (ingress_svc, proxy_svc) = rt.block_on(async {
+        cluster.ensure_namespace(NAMESPACE).await;
+        cluster
+            .apply_yaml(&yaml(serde_json::json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": "hairpin-node"},
+            })))
+            .await;
+        let ingress_svc = service(cluster, "ingress-nginx-controller", serde_json::json!({"type": "LoadBalancer", "selector": {"app": "ingress"}}), INGRESS_IP, &[("http", "TCP", 80, 8080)]).await;
+        let status = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "VIP"}]}}});
+        Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
+            .patch_status("ingress-nginx-controller", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        service(cluster, "kube-dns", serde_json::json!({"clusterIP": DNS_SERVICE_IP, "selector": {"app": "dns"}}), NODE_IP, &[("dns", "UDP", 53, 53), ("dns-tcp", "TCP", 53, 53)]).await;
+        let proxy_svc = service(cluster, "ouroboros-proxy", serde_json::json!({"selector": {"app": "proxy"}}), PROXY_IP, &[("http", "TCP", 80, 8080)]).await;
+        cluster
+            .apply_yaml(&yaml(serde_json::json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "app", "namespace": NAMESPACE},
+                "spec": {"tls": [{"hosts": [HOST], "secretName": "app-tls"}], "rules": [{"host": HOST, "http": {"paths": [{
+                    "path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "app", "port": {"number": 80}}}}]}}]},
+            })))
+            .await;
+        let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "coredns", "namespace": NAMESPACE}, "data": {"Corefile": kubeadm},
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(cluster.admin().await, NAMESPACE).create(&PostParams::default(), &cm).await.unwrap();
+        (ingress_svc, proxy_svc)
+    });
+
+    // The node's programs: kube-proxy, CoreDNS with the public DNS (a stub answering the load
+    // balancer's address) upstream, and the three pods' servers.
+    let mut kp = node.command(&kube_proxy);
+    kp.arg("--kubeconfig")
+        .arg(cluster.admin_kubeconfig())
+        .args([
+            "--hostname-override=hairpin-node",
+            "--proxy-mode=iptables",
+            "--cluster-cidr=10.244.0.0/16",
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+        ]);
+    let mut kube_proxy = spawn("kube-proxy", kp, &dir.path().join("kube-proxy.log"));
+    let upstream = node.run(|| {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tcp = TcpListener::bind(udp.local_addr().unwrap()).unwrap();
+        (udp, tcp)
+    });
+    let upstream = Upstream::serve(upstream.0, upstream.1, LB_IP.parse::<Ipv4Addr>().unwrap());
+    let dns_dir = path("coredns");
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let dns = Dns {
+        corefile: dns_dir.join("Corefile"),
+        dir: dns_dir.clone(),
+        upstream: upstream.addr,
+    };
+    dns.project(cluster, &kubeadm);
+    let mut cmd = node.command(&coredns);
+    cmd.arg("-conf").arg(&dns.corefile);
+    let mut coredns = spawn("coredns", cmd, &dns_dir.join("coredns.log"));
+    let _nginx = nginx(&ingress, &path("nginx"));
+    let _haproxy = haproxy(&lb, &path("haproxy"));
+
+    // 1. The hairpin: the public name resolves to the load balancer, kube-proxy short-circuits
+    //    it to nginx, which gets no header and refuses the request.
+    wait_for(
+        "programming the load balancer's address",
+        &mut kube_proxy,
+        Duration::from_secs(60),
+        || short_circuits(&node).then_some(()),
+    );
+    wait_for(
+        "answering the public name for the pod",
+        &mut coredns,
+        Duration::from_secs(30),
+        || (pod_resolves(&pod) == vec![format!("A {LB_IP}")]).then_some(()),
+    );
+    let refused = pod_get(&pod).expect_err("without ouroboros the hairpinned request must fail");
+    let nginx_log = std::fs::read_to_string(dir.path().join("nginx/error.log")).unwrap();
+    assert!(
+        nginx_log.contains("broken header"),
+        "nginx refused the header-less request (curl: {refused}):\n{nginx_log}"
+    );
+
+    // 2. ouroboros: the proxy in its pod, the controller writing the ConfigMap; CoreDNS reads the
+    //    new Corefile; the pod reaches nginx through the proxy, which tells nginx its address.
+    let mut proxy_cmd = proxy.command(env!("CARGO_BIN_EXE_ouroboros"));
+    proxy_cmd.args([
+        "proxy",
+        "--log-format=json",
+        &format!("--listen-http={PROXY_IP}:8080"),
+        "--listen-https=",
+        "--listen-health=",
+        &format!("--target-host={}", cluster_ip(&ingress_svc)),
+        "--target-http-port=80",
+    ]);
+    let _proxy = spawn("proxy", proxy_cmd, &dir.path().join("proxy.log"));
+    let health: SocketAddr = (V4, free_port(V4)).into();
+    let mut controller_cmd = command("controller");
+    controller_cmd
+        .arg("--kubeconfig")
+        .arg(cluster.admin_kubeconfig())
+        .args([
+            "--log-format=json",
+            "--mode=coredns",
+            &format!("--coredns-namespace={NAMESPACE}"),
+            "--coredns-configmap=coredns",
+            "--proxy-service-name=ouroboros-proxy",
+            &format!("--proxy-service-namespace={NAMESPACE}"),
+            &format!("--ingress-controller-service={NAMESPACE}/ingress-nginx-controller"),
+            "--leader-elect=false",
+            "--debounce=100ms",
+            &format!("--listen-health={health}"),
+        ]);
+    let mut controller = spawn(
+        "controller",
+        controller_cmd,
+        &dir.path().join("controller.log"),
+    );
+    let with_block = wait_for(
+        "writing the block",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            let text = rt.block_on(corefile(cluster));
+            text.contains("# === BEGIN ouroboros").then_some(text)
+        },
+    );
+    dns.project(cluster, &with_block);
+    let proxy_answer = vec![format!("A {}", cluster_ip(&proxy_svc))];
+    wait_for(
+        "reloading the Corefile with our block",
+        &mut coredns,
+        Duration::from_secs(30),
+        || (pod_resolves(&pod) == proxy_answer).then_some(()),
+    );
+    let body =
+        pod_get(&pod).unwrap_or_else(|e| panic!("through the proxy: {e}\n{}", controller.tail()));
+    assert_eq!(
+        body.trim(),
+        format!("client={POD_IP} via={PROXY_IP}"),
+        "nginx sees the pod's address"
+    );
+
+    // 3. ipMode: Proxy on the load balancer's address: kube-proxy stops short-circuiting it, the
+    //    controller leaves the name out, and the pod goes through the load balancer.
+    let status = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "Proxy"}]}}});
+    rt.block_on(async {
+        Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
+            .patch_status(
+                "ingress-nginx-controller",
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+            .unwrap()
+    });
+    wait_for(
+        "no longer short-circuiting",
+        &mut kube_proxy,
+        Duration::from_secs(60),
+        || (!short_circuits(&node)).then_some(()),
+    );
+    let without = wait_for(
+        "leaving the name out",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            let text = rt.block_on(corefile(cluster));
+            (!text.contains("example")).then_some(text)
+        },
+    );
+    dns.project(cluster, &without);
+    wait_for(
+        "reloading the Corefile without our names",
+        &mut coredns,
+        Duration::from_secs(30),
+        || (pod_resolves(&pod) == vec![format!("A {LB_IP}")]).then_some(()),
+    );
+    let body = pod_get(&pod)
+        .unwrap_or_else(|e| panic!("through the load balancer: {e}\n{}", kube_proxy.tail()));
+    assert_eq!(
+        body.trim(),
+        format!("client={POD_IP} via={LB_IP}"),
+        "the load balancer's header carries the pod's address"
+    );
+}
