@@ -567,7 +567,13 @@ impl sync::Hooks for ControllerHooks {
         let fresh = self.last_notice.as_deref() != Some(e.message.as_str());
         match notice {
             Some((reason, action)) if fresh => {
-                tracing::error!(mode = self.mode, object, retry_in_s, "{}", e.message);
+                // RBAC does not fix itself: no retry until something changes.
+                let until = if e.reason == Reason::Forbidden {
+                    "; not retried until the hostnames change or the next --resync"
+                } else {
+                    ""
+                };
+                tracing::error!(mode = self.mode, object, retry_in_s, "{}{until}", e.message);
                 if let Some(o) = &e.object {
                     self.notifier.send(events::Notice {
                         regarding: events::key_reference(o),

@@ -446,12 +446,11 @@ impl ExternalWriter {
                     format!(
                         "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount \
                          `{needed}` on {resource} in namespace {ns}: the chart's Role \
-                         <release>-controller-external-dns has it with \
+                         <fullname>-controller-external-dns has it with \
                          controller.mode=external-dns, controller.externalDns.output={output} and \
                          controller.externalDns.namespace={ns} (`ouroboros cleanup` needs `list` \
-                         and `delete`: the <release>-cleanup Role, \
-                         controller.cleanupOnUninstall=true). Not retried until the next resync \
-                         or a change of hostnames",
+                         and `delete`: the <fullname>-cleanup Role, with \
+                         controller.cleanupOnUninstall=true)",
                         s.message
                     ),
                 )
