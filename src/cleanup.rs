@@ -173,7 +173,7 @@ mod tests {
                     reason: self.reason,
                     object: None,
                     message: format!("failure {}", n + 1),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 });
             }
             Ok(Applied {
@@ -226,7 +226,7 @@ mod tests {
             reason,
             object: None,
             message: String::new(),
-            kept: Vec::new(),
+            kept: Box::default(),
         };
         use crate::dns::sink::Reason::*;
         for r in [

@@ -613,7 +613,7 @@ impl sync::Hooks for ControllerHooks {
             .iter()
             .map(|k| (k.object.to_string(), k.note.clone()))
             .collect();
-        for k in &e.kept {
+        for k in e.kept.iter() {
             if self
                 .kept_reported
                 .contains(&(k.object.to_string(), k.note.clone()))

@@ -541,7 +541,7 @@ mod tests {
                     reason: crate::dns::sink::Reason::Api,
                     object: None,
                     message: "boom".into(),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 });
             }
             Ok(Applied {

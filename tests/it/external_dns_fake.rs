@@ -598,6 +598,34 @@ mod tests {
         );
     }
 
+    /// The check itself: deleting the only object that publishes a desired record is caught.
+    #[test]
+    fn a_withdrawn_record_is_a_violation() {
+        let www = json!({
+            "apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint",
+            "metadata": {"name": "www", "namespace": NS, "uid": "u", "resourceVersion": "1"},
+            "spec": {"endpoints": [{"dnsName": "www.example.com", "recordType": "A", "targets": ["10.0.0.1"]}]}
+        });
+        let mut f = Fake::new(vec![www], &[Kind::DnsEndpoint]);
+        f.desire(&[("www.example.com", "A"), ("www.example.com", "AAAA")]);
+        assert!(f.violations.is_empty());
+        let delete = Seen {
+            method: "DELETE".into(),
+            uri: format!("{DE}/www?"),
+            body: None,
+            content_type: None,
+            accept: None,
+        };
+        assert_eq!(f.handle(&delete).0, 200);
+        assert_eq!(f.violations.len(), 1, "{:?}", f.violations);
+        assert!(
+            f.violations[0].starts_with("after request 0: DELETE")
+                && f.violations[0].contains("www.example.com A is no longer published"),
+            "{:?}",
+            f.violations
+        );
+    }
+
     #[test]
     fn apply_keeps_other_owners_labels_and_drops_our_old_ones() {
         let body =

@@ -247,7 +247,8 @@ impl Want {
     }
 }
 
-/// Runs one sync and returns its result and the requests it made.
+/// Runs one sync, checks that no name was unpublished during it, and returns its result and
+/// the requests it made.
 async fn sync(
     w: &ExternalWriter,
     fake: &Shared,
@@ -255,6 +256,7 @@ async fn sync(
 ) -> (Result<Outcome, SinkError>, Vec<Served>) {
     let from = fake.lock().unwrap().served.len();
     let r = w.apply(&hosts(set)).await.map(|a| a.outcome);
+    assert_held(fake);
     let served = fake.lock().unwrap().served[from..].to_vec();
     (r, served)
 }
@@ -654,4 +656,268 @@ async fn switching_outputs_never_unpublishes_a_name() {
         "the other output's objects stay"
     );
     assert_eq!(f.names(Kind::Service).len(), 2);
+}
+
+// ---- The whole controller: backoff, Events, metrics, and a watch reset during adoption ----
+
+const INGRESS_LIST: &str = "/apis/networking.k8s.io/v1/ingresses?&limit=500";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/";
+
+#[derive(clap::Parser)]
+struct Flags {
+    #[command(flatten)]
+    c: ouroboros::controller::ControllerArgs,
+}
+
+fn ingress(hosts: &[&str]) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "shop", "namespace": "web", "resourceVersion": "10"},
+        "spec": {"tls": [{"hosts": hosts, "secretName": "cert"}]}
+    })
+}
+
+/// The controller in external-dns mode, adopting, against the fake (for the external-dns
+/// objects) and one Ingress; Ingress lists can be held and the watch is held until answered.
+struct Controller {
+    api: crate::kube_mock::Routed,
+    fake: Shared,
+    hold_list: Arc<Mutex<bool>>,
+    port: u16,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Controller {
+    fn start(kind: Kind, fake: Fake) -> Self {
+        use crate::kube_mock::{list, route, Answer};
+        let fake = Arc::new(Mutex::new(fake));
+        let hold_list = Arc::new(Mutex::new(false));
+        let (f, hold) = (fake.clone(), hold_list.clone());
+        let (client, api) = route(move |s| {
+            let u = s.uri.as_str();
+            if s.is_watch() || (u == INGRESS_LIST && *hold.lock().unwrap()) {
+                return Answer::Hold;
+            }
+            if u == INGRESS_LIST {
+                let items = vec![ingress(&HOSTS)];
+                return Answer::Json(
+                    200,
+                    list("networking.k8s.io/v1", "IngressList", "100", items),
+                );
+            }
+            if u.starts_with(EVENTS) {
+                return Answer::Json(
+                    if s.method == "POST" { 201 } else { 200 },
+                    s.body.clone().unwrap(),
+                );
+            }
+            let (code, v) = f.lock().unwrap().handle(s);
+            Answer::Json(code, v)
+        });
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let output = match kind {
+            Kind::DnsEndpoint => "dnsendpoint",
+            Kind::Service => "service",
+        };
+        let argv = [
+            "t",
+            "--mode",
+            "external-dns",
+            "--external-dns-adopt",
+            "--external-dns-output",
+            output,
+            "--external-dns-namespace",
+            "ouroboros",
+            "--external-dns-proxy-ip",
+            OUR_IPS[0],
+            "--external-dns-proxy-ip",
+            OUR_IPS[1],
+            "--cluster-domain",
+            "cluster.local",
+            "--leader-elect=false",
+            "--debounce",
+            "50ms",
+            "--listen-health",
+            &listen,
+        ];
+        let args = crate::common::parse_without_env::<Flags, _, _>(argv)
+            .expect("flags")
+            .c;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(ouroboros::controller::run_with(client, args, stop.clone()));
+        Controller {
+            api,
+            fake,
+            hold_list,
+            port,
+            stop,
+            task,
+        }
+    }
+
+    /// Waits (up to 15 s) until /metrics has every one of `lines`; returns the last scrape.
+    async fn metrics_until(&self, lines: &[&str]) -> String {
+        let mut last = String::new();
+        for _ in 0..750 {
+            if let Some(m) = scrape(self.port).await {
+                if lines.iter().all(|l| m.lines().any(|x| x == *l)) {
+                    return m;
+                }
+                last = m;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("{lines:?} not in\n{last}\n{:#?}", self.api.calls());
+    }
+
+    /// The Warning Events posted with `reason`, by the object they are about.
+    fn events(&self, reason: &str) -> Vec<String> {
+        self.api
+            .matching("POST", EVENTS)
+            .into_iter()
+            .filter_map(|(_, b)| b)
+            .filter(|b| b["reason"] == reason)
+            .map(|b| b["regarding"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    async fn shutdown(self) -> Shared {
+        self.stop.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.task)
+            .await
+            .expect("stops within 10 s")
+            .unwrap()
+            .expect("run_with returns Ok");
+        self.fake
+    }
+}
+
+/// GET /metrics on the admin port; `None` until it listens.
+async fn scrape(port: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    buf.split("\r\n\r\n").nth(1).map(String::from)
+}
+
+/// Two 500s on our write for www, and the Ingress watch reset (410) while theirs are kept: the
+/// relist is held across the first retry. Theirs for www stay until the third sync writes ours;
+/// each kept object gets one RecordKept Event; the gauge follows; no name is ever unpublished.
+async fn controller_adopts_through_500s_and_a_watch_reset(kind: Kind) {
+    let mut f = Fake::new(migrating(kind), &[kind]);
+    let www = ours(kind, "www.example.com");
+    f.faults = vec![Fault::new("PATCH", &www, 500, 2)];
+    f.desire(&DESIRED);
+    let c = Controller::start(kind, f);
+    let kept_now = format!(
+        "ouroboros_controller_kept_objects {}",
+        their_www(kind).len()
+    );
+    c.metrics_until(&[
+        &kept_now,
+        "ouroboros_controller_syncs_total{mode=\"external-dns\",result=\"api\"} 1",
+    ])
+    .await;
+    // The watch resets in the middle of the adoption; its relist waits.
+    *c.hold_list.lock().unwrap() = true;
+    let gone = json!({"type": "ERROR", "object": crate::kube_mock::status(410, "Expired", "too old resource version")});
+    c.api.deliver("watch=true", gone).await;
+    assert!(
+        c.api
+            .wait_for(10, |a| a.count("GET", INGRESS_LIST) == 2)
+            .await,
+        "{:#?}",
+        c.api.calls()
+    );
+    c.metrics_until(&["ouroboros_controller_syncs_total{mode=\"external-dns\",result=\"api\"} 2"])
+        .await;
+    *c.hold_list.lock().unwrap() = false;
+    assert_eq!(c.api.release(INGRESS_LIST, &[]), 1);
+    c.metrics_until(&[
+        "ouroboros_controller_kept_objects 0",
+        "ouroboros_controller_syncs_total{mode=\"external-dns\",result=\"written\"} 1",
+    ])
+    .await;
+    assert!(
+        c.api
+            .wait_for(5, |a| a.count("POST", EVENTS) >= their_www(kind).len())
+            .await
+    );
+    let mut events = c.events("RecordKept");
+    events.sort();
+    assert_eq!(events, their_www(kind), "one Event per kept object");
+    let fake = c.shutdown().await;
+    let f = fake.lock().unwrap();
+    assert!(f.violations.is_empty(), "{:#?}", f.violations);
+    let mut all: Vec<String> = HOSTS.iter().map(|h| ours(kind, h)).collect();
+    all.sort();
+    assert_eq!(f.names(kind), all, "only ours are left");
+    let www_writes = f
+        .served
+        .iter()
+        .filter(|s| s.method == "PATCH" && s.uri.contains(&www))
+        .count();
+    assert_eq!(www_writes, 3, "two 500s, then written");
+}
+
+#[tokio::test]
+async fn controller_adopts_through_500s_and_a_watch_reset_dnsendpoints() {
+    controller_adopts_through_500s_and_a_watch_reset(Kind::DnsEndpoint).await;
+}
+
+#[tokio::test]
+async fn controller_adopts_through_500s_and_a_watch_reset_services() {
+    controller_adopts_through_500s_and_a_watch_reset(Kind::Service).await;
+}
+
+/// A Role without `create`: the first sync is refused, said once (a WriteForbidden Event, one
+/// RecordKept Event per kept object), and not retried with backoff: three seconds later (the
+/// first two retries' time) nothing more was sent.
+#[tokio::test]
+async fn controller_reports_a_refused_write_once_and_does_not_retry_it() {
+    for kind in [Kind::DnsEndpoint, Kind::Service] {
+        let mut f = Fake::new(migrating(kind), &[kind]);
+        f.denied = BTreeSet::from(["create"]);
+        f.desire(&DESIRED);
+        let c = Controller::start(kind, f);
+        c.metrics_until(&[
+            "ouroboros_controller_syncs_total{mode=\"external-dns\",result=\"forbidden\"} 1",
+        ])
+        .await;
+        let sent = c.fake.lock().unwrap().served.len();
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        c.metrics_until(&[
+            "ouroboros_controller_syncs_total{mode=\"external-dns\",result=\"forbidden\"} 1",
+        ])
+        .await;
+        assert_eq!(c.fake.lock().unwrap().served.len(), sent, "no retry");
+        let mut kept = vec!["ouroboros-api-example-com".to_string()];
+        kept.extend(their_www(kind).into_iter().map(String::from));
+        kept.push("shop-example-com".into());
+        let expected = kept.len() + 1;
+        assert!(
+            c.api
+                .wait_for(5, |a| a.count("POST", EVENTS) >= expected)
+                .await
+        );
+        let mut events = c.events("RecordKept");
+        events.sort();
+        assert_eq!(events, kept);
+        assert_eq!(c.events("WriteForbidden").len(), 1);
+        let fake = c.shutdown().await;
+        let f = fake.lock().unwrap();
+        assert!(f.violations.is_empty(), "{:#?}", f.violations);
+    }
 }

@@ -123,6 +123,19 @@ pub struct Kept {
     pub note: String,
 }
 
+/// The [`Kept`] objects of one failed sync, behind one pointer in [`SinkError`]: the error
+/// travels in every `Result` of the write paths, so it stays small.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptObjects(pub Vec<Kept>);
+
+impl std::ops::Deref for KeptObjects {
+    type Target = [Kept];
+
+    fn deref(&self) -> &[Kept] {
+        &self.0
+    }
+}
+
 /// A failed apply or cleanup: the message says what failed, on which object and what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -132,7 +145,7 @@ pub struct SinkError {
     pub object: Option<ObjectKey>,
     pub message: String,
     /// Objects kept because the write that replaces them failed (external-dns mode).
-    pub kept: Vec<Kept>,
+    pub kept: Box<KeptObjects>,
 }
 
 impl SinkError {
@@ -142,7 +155,7 @@ impl SinkError {
             reason,
             object,
             message: message.into(),
-            kept: Vec::new(),
+            kept: Box::default(),
         }
     }
 

@@ -41,7 +41,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
-use super::error::{Kept, ObjectKey, Reason, SinkError};
+use super::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
 use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
 use super::replace::{self, Ours, Publishes, Verdict};
@@ -669,7 +669,7 @@ impl ExternalWriter {
                     }
                 ));
             }
-            e.kept = kept;
+            e.kept = Box::new(KeptObjects(kept));
             return Err(e);
         }
         Ok(Applied {

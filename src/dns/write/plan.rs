@@ -43,7 +43,7 @@ impl Plan {
                     reason: Reason::Invalid,
                     object: None,
                     message: format!("{h} is placed on proxy target {i}, which is not configured"),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 });
             };
             group.insert(h.clone());

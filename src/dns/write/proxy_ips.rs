@@ -78,7 +78,7 @@ impl ProxyIps {
                     reason: Reason::Invalid,
                     object: None,
                     message: why.clone(),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 })
             }
         };
@@ -100,7 +100,7 @@ impl ProxyIps {
                     "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
                          --proxy-service-namespace, or pass {flag}"
                 ),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 })
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
@@ -113,7 +113,7 @@ impl ProxyIps {
                          {namespace}, or pass {flag}",
                     s.message
                 ),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 })
             }
             Err(e) => {
@@ -121,7 +121,7 @@ impl ProxyIps {
                     reason: Reason::Api,
                     object: object(),
                     message: format!("get Service {namespace}/{name}: {}", describe(&e)),
-                    kept: Vec::new(),
+                    kept: Box::default(),
                 })
             }
         };
@@ -129,7 +129,7 @@ impl ProxyIps {
             reason: Reason::NoClusterIp,
             object: object(),
             message: format!("proxy Service {namespace}/{name}: {e}; pass {flag} instead"),
-            kept: Vec::new(),
+            kept: Box::default(),
         })
     }
 }

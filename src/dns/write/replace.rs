@@ -155,7 +155,10 @@ mod tests {
             .collect()
     }
 
-    fn ours(list: &[(&str, &[(&str, &str)], bool)]) -> BTreeMap<String, Ours> {
+    /// (object name, its records, confirmed)
+    type OursRow<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+
+    fn ours(list: &[OursRow]) -> BTreeMap<String, Ours> {
         list.iter()
             .map(|(name, r, confirmed)| {
                 let o = Ours {
@@ -184,7 +187,7 @@ mod tests {
         // (row, ours: (name, records, confirmed), old object's records (None: unreadable), verdict)
         type Row<'a> = (
             &'a str,
-            Vec<(&'a str, &'a [(&'a str, &'a str)], bool)>,
+            Vec<OursRow<'a>>,
             Option<Vec<(&'a str, &'a str)>>,
             Verdict,
         );

@@ -25,7 +25,7 @@ impl From<ApplyError> for SinkError {
                 name: t.name.clone(),
             }),
             message: e.to_string(),
-            kept: Vec::new(),
+            kept: Box::default(),
         }
     }
 }
@@ -66,7 +66,7 @@ impl AnswerSource {
                         reason: Reason::NoClusterIp,
                         object: None,
                         message: "the proxy has no address to answer with".into(),
-                        kept: Vec::new(),
+                        kept: Box::default(),
                     })
             }
         }
