@@ -579,7 +579,7 @@ impl ExternalWriter {
                 namespace = %self.settings.namespace,
                 instance = %instance,
                 rewritten = adopted.keys().filter(|n| want.contains_key(*n)).count(),
-                deleted = adopted.keys().filter(|n| !want.contains_key(*n)).count(),
+                to_delete = adopted.keys().filter(|n| !want.contains_key(*n)).count(),
                 dry_run = self.dry_run,
                 "taking over the external-dns records lexfrei/ouroboros wrote for this instance \
                  (--external-dns-adopt)"
@@ -615,9 +615,9 @@ impl ExternalWriter {
             }
             // A desired object is confirmed when it needed no write or its write went
             // through; an old object goes only once those publishing its names are.
-            let pending: BTreeSet<&str> = to_apply.iter().map(|(n, _)| n.as_str()).collect();
+            let to_write: BTreeSet<&str> = to_apply.iter().map(|(n, _)| n.as_str()).collect();
             let confirmed =
-                |n: &str| !foreign.contains(n) && (!pending.contains(n) || written.contains(n));
+                |n: &str| !foreign.contains(n) && (!to_write.contains(n) || written.contains(n));
             let ours_now: BTreeMap<String, Ours> = want
                 .iter()
                 .map(|(n, body)| {
@@ -650,7 +650,7 @@ impl ExternalWriter {
                 self.run_all(deletes)
                     .await
                     .into_iter()
-                    .filter_map(|(_, r)| r.err()),
+                    .filter_map(Result::err),
             );
             Outcome::Written
         };
@@ -797,10 +797,7 @@ impl ExternalWriter {
         Ok(())
     }
 
-    async fn delete_one<'o>(
-        &self,
-        obj: &'o DynamicObject,
-    ) -> (&'o DynamicObject, Result<(), SinkError>) {
+    async fn delete_one(&self, obj: &DynamicObject) -> Result<(), SinkError> {
         let name = obj.metadata.name.as_deref().unwrap_or_default();
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
@@ -809,7 +806,7 @@ impl ExternalWriter {
             }),
             ..DeleteParams::default()
         };
-        let result = match self.api.delete(name, &dp).await {
+        match self.api.delete(name, &dp).await {
             Ok(_) => {
                 tracing::info!(
                     kind = self.output.kind(),
@@ -831,8 +828,7 @@ impl ExternalWriter {
                 ),
             )),
             Err(e) => Err(self.api_error("delete", Some(name), e)),
-        };
-        (obj, result)
+        }
     }
 }
 
