@@ -173,6 +173,7 @@ mod tests {
                     reason: self.reason,
                     object: None,
                     message: format!("failure {}", n + 1),
+                    kept: Box::default(),
                 });
             }
             Ok(Applied {
@@ -225,12 +226,20 @@ mod tests {
             reason,
             object: None,
             message: String::new(),
+            kept: Box::default(),
         };
         use crate::dns::sink::Reason::*;
-        for r in [Unparseable, NotFound, KeyMissing, Invalid, ForeignObject] {
+        for r in [
+            Unparseable,
+            NotFound,
+            KeyMissing,
+            Invalid,
+            ForeignObject,
+            Forbidden,
+        ] {
             assert!(permanent(&e(r)), "{r}");
         }
-        for r in [Api, Conflict, Io, Forbidden, NoClusterIp] {
+        for r in [Api, Conflict, Io, NoClusterIp] {
             assert!(!permanent(&e(r)), "{r}");
         }
     }

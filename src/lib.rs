@@ -15,7 +15,7 @@
 //! | `proxy`, `edge`, `whoami` | those subcommands (`edge::balance`: `pick`, `maglev` PURE, `backend`, `metrics`; `whoami::http` and `whoami::report` PURE) |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
 //! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
-//! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait, which proxy target each name goes to (`plan`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
+//! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`) |
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |

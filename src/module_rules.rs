@@ -20,6 +20,7 @@ const PURE: &[&str] = &[
     "dns/external.rs",
     "dns/name_regex.rs",
     "dns/write/plan.rs",
+    "dns/write/replace.rs",
     "controller/hostnames/",
     "doctor/checks/",
     "edge/backends.rs",

@@ -1,8 +1,9 @@
 //! Kubernetes Events (`events.k8s.io/v1`, reporter `ouroboros-controller`) for what an object's
 //! owner should see in `kubectl describe`: `HostnameRejected` on an Ingress or route,
 //! `HostnameConflict` on an object that lost a hostname to another target's object,
-//! `CorefileUnparseable` and `BlockReverted` on the CoreDNS ConfigMap. Published from a task
-//! so the sync engine never waits on the API.
+//! `CorefileUnparseable` and `BlockReverted` on the CoreDNS ConfigMap, `RecordKept` on an
+//! external-dns object kept until the one replacing it is written, `WriteForbidden` on what RBAC
+//! did not let us write. Published from a task so the sync engine never waits on the API.
 
 use std::collections::BTreeSet;
 
@@ -25,6 +26,8 @@ pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
 pub const PROXY_ADDRESS_MISSING: &str = "ProxyAddressMissing";
 pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
 pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
+pub const RECORD_KEPT: &str = "RecordKept";
+pub const WRITE_FORBIDDEN: &str = "WriteForbidden";
 /// The API keeps at most 1 kB of an Event's note.
 const MAX_NOTE: usize = 1000;
 

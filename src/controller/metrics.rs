@@ -54,6 +54,9 @@ pub struct Metrics {
     pub reverts: Counter,
     /// Watches restarted with a fresh list after delivering nothing for --watch-idle-timeout.
     pub watch_restarts: Family<KindLabel, Counter>,
+    /// Objects the last sync kept although they are to go, because the object of ours that
+    /// replaces them is not written yet (external-dns mode).
+    pub kept_objects: Gauge,
     pub last_success: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -93,6 +96,7 @@ impl Metrics {
             leader: Gauge::default(),
             reverts: Counter::default(),
             watch_restarts: Family::default(),
+            kept_objects: Gauge::default(),
             last_success: Arc::default(),
         };
         let r = r.sub_registry_with_prefix("ouroboros_controller");
@@ -144,6 +148,13 @@ impl Metrics {
             "Watches restarted with a fresh list after delivering neither an event nor a \
              bookmark for --watch-idle-timeout, by kind",
             m.watch_restarts.clone(),
+        );
+        r.register(
+            "kept_objects",
+            "external-dns objects the last sync left in place although they are to go (taken \
+             over, renamed or no longer wanted), because the object of ours publishing their \
+             names is not written yet; RecordKept Events name them",
+            m.kept_objects.clone(),
         );
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m

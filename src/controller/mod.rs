@@ -283,6 +283,7 @@ pub async fn run_with(
             .then(|| configmap_object(&args.dns.coredns_target())),
         shadows_warned: BTreeSet::new(),
         last_notice: None,
+        kept_reported: BTreeSet::new(),
     };
     let inputs = sync::Inputs {
         changes: watches.changes.clone(),
@@ -415,6 +416,9 @@ struct ControllerHooks {
     shadows_warned: BTreeSet<(String, String)>,
     /// The message of the last failure that was given an Event (one per distinct failure).
     last_notice: Option<String>,
+    /// (object, note) of the kept external-dns objects already reported, so each gets one log
+    /// line and one Event while it stays kept for the same reason.
+    kept_reported: BTreeSet<(String, String)>,
 }
 
 impl sync::Hooks for ControllerHooks {
@@ -470,6 +474,9 @@ impl sync::Hooks for ControllerHooks {
         self.metrics.succeeded();
         self.status.lock().expect("status lock").last = Some(Ok(()));
         self.last_notice = None;
+        // A successful sync deleted whatever it had kept.
+        self.metrics.kept_objects.set(0);
+        self.kept_reported.clear();
         // The diff of a large Corefile is megabytes: built only when it is logged.
         let logged = a.outcome == Outcome::DryRun || tracing::enabled!(tracing::Level::DEBUG);
         if let Some(change) = a.change.as_ref().filter(|_| logged) {
@@ -538,11 +545,14 @@ impl sync::Hooks for ControllerHooks {
 
     fn failed(&mut self, e: &SinkError, retry_in: Duration) {
         self.metrics.sync(self.mode, e.reason.as_str());
+        self.metrics.kept_objects.set(e.kept.len() as i64);
         self.status.lock().expect("status lock").last = Some(Err(e.message.clone()));
         self.applied_tx.send_replace(None);
         let object = e.object.as_ref().map(ToString::to_string);
-        // Failures the operator must fix get an Event on the object, once per distinct message;
-        // the log line repeats only at debug level.
+        let retry_in_s = (!e.is_permanent()).then_some(retry_in.as_secs());
+        // Failures the operator must fix, and failures that keep an old external-dns object,
+        // are said once per distinct message (an Event on the object where there is one); the
+        // log line repeats only at debug level.
         let notice = match e.reason {
             Reason::Unparseable => Some((events::COREFILE_UNPARSEABLE, "Edit")),
             Reason::TooLarge => Some((events::BLOCK_TOO_LARGE, "Write")),
@@ -551,18 +561,19 @@ impl sync::Hooks for ControllerHooks {
             {
                 Some((events::PROXY_ADDRESS_MISSING, "Resolve"))
             }
+            Reason::Forbidden => Some((events::WRITE_FORBIDDEN, "Write")),
             _ => None,
         };
         let fresh = self.last_notice.as_deref() != Some(e.message.as_str());
         match notice {
             Some((reason, action)) if fresh => {
-                tracing::error!(
-                    mode = self.mode,
-                    object,
-                    retry_in_s = (!e.is_permanent()).then_some(retry_in.as_secs()),
-                    "{}",
-                    e.message
-                );
+                // RBAC does not fix itself: no retry until something changes.
+                let until = if e.reason == Reason::Forbidden {
+                    "; not retried until the hostnames change or the next --resync"
+                } else {
+                    ""
+                };
+                tracing::error!(mode = self.mode, object, retry_in_s, "{}{until}", e.message);
                 if let Some(o) = &e.object {
                     self.notifier.send(events::Notice {
                         regarding: events::key_reference(o),
@@ -573,7 +584,21 @@ impl sync::Hooks for ControllerHooks {
                 }
                 self.last_notice = Some(e.message.clone());
             }
+            None if !e.kept.is_empty() && fresh => {
+                tracing::warn!(
+                    mode = self.mode,
+                    object,
+                    reason = e.reason.as_str(),
+                    retry_in_s,
+                    "sync failed: {}",
+                    e.message
+                );
+                self.last_notice = Some(e.message.clone());
+            }
             Some(_) => tracing::debug!(mode = self.mode, object, "{}", e.message),
+            None if !e.kept.is_empty() => {
+                tracing::debug!(mode = self.mode, object, retry_in_s, "{}", e.message)
+            }
             None => tracing::warn!(
                 mode = self.mode,
                 object,
@@ -583,6 +608,27 @@ impl sync::Hooks for ControllerHooks {
                 e.message
             ),
         }
+        let now: BTreeSet<(String, String)> = e
+            .kept
+            .iter()
+            .map(|k| (k.object.to_string(), k.note.clone()))
+            .collect();
+        for k in e.kept.iter() {
+            if self
+                .kept_reported
+                .contains(&(k.object.to_string(), k.note.clone()))
+            {
+                continue;
+            }
+            tracing::warn!(mode = self.mode, object = %k.object, "{}", k.note);
+            self.notifier.send(events::Notice {
+                regarding: events::key_reference(&k.object),
+                reason: events::RECORD_KEPT,
+                action: "Replace",
+                note: format!("{}. The write failed: {}", k.note, e.message),
+            });
+        }
+        self.kept_reported = now;
     }
 
     fn abandoned(&mut self) {

@@ -10,8 +10,9 @@
 //!   change of a burst, so a constant flood still syncs.
 //! - Every `resync` the sink is called even without events (it reads and repairs drift).
 //! - A set that was applied successfully is not applied again on a plain change; after a
-//!   failure the sync is retried with exponential backoff, capped, except a failure the same set
-//!   can never get past (too large for its ConfigMap), which waits for a new set.
+//!   failure the sync is retried with exponential backoff, capped, except a failure another
+//!   attempt cannot get past (too large for its ConfigMap, refused by RBAC), which waits for a
+//!   new set, a forced sync or the next resync.
 //! - Only the leader writes: a standby computes (for metrics) but never calls the sink; gaining
 //!   the lease syncs at once; losing it cancels an in-flight write.
 
@@ -541,6 +542,7 @@ mod tests {
                     reason: crate::dns::sink::Reason::Api,
                     object: None,
                     message: "boom".into(),
+                    kept: Box::default(),
                 });
             }
             Ok(Applied {

@@ -231,10 +231,10 @@ pub struct DnsArgs {
 
     /// external-dns: take over the DNSEndpoints (or Services) that lexfrei/ouroboros wrote for
     /// this --instance (labels app.kubernetes.io/managed-by=ouroboros and
-    /// ouroboros.lexfrei.tech/instance=INSTANCE): each is replaced by ours, then deleted (or,
-    /// under a name we write, rewritten and relabelled), so no name goes unpublished and that
-    /// tool's uninstall no longer deletes it. Other instances' objects are never touched.
-    /// `cleanup` with it also deletes them.
+    /// ouroboros.lexfrei.tech/instance=INSTANCE): each is deleted once ours publishing its names
+    /// is written (or, under a name we write, rewritten and relabelled), so no name goes
+    /// unpublished, even while a write fails, and that tool's uninstall no longer deletes it.
+    /// Other instances' objects are never touched. `cleanup` with it also deletes them.
     #[arg(
         long = "external-dns-adopt",
         env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ADOPT",

@@ -12,6 +12,8 @@
 
 // Helpers, compiled once for every module.
 mod common;
+/// A stateful fake of the API server's external-dns objects, with the no-unpublished-name check.
+mod external_dns_fake;
 mod golden_file;
 mod kube_mock;
 mod support;
@@ -31,6 +33,7 @@ mod edge_watch;
 mod editors;
 mod editors_props;
 mod external_dns_apply;
+mod external_dns_replace;
 mod fuzz_corpus;
 mod haproxy_headers;
 mod hosts_writer;

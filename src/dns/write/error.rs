@@ -94,6 +94,8 @@ impl Reason {
                 | Reason::KeyMissing
                 | Reason::Invalid
                 | Reason::ForeignObject
+                // RBAC does not change between attempts: a Role has to be granted.
+                | Reason::Forbidden
         )
     }
 }
@@ -111,6 +113,29 @@ impl PartialEq<&str> for Reason {
     }
 }
 
+/// An object a failed sync left in place although it is to go (taken over from the reference
+/// tool, renamed, or no longer wanted): it still publishes names whose object of ours is not
+/// written yet, so deleting it would withdraw them from DNS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub object: ObjectKey,
+    /// What it publishes and which of ours it waits for (for a log line and an Event).
+    pub note: String,
+}
+
+/// The [`Kept`] objects of one failed sync, behind one pointer in [`SinkError`]: the error
+/// travels in every `Result` of the write paths, so it stays small.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptObjects(pub Vec<Kept>);
+
+impl std::ops::Deref for KeptObjects {
+    type Target = [Kept];
+
+    fn deref(&self) -> &[Kept] {
+        &self.0
+    }
+}
+
 /// A failed apply or cleanup: the message says what failed, on which object and what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -119,13 +144,26 @@ pub struct SinkError {
     /// Where to put a Warning Event.
     pub object: Option<ObjectKey>,
     pub message: String,
+    /// Objects kept because the write that replaces them failed (external-dns mode).
+    pub kept: Box<KeptObjects>,
 }
 
 impl SinkError {
-    /// A failure another attempt with the same set cannot fix (the block would not fit the
-    /// ConfigMap): the controller waits for a new set instead of retrying.
+    /// An error about `object` with nothing kept.
+    pub fn new(reason: Reason, object: Option<ObjectKey>, message: impl Into<String>) -> Self {
+        SinkError {
+            reason,
+            object,
+            message: message.into(),
+            kept: Box::default(),
+        }
+    }
+
+    /// A failure another attempt with the same set cannot fix: the block would not fit the
+    /// ConfigMap, or RBAC refused a call (a Role has to be granted first). The controller waits
+    /// for a new set, a forced sync or the next resync instead of retrying with backoff.
     pub fn is_permanent(&self) -> bool {
-        self.reason == Reason::TooLarge
+        matches!(self.reason, Reason::TooLarge | Reason::Forbidden)
     }
 }
 

@@ -15,9 +15,14 @@
 //!    differs from the listed one (spec, our labels and annotations); equal ones are skipped, so
 //!    the same state is never written twice.
 //!    Up to 8 writes are in flight at once.
-//! 5. Delete our listed objects that are no longer desired, with the listed `uid` and
-//!    `resourceVersion` as preconditions (so an object changed since the list is left for the
-//!    next sync).
+//! 5. Delete the objects that are to go (ours no longer desired, such as one under a name an
+//!    earlier naming scheme gave, and with `--external-dns-adopt` the reference tool's), each
+//!    only once every object of ours publishing one of its names is confirmed: written in step
+//!    4, or listed already holding the desired state ([`replace::deletions`]). So a name is
+//!    never left without an object publishing it: when our write for it fails (5xx, 409, RBAC)
+//!    the old object stays, the error lists it ([`SinkError::kept`]) and a later sync deletes
+//!    it. Deletes carry the listed `uid` and `resourceVersion` as preconditions (so an object
+//!    changed since the list is left for the next sync).
 //!
 //! API calls (namespaced, `<ns>` = --external-dns-namespace; keep equal to `controller::rbac`):
 //! `list` dnsendpoints (or services); `patch` them, and `create` for new ones (server-side apply
@@ -36,9 +41,10 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
-use super::error::{ObjectKey, Reason, SinkError};
+use super::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
 use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
+use super::replace::{self, Ours, Publishes, Verdict};
 use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
 use crate::hostname::Hostname;
 use crate::kube_client::describe;
@@ -84,6 +90,14 @@ impl Output {
         match self {
             Output::DnsEndpoint => external::API_VERSION,
             Output::Service => "v1",
+        }
+    }
+
+    /// The chart's `controller.externalDns.output` value for this output, for RBAC hints.
+    fn chart_value(self) -> &'static str {
+        match self {
+            Output::DnsEndpoint => "dnsendpoint",
+            Output::Service => "service",
         }
     }
 
@@ -361,10 +375,8 @@ impl ExternalWriter {
                 continue;
             }
             let ips = ips.resolve().await?;
-            let opts = self.settings.options(&ips).map_err(|e| SinkError {
-                reason: Reason::Invalid,
-                object: None,
-                message: format!("external-dns records: {e}"),
+            let opts = self.settings.options(&ips).map_err(|e| {
+                SinkError::new(Reason::Invalid, None, format!("external-dns records: {e}"))
             })?;
             want.append(&mut desired(
                 self.output,
@@ -416,42 +428,55 @@ impl ExternalWriter {
             Some(n) => format!("{kind} {ns}/{n}"),
             None => format!("{kind}s in {ns}"),
         };
+        let object = name.map(|n| self.key(n));
         match e {
             kube::Error::Api(s) if s.code == 403 => {
-                let verbs = if verb == "apply" {
-                    "patch` and `create"
-                } else {
-                    verb
+                // The server names the verb it refused; without that, every verb this call
+                // can need (an apply of an absent object needs `create` too).
+                let needed = match forbidden_verb(&s.message) {
+                    Some(v) => v,
+                    None if verb == "apply" => "patch` and `create",
+                    None => verb,
                 };
                 let resource = self.output.rbac_resource();
-                SinkError {
-                    reason: Reason::Forbidden,
-                    object: name.map(|n| self.key(n)),
-                    message: format!(
+                let output = self.output.chart_value();
+                SinkError::new(
+                    Reason::Forbidden,
+                    object,
+                    format!(
                         "{verb} {what}: forbidden ({}); grant the controller's ServiceAccount \
-                         `{verbs}` on {resource} in namespace {ns} (the chart's external-dns-mode \
-                         Role does)",
+                         `{needed}` on {resource} in namespace {ns}: the chart's Role \
+                         <fullname>-controller-external-dns has it with \
+                         controller.mode=external-dns, controller.externalDns.output={output} and \
+                         controller.externalDns.namespace={ns} (`ouroboros cleanup` needs `list` \
+                         and `delete`: the <fullname>-cleanup Role, with \
+                         controller.cleanupOnUninstall=true)",
                         s.message
                     ),
-                }
+                )
             }
             kube::Error::Api(s) if s.code == 404 && self.output == Output::DnsEndpoint => {
-                SinkError {
-                    reason: Reason::CrdMissing,
-                    object: None,
-                    message: format!(
+                SinkError::new(
+                    Reason::CrdMissing,
+                    None,
+                    format!(
                         "{verb} {what}: the DNSEndpoint resource does not exist ({}); install \
                          external-dns's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io), or use \
                          --external-dns-output service",
                         s.message
                     ),
-                }
+                )
             }
-            e => SinkError {
-                reason: Reason::Api,
-                object: name.map(|n| self.key(n)),
-                message: format!("{verb} {what}: {}", describe(&e)),
-            },
+            kube::Error::Api(s) if s.code == 409 => SinkError::new(
+                Reason::Conflict,
+                object,
+                format!("{verb} {what}: conflict ({}); will retry", s.message),
+            ),
+            e => SinkError::new(
+                Reason::Api,
+                object,
+                format!("{verb} {what}: {}", describe(&e)),
+            ),
         }
     }
 
@@ -483,8 +508,7 @@ impl ExternalWriter {
             .await?;
         // lexfrei/ouroboros's objects for this instance, taken over with --external-dns-adopt:
         // one with a name we want is rewritten in place (ours from then on), the others are
-        // deleted like our own stale objects, after the applies (so a name never goes
-        // unpublished).
+        // deleted like our own stale objects, once ours for their names are written.
         let adopted = if self.settings.adopt {
             self.list_owned(
                 &external::reference_selector(instance),
@@ -510,10 +534,10 @@ impl ExternalWriter {
                 };
                 if want.contains_key(&name) && !known(&name) {
                     let host = self.host_of(&want[&name]);
-                    errors.push(SinkError {
-                        reason: Reason::ForeignObject,
-                        object: Some(self.key(&name)),
-                        message: format!(
+                    errors.push(SinkError::new(
+                        Reason::ForeignObject,
+                        Some(self.key(&name)),
+                        format!(
                             "{} {}/{name} already exists without the labels {}={} and {}={instance}: \
                              it is left untouched and {host} is not published; delete it, or label \
                              it to hand it over to this instance",
@@ -523,7 +547,7 @@ impl ExternalWriter {
                             external::MANAGED_BY,
                             external::INSTANCE_LABEL,
                         ),
-                    });
+                    ));
                     foreign.insert(name);
                 }
             }
@@ -555,13 +579,14 @@ impl ExternalWriter {
                 namespace = %self.settings.namespace,
                 instance = %instance,
                 rewritten = adopted.keys().filter(|n| want.contains_key(*n)).count(),
-                deleted = adopted.keys().filter(|n| !want.contains_key(*n)).count(),
+                to_delete = adopted.keys().filter(|n| !want.contains_key(*n)).count(),
                 dry_run = self.dry_run,
                 "taking over the external-dns records lexfrei/ouroboros wrote for this instance \
                  (--external-dns-adopt)"
             );
         }
 
+        let mut kept = Vec::new();
         let outcome = if change.is_none() {
             Outcome::Unchanged
         } else if self.dry_run {
@@ -574,12 +599,77 @@ impl ExternalWriter {
                 .iter()
                 .map(|(name, body)| self.apply_one(&pp, name, body, adopted.contains_key(*name)))
                 .collect();
-            errors.extend(self.run_all(applies).await);
-            let deletes: Vec<_> = stale.values().map(|o| self.delete_one(o)).collect();
-            errors.extend(self.run_all(deletes).await);
+            let mut written = BTreeSet::new();
+            for (name, result) in self.run_all(applies).await {
+                match result {
+                    Ok(()) => {
+                        written.insert(name);
+                    }
+                    Err((applied, e)) => {
+                        if applied {
+                            written.insert(name);
+                        }
+                        errors.push(e);
+                    }
+                }
+            }
+            // A desired object is confirmed when it needed no write or its write went
+            // through; an old object goes only once those publishing its names are.
+            let to_write: BTreeSet<&str> = to_apply.iter().map(|(n, _)| n.as_str()).collect();
+            let confirmed =
+                |n: &str| !foreign.contains(n) && (!to_write.contains(n) || written.contains(n));
+            let ours_now: BTreeMap<String, Ours> = want
+                .iter()
+                .map(|(n, body)| {
+                    let o = Ours {
+                        records: match self.publishes_body(body) {
+                            Publishes::Records(r) => r,
+                            Publishes::Unknown => BTreeSet::new(),
+                        },
+                        confirmed: confirmed(n),
+                    };
+                    (n.clone(), o)
+                })
+                .collect();
+            let old: BTreeMap<String, Publishes> = stale
+                .iter()
+                .map(|(n, o)| ((*n).clone(), self.publishes_live(o)))
+                .collect();
+            let mut deletes = Vec::new();
+            for (name, verdict) in replace::deletions(&ours_now, &old) {
+                match verdict {
+                    Verdict::Delete => deletes.push(self.delete_one(stale[&name])),
+                    Verdict::Keep { waiting_for } => {
+                        let k = self.kept(&name, &old[&name], &waiting_for);
+                        tracing::debug!(object = %k.object, "{}", k.note);
+                        kept.push(k);
+                    }
+                }
+            }
+            errors.extend(
+                self.run_all(deletes)
+                    .await
+                    .into_iter()
+                    .filter_map(Result::err),
+            );
             Outcome::Written
         };
-        if let Some(e) = combine(errors) {
+        if let Some(mut e) = combine(errors) {
+            if !kept.is_empty() {
+                let names: Vec<String> =
+                    kept.iter().take(5).map(|k| k.object.to_string()).collect();
+                let more = kept.len().saturating_sub(5);
+                e.message.push_str(&format!(
+                    "; kept until ours are written, so their names stay published: {}{}",
+                    names.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            e.kept = Box::new(KeptObjects(kept));
             return Err(e);
         }
         Ok(Applied {
@@ -591,36 +681,84 @@ impl ExternalWriter {
             change,
         })
     }
+
+    /// What a desired body publishes.
+    fn publishes_body(&self, body: &Value) -> Publishes {
+        match self.output {
+            Output::DnsEndpoint => replace::endpoint_records(body),
+            Output::Service => replace::service_records(body, &self.settings.prefixes()),
+        }
+    }
+
+    /// What a listed object publishes: a Service's names under any prefix external-dns may
+    /// read (the reference tool's, ours, and `--external-dns-annotation-prefix`).
+    fn publishes_live(&self, o: &DynamicObject) -> Publishes {
+        match self.output {
+            Output::DnsEndpoint => replace::endpoint_records(&o.data),
+            Output::Service => {
+                let mut prefixes = ANNOTATION_PREFIXES.to_vec();
+                if let Some(p) = self.settings.annotation_prefix.as_deref() {
+                    prefixes.push(p);
+                }
+                let body = json!({"metadata": {"annotations": o.metadata.annotations}});
+                replace::service_records(&body, &prefixes)
+            }
+        }
+    }
+
+    /// Why the old object `name` stays: what it publishes and which of ours it waits for.
+    fn kept(&self, name: &str, publishes: &Publishes, waiting_for: &[String]) -> Kept {
+        let (kind, ns) = (self.output.kind(), &self.settings.namespace);
+        let what = match publishes.names() {
+            Some(names) => names.into_iter().collect::<Vec<_>>().join(", "),
+            None => "names that could not be read".into(),
+        };
+        let shown: Vec<String> = waiting_for
+            .iter()
+            .take(5)
+            .map(|w| format!("{kind} {ns}/{w}"))
+            .collect();
+        let more = waiting_for.len().saturating_sub(5);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        Kept {
+            object: self.key(name),
+            note: format!(
+                "{kind} {ns}/{name} still publishes {what}; it is kept until ours ({}{more}) \
+                 is written, and deleted by the first sync after that",
+                shown.join(", ")
+            ),
+        }
+    }
 }
 
 impl ExternalWriter {
-    /// Runs `futs` with at most `concurrency` in flight; returns their errors.
-    async fn run_all<F>(&self, futs: Vec<F>) -> Vec<SinkError>
+    /// Runs `futs` with at most `concurrency` in flight; returns their results.
+    async fn run_all<F, T>(&self, futs: Vec<F>) -> Vec<T>
     where
-        F: std::future::Future<Output = Result<(), SinkError>>,
+        F: std::future::Future<Output = T>,
     {
         futures::stream::iter(futs)
             .buffer_unordered(self.concurrency)
-            .filter_map(|r| futures::future::ready(r.err()))
             .collect()
             .await
     }
 
     /// Applies `body`; for an `adopted` object, then removes lexfrei/ouroboros's instance label,
-    /// with which that tool's uninstall hook would delete what is now ours.
-    async fn apply_one(
+    /// with which that tool's uninstall hook would delete what is now ours. The error says
+    /// whether the apply itself went through (then the object publishes our records).
+    async fn apply_one<'n>(
         &self,
         pp: &PatchParams,
-        name: &str,
+        name: &'n str,
         body: &Value,
         adopted: bool,
-    ) -> Result<(), SinkError> {
-        self.api
-            .patch(name, pp, &Patch::Apply(body))
-            .await
-            .map_err(|e| self.api_error("apply", Some(name), e))?;
-        if adopted {
-            self.drop_reference_label(name).await?;
+    ) -> (&'n str, Result<(), (bool, SinkError)>) {
+        if let Err(e) = self.api.patch(name, pp, &Patch::Apply(body)).await {
+            return (name, Err((false, self.api_error("apply", Some(name), e))));
         }
         tracing::info!(
             kind = self.output.kind(),
@@ -629,7 +767,12 @@ impl ExternalWriter {
             hostname = %self.host_of(body),
             "applied external-dns record"
         );
-        Ok(())
+        if adopted {
+            if let Err(e) = self.drop_reference_label(name).await {
+                return (name, Err((true, e)));
+            }
+        }
+        (name, Ok(()))
     }
 
     /// Removes lexfrei/ouroboros's instance label from an object we have just applied (a JSON
@@ -674,16 +817,16 @@ impl ExternalWriter {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Err(SinkError {
-                reason: Reason::Conflict,
-                object: Some(self.key(name)),
-                message: format!(
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(SinkError::new(
+                Reason::Conflict,
+                Some(self.key(name)),
+                format!(
                     "delete {} {}/{name}: it changed since it was listed ({}); will retry",
                     self.output.kind(),
                     self.settings.namespace,
                     s.message
                 ),
-            }),
+            )),
             Err(e) => Err(self.api_error("delete", Some(name), e)),
         }
     }
@@ -703,8 +846,22 @@ fn summary<'a>(names: impl Iterator<Item = &'a String>) -> String {
     names.map(|n| format!("{n}\n")).collect()
 }
 
-/// One error for several: the first one's reason and object, every message (up to five).
+/// The verb an API server's 403 message says was refused (`... cannot create resource
+/// "dnsendpoints" ...`), so the hint names the one permission missing: a server-side apply
+/// needs `patch`, and `create` as well when the object is absent.
+pub fn forbidden_verb(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once(" cannot ")?;
+    let (verb, rest) = rest.split_once(' ')?;
+    let plain = !verb.is_empty() && verb.chars().all(|c| c.is_ascii_lowercase());
+    (plain && rest.starts_with("resource ")).then_some(verb)
+}
+
+/// One error for several, every message (up to five). A failure another attempt may get past
+/// comes first, so its reason decides: the sync is retried while any write can still pass,
+/// and waits for a change only when every failure needs one (RBAC, [`SinkError::is_permanent`]).
 fn combine(mut errors: Vec<SinkError>) -> Option<SinkError> {
+    // Stable: within each group, the order the writes finished in.
+    errors.sort_by_key(SinkError::is_permanent);
     match errors.len() {
         0 => None,
         1 => errors.pop(),
@@ -716,11 +873,7 @@ fn combine(mut errors: Vec<SinkError>) -> Option<SinkError> {
                 message.push_str(&format!("; and {} more", n - 5));
             }
             let first = errors.swap_remove(0);
-            Some(SinkError {
-                reason: first.reason,
-                object: first.object,
-                message,
-            })
+            Some(SinkError::new(first.reason, first.object, message))
         }
     }
 }
@@ -880,6 +1033,47 @@ mod tests {
         server["metadata"]["annotations"]["external-dns.alpha.kubernetes.io/target"] =
             json!("1.2.3.4");
         assert!(!up_to_date(Output::Service, want, &live(server)));
+    }
+
+    #[test]
+    fn forbidden_verb_table() {
+        for (message, want) in [
+            (
+                "dnsendpoints.externaldns.k8s.io \"www-example-com-83c9f4f4d6e3c9e9\" is forbidden: \
+                 User \"system:serviceaccount:ouroboros:ouroboros\" cannot create resource \
+                 \"dnsendpoints\" in API group \"externaldns.k8s.io\" in the namespace \"ouroboros\"",
+                Some("create"),
+            ),
+            (
+                "services is forbidden: User \"u\" cannot list resource \"services\" in API group \
+                 \"\" in the namespace \"dns\"",
+                Some("list"),
+            ),
+            (
+                "services \"x\" is forbidden: User \"u\" cannot delete resource \"services\"",
+                Some("delete"),
+            ),
+            // Not the authorizer's sentence: no guess.
+            ("cannot patch resource \"dnsendpoints\"", None),
+            ("forbidden: cannot list", None),
+            ("admission webhook \"x\" denied the request", None),
+            ("User \"u\" cannot Create resource \"services\"", None),
+        ] {
+            assert_eq!(forbidden_verb(message), want, "{message}");
+        }
+    }
+
+    #[test]
+    fn combine_puts_a_retryable_failure_first() {
+        let e = |reason, m: &str| SinkError::new(reason, None, m);
+        let c = combine(vec![e(Reason::Forbidden, "a"), e(Reason::Api, "b")]).unwrap();
+        assert_eq!(c.reason, Reason::Api);
+        assert!(!c.is_permanent());
+        assert_eq!(c.message, "2 external-dns objects failed: b; a");
+        let c = combine(vec![e(Reason::Forbidden, "a"), e(Reason::Forbidden, "b")]).unwrap();
+        assert!(c.is_permanent());
+        assert_eq!(c.message, "2 external-dns objects failed: a; b");
+        assert!(combine(Vec::new()).is_none());
     }
 
     #[test]

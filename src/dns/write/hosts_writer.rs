@@ -122,6 +122,7 @@ impl From<FileError> for SinkError {
             reason: e.reason(),
             object: None,
             message: e.to_string(),
+            kept: Box::default(),
         }
     }
 }
@@ -507,6 +508,7 @@ impl HostsWriter {
                 "hosts file {}: the write task failed: {e}",
                 self.path.display()
             ),
+            kept: Box::default(),
         })??;
         if let Some(w) = u.written {
             tracing::info!(

@@ -2,7 +2,8 @@
 //! runs the pure editor of `dns` on it and writes only what changed: `apply` (the CoreDNS and
 //! node-local-dns ConfigMaps), `hosts_writer` (a node's hosts file), `external_writer`
 //! (external-dns objects); `proxy_ips` reads the proxy Service's addresses; `plan` says which
-//! proxy target each name goes to; `sink` is the interface the controller and `cleanup` drive;
+//! proxy target each name goes to; `replace` decides which old external-dns objects may be
+//! deleted once ours are written; `sink` is the interface the controller and `cleanup` drive;
 //! `error` the one error they all return.
 
 pub mod apply;
@@ -11,4 +12,5 @@ pub mod external_writer;
 pub mod hosts_writer;
 pub mod plan;
 pub mod proxy_ips;
+pub mod replace;
 pub mod sink;

@@ -43,6 +43,7 @@ impl Plan {
                     reason: Reason::Invalid,
                     object: None,
                     message: format!("{h} is placed on proxy target {i}, which is not configured"),
+                    kept: Box::default(),
                 });
             };
             group.insert(h.clone());

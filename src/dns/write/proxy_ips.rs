@@ -78,6 +78,7 @@ impl ProxyIps {
                     reason: Reason::Invalid,
                     object: None,
                     message: why.clone(),
+                    kept: Box::default(),
                 })
             }
         };
@@ -99,6 +100,7 @@ impl ProxyIps {
                     "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
                          --proxy-service-namespace, or pass {flag}"
                 ),
+                    kept: Box::default(),
                 })
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
@@ -111,6 +113,7 @@ impl ProxyIps {
                          {namespace}, or pass {flag}",
                     s.message
                 ),
+                    kept: Box::default(),
                 })
             }
             Err(e) => {
@@ -118,6 +121,7 @@ impl ProxyIps {
                     reason: Reason::Api,
                     object: object(),
                     message: format!("get Service {namespace}/{name}: {}", describe(&e)),
+                    kept: Box::default(),
                 })
             }
         };
@@ -125,6 +129,7 @@ impl ProxyIps {
             reason: Reason::NoClusterIp,
             object: object(),
             message: format!("proxy Service {namespace}/{name}: {e}; pass {flag} instead"),
+            kept: Box::default(),
         })
     }
 }

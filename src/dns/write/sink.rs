@@ -25,6 +25,7 @@ impl From<ApplyError> for SinkError {
                 name: t.name.clone(),
             }),
             message: e.to_string(),
+            kept: Box::default(),
         }
     }
 }
@@ -65,6 +66,7 @@ impl AnswerSource {
                         reason: Reason::NoClusterIp,
                         object: None,
                         message: "the proxy has no address to answer with".into(),
+                        kept: Box::default(),
                     })
             }
         }
