@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::controller::args::{DnsArgs, Mode};
 use crate::dns::apply::{Applied, Outcome};
-use crate::dns::sink::{AnySink, Sink, SinkError};
+use crate::dns::sink::{AnySink, Reason, Sink, SinkError};
 
 #[derive(Args, Debug)]
 pub struct CleanupArgs {
@@ -28,9 +28,19 @@ pub struct CleanupArgs {
     pub attempts: u32,
 }
 
-/// Errors that another attempt cannot fix: the input or the configuration is wrong.
-fn permanent(e: &SinkError) -> bool {
-    e.reason.is_configuration()
+/// Attempts a 403 gets before it counts as permanent. The uninstall hook's Role is created
+/// moments before its Job, and an API server's authorizer sees a new Role only once its informer
+/// has (usually well under a second; behind a load balancer, API servers lag each other): the
+/// first refusals may be that lag, later ones are a missing grant.
+const FORBIDDEN_ATTEMPTS: u32 = 3;
+
+/// Errors that another attempt (`attempt`, from 1) cannot fix: the input or the configuration is
+/// wrong.
+fn permanent(e: &SinkError, attempt: u32) -> bool {
+    match e.reason {
+        Reason::Forbidden => attempt >= FORBIDDEN_ATTEMPTS,
+        reason => reason.is_configuration(),
+    }
 }
 
 /// The wait before attempt `n + 1` (n >= 1): 1s, 2s, 4s, 8s, 8s, ...
@@ -67,7 +77,7 @@ pub async fn with_retries<S: Sink>(
     loop {
         match sink.cleanup().await {
             Ok(a) => return Ok(a),
-            Err(e) if n < attempts && !permanent(&e) => {
+            Err(e) if n < attempts && !permanent(&e, n) => {
                 let wait = backoff(n);
                 tracing::warn!(
                     mode = sink.mode(),
@@ -229,18 +239,14 @@ mod tests {
             kept: Box::default(),
         };
         use crate::dns::sink::Reason::*;
-        for r in [
-            Unparseable,
-            NotFound,
-            KeyMissing,
-            Invalid,
-            ForeignObject,
-            Forbidden,
-        ] {
-            assert!(permanent(&e(r)), "{r}");
+        for r in [Unparseable, NotFound, KeyMissing, Invalid, ForeignObject] {
+            assert!(permanent(&e(r), 1), "{r}");
         }
         for r in [Api, Conflict, Io, NoClusterIp] {
-            assert!(!permanent(&e(r)), "{r}");
+            assert!(!permanent(&e(r), 1) && !permanent(&e(r), 10), "{r}");
         }
+        // A new Role may not be seen yet: a 403 is retried twice, then given up.
+        let refusals: Vec<bool> = (1..=4).map(|n| permanent(&e(Forbidden), n)).collect();
+        assert_eq!(refusals, [false, false, true, true]);
     }
 }
