@@ -125,6 +125,21 @@ pub struct DoctorArgs {
     )]
     pub dial_timeout: Duration,
 
+    /// As the controller's flag: leave out the names of a target whose ingress controller
+    /// Service (`--ingress-controller-service`, a `--target`'s `ingress-controller=`) reports
+    /// `ipMode: Proxy` on every load-balancer address, so the block is judged against what the
+    /// controller writes.
+    #[arg(
+        long = "skip-proxy-ipmode",
+        env = "OUROBOROS_CONTROLLER_SKIP_PROXY_IPMODE",
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub skip_proxy_ipmode: bool,
+
     /// The controller's leader election flags.
     #[command(flatten)]
     pub election: ElectionArgs,
@@ -257,23 +272,36 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
     let flag = args.ingress_controller_service.as_ref();
-    let (first, unreachable) = ingress_checks(client, flag, "--ingress-controller-service").await;
+    let (first, unreachable, default_svc) =
+        ingress_checks(client, flag, "--ingress-controller-service").await;
     // The first call tells whether the API server is reachable at all: a report of a dozen
     // identical transport failures would help nobody.
     if let Some(e) = unreachable {
         anyhow::bail!("{} ({e})", crate::kube_client::Cause::Unreachable.hint(""));
     }
     out.extend(first);
+    // The targets the controller leaves out (KEP-1860): it watches only the Services it is
+    // named, so an auto-detected one does not count.
+    let mut skipped = BTreeSet::new();
+    if args.skip_proxy_ipmode
+        && flag.is_some()
+        && crate::controller::ipmode::proxied(default_svc.as_ref())
+    {
+        skipped.insert(0);
+    }
     // Each --target's ingress controller (`ingress-controller=`), the same checks.
-    for t in &filters.targets {
+    for (i, t) in filters.targets.iter().enumerate() {
         if let Some((namespace, name)) = &t.ingress_controller {
             let ns_name = NsName {
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
             let by = format!("ingress-controller= of --target {}", t.name);
-            let (checks, _) = ingress_checks(client, Some(&ns_name), &by).await;
+            let (checks, _, svc) = ingress_checks(client, Some(&ns_name), &by).await;
             out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
+            if args.skip_proxy_ipmode && crate::controller::ipmode::proxied(svc.as_ref()) {
+                skipped.insert(i + 1);
+            }
         }
     }
 
@@ -287,8 +315,15 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         }
         Ok(o) => {
             let o = o.as_ref().expect("sources always returns Some");
-            let desired = hostnames::desired(&o.sources(), &filters, &policy);
-            out.push(checks::hostnames(&desired));
+            let mut desired = hostnames::desired(&o.sources(), &filters, &policy);
+            let left_out: Vec<(String, usize)> = desired
+                .by_target()
+                .into_iter()
+                .filter(|(t, _)| skipped.contains(&t.index()))
+                .map(|(t, hosts)| (t.name(&filters.targets).to_string(), hosts.len()))
+                .collect();
+            desired.skip_targets(&skipped);
+            out.push(checks::hostnames(&desired, &left_out));
             Some(desired)
         }
     };
@@ -539,11 +574,13 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 /// whether it expects the PROXY protocol. The error text instead when the API server cannot be
 /// reached at all.
 /// `given_by` is the flag that names `flag` (for the summary and the action).
+/// The ingress controller's checks, the API server's transport error if it could not be
+/// reached, and the Service itself when it was read.
 async fn ingress_checks(
     client: &Client,
     flag: Option<&NsName>,
     given_by: &str,
-) -> (Vec<Check>, Option<String>) {
+) -> (Vec<Check>, Option<String>, Option<Service>) {
     let (svc, others): (Got<Service>, Vec<String>) = match flag {
         Some(t) => (
             fetch::get(client, "services", &t.namespace, &t.name).await,
@@ -564,7 +601,7 @@ async fn ingress_checks(
     // A transport failure (no status code): the API server is unreachable.
     if let Err(e) = &svc {
         if e.code.is_none() {
-            return (Vec::new(), Some(e.to_string()));
+            return (Vec::new(), Some(e.to_string()), None);
         }
     }
     let mut out = Vec::new();
@@ -612,7 +649,8 @@ async fn ingress_checks(
         }
         _ => checks::proxy_protocol(kind, workload, None),
     });
-    (out, None)
+    let svc = svc_obj.cloned();
+    (out, None, svc)
 }
 
 /// The named targets as doctor sees them: their proxies (flags), Services (namespace, name) and

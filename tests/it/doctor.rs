@@ -1144,10 +1144,11 @@ async fn several_targets_are_judged_with_each_proxys_answer() {
     )
     .unwrap()
     .text;
-    let a = args(&[
-        "--target",
-        "name=news,service=proxy-news,ingress-class=traefik,ingress-controller=traefik/traefik",
-    ]);
+    // news's load balancer reports ipMode Proxy; judged here as a controller that hairpins it
+    // anyway (`--skip-proxy-ipmode=false`), and below as one that leaves it out.
+    let target =
+        "name=news,service=proxy-news,ingress-class=traefik,ingress-controller=traefik/traefik";
+    let a = args(&["--target", target, "--skip-proxy-ipmode=false"]);
     let mut traefik = nginx_service(Some("Proxy"));
     traefik["metadata"] = meta("traefik", "traefik");
     let cluster = |corefile: String| {
@@ -1167,6 +1168,34 @@ async fn several_targets_are_judged_with_each_proxys_answer() {
                 configmap("kube-system", "coredns", json!({"Corefile": corefile})),
             )
     };
+    // By default the controller leaves news out: the block with its names is stale, the one
+    // without them current, and the hostnames check says why.
+    let skipping = args(&["--target", target]);
+    let (report, _) = run(cluster(two.clone()), &skipping).await;
+    assert_eq!(check(&report, "coredns-block").status, Status::Fail);
+    let default_only = corefile::splice_groups(
+        &corefile_fixture("kubeadm.Corefile"),
+        &[Group {
+            hosts: &default_hosts,
+            answer: &default_answer,
+        }],
+    )
+    .unwrap()
+    .text;
+    let (report, _) = run(cluster(default_only), &skipping).await;
+    assert_eq!(
+        check(&report, "coredns-block").status,
+        Status::Ok,
+        "{report:#?}"
+    );
+    let h = check(&report, "hostnames");
+    assert!(
+        h.evidence
+            .iter()
+            .any(|e| e.starts_with("target news: 1 name(s) left out")),
+        "{h:?}"
+    );
+
     let (report, seen) = run(cluster(two), &a).await;
     let b = check(&report, "coredns-block");
     assert_eq!(b.status, Status::Ok, "{b:?}");

@@ -194,6 +194,50 @@ impl Dns {
     }
 }
 
+/// `ouroboros doctor` with the controller's flags against the real cluster: its exit code and
+/// JSON report.
+fn doctor(cluster: &Cluster) -> (i32, serde_json::Value) {
+    let mut cmd = command("doctor");
+    cmd.arg("--kubeconfig")
+        .arg(cluster.admin_kubeconfig())
+        .args([
+            "--output=json",
+            "--mode=coredns",
+            &format!("--coredns-namespace={NAMESPACE}"),
+            "--coredns-configmap=coredns",
+            "--proxy-service-name=ouroboros-proxy",
+            &format!("--proxy-service-namespace={NAMESPACE}"),
+            &format!("--ingress-controller-service={NAMESPACE}/ingress-nginx-controller"),
+            "--leader-elect=false",
+        ]);
+    let out = crate::common::run(&mut cmd, None);
+    let report = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor's JSON: {e}\n{}\n{}", out.stdout, out.stderr));
+    (out.code, report)
+}
+
+/// The status doctor's `report` gives check `id`.
+fn verdict(report: &serde_json::Value, id: &str) -> String {
+    let checks = report["checks"].as_array().expect("checks");
+    let check = checks
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id}: {report:#}"));
+    check["status"].as_str().unwrap().to_string()
+}
+
+/// doctor's verdicts on the hairpin: the checks named in `want`, each with its status.
+fn doctor_says(cluster: &Cluster, phase: &str, want: &[(&str, &str)]) {
+    let (_, report) = doctor(cluster);
+    for (id, status) in want {
+        assert_eq!(
+            verdict(&report, id),
+            *status,
+            "{phase}: doctor's {id}: {report:#}"
+        );
+    }
+}
+
 async fn corefile(cluster: &Cluster) -> String {
     let cm = Api::<ConfigMap>::namespaced(cluster.admin().await, NAMESPACE)
         .get("coredns")
@@ -370,6 +414,11 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         || (pod_resolves(&pod) == vec![format!("A {LB_IP}")]).then_some(()),
     );
     let refused = pod_get(&pod).expect_err("without ouroboros the hairpinned request must fail");
+    doctor_says(
+        cluster,
+        "before the fix",
+        &[("kep-1860-ipmode", "OK"), ("coredns-block", "FAIL")],
+    );
     let nginx_log = std::fs::read_to_string(dir.path().join("nginx/error.log")).unwrap();
     assert!(
         nginx_log.contains("broken header"),
@@ -435,6 +484,11 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         format!("client={POD_IP} via={PROXY_IP}"),
         "nginx sees the pod's address"
     );
+    doctor_says(
+        cluster,
+        "with the fix",
+        &[("kep-1860-ipmode", "OK"), ("coredns-block", "OK")],
+    );
 
     // 3. ipMode: Proxy on the load balancer's address: kube-proxy stops short-circuiting it, the
     //    controller leaves the name out, and the pod goes through the load balancer.
@@ -477,5 +531,16 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         body.trim(),
         format!("client={POD_IP} via={LB_IP}"),
         "the load balancer's header carries the pod's address"
+    );
+    // doctor judges the block against what the controller writes: no name for a load balancer
+    // that proxies (it used to call the absent block missing).
+    doctor_says(
+        cluster,
+        "with ipMode Proxy",
+        &[
+            ("kep-1860-ipmode", "WARN"),
+            ("coredns-block", "OK"),
+            ("hostnames", "OK"),
+        ],
     );
 }
