@@ -264,6 +264,54 @@ impl Cluster {
         }
     }
 
+    /// Applies every `*.yaml` file of `dir` (a CRD set as its project publishes it, see
+    /// `.ci/peers/build.sh`), then waits until the server reports each CRD `Established`: only
+    /// then does it serve the new resources, and a client listing them sooner gets a 404.
+    pub async fn install_crds(&self, dir: &Path) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::Api;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        let mut names = Vec::new();
+        for file in &files {
+            let yaml = std::fs::read_to_string(file).unwrap();
+            self.apply_yaml(&yaml).await;
+            use serde::Deserialize;
+            for doc in yaml_serde::Deserializer::from_str(&yaml) {
+                let v = serde_json::Value::deserialize(doc).unwrap();
+                if v["kind"] == "CustomResourceDefinition" {
+                    names.push(v["metadata"]["name"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        assert!(!names.is_empty(), "no CRD in {}", dir.display());
+        let api = Api::<CustomResourceDefinition>::all(self.admin().await);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for name in names {
+            loop {
+                let crd = api.get(&name).await.unwrap();
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "CRD {name} not Established after 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+
     /// A kubeconfig in `dir` whose token the API server issued for ServiceAccount
     /// `namespace/name` (TokenRequest), so RBAC decides what it may do.
     pub async fn service_account_kubeconfig(
