@@ -241,7 +241,11 @@ impl Cluster {
             let gvk = GroupVersionKind::try_from(&types).unwrap();
             // The plural the API serves, for the kinds the tests apply.
             let lower = gvk.kind.to_ascii_lowercase();
-            let plural = if let Some(stem) = lower.strip_suffix('y') {
+            // A consonant's y becomes ies (policies); a vowel's stays (gateways).
+            let plural = if let Some(stem) = lower
+                .strip_suffix('y')
+                .filter(|stem| !stem.ends_with(['a', 'e', 'o', 'u']))
+            {
                 format!("{stem}ies")
             } else if lower.ends_with('s') {
                 format!("{lower}es")
@@ -265,8 +269,9 @@ impl Cluster {
     }
 
     /// Applies every `*.yaml` file of `dir` (a CRD set as its project publishes it, see
-    /// `.ci/peers/build.sh`), then waits until the server reports each CRD `Established`: only
-    /// then does it serve the new resources, and a client listing them sooner gets a 404.
+    /// `.ci/peers/build.sh`), then waits until the server reports each CRD `Established` and
+    /// answers a list of each served version, so that what a test creates next never races the
+    /// server's setup of the new resources.
     pub async fn install_crds(&self, dir: &Path) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         use kube::api::Api;
@@ -276,7 +281,7 @@ impl Cluster {
             .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
             .collect();
         files.sort();
-        let mut names = Vec::new();
+        let mut crds = Vec::new();
         for file in &files {
             let yaml = std::fs::read_to_string(file).unwrap();
             self.apply_yaml(&yaml).await;
@@ -284,17 +289,22 @@ impl Cluster {
             for doc in yaml_serde::Deserializer::from_str(&yaml) {
                 let v = serde_json::Value::deserialize(doc).unwrap();
                 if v["kind"] == "CustomResourceDefinition" {
-                    names.push(v["metadata"]["name"].as_str().unwrap().to_string());
+                    crds.push(serde_json::from_value::<CustomResourceDefinition>(v).unwrap());
                 }
             }
         }
-        assert!(!names.is_empty(), "no CRD in {}", dir.display());
-        let api = Api::<CustomResourceDefinition>::all(self.admin().await);
+        assert!(!crds.is_empty(), "no CRD in {}", dir.display());
+        let client = self.admin().await;
+        let api = Api::<CustomResourceDefinition>::all(client.clone());
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        for name in names {
+        let pause = || async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap();
             loop {
-                let crd = api.get(&name).await.unwrap();
-                let established = crd
+                let live = api.get(&name).await.unwrap();
+                let established = live
                     .status
                     .and_then(|s| s.conditions)
                     .unwrap_or_default()
@@ -307,7 +317,22 @@ impl Cluster {
                     std::time::Instant::now() < deadline,
                     "CRD {name} not Established after 60 s"
                 );
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                pause().await;
+            }
+            let (group, plural) = (&crd.spec.group, &crd.spec.names.plural);
+            for version in crd.spec.versions.iter().filter(|v| v.served) {
+                let path = format!("/apis/{group}/{}/{plural}?limit=1", version.name);
+                loop {
+                    let req = http::Request::get(&path).body(Vec::new()).unwrap();
+                    match client.request_text(req).await {
+                        Ok(_) => break,
+                        Err(e) => assert!(
+                            std::time::Instant::now() < deadline,
+                            "{path} not served after 60 s: {e}"
+                        ),
+                    }
+                    pause().await;
+                }
             }
         }
     }
