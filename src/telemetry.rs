@@ -1,6 +1,10 @@
 //! Structured logging: human text by default, one JSON object per line on request.
 
 use clap::{Args, ValueEnum};
+use tracing::Level;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -42,25 +46,54 @@ pub enum LogError {
 pub fn init(args: &LogArgs) -> Result<(), LogError> {
     // kube's client logs each failed request at ERROR, once per retry and layer; ours say what
     // failed with the hint for its cause, so the library's are off unless asked for by name.
-    let directives = if args.log_level.contains("kube") {
-        args.log_level.clone()
-    } else {
+    let quiet_kube = !args.log_level.contains("kube");
+    let directives = if quiet_kube {
         format!("{},kube_client::client::builder=off", args.log_level)
+    } else {
+        args.log_level.clone()
     };
     let filter = EnvFilter::try_new(&directives).map_err(|error| LogError::Level {
         level: args.log_level.clone(),
         error,
     })?;
+    let kept =
+        filter_fn(move |m| quiet_kube.then(|| kube_warning(m.target(), *m.level())) != Some(true));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let result = match args.log_format {
-        LogFormat::Text => builder.with_ansi(false).try_init(),
+        LogFormat::Text => builder.with_ansi(false).finish().with(kept).try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(false)
+            .finish()
+            .with(kept)
             .try_init(),
     };
-    result.map_err(LogError::Install)
+    result.map_err(|e| LogError::Install(e.into()))
+}
+
+/// Whether an event is one of kube's client warnings that come back to the caller as the
+/// error of the same request (dropped: ours name it with its hint). The one that matters: an
+/// error response whose body is not a Status object is warned about before it is returned, and
+/// a real API server answers a list of a group it does not serve (a Gateway-API CRD not
+/// installed) with a plain-text `404 page not found`, so every retry of that watch logged one
+/// while the controller's own message says it once. Only this module's own target: TLS
+/// warnings (`kube_client::client::tls`) stay.
+fn kube_warning(target: &str, level: Level) -> bool {
+    target == "kube_client::client" && level == Level::WARN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kube_clients_own_warnings_are_dropped() {
+        assert!(kube_warning("kube_client::client", Level::WARN));
+        assert!(!kube_warning("kube_client::client", Level::ERROR));
+        assert!(!kube_warning("kube_client::client::tls", Level::WARN));
+        assert!(!kube_warning("ouroboros::controller::sources", Level::WARN));
+    }
 }

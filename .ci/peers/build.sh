@@ -2,7 +2,9 @@
 # Builds the real peers the tests run against (tests/it/peers): CoreDNS at the newest and the
 # oldest supported release, etcd, kube-apiserver and kube-proxy, from the Go module proxy, pinned
 # by the go.mod/go.sum files beside this script (own modules: etcd's and Kubernetes' go.mod files
-# have replace directives, so `go install` refuses them).
+# have replace directives, so `go install` refuses them). It also takes the CRDs the controller
+# reads or writes (Gateway API's standard channel, external-dns's DNSEndpoint) from their Go
+# modules, at the versions pinned below, into $OUROBOROS_PEERS_DIR/crds/.
 #
 # Binaries are cached outside the clone, in $OUROBOROS_PEERS_CACHE (default ~/.cache/ouroboros-peers),
 # keyed by peer, version, Go version and a hash of the files that pin it, so a warm run takes
@@ -13,8 +15,13 @@
 # holds the command that failed and the end of its output, and the tests that need it print that
 # (skipped locally, failed under CI=true). The exit status is 0 unless --strict is given.
 #
-# Usage: .ci/peers/build.sh [--strict] [PEER...]   (PEER: coredns coredns-oldest etcd kube-apiserver kube-proxy)
+# Usage: .ci/peers/build.sh [--strict] [PEER...]
+#   (PEER: coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
 set -euo pipefail
+
+# The CRD modules: the newest release the Go module proxy serves of each.
+gateway_api=v1.7.0
+external_dns=v0.23.0
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${OUROBOROS_PEERS_CACHE:-${HOME}/.cache/ouroboros-peers}
 bin=${OUROBOROS_PEERS_DIR:-$here/bin}
@@ -66,6 +73,69 @@ build() {
     ln -sfn "$out/$output" "$bin/$name"
 }
 
+# json_field NAME JSON: a string field of `go mod download -json`'s output (one per line, tab
+# indented), without needing jq.
+json_field() {
+    sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p" <<<"$2" | head -n 1
+}
+
+# crds NAME MODULE VERSION SUBDIR [FILE...]: the YAML files of SUBDIR of MODULE@VERSION (all of
+# them, or FILEs) into the cache unless already there, then links bin/crds/NAME to that directory.
+crds() {
+    local name=$1 module=$2 version=$3 sub=$4
+    shift 4
+    local link="$bin/crds/$name" key
+    key=$(printf '%s\n' "$module" "$sub" "$@" | sha256sum | cut -c1-12)
+    local out="$cache/crds-$name-$version-$key"
+    mkdir -p "$bin/crds"
+    rm -f "$link" "$link.failed"
+    if [[ ! -e $out/.ok ]]; then
+        rm -rf "$out"
+        mkdir -p "$out"
+        echo "peers: fetching the $name CRDs from $module@$version" >&2
+        local log="$out/fetch.log" json dir zip sum
+        # Run where no go.mod is above, so the module is fetched on its own. The exit status is
+        # not final: see the zip case below.
+        json=$(cd "$out" && GOWORK=off timeout 10m go mod download -json "$module@$version" 2>"$log") || true
+        printf '%s\n' "$json" >>"$log"
+        dir=$(json_field Dir "$json")
+        zip=$(json_field Zip "$json")
+        sum=$(json_field Sum "$json")
+        local ok=0
+        if [[ -n $dir ]]; then
+            if (($#)); then
+                (cd "$dir/$sub" && cp "$@" "$out/") 2>>"$log" && ok=1
+            else
+                cp "$dir/$sub"/*.yaml "$out/" 2>>"$log" && ok=1
+            fi
+        elif [[ -n $zip && -n $sum ]]; then
+            # A module whose go line is newer than this Go (gateway-api and external-dns ask
+            # for 1.27) is downloaded and its zip checked against sum.golang.org (that is what
+            # Sum reports), but not unpacked ("requires go >= ..."). Nothing here compiles it:
+            # the YAML files are taken from the checked zip.
+            local pattern=("$module@$version/$sub/*.yaml")
+            if (($#)); then
+                pattern=("${@/#/$module@$version/$sub/}")
+            fi
+            if command -v unzip >/dev/null; then
+                unzip -j -o -q "$zip" "${pattern[@]}" -d "$out" >>"$log" 2>&1 && ok=1
+            else
+                echo "unzip is not installed (apt-get install unzip)" >>"$log"
+            fi
+        fi
+        if ((ok == 0)) || ! compgen -G "$out/*.yaml" >/dev/null; then
+            {
+                echo "CRDs $name of $module@$version not fetched:"
+                echo "  go mod download -json $module@$version   (then $sub/*.yaml of its Dir or Zip)"
+                tail -n 20 "$log" | sed 's/^/  | /'
+            } | tee "$link.failed" >&2
+            return 1
+        fi
+        touch "$out/.ok"
+    fi
+    ln -sfn "$out" "$link"
+}
+
 k8s=$(mod_version "$here/kubernetes/go.mod" k8s.io/kubernetes)
 k8s_minor=$(cut -d. -f2 <<<"$k8s")
 # What /version reports, as upstream's hack/lib/version.sh stamps it.
@@ -88,8 +158,15 @@ peer() {
     kube-apiserver | kube-proxy)
         build "$1" "$k8s" "$here/kubernetes" "$1" -- -pgo=off -ldflags "$k8s_ldflags" "k8s.io/kubernetes/cmd/$1"
         ;;
+    crds-gateway-api)
+        crds gateway-api-standard sigs.k8s.io/gateway-api "$gateway_api" config/crd/standard
+        ;;
+    crds-external-dns)
+        crds external-dns sigs.k8s.io/external-dns "$external_dns" config/crd/standard \
+            dnsendpoints.externaldns.k8s.io.yaml
+        ;;
     *)
-        echo "peers: unknown peer $1 (coredns coredns-oldest etcd kube-apiserver kube-proxy)" >&2
+        echo "peers: unknown peer $1 (coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)" >&2
         return 2
         ;;
     esac
@@ -97,7 +174,7 @@ peer() {
 
 failed=0
 peers=("$@")
-((${#peers[@]})) || peers=(coredns coredns-oldest etcd kube-apiserver kube-proxy)
+((${#peers[@]})) || peers=(coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
 for p in "${peers[@]}"; do
     peer "$p" || failed=$((failed + 1))
 done

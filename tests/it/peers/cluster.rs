@@ -241,7 +241,11 @@ impl Cluster {
             let gvk = GroupVersionKind::try_from(&types).unwrap();
             // The plural the API serves, for the kinds the tests apply.
             let lower = gvk.kind.to_ascii_lowercase();
-            let plural = if let Some(stem) = lower.strip_suffix('y') {
+            // A consonant's y becomes ies (policies); a vowel's stays (gateways).
+            let plural = if let Some(stem) = lower
+                .strip_suffix('y')
+                .filter(|stem| !stem.ends_with(['a', 'e', 'o', 'u']))
+            {
                 format!("{stem}ies")
             } else if lower.ends_with('s') {
                 format!("{lower}es")
@@ -261,6 +265,75 @@ impl Cluster {
             )
             .await
             .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
+        }
+    }
+
+    /// Applies every `*.yaml` file of `dir` (a CRD set as its project publishes it, see
+    /// `.ci/peers/build.sh`), then waits until the server reports each CRD `Established` and
+    /// answers a list of each served version, so that what a test creates next never races the
+    /// server's setup of the new resources.
+    pub async fn install_crds(&self, dir: &Path) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::Api;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        let mut crds = Vec::new();
+        for file in &files {
+            let yaml = std::fs::read_to_string(file).unwrap();
+            self.apply_yaml(&yaml).await;
+            use serde::Deserialize;
+            for doc in yaml_serde::Deserializer::from_str(&yaml) {
+                let v = serde_json::Value::deserialize(doc).unwrap();
+                if v["kind"] == "CustomResourceDefinition" {
+                    crds.push(serde_json::from_value::<CustomResourceDefinition>(v).unwrap());
+                }
+            }
+        }
+        assert!(!crds.is_empty(), "no CRD in {}", dir.display());
+        let client = self.admin().await;
+        let api = Api::<CustomResourceDefinition>::all(client.clone());
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let pause = || async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap();
+            loop {
+                let live = api.get(&name).await.unwrap();
+                let established = live
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "CRD {name} not Established after 60 s"
+                );
+                pause().await;
+            }
+            let (group, plural) = (&crd.spec.group, &crd.spec.names.plural);
+            for version in crd.spec.versions.iter().filter(|v| v.served) {
+                let path = format!("/apis/{group}/{}/{plural}?limit=1", version.name);
+                loop {
+                    let req = http::Request::get(&path).body(Vec::new()).unwrap();
+                    match client.request_text(req).await {
+                        Ok(_) => break,
+                        Err(e) => assert!(
+                            std::time::Instant::now() < deadline,
+                            "{path} not served after 60 s: {e}"
+                        ),
+                    }
+                    pause().await;
+                }
+            }
         }
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 mod api_rules;
 mod cluster;
 mod controller;
+mod controller_modes;
 mod coredns;
 mod dns;
 mod hairpin;

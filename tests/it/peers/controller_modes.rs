@@ -1,0 +1,829 @@
+//! The controller's other modes and the chart's other paths against the real API server, each
+//! installed as `controller.rs` installs the default one (every object of `helm template`
+//! applied, the controller and `ouroboros cleanup` run with the chart's own arguments and their
+//! ServiceAccounts' tokens, so the chart's RBAC is all they may do): external-dns mode with
+//! both outputs against the real DNSEndpoint CRD, `cleanup` restoring a Corefile byte for byte,
+//! two replicas on one Lease, and Gateway-API CRDs installed while the controller runs.
+//!
+//! The control plane is shared by every test of the binary, in parallel: each test has its own
+//! release (so its own ClusterRole, ServiceAccounts and Lease), namespaces and ConfigMap, and
+//! reads only its own application namespace (`controller.includeNamespaces`), so another test's
+//! Ingresses never reach its controller.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::Client;
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::cluster::{self, Cluster};
+use super::coredns::corefile_fixture;
+use super::{binary, spawn, wait_for, Process};
+use crate::chart::{chart_dir, tool};
+use crate::support::{free_port, temp_dir, V4};
+
+/// The begin marker of our Corefile block.
+const BEGIN: &str = "# === BEGIN ouroboros";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One `helm template` of the chart: release `release` in namespace `release`, whose objects
+/// are all named `<release>-ouroboros-...`.
+struct Install {
+    release: String,
+    /// Every document, the hooks' too (`cleanupOnUninstall`'s ServiceAccount, Role and Job).
+    yaml: String,
+}
+
+impl Install {
+    fn render(release: &str, sets: &[String]) -> Install {
+        let mut cmd = Command::new(tool("helm"));
+        cmd.args(["template", release])
+            .arg(chart_dir())
+            .args(["--namespace", release]);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        Install {
+            release: release.to_string(),
+            yaml: crate::common::ok(crate::common::run(&mut cmd, None)),
+        }
+    }
+
+    fn fullname(&self) -> String {
+        format!("{}-ouroboros", self.release)
+    }
+
+    /// The arguments of the first container of the `kind` named `name` (after the subcommand).
+    fn args(&self, kind: &str, name: &str) -> Vec<String> {
+        for doc in yaml_serde::Deserializer::from_str(&self.yaml) {
+            let v = Value::deserialize(doc).unwrap();
+            if v["kind"] == kind && v["metadata"]["name"] == name {
+                let args = &v["spec"]["template"]["spec"]["containers"][0]["args"];
+                let args: Vec<String> = serde_json::from_value(args.clone()).unwrap();
+                return args[1..].to_vec();
+            }
+        }
+        panic!("no {kind} {name} in the chart:\n{}", self.yaml);
+    }
+
+    fn controller_args(&self) -> Vec<String> {
+        self.args("Deployment", &format!("{}-controller", self.fullname()))
+    }
+
+    fn cleanup_args(&self) -> Vec<String> {
+        self.args("Job", &format!("{}-cleanup", self.fullname()))
+    }
+
+    /// Creates the release namespace and applies every object (the server validates each).
+    async fn apply(&self, cluster: &Cluster) {
+        cluster.ensure_namespace(&self.release).await;
+        cluster.apply_yaml(&self.yaml).await;
+    }
+
+    /// The proxy Service's ClusterIP, allocated by the real server.
+    async fn proxy_ip(&self, cluster: &Cluster) -> String {
+        Api::<Service>::namespaced(cluster.admin().await, &self.release)
+            .get(&format!("{}-proxy", self.fullname()))
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap()
+    }
+}
+
+/// The controller with `args` as ServiceAccount `<fullname>-controller`, its Lease identity
+/// starting with `replica` (the pod name, `HOSTNAME`, in a cluster), health on a free port.
+async fn run_controller(
+    cluster: &Cluster,
+    install: &Install,
+    args: &[String],
+    dir: &Path,
+    replica: &str,
+) -> (Process, SocketAddr) {
+    let kubeconfig = cluster
+        .service_account_kubeconfig(
+            &install.release,
+            &format!("{}-controller", install.fullname()),
+            dir,
+        )
+        .await;
+    let health: SocketAddr = (V4, free_port(V4)).into();
+    let mut cmd = crate::common::command("controller");
+    for a in args {
+        if a.starts_with("--listen-health=") {
+            cmd.arg(format!("--listen-health={health}"));
+        } else {
+            cmd.arg(a);
+        }
+    }
+    cmd.arg("--kubeconfig").arg(&kubeconfig);
+    cmd.env("HOSTNAME", replica);
+    let log = dir.join(format!("controller-{replica}.log"));
+    (spawn(&format!("controller {replica}"), cmd, &log), health)
+}
+
+/// Server-side applies an Ingress `name` in `namespace` with `hosts` as its TLS hosts.
+async fn ingress(cluster: &Cluster, namespace: &str, name: &str, hosts: &[&str]) {
+    cluster
+        .apply_yaml(
+            &json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "tls": [{"hosts": hosts, "secretName": format!("{name}-tls")}],
+                    "rules": [{"host": hosts[0], "http": {"paths": [{
+                        "path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": "web", "port": {"number": 80}}}
+                    }]}}],
+                },
+            })
+            .to_string(),
+        )
+        .await;
+}
+
+async fn delete_ingress(cluster: &Cluster, namespace: &str, name: &str) {
+    Api::<k8s_openapi::api::networking::v1::Ingress>::namespaced(cluster.admin().await, namespace)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// Nothing the API server refused and nothing logged as an error. A refusal is found by the
+/// word, which both the server's Status ("... is forbidden: User ...") and our hint
+/// ("forbidden (403)") carry: a bare "403" also matches ports and timestamps.
+fn assert_no_refusal(process: &Process) {
+    for line in process.log_text().lines() {
+        assert!(
+            !line.to_ascii_lowercase().contains("forbidden"),
+            "{} refused by RBAC: {line}",
+            process.name
+        );
+        assert!(
+            !line.contains("\"level\":\"ERROR\""),
+            "{}: {line}",
+            process.name
+        );
+    }
+}
+
+/// The Corefile (or snippet) under `key` of ConfigMap `namespace/name`, if any.
+async fn configmap_text(client: &Client, namespace: &str, name: &str, key: &str) -> Option<String> {
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .data?
+        .remove(key)
+}
+
+/// Whether the template block in `text` answers `host`: one of its `match` patterns matches
+/// the query name as CoreDNS's template plugin sees it (with the final dot). The patterns merge
+/// names into one alternation, so a plain substring search would not find them.
+fn answers(text: &str, host: &str) -> bool {
+    let query = format!("{host}.");
+    text.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("match "))
+        .flat_map(str::split_whitespace)
+        .any(|p| Regex::new(p).unwrap().is_match(&query))
+}
+
+// ---------------------------------------------------------------------------------------------
+// external-dns mode
+
+/// The objects of instance `instance` the controller wrote in `namespace`, by the hostname
+/// they publish.
+async fn external_objects(
+    client: &Client,
+    namespace: &str,
+    resource: &ApiResource,
+    instance: &str,
+) -> BTreeMap<String, DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let list = api
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/managed-by=ouroboros,ouroboros.io/instance={instance}"
+        )))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|o| {
+            let host = match o.data["spec"]["endpoints"][0]["dnsName"].as_str() {
+                Some(h) => h.to_string(),
+                None => o
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("external-dns.kubernetes.io/hostname"))
+                    .cloned()
+                    .unwrap_or_default(),
+            };
+            (host, o)
+        })
+        .collect()
+}
+
+fn external_dns_mode(output: &str) {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let crds = if output == "dnsendpoint" {
+        let Some(crds) = binary("crds/external-dns") else {
+            return;
+        };
+        Some(crds)
+    } else {
+        None
+    };
+    let release = format!("xdns-{output}");
+    let apps = format!("{release}-apps");
+    let install = Install::render(
+        &release,
+        &[
+            "controller.mode=external-dns".into(),
+            format!("controller.externalDns.output={output}"),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ],
+    );
+    let dir = temp_dir(&format!("controller-{release}"));
+    let rt = runtime();
+    let resource = if output == "dnsendpoint" {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("externaldns.k8s.io", "v1alpha1", "DNSEndpoint"),
+            "dnsendpoints",
+        )
+    } else {
+        ApiResource::erase::<Service>(&())
+    };
+    let hosts = ["www.xdns.example.com", "*.apps.xdns.example.com"];
+    let (proxy_ip, mut controller) = rt.block_on(async {
+        if let Some(crds) = &crds {
+            cluster.install_crds(crds).await;
+        }
+        install.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        ingress(cluster, &apps, "shop", &hosts).await;
+        let proxy_ip = install.proxy_ip(cluster).await;
+        let (controller, _) = run_controller(
+            cluster,
+            &install,
+            &install.controller_args(),
+            dir.path(),
+            "a",
+        )
+        .await;
+        (proxy_ip, controller)
+    });
+
+    // One object per hostname, accepted by the real server (its CRD schema or the Service
+    // validation) and read back with what external-dns publishes.
+    let objects = wait_for(
+        "writing the external-dns objects",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let objects = external_objects(&client, &release, &resource, &release).await;
+                (objects.len() == hosts.len()).then_some(objects)
+            })
+        },
+    );
+    for host in hosts {
+        let obj = objects
+            .get(host)
+            .unwrap_or_else(|| panic!("no object for {host}: {objects:#?}"));
+        if output == "dnsendpoint" {
+            // The whole spec as read back: a field the CRD's schema pruned would be missing.
+            assert_eq!(
+                obj.data["spec"],
+                json!({"endpoints": [{
+                    "dnsName": host, "recordType": "A", "targets": [proxy_ip], "recordTTL": 60,
+                }]}),
+                "{host}"
+            );
+        } else {
+            let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+            for prefix in [
+                "external-dns.kubernetes.io/",
+                "external-dns.alpha.kubernetes.io/",
+            ] {
+                assert_eq!(
+                    annotations.get(&format!("{prefix}hostname")),
+                    Some(&host.to_string()),
+                    "{annotations:?}"
+                );
+                assert_eq!(
+                    annotations.get(&format!("{prefix}target")),
+                    Some(&proxy_ip),
+                    "{annotations:?}"
+                );
+                assert_eq!(
+                    annotations.get(&format!("{prefix}ttl")).map(String::as_str),
+                    Some("60")
+                );
+            }
+            // Headless, so the server allocated no ClusterIP and kube-proxy programs nothing.
+            assert_eq!(obj.data["spec"]["clusterIP"], "None", "{host}");
+            assert_eq!(obj.data["spec"]["type"], "ClusterIP", "{host}");
+        }
+    }
+
+    // Another name: one more object, and the two already there, read back from the server as
+    // it stored them (defaulted, pruned to the schema), compare equal to what is wanted, so
+    // they are not written again.
+    rt.block_on(ingress(cluster, &apps, "more", &["more.xdns.example.com"]));
+    wait_for(
+        "writing the third object",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let objects = external_objects(&client, &release, &resource, &release).await;
+                objects.contains_key("more.xdns.example.com").then_some(())
+            })
+        },
+    );
+    let applied = |host: &str| {
+        controller
+            .log_text()
+            .lines()
+            .filter(|l| {
+                l.contains("applied external-dns record")
+                    && l.contains(&format!("\"hostname\":\"{host}\""))
+            })
+            .count()
+    };
+    for host in hosts {
+        assert_eq!(applied(host), 1, "{host}:\n{}", controller.log_text());
+    }
+    assert_eq!(applied("more.xdns.example.com"), 1);
+
+    // The Ingresses go: so do the objects.
+    rt.block_on(delete_ingress(cluster, &apps, "more"));
+    rt.block_on(delete_ingress(cluster, &apps, "shop"));
+    wait_for(
+        "deleting the external-dns objects",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                external_objects(&client, &release, &resource, &release)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            })
+        },
+    );
+    // The chart's own proxy Service, in the same namespace, is not ours to delete.
+    rt.block_on(install.proxy_ip(cluster));
+    assert_no_refusal(&controller);
+}
+
+#[test]
+fn external_dns_mode_writes_dnsendpoints_the_real_crd_accepts() {
+    external_dns_mode("dnsendpoint");
+}
+
+#[test]
+fn external_dns_mode_writes_headless_services_the_real_server_accepts() {
+    external_dns_mode("service");
+}
+
+// ---------------------------------------------------------------------------------------------
+// cleanup
+
+/// The parts of a ConfigMap a user owns.
+fn user_view(cm: &ConfigMap) -> Value {
+    json!({
+        "data": cm.data,
+        "binaryData": cm.binary_data,
+        "labels": cm.metadata.labels,
+        "annotations": cm.metadata.annotations,
+    })
+}
+
+#[test]
+fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let release = "modes-cleanup";
+    let dns = format!("{release}-dns");
+    let apps = format!("{release}-apps");
+    let install = Install::render(
+        release,
+        &[
+            format!("controller.coredns.namespace={dns}"),
+            "controller.coredns.configmap=coredns-cleanup".into(),
+            format!("controller.nodeLocalDns.namespace={dns}"),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ],
+    );
+    let dir = temp_dir("controller-cleanup");
+    let rt = runtime();
+    // CRLF line ends, a label, an annotation and a second key: what a byte-level editor could
+    // lose, all compared after the cleanup.
+    let corefile = std::fs::read_to_string(corefile_fixture("crlf.Corefile")).unwrap();
+    assert!(corefile.contains("\r\n"));
+    let before = rt.block_on(async {
+        cluster.ensure_namespace(&dns).await;
+        cluster
+            .apply_yaml(
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": "coredns-cleanup", "namespace": dns,
+                        "labels": {"k8s-app": "kube-dns"},
+                        "annotations": {"example.com/owner": "platform"},
+                    },
+                    "data": {"Corefile": corefile, "extra.server": "example.org:53 {\n    whoami\n}\n"},
+                })
+                .to_string(),
+            )
+            .await;
+        install.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        ingress(cluster, &apps, "shop", &["shop.cleanup.example.com"]).await;
+        Api::<ConfigMap>::namespaced(cluster.admin().await, &dns)
+            .get("coredns-cleanup")
+            .await
+            .unwrap()
+    });
+
+    let mut controller = rt
+        .block_on(run_controller(
+            cluster,
+            &install,
+            &install.controller_args(),
+            dir.path(),
+            "a",
+        ))
+        .0;
+    let written = wait_for(
+        "writing the block",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-cleanup", "Corefile").await?;
+                text.contains(BEGIN).then_some(text)
+            })
+        },
+    );
+    assert!(answers(&written, "shop.cleanup.example.com"), "{written}");
+    assert_no_refusal(&controller);
+    // Uninstalled: the Deployment's pods are gone before the post-delete hook runs.
+    drop(controller);
+
+    // The hook's command, as its own ServiceAccount (bound to the hook's Role only).
+    let kubeconfig = rt.block_on(cluster.service_account_kubeconfig(
+        release,
+        &format!("{}-cleanup", install.fullname()),
+        dir.path(),
+    ));
+    let cleanup = |kubeconfig: &Path| {
+        let mut cmd = crate::common::command("cleanup");
+        cmd.args(install.cleanup_args())
+            .arg("--kubeconfig")
+            .arg(kubeconfig);
+        crate::common::run(&mut cmd, None)
+    };
+    let out = cleanup(&kubeconfig);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let after = rt.block_on(async {
+        Api::<ConfigMap>::namespaced(cluster.admin().await, &dns)
+            .get("coredns-cleanup")
+            .await
+            .unwrap()
+    });
+    assert_eq!(user_view(&after), user_view(&before));
+    assert_eq!(
+        after.data.as_ref().unwrap()["Corefile"].as_bytes(),
+        corefile.as_bytes()
+    );
+
+    // Run again (a retried hook): nothing to remove, and no write at all.
+    let out = cleanup(&kubeconfig);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("nothing to remove"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let again = rt.block_on(async {
+        Api::<ConfigMap>::namespaced(cluster.admin().await, &dns)
+            .get("coredns-cleanup")
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        again.metadata.resource_version,
+        after.metadata.resource_version
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// two replicas
+
+/// The Lease's holder, if any.
+async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+const ACQUIRED: &str = "acquired the lease";
+const WROTE: &str = "wrote DNS configuration";
+
+#[test]
+fn two_replicas_on_one_lease_one_writes_and_the_other_takes_over() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let release = "modes-ha";
+    let dns = format!("{release}-dns");
+    let apps = format!("{release}-apps");
+    let install = Install::render(
+        release,
+        &[
+            "controller.replicas=2".into(),
+            format!("controller.coredns.namespace={dns}"),
+            "controller.coredns.configmap=coredns-ha".into(),
+            format!("controller.nodeLocalDns.namespace={dns}"),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ],
+    );
+    let lease = format!("{}-controller", install.fullname());
+    let args = install.controller_args();
+    assert!(args.contains(&format!("--lease-name={lease}")), "{args:?}");
+    let dir = temp_dir("controller-ha");
+    let rt = runtime();
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let (mut a, b) = rt.block_on(async {
+        cluster.ensure_namespace(&dns).await;
+        cluster
+            .apply_yaml(
+                &json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "coredns-ha", "namespace": dns},
+                    "data": {"Corefile": kubeadm},
+                })
+                .to_string(),
+            )
+            .await;
+        install.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        ingress(cluster, &apps, "one", &["one.ha.example.com"]).await;
+        // Two pods of one Deployment: same arguments, same ServiceAccount.
+        let a = run_controller(cluster, &install, &args, dir.path(), "replica-a")
+            .await
+            .0;
+        let b = run_controller(cluster, &install, &args, dir.path(), "replica-b")
+            .await
+            .0;
+        (a, b)
+    });
+    let holder = wait_for("taking the lease", &mut a, Duration::from_secs(60), || {
+        rt.block_on(async {
+            let client = cluster.admin().await;
+            lease_holder(&client, release, &lease).await
+        })
+    });
+    let (mut leader, mut standby) = if holder.starts_with("replica-a-") {
+        (a, b)
+    } else {
+        assert!(holder.starts_with("replica-b-"), "holder {holder}");
+        (b, a)
+    };
+    wait_for(
+        "writing the block",
+        &mut leader,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-ha", "Corefile").await?;
+                answers(&text, "one.ha.example.com").then_some(())
+            })
+        },
+    );
+    // A change while both run: the leader writes it, the standby only watches.
+    rt.block_on(ingress(cluster, &apps, "two", &["two.ha.example.com"]));
+    wait_for(
+        "writing the change",
+        &mut leader,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-ha", "Corefile").await?;
+                answers(&text, "two.ha.example.com").then_some(())
+            })
+        },
+    );
+    assert!(standby.running(), "{}", standby.tail());
+    let leader_log = leader.log_text();
+    assert!(leader_log.contains(ACQUIRED), "{leader_log}");
+    assert!(leader_log.contains(WROTE), "{leader_log}");
+    let standby_log = standby.log_text();
+    assert!(!standby_log.contains(ACQUIRED), "{standby_log}");
+    assert!(!standby_log.contains(WROTE), "{standby_log}");
+    assert_eq!(
+        rt.block_on(async { lease_holder(&cluster.admin().await, release, &lease).await }),
+        Some(holder.clone())
+    );
+    assert_no_refusal(&leader);
+    assert_no_refusal(&standby);
+
+    // The leader dies without releasing (SIGKILL, as a node failure): the standby takes the
+    // Lease once it expires and writes the next change.
+    drop(leader);
+    rt.block_on(ingress(cluster, &apps, "three", &["three.ha.example.com"]));
+    wait_for(
+        "taking over and writing the change",
+        &mut standby,
+        Duration::from_secs(90),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-ha", "Corefile").await?;
+                answers(&text, "three.ha.example.com").then_some(())
+            })
+        },
+    );
+    let new_holder = rt
+        .block_on(async { lease_holder(&cluster.admin().await, release, &lease).await })
+        .unwrap();
+    assert_ne!(new_holder, holder);
+    assert!(
+        new_holder.starts_with(&standby.name["controller ".len()..]),
+        "{new_holder} is not {}",
+        standby.name
+    );
+    let standby_log = standby.log_text();
+    assert!(standby_log.contains(ACQUIRED), "{standby_log}");
+    assert!(standby_log.contains(WROTE), "{standby_log}");
+    assert_no_refusal(&standby);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway API
+
+fn gateway_crds() -> Option<PathBuf> {
+    binary("crds/gateway-api-standard")
+}
+
+#[test]
+fn gateway_api_crds_installed_while_the_controller_runs_are_picked_up() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let Some(crds) = gateway_crds() else {
+        return;
+    };
+    let release = "modes-gw";
+    let dns = format!("{release}-dns");
+    let apps = format!("{release}-apps");
+    let install = Install::render(
+        release,
+        &[
+            "controller.mode=coredns-import".into(),
+            "controller.gatewayApi=true".into(),
+            format!("controller.corednsImport.namespace={dns}"),
+            "controller.corednsImport.configmap=coredns-custom-gw".into(),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ],
+    );
+    let key = "ouroboros.override";
+    let dir = temp_dir("controller-gw");
+    let rt = runtime();
+    let mut controller = rt.block_on(async {
+        cluster.ensure_namespace(&dns).await;
+        install.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        ingress(cluster, &apps, "shop", &["shop.gw.example.com"]).await;
+        run_controller(
+            cluster,
+            &install,
+            &install.controller_args(),
+            dir.path(),
+            "a",
+        )
+        .await
+        .0
+    });
+
+    // Without the CRDs it still writes the Ingress's name (the missing kinds count as empty).
+    wait_for(
+        "writing the Ingress's name",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-custom-gw", key).await?;
+                answers(&text, "shop.gw.example.com").then_some(())
+            })
+        },
+    );
+    // Several retries of the missing kinds' lists (the backoff starts under a second): each
+    // kind is reported once, not once per retry.
+    std::thread::sleep(Duration::from_secs(8));
+    let missing = |log: &str, resource: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(&format!(
+                    "gateway.networking.k8s.io/{resource} is not served"
+                ))
+            })
+            .count()
+    };
+    let log = controller.log_text();
+    for resource in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+        assert_eq!(missing(&log, resource), 1, "{resource}:\n{log}");
+    }
+    // The real server's 404 for a group it does not serve is plain text, not a Status: kube's
+    // client warned about each one, every retry, before our filter dropped those warnings.
+    assert!(!log.contains("\"target\":\"kube_client"), "{log}");
+
+    // Installed while it runs: a route's hostnames are hairpinned.
+    rt.block_on(async {
+        cluster.install_crds(&crds).await;
+        for doc in [
+            json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "modes-gw"},
+                "spec": {"controllerName": "example.com/gateway-controller"},
+            }),
+            json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "edge", "namespace": apps},
+                "spec": {"gatewayClassName": "modes-gw", "listeners": [{
+                    "name": "https", "protocol": "HTTPS", "port": 443,
+                    "hostname": "*.gateway.gw.example.com",
+                    "tls": {"certificateRefs": [{"name": "edge-tls"}]},
+                }]},
+            }),
+            json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "store", "namespace": apps},
+                "spec": {
+                    "parentRefs": [{"name": "edge"}],
+                    "hostnames": ["store.gw.example.com"],
+                    "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
+                },
+            }),
+        ] {
+            cluster.apply_yaml(&doc.to_string()).await;
+        }
+    });
+    let text = wait_for(
+        "writing the route's and the Gateway's names",
+        &mut controller,
+        Duration::from_secs(90),
+        || {
+            rt.block_on(async {
+                let client = cluster.admin().await;
+                let text = configmap_text(&client, &dns, "coredns-custom-gw", key).await?;
+                (answers(&text, "store.gw.example.com")
+                    && answers(&text, "www.gateway.gw.example.com"))
+                .then_some(text)
+            })
+        },
+    );
+    assert!(answers(&text, "shop.gw.example.com"), "{text}");
+    let log = controller.log_text();
+    assert!(log.contains("the CRD is installed now"), "{log}");
+    for resource in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+        assert_eq!(missing(&log, resource), 1, "{resource}:\n{log}");
+    }
+    assert_no_refusal(&controller);
+}
