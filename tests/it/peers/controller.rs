@@ -176,13 +176,11 @@ fn controller_with_the_charts_rbac_writes_a_corefile_real_coredns_answers() {
         "{reasons:?}"
     );
 
-    // Nothing the API server refused: no 403 and no warning in the whole log.
+    // Nothing the API server refused and no error in the whole log. The server's refusal and
+    // our hint both say "forbidden"; a bare "403" would match ports and timestamps.
     let log = controller.log_text();
     for line in log.lines() {
-        assert!(
-            !line.contains("403") && !line.contains("forbidden"),
-            "refused by RBAC: {line}"
-        );
+        assert!(!line.contains("forbidden"), "refused by RBAC: {line}");
         assert!(!line.contains("\"level\":\"ERROR\""), "{line}");
     }
 

@@ -209,6 +209,8 @@ fn doctor(cluster: &Cluster) -> (i32, serde_json::Value) {
             &format!("--proxy-service-namespace={NAMESPACE}"),
             &format!("--ingress-controller-service={NAMESPACE}/ingress-nginx-controller"),
             "--leader-elect=false",
+            // Other tests' Ingresses share the cluster.
+            &format!("--include-namespace={NAMESPACE}"),
         ]);
     let out = crate::common::run(&mut cmd, None);
     let report = serde_json::from_str(&out.stdout)
@@ -452,6 +454,8 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
             &format!("--proxy-service-namespace={NAMESPACE}"),
             &format!("--ingress-controller-service={NAMESPACE}/ingress-nginx-controller"),
             "--leader-elect=false",
+            // Other tests' Ingresses share the cluster.
+            &format!("--include-namespace={NAMESPACE}"),
             "--debounce=100ms",
             &format!("--listen-health={health}"),
         ]);
