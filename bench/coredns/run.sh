@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# What our block costs real CoreDNS: queries per second and CPU per query under dnsperf, at
+# SIZES varied hostnames, with the block against the same CoreDNS and Corefile without it, in
+# the same run; cache warm (`cache 30`, as kubeadm's Corefile) and cold (no cache plugin, every
+# query takes the full path). Query classes: in-cluster names (answered by `hosts`, which comes
+# after `template` in CoreDNS's plugin order, as `kubernetes` does), hairpinned hits, misses in a
+# covered zone, and names outside every covered zone (both forwarded to a second CoreDNS standing
+# in for the public DNS). Also the Go heap in use after the runs, from CoreDNS's metrics.
+#
+# Needs: CoreDNS from .ci/peers/build.sh, dnsperf (apt-get install dnsperf), python3, cargo.
+# CoreDNS runs on CPU 0, dnsperf and the upstream on CPU 1. Not part of CI: see bench/README.md.
+#
+# Settings (environment): SIZES="1000 10000 30000"  DURATION=5 (seconds per dnsperf run)
+#   CLIENTS=4 (dnsperf -c)  COREDNS=.ci/peers/bin/coredns  OUROBOROS_BIN=(cargo build, debug:
+#   only `render` runs)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+SIZES=${SIZES:-"1000 10000 30000"}
+DURATION=${DURATION:-5}
+CLIENTS=${CLIENTS:-4}
+COREDNS=${COREDNS:-$root/.ci/peers/bin/coredns}
+
+[[ -x $COREDNS ]] || { echo "no CoreDNS at $COREDNS: run .ci/peers/build.sh coredns" >&2; exit 1; }
+command -v dnsperf >/dev/null || { echo "dnsperf is missing: apt-get install dnsperf" >&2; exit 1; }
+if [[ -z ${OUROBOROS_BIN:-} ]]; then
+    (cd "$root" && cargo build --quiet --bin ouroboros)
+    OUROBOROS_BIN=$root/target/debug/ouroboros
+fi
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [[ -n ${KEEP:-} ]] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# The public DNS: every name has an A and an AAAA record.
+up_port=$(free_port)
+cat >"$tmp/upstream.Corefile" <<EOF
+.:$up_port {
+    template IN A . {
+        answer "{{ .Name }} 60 IN A 198.51.100.7"
+    }
+    template IN AAAA . {
+        answer "{{ .Name }} 60 IN AAAA 2001:db8::7"
+    }
+}
+EOF
+taskset -c 1 "$COREDNS" -conf "$tmp/upstream.Corefile" >"$tmp/upstream.log" 2>&1 &
+pids+=($!)
+
+clk=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# ready PORT: waits until CoreDNS on PORT answers (30,000 names take a few seconds to compile).
+echo "probe.test A" >"$tmp/probe.txt"
+ready() {
+    local port=$1
+    for _ in $(seq 1 300); do
+        if dnsperf -s 127.0.0.1 -p "$port" -d "$tmp/probe.txt" -n 1 -t 1 2>/dev/null | grep -q 'Queries completed: *1 '; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "CoreDNS on port $port did not answer" >&2
+    return 1
+}
+
+results="$tmp/results.tsv"
+printf 'size\tcache\tvariant\tclass\tqps\tcpu_us_per_query\n' >"$results"
+heaps="$tmp/heaps.tsv"
+: >"$heaps"
+
+for size in $SIZES; do
+    d="$tmp/$size"
+    mkdir -p "$d"
+    python3 "$root/bench/coredns/names.py" "$size" "$d"
+    for cache in warm cold; do
+        port=$(free_port)
+        metrics=$(free_port)
+        cache_line=""
+        [[ $cache == warm ]] && cache_line="cache 30"
+        cat >"$d/base.Corefile" <<EOF
+.:$port {
+    errors
+    hosts $d/cluster-hosts {
+        fallthrough
+    }
+    prometheus 127.0.0.1:$metrics
+    forward . 127.0.0.1:$up_port
+    $cache_line
+    loadbalance
+}
+EOF
+        "$OUROBOROS_BIN" render coredns --corefile "$d/base.Corefile" --proxy-ip 10.96.0.20 \
+            --proxy-ip fd00:10:96::20 "$d/ingress.json" >"$d/with.Corefile" 2>"$d/render.log"
+        for variant in without with; do
+            conf="$d/base.Corefile"
+            [[ $variant == with ]] && conf="$d/with.Corefile"
+            start=$(date +%s.%N)
+            taskset -c 0 "$COREDNS" -conf "$conf" >"$d/$variant-$cache.log" 2>&1 &
+            pid=$!
+            pids+=("$pid")
+            ready "$port"
+            load_s=$(echo "$(date +%s.%N) - $start" | bc)
+            for class in cluster hits covered outside; do
+                # A warm-up pass, then the measured one.
+                taskset -c 1 dnsperf -s 127.0.0.1 -p "$port" -d "$d/$class.txt" -l 1 -c "$CLIENTS" >/dev/null 2>&1 || true
+                t0=$(cpu_ticks "$pid")
+                out=$(taskset -c 1 dnsperf -s 127.0.0.1 -p "$port" -d "$d/$class.txt" -l "$DURATION" -c "$CLIENTS" 2>&1)
+                t1=$(cpu_ticks "$pid")
+                done_n=$(awk '/Queries completed:/ {print $3}' <<<"$out")
+                qps=$(awk '/Queries per second:/ {print $4}' <<<"$out")
+                us=$(echo "scale=2; ($t1 - $t0) * 1000000 / $clk / $done_n" | bc)
+                printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$cache" "$variant" "$class" "$qps" "$us" >>"$results"
+                echo "size=$size cache=$cache $variant $class: $qps q/s, $us us CPU/query" >&2
+            done
+            heap=$(curl -s "http://127.0.0.1:$metrics/metrics" | awk '/^go_memstats_heap_inuse_bytes/ {print $2}')
+            printf '%s\t%s\t%s\t%s\t%s\n' "$size" "$cache" "$variant" "$heap" "$load_s" >>"$heaps"
+            kill "$pid"
+            wait "$pid" 2>/dev/null || true
+        done
+        echo "size=$size: Corefile with the block $(wc -c <"$d/with.Corefile") bytes" >&2
+    done
+done
+
+# The report: each class with the block as a ratio of the same CoreDNS without it.
+python3 - "$results" "$heaps" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+key = lambda r: (r["size"], r["cache"], r["class"])
+base = {key(r): r for r in rows if r["variant"] == "without"}
+print("| names | cache | query class | q/s without | q/s with | ratio | CPU µs/query without | with | ratio |")
+print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    if r["variant"] != "with":
+        continue
+    b = base[key(r)]
+    q0, q1 = float(b["qps"]), float(r["qps"])
+    c0, c1 = float(b["cpu_us_per_query"]), float(r["cpu_us_per_query"])
+    print(f"| {r['size']} | {r['cache']} | {r['class']} | {q0:,.0f} | {q1:,.0f} | {q1/q0:.2f} | {c0:.1f} | {c1:.1f} | {c1/c0:.2f} |")
+print()
+print("| names | cache | heap in use without (MiB) | with (MiB) | extra (MiB) | start-up with (s) |")
+print("|---:|---|---:|---:|---:|---:|")
+heaps = {}
+for size, cache, variant, heap, load in csv.reader(open(sys.argv[2]), delimiter="\t"):
+    heaps.setdefault((size, cache), {})[variant] = (float(heap), float(load))
+for (size, cache), v in heaps.items():
+    h0, h1 = v["without"][0] / 2**20, v["with"][0] / 2**20
+    print(f"| {size} | {cache} | {h0:.1f} | {h1:.1f} | {h1-h0:.1f} | {v['with'][1]:.1f} |")
+PY
