@@ -123,8 +123,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start() -> Upstream {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tcp = TcpListener::bind(udp.local_addr().unwrap()).unwrap();
+        let (udp, tcp) = bind_pair();
         Upstream::serve(udp, tcp, UPSTREAM_A)
     }
 
@@ -176,6 +175,19 @@ impl Upstream {
         );
         self.asked.lock().unwrap().contains(&want)
     }
+}
+
+/// A UDP socket and a TCP listener on one free port of 127.0.0.1 (in this thread's network
+/// namespace). The port the OS gives the UDP socket may be taken for TCP by another test: then
+/// another port.
+pub fn bind_pair() -> (UdpSocket, TcpListener) {
+    for _ in 0..100 {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        if let Ok(tcp) = TcpListener::bind(udp.local_addr().unwrap()) {
+            return (udp, tcp);
+        }
+    }
+    panic!("no port of 127.0.0.1 free for both UDP and TCP in 100 tries");
 }
 
 fn answer(query: &[u8], a: Ipv4Addr, log: &Mutex<Vec<(String, String)>>) -> Option<Vec<u8>> {

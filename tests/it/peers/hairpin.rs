@@ -18,7 +18,7 @@
 //!    the controller leaves the name out, and the request goes through the load balancer, again
 //!    with the pod's address.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
@@ -381,11 +381,7 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
             "--healthz-bind-address=127.0.0.1:10256",
         ]);
     let mut kube_proxy = spawn("kube-proxy", kp, &dir.path().join("kube-proxy.log"));
-    let upstream = node.run(|| {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tcp = TcpListener::bind(udp.local_addr().unwrap()).unwrap();
-        (udp, tcp)
-    });
+    let upstream = node.run(super::dns::bind_pair);
     let upstream = Upstream::serve(upstream.0, upstream.1, LB_IP.parse::<Ipv4Addr>().unwrap());
     let dns_dir = path("coredns");
     let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
