@@ -55,41 +55,39 @@ fn run(cmd: &mut Command) {
 /// its own anchor), and the service-account signing key pair, with openssl.
 fn pki(dir: &Path) {
     let openssl = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
+    // `openssl req` making a new P-256 key, unencrypted, into KEY, then ARGS.
+    let req = |key: &str, args: &[&str]| {
+        let mut all = vec![
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ];
+        all.extend(["-nodes", "-keyout", key]);
+        all.extend(args);
+        openssl(&all)
+    };
+    req(
         "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "7",
-        "-subj",
-        "/CN=ouroboros-test-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
+        &[
+            "-x509",
+            "-out",
+            "ca.crt",
+            "-days",
+            "7",
+            "-subj",
+            "/CN=ouroboros-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    req(
         "serving.key",
-        "-out",
-        "serving.csr",
-        "-subj",
-        "/CN=kube-apiserver",
-    ]);
+        &["-out", "serving.csr", "-subj", "/CN=kube-apiserver"],
+    );
     std::fs::write(
         dir.join("serving.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\

@@ -64,6 +64,14 @@ fn proxy_args(dual_stack: bool) -> Vec<&'static str> {
     args
 }
 
+/// `ouroboros render coredns` of `corefile` with the template block for `manifests`.
+fn render_block(corefile: &Path, dual_stack: bool, manifests: &Path) -> crate::common::Output {
+    let mut args = vec!["coredns", "--corefile", corefile.to_str().unwrap()];
+    args.extend(proxy_args(dual_stack));
+    args.push(manifests.to_str().unwrap());
+    run(command("render").args(&args), None)
+}
+
 /// The fixed ports and files of a real Corefile moved where a test can run it: every server
 /// block's port 53 (or 5353) to `port`, `health`, `ready` and `prometheus` to ports of their own,
 /// `bind` to 127.0.0.1, every `forward` to the stub upstream, node-local-dns's placeholders filled
@@ -121,6 +129,7 @@ pub fn runnable_on(
             format!("${{1}}forward . {upstream} "),
         ),
         (r"__PILLAR__DNS__DOMAIN__", "cluster.local".to_string()),
+        (r"__PILLAR__LOCAL__DNS__", "127.0.0.1".to_string()),
         (
             r"(?m)^(\s*)import (?:/etc/coredns/)?custom/",
             format!("${{1}}import {}/custom/", dir.display()),
@@ -346,10 +355,7 @@ fn template_block_in_the_root_block_answers_a_and_aaaa_only() {
     for version in VERSIONS {
         let Some(bin) = binary(version) else { return };
         for dual_stack in [false, true] {
-            let mut args = vec!["coredns", "--corefile", kubeadm.to_str().unwrap()];
-            args.extend(proxy_args(dual_stack));
-            args.push(manifests.to_str().unwrap());
-            let corefile = render(&args);
+            let corefile = ok(render_block(&kubeadm, dual_stack, &manifests));
             assert!(corefile.contains("template IN A"), "{corefile}");
             let what = format!("{version} root block dual_stack={dual_stack}");
             let dns = scene.coredns(&bin, &format!("{version}-{dual_stack}"), &corefile);
@@ -396,17 +402,7 @@ fn node_local_dns_corefile_with_our_block_answers_the_same() {
         let path = corefile_fixture(fixture);
         for version in VERSIONS {
             let Some(bin) = binary(version) else { return };
-            let mut args = vec!["coredns", "--corefile", path.to_str().unwrap()];
-            args.extend(proxy_args(true));
-            args.push(manifests.to_str().unwrap());
-            let corefile = render(&args);
-            // node-cache fills these in from its flags; the local address is the bind address.
-            let corefile = corefile
-                .replace(
-                    "__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__",
-                    "127.0.0.1",
-                )
-                .replace("__PILLAR__LOCAL__DNS__", "127.0.0.1");
+            let corefile = ok(render_block(&path, true, &manifests));
             let dns = scene.coredns(&bin, &format!("{version}-{fixture}"), &corefile);
             check_answers(&dns, &scene.upstream, true, &format!("{version} {fixture}"));
         }
@@ -495,10 +491,7 @@ fn every_corefile_our_editor_accepts_loads_in_real_coredns() {
         if path.extension().is_none_or(|e| e != "Corefile") {
             continue;
         }
-        let mut args = vec!["coredns", "--corefile", path.to_str().unwrap()];
-        args.extend(proxy_args(true));
-        args.push(manifests.to_str().unwrap());
-        let out = run(command("render").args(&args), None);
+        let out = render_block(&path, true, &manifests);
         if out.code != 0 {
             // Refused by our editor (the bad/ fixtures live elsewhere): never reaches CoreDNS.
             assert_eq!(
@@ -509,13 +502,7 @@ fn every_corefile_our_editor_accepts_loads_in_real_coredns() {
             );
             continue;
         }
-        let corefile = out
-            .stdout
-            .replace(
-                "__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__",
-                "127.0.0.1",
-            )
-            .replace("__PILLAR__LOCAL__DNS__", "127.0.0.1");
+        let corefile = out.stdout;
         let fixture = path.file_name().unwrap().to_string_lossy().into_owned();
         for version in VERSIONS {
             let Some(bin) = binary(version) else { return };
