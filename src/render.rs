@@ -16,8 +16,10 @@ use clap::{Args, Subcommand};
 use crate::controller::args::{AnswerForm, RecordArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, TargetRule};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
+use crate::dns::args::VIEW_NEEDS_COREFILE;
 use crate::dns::etc_hosts::HostsGroup;
 use crate::dns::plan::Plan;
+use crate::dns::write::apply::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::dns::{self, external, ProxyFqdn};
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
@@ -70,8 +72,10 @@ pub struct Input {
 /// How `render coredns` and `render coredns-import` answer: the controller's flags.
 #[derive(Args, Debug, Clone)]
 pub struct AnswerArgs {
-    /// `template` (A/AAAA answers with --proxy-ip, every other query type left public) or
-    /// `rewrite` (`rewrite name` lines to --proxy-fqdn; wildcards need CoreDNS 1.8.4+).
+    /// `template` (A/AAAA answers with --proxy-ip, every other query type left public), `view`
+    /// (the same answers from server blocks of their own, for thousands of names; coredns only,
+    /// CoreDNS 1.10+) or `rewrite` (`rewrite name` lines to --proxy-fqdn; wildcards need
+    /// CoreDNS 1.8.4+).
     #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
     pub coredns_answer: AnswerForm,
 
@@ -95,19 +99,44 @@ pub struct AnswerArgs {
         value_parser = ProxyFqdn::parse
     )]
     pub proxy_fqdn: ProxyFqdn,
+
+    /// Print the result even when it is larger than the 1 MiB a ConfigMap's data may hold
+    /// (which the API server refuses): a warning instead of an error (exit 1, nothing printed).
+    #[arg(long, env = "OUROBOROS_RENDER_ALLOW_OVERSIZE")]
+    pub allow_oversize: bool,
 }
 
 impl AnswerArgs {
+    /// Refuses (or with --allow-oversize, warns about) a `what` that no ConfigMap can hold.
+    fn fits_configmap(&self, text: &str, what: &str) -> anyhow::Result<()> {
+        let bytes = text.len();
+        if bytes <= MAX_CONFIGMAP_DATA {
+            return Ok(());
+        }
+        let message = format!(
+            "the rendered {what} is {bytes} bytes, over the {MAX_CONFIGMAP_DATA} bytes a \
+             ConfigMap's data may hold, so the API server would refuse it. Ways out: \
+             {TOO_LARGE_WAYS_OUT}"
+        );
+        if self.allow_oversize {
+            tracing::warn!(bytes, limit = MAX_CONFIGMAP_DATA, "{message}");
+            return Ok(());
+        }
+        Err(anyhow::anyhow!(
+            "{message}. Nothing was printed (--allow-oversize prints it anyway)"
+        ))
+    }
+
     /// The answer for a non-empty host set; a missing --proxy-ip is a usage error (exit 64).
     fn answer(&self, hosts: &BTreeSet<Hostname>) -> anyhow::Result<Answer> {
         match self.coredns_answer {
             AnswerForm::Rewrite => Ok(Answer::Rewrite(self.proxy_fqdn.clone())),
-            AnswerForm::Template => match ProxyAddrs::new(&self.proxy_ips) {
-                Some(a) => Ok(Answer::Template(a)),
+            form => match ProxyAddrs::new(&self.proxy_ips).and_then(|a| form.with_addrs(a)) {
+                Some(a) => Ok(a),
                 // Nothing is rendered for an empty set, so any answer will do.
                 None if hosts.is_empty() => Ok(Answer::Rewrite(self.proxy_fqdn.clone())),
                 None => Err(UsageError::err(
-                    "--proxy-ip is required with --coredns-answer template (the default): \
+                    "--proxy-ip is required with --coredns-answer template (the default) or view: \
                      pass the proxy Service's ClusterIPs (kubectl -n ouroboros get service \
                      ouroboros-proxy -o jsonpath='{.spec.clusterIPs}'), or use \
                      --coredns-answer rewrite",
@@ -216,16 +245,22 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
                     "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
                 );
             }
+            a.proxy.fits_configmap(&edit.text, "Corefile")?;
             tracing::info!(
                 hosts = hosts.len(),
                 changed = edit.changed,
+                bytes = edit.text.len(),
                 "rendered the Corefile"
             );
             edit.text
         }
         Target::CorednsImport(a) => {
+            if a.proxy.coredns_answer == AnswerForm::View {
+                return Err(UsageError::err(VIEW_NEEDS_COREFILE));
+            }
             let placed = desired_hosts(&a.input, &[])?;
             let text = dns::coredns_import::render_groups(&groups(&placed.rules(&a.proxy)?));
+            a.proxy.fits_configmap(&text, "import snippet")?;
             tracing::info!(
                 hosts = placed.plan.hosts.len(),
                 "rendered the CoreDNS import snippet"
@@ -437,10 +472,11 @@ impl Placed {
             let answer = match t {
                 None => proxy.answer(&hosts)?,
                 Some(t) => match proxy.coredns_answer {
-                    AnswerForm::Template => Answer::Template(
+                    form @ (AnswerForm::Template | AnswerForm::View) => {
                         ProxyAddrs::new(proxy_ips(t, hosts.len())?)
-                            .ok_or_else(|| no_proxy_ip(t, hosts.len()))?,
-                    ),
+                            .and_then(|a| form.with_addrs(a))
+                            .ok_or_else(|| no_proxy_ip(t, hosts.len()))?
+                    }
                     AnswerForm::Rewrite => {
                         let (Some(ns), name) = &t.service else {
                             return Err(UsageError::err(format!(

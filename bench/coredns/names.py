@@ -1,11 +1,16 @@
 """Writes the inputs of bench/coredns/run.sh for N hostnames: an Ingress (JSON) with N varied
 names (unrelated pronounceable labels, one to three under registrable domains of a dozen public
 suffixes, customers' apexes and their www.; deterministic), and dnsperf query files:
-hits (the names), covered (a near miss in the same zone of each), outside (names under a zone
+hits (the names), covered (a near miss in the same zone of each), neighbour (names of other
+registrable domains under the same public suffixes), outside (names under a top-level domain
 the block does not cover) and cluster (in-cluster Service names, answered by `hosts`).
 
-Usage: names.py N DIR
+SHAPE=varied (default): 1-3 labels under about N/15 customer domains, their apexes and www.
+SHAPE=apex: www. under N customer apex domains.
+
+Usage: [SHAPE=varied|apex] names.py N DIR
 """
+import os
 import json
 import random
 import sys
@@ -28,6 +33,10 @@ def label(rng):
 def names(n, seed=7):
     rng = random.Random(seed)
     out, domain = set(), None
+    if os.environ.get("SHAPE", "varied") == "apex":
+        while len(out) < n:
+            out.add(f"www.{label(rng)}.{rng.choice(SUFFIXES)}")
+        return sorted(out)
     while len(out) < n:
         if domain is None or rng.randrange(15) == 0:
             domain = f"{label(rng)}.{rng.choice(SUFFIXES)}"
@@ -61,6 +70,7 @@ def main():
     files = {
         "hits": [f"{h} A" for h in sample],
         "covered": [f"x{h} A" for h in sample],
+        "neighbour": [f"host{i}.unrelated-{i % 50}.{SUFFIXES[i % len(SUFFIXES)]} A" for i in range(5000)],
         "outside": [f"host{i}.unrelated-{i % 50}.test A" for i in range(5000)],
         "cluster": [f"svc{i}.ns{i % 20}.svc.cluster.local A" for i in range(1000)],
     }

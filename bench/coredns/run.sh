@@ -2,20 +2,24 @@
 # What our block costs real CoreDNS: queries per second and CPU per query under dnsperf, at
 # SIZES varied hostnames, with the block against the same CoreDNS and Corefile without it, in
 # the same run; cache warm (`cache 30`, as kubeadm's Corefile) and cold (no cache plugin, every
-# query takes the full path). Query classes: in-cluster names (answered by `hosts`, which comes
-# after `template` in CoreDNS's plugin order, as `kubernetes` does), hairpinned hits, misses in a
-# covered zone, and names outside every covered zone (both forwarded to a second CoreDNS standing
-# in for the public DNS). Also the Go heap in use after the runs, from CoreDNS's metrics.
+# query takes the full path), for each of FORMS (--coredns-answer: the template pair, the view
+# form's server blocks). Query classes: in-cluster names (answered by `hosts`, which comes after
+# `template` in CoreDNS's plugin order, as `kubernetes` does), hairpinned hits, misses in a
+# covered zone, other domains under the same public suffixes, and names under a top-level
+# domain no name has (all forwarded to a second CoreDNS standing in for the public DNS). Also the
+# Go heap in use after the runs, from CoreDNS's metrics.
 #
 # Needs: CoreDNS from .ci/peers/build.sh, dnsperf (apt-get install dnsperf), python3, cargo.
 # CoreDNS runs on CPU 0, dnsperf and the upstream on CPU 1. Not part of CI: see bench/README.md.
 #
-# Settings (environment): SIZES="1000 10000 30000"  DURATION=5 (seconds per dnsperf run)
+# Settings (environment): SIZES="1000 10000 30000"  FORMS="template view"
+#   DURATION=5 (seconds per dnsperf run)
 #   CLIENTS=4 (dnsperf -c)  COREDNS=.ci/peers/bin/coredns  OUROBOROS_BIN=(cargo build, debug:
 #   only `render` runs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 SIZES=${SIZES:-"1000 10000 30000"}
+FORMS=${FORMS:-"template view"}
 DURATION=${DURATION:-5}
 CLIENTS=${CLIENTS:-4}
 COREDNS=${COREDNS:-$root/.ci/peers/bin/coredns}
@@ -97,18 +101,23 @@ for size in $SIZES; do
     loadbalance
 }
 EOF
-        "$OUROBOROS_BIN" render coredns --corefile "$d/base.Corefile" --proxy-ip 10.96.0.20 \
-            --proxy-ip fd00:10:96::20 "$d/ingress.json" >"$d/with.Corefile" 2>"$d/render.log"
-        for variant in without with; do
+        # --allow-oversize: the template pair's 30,000 names do not fit a ConfigMap, but what
+        # they cost CoreDNS is measured all the same.
+        for form in $FORMS; do
+            "$OUROBOROS_BIN" render coredns --corefile "$d/base.Corefile" --proxy-ip 10.96.0.20 \
+                --proxy-ip fd00:10:96::20 --coredns-answer "$form" --allow-oversize \
+                "$d/ingress.json" >"$d/$form.Corefile" 2>"$d/render-$form.log"
+        done
+        for variant in without $FORMS; do
             conf="$d/base.Corefile"
-            [[ $variant == with ]] && conf="$d/with.Corefile"
+            [[ $variant == without ]] || conf="$d/$variant.Corefile"
             start=$(date +%s.%N)
             taskset -c 0 "$COREDNS" -conf "$conf" >"$d/$variant-$cache.log" 2>&1 &
             pid=$!
             pids+=("$pid")
             ready "$port"
             load_s=$(echo "$(date +%s.%N) - $start" | bc)
-            for class in cluster hits covered outside; do
+            for class in cluster hits covered neighbour outside; do
                 # A warm-up pass, then the measured one.
                 taskset -c 1 dnsperf -s 127.0.0.1 -p "$port" -d "$d/$class.txt" -l 1 -c "$CLIENTS" >/dev/null 2>&1 || true
                 t0=$(cpu_ticks "$pid")
@@ -125,7 +134,9 @@ EOF
             kill "$pid"
             wait "$pid" 2>/dev/null || true
         done
-        echo "size=$size: Corefile with the block $(wc -c <"$d/with.Corefile") bytes" >&2
+        for form in $FORMS; do
+            echo "size=$size: Corefile with the $form block $(wc -c <"$d/$form.Corefile") bytes" >&2
+        done
     done
 done
 
@@ -135,22 +146,24 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 key = lambda r: (r["size"], r["cache"], r["class"])
 base = {key(r): r for r in rows if r["variant"] == "without"}
-print("| names | cache | query class | q/s without | q/s with | ratio | CPU µs/query without | with | ratio |")
-print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+print("| names | cache | query class | form | q/s without | q/s with | ratio | CPU µs/query without | with | ratio |")
+print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:
-    if r["variant"] != "with":
+    if r["variant"] == "without":
         continue
     b = base[key(r)]
     q0, q1 = float(b["qps"]), float(r["qps"])
     c0, c1 = float(b["cpu_us_per_query"]), float(r["cpu_us_per_query"])
-    print(f"| {r['size']} | {r['cache']} | {r['class']} | {q0:,.0f} | {q1:,.0f} | {q1/q0:.2f} | {c0:.1f} | {c1:.1f} | {c1/c0:.2f} |")
+    print(f"| {r['size']} | {r['cache']} | {r['class']} | {r['variant']} | {q0:,.0f} | {q1:,.0f} | {q1/q0:.2f} | {c0:.1f} | {c1:.1f} | {c1/c0:.2f} |")
 print()
-print("| names | cache | heap in use without (MiB) | with (MiB) | extra (MiB) | start-up with (s) |")
-print("|---:|---|---:|---:|---:|---:|")
+print("| names | cache | form | heap in use without (MiB) | with (MiB) | extra (MiB) | start-up with (s) |")
+print("|---:|---|---|---:|---:|---:|---:|")
 heaps = {}
 for size, cache, variant, heap, load in csv.reader(open(sys.argv[2]), delimiter="\t"):
     heaps.setdefault((size, cache), {})[variant] = (float(heap), float(load))
 for (size, cache), v in heaps.items():
-    h0, h1 = v["without"][0] / 2**20, v["with"][0] / 2**20
-    print(f"| {size} | {cache} | {h0:.1f} | {h1:.1f} | {h1-h0:.1f} | {v['with'][1]:.1f} |")
+    h0 = v["without"][0] / 2**20
+    for form, (heap, load) in v.items():
+        if form != "without":
+            print(f"| {size} | {cache} | {form} | {h0:.1f} | {heap / 2**20:.1f} | {heap / 2**20 - h0:.1f} | {load:.1f} |")
 PY

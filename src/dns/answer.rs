@@ -25,10 +25,34 @@
 //! 10,000 bytes CoreDNS 1.14 accepts) and is compiled into node-local-dns from 1.15.13, so the
 //! same text works in both (docs/coredns-answers.md has the sources).
 //!
+//! For large sets the opt-in `view` form scales where the pair cannot: each name costs its
+//! length and four bytes, and CoreDNS looks it up in a set instead of running patterns. It is
+//! one server block per top-level domain of the names, put before the root block, whose `view`
+//! lets through only A and AAAA queries for the hairpinned names:
+//!
+//! ```text
+//! com:53 {
+//!     view ouroboros {
+//!         expr type() in ['A','AAAA'] && (name() in ['shop.example.com.'] || name() matches '^[a-z0-9-]+[.]apps[.]example[.]com[.]$')
+//!     }
+//!     template IN A {
+//!         answer "{{ .Name }} 30 IN A 10.96.0.5"
+//!     }
+//!     template IN AAAA
+//! }
+//! ```
+//!
+//! CoreDNS routes a query to the server block of the longest matching zone whose `view` passes
+//! (core/dnsserver/server.go walks the name's labels, and a filtered block shares its zone with
+//! others), so every other query (another type, a name not in the set, a name under no listed
+//! top-level domain, in-cluster names included) goes on to the root block exactly as without
+//! ours; `expr` compiles a literal string list after `in` to a set. Needs CoreDNS 1.10 (`view`);
+//! node-local-dns does not compile `view` in, so its block keeps the pair.
+//!
 //! The opt-in alternative is the reference tool's `rewrite name` lines to the proxy Service's
 //! name, for who wants a name target; its wildcard lines need CoreDNS 1.8.4 (`answer auto`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -79,6 +103,11 @@ impl fmt::Display for ProxyAddrs {
 pub enum Answer {
     /// The A/AAAA `template` pair with these addresses (the default).
     Template(ProxyAddrs),
+    /// Server blocks of their own, one per top-level domain, whose `view` passes only A/AAAA
+    /// queries for the hairpinned names to a `template` pair with these addresses (opt-in, for
+    /// large sets). Where a block can only hold plugin lines (the import snippet,
+    /// node-local-dns), it is written as the [`Answer::Template`] pair.
+    View(ProxyAddrs),
     /// `rewrite name` lines to the proxy Service's FQDN (opt-in).
     Rewrite(ProxyFqdn),
 }
@@ -88,6 +117,7 @@ impl Answer {
     pub fn form(&self) -> &'static str {
         match self {
             Answer::Template(_) => "template",
+            Answer::View(_) => "view",
             Answer::Rewrite(_) => "rewrite",
         }
     }
@@ -137,6 +167,10 @@ pub fn oldest_coredns(hosts: &BTreeSet<Hostname>, answer: &Answer) -> (Version, 
             Version(1, 7, 0),
             "the `template` pair parses on every supported CoreDNS",
         ),
+        Answer::View(_) => (
+            Version(1, 10, 0),
+            "its server blocks use the `view` plugin, which CoreDNS has from 1.10.0",
+        ),
     }
 }
 
@@ -169,6 +203,7 @@ pub(crate) fn size_hint(groups: &[Group<'_>]) -> usize {
             let names: usize = g.hosts.iter().map(|h| h.as_str().len() + 4).sum();
             match g.answer {
                 Answer::Template(_) => 2 * names + 512,
+                Answer::View(_) => names + 4096,
                 Answer::Rewrite(fqdn) => g.hosts.len() * (fqdn.as_str().len() + 80),
             }
         })
@@ -184,7 +219,7 @@ pub(crate) fn size_hint(groups: &[Group<'_>]) -> usize {
 /// (docs/coredns-answers.md). Two wildcards never overlap (each covers one label).
 pub(crate) fn write(w: &mut Writer<'_>, groups: &[Group<'_>], unit: &str) {
     let write_one = |w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, answer: &Answer| match answer {
-        Answer::Template(addrs) => write_templates(w, hosts, addrs, unit),
+        Answer::Template(addrs) | Answer::View(addrs) => write_templates(w, hosts, addrs, unit),
         Answer::Rewrite(fqdn) => write_rewrites(w, hosts, fqdn),
     };
     // Groups without names write nothing, so one group with names is written as it is,
@@ -232,6 +267,151 @@ fn write_templates(w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, addrs: &Proxy
         }
         w.line(&[unit, "fallthrough"]);
         w.line(&["}"]);
+    }
+}
+
+/// Where the `view` form's server blocks listen: as the root block does.
+pub(crate) struct Listen<'a> {
+    /// The root block's ports: each block is keyed `TLD:PORT` for each.
+    pub ports: Vec<&'a str>,
+    /// The root block's directive lines that say where it listens and what it reports (`bind`,
+    /// `prometheus`), copied into each block.
+    pub copied: Vec<&'a str>,
+}
+
+/// The server blocks of the `view` form (see the module doc), for the groups whose answer is
+/// [`Answer::View`] (others write nothing here): one block per top-level domain and group.
+///
+/// With several groups, every group's exact names come before any group's wildcards, as in the
+/// pair: CoreDNS takes the first block whose `view` passes, and a wildcard of one target must not
+/// take an exact name another owns.
+pub(crate) fn write_views(
+    w: &mut Writer<'_>,
+    groups: &[Group<'_>],
+    listen: &Listen<'_>,
+    unit: &str,
+) {
+    // (group, top-level domain) -> (exact names, wildcards), in the order the blocks are written.
+    type Names<'a> = (Vec<&'a str>, Vec<&'a str>);
+    let views: Vec<(&ProxyAddrs, BTreeMap<&str, Names<'_>>)> = groups
+        .iter()
+        .filter_map(|g| match g.answer {
+            Answer::View(addrs) if !g.hosts.is_empty() => {
+                let mut by_tld: BTreeMap<&str, Names<'_>> = BTreeMap::new();
+                for h in g.hosts {
+                    let tld = h.base().rsplit('.').next().unwrap_or(h.base());
+                    let entry = by_tld.entry(tld).or_default();
+                    if h.is_wildcard() {
+                        entry.1.push(h.as_str());
+                    } else {
+                        entry.0.push(h.as_str());
+                    }
+                }
+                Some((addrs, by_tld))
+            }
+            _ => None,
+        })
+        .collect();
+    let tlds: BTreeSet<&str> = views
+        .iter()
+        .flat_map(|(_, by_tld)| by_tld.keys().copied())
+        .collect();
+    let one = views.len() == 1;
+    for tld in tlds {
+        let mut blocks: Vec<(&ProxyAddrs, &[&str], &[&str])> = Vec::new();
+        for (addrs, by_tld) in &views {
+            if let Some((exact, wild)) = by_tld.get(tld) {
+                blocks.push((addrs, exact, if one { wild } else { &[] }));
+            }
+        }
+        if !one {
+            for (addrs, by_tld) in &views {
+                if let Some((_, wild)) = by_tld.get(tld) {
+                    blocks.push((addrs, &[], wild));
+                }
+            }
+        }
+        for (addrs, exact, wild) in blocks {
+            if exact.is_empty() && wild.is_empty() {
+                continue;
+            }
+            write_view(w, tld, listen, addrs, exact, wild, unit);
+        }
+    }
+}
+
+/// One server block of the `view` form.
+fn write_view(
+    w: &mut Writer<'_>,
+    tld: &str,
+    listen: &Listen<'_>,
+    addrs: &ProxyAddrs,
+    exact: &[&str],
+    wild: &[&str],
+    unit: &str,
+) {
+    let keys: Vec<String> = listen.ports.iter().map(|p| format!("{tld}:{p}")).collect();
+    w.line(&[&keys.join(" "), " {"]);
+    for line in &listen.copied {
+        w.line(&[unit, line]);
+    }
+    w.line(&[unit, "view ouroboros {"]);
+    w.line(&[unit, unit, "expr ", &view_expr(exact, wild)]);
+    w.line(&[unit, "}"]);
+    for (qtype, v6) in [("A", false), ("AAAA", true)] {
+        let mut ips = addrs.of(v6).peekable();
+        if ips.peek().is_none() {
+            // No answer: NODATA, as the pair gives an IPv4-only proxy's AAAA.
+            w.line(&[unit, "template IN ", qtype]);
+            continue;
+        }
+        w.line(&[unit, "template IN ", qtype, " {"]);
+        let ttl = TTL.to_string();
+        for ip in ips {
+            let ip = ip.to_string();
+            w.line(&[
+                unit,
+                unit,
+                "answer \"{{ .Name }} ",
+                &ttl,
+                " IN ",
+                qtype,
+                " ",
+                &ip,
+                "\"",
+            ]);
+        }
+        w.line(&[unit, "}"]);
+    }
+    w.line(&["}"]);
+}
+
+/// The `view` expression: an A or AAAA query for one of `exact` or a name one of `wild` covers.
+/// One Corefile token per list (no whitespace), single-quoted strings (the Corefile's lexer
+/// leaves `'` alone) and `[.]` for a literal dot in the pattern (an `expr` string has no `\.`
+/// escape). Hostnames are validated lower-case LDH labels, so nothing else needs quoting.
+fn view_expr(exact: &[&str], wild: &[&str]) -> String {
+    let mut alternatives = Vec::new();
+    if !exact.is_empty() {
+        let mut set = String::with_capacity(exact.iter().map(|n| n.len() + 4).sum::<usize>() + 12);
+        set.push_str("name() in [");
+        for (i, n) in exact.iter().enumerate() {
+            if i > 0 {
+                set.push(',');
+            }
+            set.push('\'');
+            set.push_str(n);
+            set.push_str(".'");
+        }
+        set.push(']');
+        alternatives.push(set);
+    }
+    if let Some(re) = name_regex::regex(wild.iter().copied()) {
+        alternatives.push(format!("name() matches '{}'", re.replace("\\.", "[.]")));
+    }
+    match &alternatives[..] {
+        [one] => format!("type() in ['A','AAAA'] && {one}"),
+        _ => format!("type() in ['A','AAAA'] && ({})", alternatives.join(" || ")),
     }
 }
 
@@ -293,6 +473,122 @@ mod tests {
             "  ",
         );
         w.finish(true, "")
+    }
+
+    fn views(groups: &[Group<'_>], ports: &[&str], copied: &[&str]) -> String {
+        let mut w = Writer::new(&[], "", "\n", 0);
+        let listen = Listen {
+            ports: ports.to_vec(),
+            copied: copied.to_vec(),
+        };
+        write_views(&mut w, groups, &listen, "  ");
+        w.finish(true, "")
+    }
+
+    fn view_addrs(ips: &[&str]) -> Answer {
+        let Answer::Template(a) = addrs(ips) else {
+            unreachable!()
+        };
+        Answer::View(a)
+    }
+
+    #[test]
+    fn view_expressions() {
+        let cases: &[(&[&str], &[&str], &str)] = &[
+            (
+                &["a.example.com", "b.example.com"],
+                &[],
+                "type() in ['A','AAAA'] && name() in ['a.example.com.','b.example.com.']",
+            ),
+            (
+                &[],
+                &["*.apps.example.com"],
+                "type() in ['A','AAAA'] && name() matches '^[a-z0-9-]+[.]apps[.]example[.]com[.]$'",
+            ),
+            (
+                &["a.example.com"],
+                &["*.apps.example.com", "*.b.example.com"],
+                "type() in ['A','AAAA'] && (name() in ['a.example.com.'] || name() matches \
+                 '^[a-z0-9-]+[.](?:apps|b)[.]example[.]com[.]$')",
+            ),
+        ];
+        for (exact, wild, want) in cases {
+            let got = view_expr(exact, wild);
+            assert_eq!(got, *want);
+            // One token for the Corefile's lexer per list, and nothing `expr` would unescape.
+            assert!(!got.contains('\\') && !got.contains('"'), "{got}");
+        }
+    }
+
+    #[test]
+    fn one_view_block_per_top_level_domain_keyed_on_the_root_ports() {
+        let hosts = hosts(&["b.example.com", "a.example.org", "*.apps.example.com"]);
+        let v4 = view_addrs(&["10.0.0.1"]);
+        let text = views(
+            &[Group {
+                hosts: &hosts,
+                answer: &v4,
+            }],
+            &["53"],
+            &["bind 10.0.0.10"],
+        );
+        let want = format!(
+            "{BEGIN_MARKER}\n\
+             com:53 {{\n  bind 10.0.0.10\n  view ouroboros {{\n    expr type() in ['A','AAAA'] && (name() in ['b.example.com.'] || name() matches '^[a-z0-9-]+[.]apps[.]example[.]com[.]$')\n  }}\n  template IN A {{\n    answer \"{{{{ .Name }}}} 30 IN A 10.0.0.1\"\n  }}\n  template IN AAAA\n}}\n\
+             org:53 {{\n  bind 10.0.0.10\n  view ouroboros {{\n    expr type() in ['A','AAAA'] && name() in ['a.example.org.']\n  }}\n  template IN A {{\n    answer \"{{{{ .Name }}}} 30 IN A 10.0.0.1\"\n  }}\n  template IN AAAA\n}}\n\
+             {END_MARKER}\n"
+        );
+        assert_eq!(text, want);
+        // Dual-stack: the AAAA template answers; two ports: two keys per block.
+        let dual = view_addrs(&["10.0.0.1", "fd00::1"]);
+        let one = crate::dns::answer::tests::hosts(&["a.example.org"]);
+        let text = views(
+            &[Group {
+                hosts: &one,
+                answer: &dual,
+            }],
+            &["53", "5353"],
+            &[],
+        );
+        assert!(text.contains("org:53 org:5353 {\n"), "{text}");
+        assert!(
+            text.contains(
+                "  template IN AAAA {\n    answer \"{{ .Name }} 30 IN AAAA fd00::1\"\n  }\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn several_view_targets_put_exact_names_before_wildcards() {
+        let (default, other) = (view_addrs(&["10.0.0.1"]), view_addrs(&["10.0.0.2"]));
+        let (wild, exact) = (hosts(&["*.example.com"]), hosts(&["a.example.com"]));
+        let groups = [
+            Group {
+                hosts: &wild,
+                answer: &default,
+            },
+            Group {
+                hosts: &exact,
+                answer: &other,
+            },
+        ];
+        let text = views(&groups, &["53"], &[]);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("expr ") || l.contains(" IN A 10."))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "expr type() in ['A','AAAA'] && name() in ['a.example.com.']",
+                r#"answer "{{ .Name }} 30 IN A 10.0.0.2""#,
+                "expr type() in ['A','AAAA'] && name() matches '^[a-z0-9-]+[.]example[.]com[.]$'",
+                r#"answer "{{ .Name }} 30 IN A 10.0.0.1""#,
+            ],
+            "{text}"
+        );
     }
 
     #[test]

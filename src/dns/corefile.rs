@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::answer::{self, Answer, Group};
+use super::answer::{self, Answer, Group, Listen};
 use super::block::{self, Writer};
 use crate::hostname::Hostname;
 
@@ -79,15 +79,21 @@ pub fn splice(
 
 /// [`splice`] with one group of rules per proxy target.
 pub fn splice_groups(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
-    edit(corefile, groups)
+    edit(corefile, groups, true)
+}
+
+/// [`splice_groups`] for a CoreDNS without the `view` plugin (node-local-dns): the `view` form
+/// is written as the template pair with the same addresses, inside the root block.
+pub fn splice_plugins(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
+    edit(corefile, groups, false)
 }
 
 /// Removes our block, if any (the splice of no names, which needs no answer).
 pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
-    edit(corefile, &[])
+    edit(corefile, &[], false)
 }
 
-fn edit(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
+fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, CorefileError> {
     if corefile.is_empty() {
         return Err(CorefileError {
             line: 1,
@@ -117,11 +123,20 @@ fn edit(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
             reason,
         })?;
 
-    // The root block holding the existing block keeps it; otherwise the first root block.
+    // The `view` form is server blocks of its own, before the root block; every other form is
+    // plugin lines inside it.
+    let views = views
+        && groups.iter().any(|g| !g.hosts.is_empty())
+        && groups
+            .iter()
+            .all(|g| g.hosts.is_empty() || matches!(g.answer, Answer::View(_)));
+    // The root block holding the existing block keeps it; otherwise the first root block. An
+    // existing `view` form at the top level stays where it is.
     let in_place = match parsed.at_p {
-        Some(At::Depth(1, Some(i))) if parsed.blocks[i].root => Some(i),
+        Some(At::Depth(1, Some(i))) if !views && parsed.blocks[i].root => Some(i),
         _ => None,
     };
+    let top_in_place = views && matches!(parsed.at_p, Some(At::Depth(0, _)));
     let Some(root_idx) = in_place.or_else(|| parsed.blocks.iter().position(|b| b.root)) else {
         return Err(no_root_error(&parsed.blocks, &line_in_input));
     };
@@ -148,7 +163,33 @@ fn edit(corefile: &str, groups: &[Group<'_>]) -> Result<Edit, CorefileError> {
         shadowing: shadowing(&parsed.blocks, root, hosts, &line_in_input),
     };
 
-    let text = if !hosts.is_empty() {
+    let text = if views {
+        let eol = block::eol(&base, span.as_ref());
+        let indent = root
+            .first_directive
+            .map_or("    ", |off| &base[block::line_start(&base, off)..off]);
+        let listen = Listen {
+            ports: root
+                .zones
+                .iter()
+                .filter(|(zone, _)| zone == ".")
+                .map(|(_, port)| port.as_str())
+                .collect(),
+            copied: root.copied.iter().map(|&(a, b)| &base[a..b]).collect(),
+        };
+        let (prefix, suffix) = match (top_in_place, &span) {
+            (true, Some(s)) => (&corefile[..s.start], &corefile[s.end..]),
+            _ => base.split_at(block::line_start(&base, root.keys_start)),
+        };
+        let mut w = Writer::new(
+            &[prefix],
+            "",
+            eol,
+            answer::size_hint(groups) + suffix.len() + 128,
+        );
+        answer::write_views(&mut w, groups, &listen, unit_indent(indent));
+        w.finish(true, suffix)
+    } else if !hosts.is_empty() {
         let eol = block::eol(&base, span.as_ref());
         let indent: Cow<str> = match (root.first_directive, in_place, &span) {
             (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(&base, off)..off]),
@@ -394,6 +435,11 @@ struct ServerBlock {
     imports_override: bool,
     /// Zone and port of each plain-DNS key.
     zones: Vec<(String, String)>,
+    /// Offset of the first key.
+    keys_start: usize,
+    /// The one-line `bind` and `prometheus` directives (start and end offsets), which the
+    /// `view` form's blocks copy to listen and report as this block does.
+    copied: Vec<(usize, usize)>,
 }
 
 /// Nesting at the probed offset.
@@ -457,6 +503,8 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
                         has_reload: false,
                         imports_override: false,
                         zones: keys.iter().filter_map(|k| key_zone(k)).collect(),
+                        keys_start: pending.first().map_or(t.start, |k| k.start),
+                        copied: Vec::new(),
                     });
                     cur = Some(blocks.len() - 1);
                     pending.clear();
@@ -489,6 +537,19 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
                         b.first_directive.get_or_insert(t.start);
                         match t.text(s) {
                             "reload" => b.has_reload = true,
+                            "bind" | "prometheus" => {
+                                let mut end = Some(t.end);
+                                for a in toks[k + 1..].iter().take_while(|a| !a.line_first) {
+                                    end = match (end, a.kind) {
+                                        (Some(_), Kind::Word) => Some(a.end),
+                                        _ => None,
+                                    };
+                                }
+                                // One with a block of options (`prometheus { … }`) is not copied.
+                                if let Some(end) = end {
+                                    b.copied.push((t.start, end));
+                                }
+                            }
                             "import" => {
                                 if let Some(arg) = toks.get(k + 1) {
                                     if arg.kind == Kind::Word
@@ -570,6 +631,62 @@ mod tests {
         assert_eq!(removed.text, KUBEADM);
         assert!(removed.changed);
         assert!(!splice_ok(KUBEADM, &[]).changed);
+    }
+
+    fn view(ips: &[&str]) -> Answer {
+        let ips: Vec<std::net::IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
+        Answer::View(ProxyAddrs::new(&ips).unwrap())
+    }
+
+    #[test]
+    fn view_blocks_go_before_the_root_block_and_stay_where_they_are() {
+        let corefile = format!("# cluster DNS\n{KUBEADM}");
+        let names = hosts(&["a.example.com"]);
+        let e = splice(&corefile, &names, &view(&["10.0.0.1"])).unwrap();
+        let block = format!(
+            "{BEGIN_MARKER}\ncom:53 {{\n    view ouroboros {{\n        expr type() in ['A','AAAA'] && name() in ['a.example.com.']\n    }}\n    template IN A {{\n        answer \"{{{{ .Name }}}} 30 IN A 10.0.0.1\"\n    }}\n    template IN AAAA\n}}\n{END_MARKER}\n"
+        );
+        assert_eq!(e.text, format!("# cluster DNS\n{block}{KUBEADM}"));
+        assert!(e.findings.has_reload);
+        // Idempotent; a block moved elsewhere at the top level stays there; removal restores.
+        assert!(
+            !splice(&e.text, &names, &view(&["10.0.0.1"]))
+                .unwrap()
+                .changed
+        );
+        let moved = format!("# cluster DNS\n{KUBEADM}{block}");
+        let again = splice(&moved, &names, &view(&["10.0.0.1"])).unwrap();
+        assert_eq!(
+            (again.text.as_str(), again.changed),
+            (moved.as_str(), false)
+        );
+        assert_eq!(remove(&e.text).unwrap().text, corefile);
+        // From the template pair inside the root block to the view form and back.
+        let template = Answer::Template(ProxyAddrs::new(&["10.0.0.1".parse().unwrap()]).unwrap());
+        let inside = splice(&corefile, &names, &template).unwrap().text;
+        assert_eq!(
+            splice(&inside, &names, &view(&["10.0.0.1"])).unwrap().text,
+            e.text
+        );
+        assert_eq!(splice(&e.text, &names, &template).unwrap().text, inside);
+    }
+
+    #[test]
+    fn view_blocks_listen_and_report_as_the_root_block() {
+        let corefile = "dns://.:5353 {\n\tbind 10.0.0.10 lo\n\tprometheus :9153\n\tlog {\n\t\tclass error\n\t}\n\tforward . /etc/resolv.conf\n}\n";
+        let e = splice(corefile, &hosts(&["a.example.org"]), &view(&["10.0.0.1"])).unwrap();
+        assert!(
+            e.text.starts_with(&format!(
+                "{BEGIN_MARKER}\norg:5353 {{\n\tbind 10.0.0.10 lo\n\tprometheus :9153\n\tview ouroboros {{\n"
+            )),
+            "{}",
+            e.text
+        );
+        assert!(
+            e.text.ends_with(&format!("{END_MARKER}\n{corefile}")),
+            "{}",
+            e.text
+        );
     }
 
     #[test]

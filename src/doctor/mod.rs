@@ -334,16 +334,16 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
     let answer = match d.coredns_answer {
         AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
-        AnswerForm::Template if !d.proxy_ips.is_empty() => {
-            ProxyAddrs::new(&d.proxy_ips).map(Answer::Template)
+        form if !d.proxy_ips.is_empty() => {
+            ProxyAddrs::new(&d.proxy_ips).and_then(|a| form.with_addrs(a))
         }
-        AnswerForm::Template => proxy
+        form => proxy
             .as_ref()
             .ok()
             .and_then(Option::as_ref)
             .and_then(|s| cluster_ips(s).ok())
             .and_then(|ips| ProxyAddrs::new(&ips))
-            .map(Answer::Template),
+            .and_then(|a| form.with_addrs(a)),
     };
 
     // With --target, each named target's names are answered by its own proxy, as the
@@ -683,12 +683,12 @@ fn target_rules(
                     AnswerForm::Rewrite => Answer::Rewrite(
                         crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain).ok()?,
                     ),
-                    AnswerForm::Template if !targets.proxies[i].ips.is_empty() => {
-                        Answer::Template(ProxyAddrs::new(&targets.proxies[i].ips)?)
+                    form if !targets.proxies[i].ips.is_empty() => {
+                        form.with_addrs(ProxyAddrs::new(&targets.proxies[i].ips)?)?
                     }
-                    AnswerForm::Template => {
+                    form => {
                         let svc = targets.got[i].as_ref().ok()?.as_ref()?;
-                        Answer::Template(ProxyAddrs::new(&cluster_ips(svc).ok()?)?)
+                        form.with_addrs(ProxyAddrs::new(&cluster_ips(svc).ok()?)?)?
                     }
                 }
             }

@@ -157,6 +157,13 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "coredns, view answers, node-local-dns",
+        &[
+            "controller.corednsAnswer=view",
+            "controller.nodeLocalDns.enabled=true",
+        ],
+    ),
+    (
         "coredns, node-local-dns (kubespray's name)",
         &[
             "controller.nodeLocalDns.enabled=true",
@@ -839,6 +846,15 @@ fn schema_rejects_typos_and_bad_values() {
     assert!(err.contains("serviceNamespace"), "{err}");
     let err = template(&["edge.enabled=true", "edge.service=nonamespace"], true).unwrap_err();
     assert!(err.contains("edge/service"), "{err}");
+    let err = template(
+        &[
+            "controller.mode=coredns-import",
+            "controller.corednsAnswer=view",
+        ],
+        true,
+    )
+    .unwrap_err();
+    assert!(err.contains("controller.mode=coredns"), "{err}");
 }
 
 // --- pods ----------------------------------------------------------------------------------------

@@ -1194,6 +1194,48 @@ async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
     );
 }
 
+/// With the `view` form, CoreDNS's Corefile gets server blocks before its root block, and
+/// node-local-dns (no `view` plugin) the template pair with the same address inside its own.
+#[tokio::test]
+async fn view_answers_go_before_the_root_block_and_node_local_dns_gets_the_pair() {
+    const NODE_LOCAL_COREFILE: &str =
+        ".:53 {\n    bind __PILLAR__LOCAL__DNS__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.node_local = Some((NODE_LOCAL_COREFILE.to_string(), 7));
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "view",
+            "--proxy-ip",
+            "10.96.0.53",
+            "--node-local-dns",
+        ],
+    );
+    assert!(
+        r.api
+            .wait_for(10, |a| a.count("PUT", COREDNS) >= 1
+                && a.count("PUT", NODE_LOCAL) >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let (coredns, node_local) = {
+        let st = r.state.lock().unwrap();
+        (st.corefile.clone(), st.node_local.clone().unwrap().0)
+    };
+    let view = "com:53 {\n    view ouroboros {\n        expr type() in ['A','AAAA'] && name() in ['shop.example.com.']\n    }\n    template IN A {\n        answer \"{{ .Name }} 30 IN A 10.96.0.53\"\n    }\n    template IN AAAA\n}\n";
+    let at = coredns.find(view).unwrap_or_else(|| panic!("{coredns}"));
+    assert!(at < coredns.find(".:53 {").unwrap(), "{coredns}");
+    assert!(!node_local.contains("view"), "{node_local}");
+    assert!(
+        node_local.contains("    template IN A example.com {\n        match ^shop\\.example\\.com\\.$\n        answer \"{{ .Name }} 30 IN A 10.96.0.53\"\n"),
+        "{node_local}"
+    );
+    r.shutdown().await;
+}
+
 /// One Ingress the client cannot read (a field of the wrong type) is left out and reported once;
 /// the rest of the list is written as usual.
 #[tokio::test]

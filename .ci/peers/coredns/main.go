@@ -1,5 +1,5 @@
 // A CoreDNS with only the plugins the tests load: those of a kubeadm Corefile, the ones our
-// blocks use (template, rewrite, hosts, reload; import is built in), node-local-dns's set, and
+// blocks use (view, template, rewrite, hosts, reload; import is built in), node-local-dns's set, and
 // the rest of what the Corefiles in tests/fixtures/corefiles load (file).
 // Built at two versions (go.mod: the newest; oldest.mod: the oldest we support), see ../build.sh.
 package main
@@ -27,6 +27,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/reload"
 	_ "github.com/coredns/coredns/plugin/rewrite"
 	_ "github.com/coredns/coredns/plugin/template"
+	_ "github.com/coredns/coredns/plugin/view"
 	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
@@ -36,7 +37,7 @@ func init() {
 	dnsserver.Directives = []string{
 		"reload", "bufsize", "bind", "ready", "health", "prometheus", "errors", "log",
 		"loadbalance", "rewrite", "autopath", "cache", "template", "hosts", "kubernetes",
-		"file", "loop", "forward", "whoami", "on",
+		"file", "loop", "forward", "whoami", "on", "view",
 	}
 }
 

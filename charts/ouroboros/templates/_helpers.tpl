@@ -406,8 +406,11 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- if and $v.nodeLocalDns.enabled (eq $v.corednsAnswer "rewrite") }}
 {{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template: node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
 {{- end }}
+{{- if and (eq .mode "coredns-import") (eq $v.corednsAnswer "view") }}
+{{- fail "controller.corednsAnswer=view writes server blocks before the Corefile's root block, which the coredns-import snippet (imported inside the root block) cannot hold: use controller.mode=coredns or controller.corednsAnswer=template" }}
+{{- end }}
 - --coredns-answer={{ $v.corednsAnswer }}
-{{- if eq $v.corednsAnswer "template" }}
+{{- if has $v.corednsAnswer (list "template" "view") }}
 {{- range $v.proxyIps }}
 - --proxy-ip={{ . }}
 {{- end }}

@@ -34,6 +34,12 @@ pub const FIELD_MANAGER: &str = "ouroboros";
 /// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
 /// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
 pub const MAX_CONFIGMAP_DATA: usize = 1 << 20;
+
+/// What to do about a block too large for its ConfigMap (the controller's error and `render`'s).
+pub const TOO_LARGE_WAYS_OUT: &str = "hairpin fewer names (--ingress-class, --allow-domain); \
+     --coredns-answer view (coredns mode, CoreDNS 1.10 or later: a third of the template pair's \
+     size a name, a set lookup per query); --mode coredns-import (a ConfigMap of its own); or \
+     --mode external-dns (one object per name)";
 /// Label put on a ConfigMap we create; cleanup deletes only ConfigMaps that carry it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "ouroboros";
@@ -246,11 +252,9 @@ pub enum ApplyError {
     /// The write would exceed the API server's ConfigMap size limit; it was not sent.
     #[error(
         "{target}: the {} block for {hosts} hostnames would make the ConfigMap's data {bytes} \
-         bytes, over the API server's limit of {} bytes; nothing was written and this set will \
-         not be retried. Hairpin fewer names (--ingress-class, --allow-domain), or use \
-         --mode coredns-import (a ConfigMap of its own) or --mode external-dns (one object per \
-         name)",
-        .mode.as_str(), MAX_CONFIGMAP_DATA
+         bytes, over the API server's limit of {} bytes; nothing was written (the block \
+         written last stays) and this set will not be retried. Ways out: {}",
+        .mode.as_str(), MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT
     )]
     TooLarge {
         mode: Mode,
@@ -409,8 +413,12 @@ impl CorefileWriter {
 
     /// [`apply`](Self::apply) with one group of rules per proxy target.
     pub async fn apply_groups(&self, groups: &[Group<'_>]) -> Result<Applied, ApplyError> {
-        self.edit(names(groups), |text| corefile::splice_groups(text, groups))
-            .await
+        // node-local-dns has no `view` plugin: the view form goes in as the template pair.
+        let splice = match self.mode {
+            Mode::NodeLocalDns => corefile::splice_plugins,
+            _ => corefile::splice_groups,
+        };
+        self.edit(names(groups), |text| splice(text, groups)).await
     }
 
     /// Removes our block (for `ouroboros cleanup`).

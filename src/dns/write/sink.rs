@@ -47,8 +47,9 @@ pub trait Sink: Send + Sync {
 
 /// Where the CoreDNS modes' answers come from.
 pub enum AnswerSource {
-    /// The template pair with the proxy's addresses, resolved at each apply.
-    Template(ProxyIps),
+    /// The proxy's addresses, resolved at each apply, answered by the template pair or, when
+    /// `true`, by the `view` form's server blocks.
+    Addresses(ProxyIps, bool),
     /// Rewrite lines to the proxy Service's name.
     Rewrite(ProxyFqdn),
 }
@@ -57,11 +58,15 @@ impl AnswerSource {
     pub async fn resolve(&self) -> Result<Answer, SinkError> {
         match self {
             AnswerSource::Rewrite(fqdn) => Ok(Answer::Rewrite(fqdn.clone())),
-            AnswerSource::Template(ips) => {
+            AnswerSource::Addresses(ips, view) => {
                 let ips = ips.resolve().await?;
                 // `resolve` never returns an empty list on success.
                 ProxyAddrs::new(&ips)
-                    .map(Answer::Template)
+                    .map(if *view {
+                        Answer::View
+                    } else {
+                        Answer::Template
+                    })
                     .ok_or_else(|| SinkError {
                         reason: Reason::NoClusterIp,
                         object: None,

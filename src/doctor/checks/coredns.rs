@@ -91,10 +91,10 @@ fn rule_diff(want: &[String], have: &[String]) -> Vec<String> {
     let have_set: BTreeSet<&String> = have.iter().collect();
     let missing = want_set
         .difference(&have_set)
-        .map(|l| format!("missing: {l}"));
+        .map(|l| format!("missing: {}", shorten(l)));
     let extra = have_set
         .difference(&want_set)
-        .map(|l| format!("stale: {l}"));
+        .map(|l| format!("stale: {}", shorten(l)));
     cut(missing.chain(extra).collect())
 }
 
@@ -137,6 +137,15 @@ pub const UNKNOWN: &str = "the desired hostnames or the proxy's addresses are un
 /// OK present and current, FAIL missing or stale (the rules missing and stale as evidence), WARN
 /// the same rules but misplaced. `place` follows "our block" in the summary (" in ConfigMap
 /// NS/NAME", or empty).
+/// A rule line as evidence: the `view` form's name lists run to hundreds of kilobytes on one line.
+fn shorten(line: &str) -> String {
+    const KEEP: usize = 160;
+    match line.char_indices().nth(KEEP) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &line[..cut], line.len()),
+        None => line.to_string(),
+    }
+}
+
 pub(super) fn block_verdict(
     id: &'static str,
     place: &str,
@@ -159,7 +168,8 @@ pub(super) fn block_verdict(
             },
         );
     }
-    let want = block_lines(&coredns_import::render_groups(&want.groups)).unwrap_or_default();
+    // The block as the edit writes it, in the form the Corefile takes (`view` blocks or lines).
+    let want = block_lines(&edit.text).unwrap_or_default();
     let have = block_lines(corefile);
     let c = match &have {
         None => Check::fail(
@@ -376,6 +386,7 @@ pub fn block_reverted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dns::answer::ProxyAddrs;
     use crate::doctor::checks::fixtures::{cm, expect, hosts, proxy, PLAIN};
     use crate::doctor::report::Status;
     use serde_json::json;
@@ -462,6 +473,33 @@ mod tests {
             [
                 r"missing: match ^a\.example\.com\.$",
                 r"stale: match ^old\.example\.com\.$",
+            ]
+        );
+    }
+
+    /// The `view` form is judged as written (server blocks before the root block), and a stale
+    /// set's one long line is cut short in the evidence.
+    #[test]
+    fn view_form_verdicts() {
+        let view = Answer::View(ProxyAddrs::new(&["10.96.0.5".parse().unwrap()]).unwrap());
+        let h = hosts(&["a.example.com"]);
+        let current = corefile::splice(PLAIN, &h, &view).unwrap().text;
+        let many: Vec<String> = (0..100).map(|i| format!("n{i}.example.com")).collect();
+        let many = hosts(&many.iter().map(String::as_str).collect::<Vec<_>>());
+        let stale = corefile::splice(PLAIN, &many, &view).unwrap().text;
+        let want = expect(Some(&h), Some(&view));
+        let (checks, _) = corefile_checks(Mode::Coredns, &current, want.as_ref());
+        assert_eq!(status_of(&checks, "coredns-block"), Status::Ok);
+        let (checks, _) = corefile_checks(Mode::Coredns, &stale, want.as_ref());
+        let block = checks.iter().find(|c| c.id == "coredns-block").unwrap();
+        assert_eq!(block.status, Status::Fail);
+        assert_eq!(
+            block.evidence,
+            [
+                "missing: expr type() in ['A','AAAA'] && name() in ['a.example.com.']",
+                "stale: expr type() in ['A','AAAA'] && name() in ['n0.example.com.','n1.example.com.',\
+                 'n10.example.com.','n11.example.com.','n12.example.com.','n13.example.com.',\
+                 'n14.e… (1932 bytes)",
             ]
         );
     }

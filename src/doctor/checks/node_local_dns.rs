@@ -99,7 +99,7 @@ pub fn node_local_dns(
              keeps its Corefile under the key `Corefile`",
         );
     };
-    match corefile::splice_groups(text, &want.groups) {
+    match corefile::splice_plugins(text, &want.groups) {
         Err(e) => Check::fail(
             ID,
             format!("the Corefile in ConfigMap {ns}/{name} cannot be edited"),

@@ -64,9 +64,23 @@ fn proxy_args(dual_stack: bool) -> Vec<&'static str> {
     args
 }
 
-/// `ouroboros render coredns` of `corefile` with the template block for `manifests`.
-fn render_block(corefile: &Path, dual_stack: bool, manifests: &Path) -> crate::common::Output {
-    let mut args = vec!["coredns", "--corefile", corefile.to_str().unwrap()];
+/// The address forms of the block: the template pair, and the `view` form's server blocks.
+const FORMS: [&str; 2] = ["template", "view"];
+
+/// `ouroboros render coredns` of `corefile` with the block for `manifests` in `form`.
+fn render_block(
+    corefile: &Path,
+    form: &str,
+    dual_stack: bool,
+    manifests: &Path,
+) -> crate::common::Output {
+    let mut args = vec![
+        "coredns",
+        "--corefile",
+        corefile.to_str().unwrap(),
+        "--coredns-answer",
+        form,
+    ];
     args.extend(proxy_args(dual_stack));
     args.push(manifests.to_str().unwrap());
     run(command("render").args(&args), None)
@@ -355,12 +369,45 @@ fn template_block_in_the_root_block_answers_a_and_aaaa_only() {
     for version in VERSIONS {
         let Some(bin) = binary(version) else { return };
         for dual_stack in [false, true] {
-            let corefile = ok(render_block(&kubeadm, dual_stack, &manifests));
+            let corefile = ok(render_block(&kubeadm, "template", dual_stack, &manifests));
             assert!(corefile.contains("template IN A"), "{corefile}");
             let what = format!("{version} root block dual_stack={dual_stack}");
             let dns = scene.coredns(&bin, &format!("{version}-{dual_stack}"), &corefile);
             check_answers(&dns, &scene.upstream, dual_stack, &what);
             check_cluster_names(&dns, &what);
+        }
+    }
+}
+
+/// The `view` form: server blocks of their own before the root block, in the Corefiles of
+/// kubeadm and k3s (which has `hosts` and imports in its root block), answer exactly as the
+/// template pair does, in both versions.
+#[test]
+fn view_blocks_before_the_root_block_answer_a_and_aaaa_only() {
+    let Some(scene) = Scene::new("coredns-view") else {
+        return;
+    };
+    let manifests = ingress(scene.dir.path(), &hosts());
+    for fixture in ["kubeadm.Corefile", "k3s.Corefile"] {
+        let path = corefile_fixture(fixture);
+        for version in VERSIONS {
+            let Some(bin) = binary(version) else { return };
+            for dual_stack in [false, true] {
+                let corefile = ok(render_block(&path, "view", dual_stack, &manifests));
+                assert!(corefile.contains("view ouroboros {"), "{corefile}");
+                assert!(
+                    corefile.find("com:53 {") < corefile.find(".:53 {"),
+                    "{corefile}"
+                );
+                let what = format!("{version} {fixture} view blocks dual_stack={dual_stack}");
+                let dns = scene.coredns(
+                    &bin,
+                    &format!("{version}-{fixture}-{dual_stack}"),
+                    &corefile,
+                );
+                check_answers(&dns, &scene.upstream, dual_stack, &what);
+                check_cluster_names(&dns, &what);
+            }
         }
     }
 }
@@ -402,7 +449,7 @@ fn node_local_dns_corefile_with_our_block_answers_the_same() {
         let path = corefile_fixture(fixture);
         for version in VERSIONS {
             let Some(bin) = binary(version) else { return };
-            let corefile = ok(render_block(&path, true, &manifests));
+            let corefile = ok(render_block(&path, "template", true, &manifests));
             let dns = scene.coredns(&bin, &format!("{version}-{fixture}"), &corefile);
             check_answers(&dns, &scene.upstream, true, &format!("{version} {fixture}"));
         }
@@ -491,33 +538,35 @@ fn every_corefile_our_editor_accepts_loads_in_real_coredns() {
         if path.extension().is_none_or(|e| e != "Corefile") {
             continue;
         }
-        let out = render_block(&path, true, &manifests);
-        if out.code != 0 {
-            // Refused by our editor (the bad/ fixtures live elsewhere): never reaches CoreDNS.
-            assert_eq!(
-                out.stdout,
-                "",
-                "{}: a refused Corefile is not printed",
-                path.display()
-            );
-            continue;
-        }
-        let corefile = out.stdout;
-        let fixture = path.file_name().unwrap().to_string_lossy().into_owned();
-        for version in VERSIONS {
-            let Some(bin) = binary(version) else { return };
-            let dns = scene.coredns(&bin, &format!("{version}-{fixture}"), &corefile);
-            let a = dns.ask("api.example.com.", TYPE::A, false);
-            assert_eq!(
-                a.answers,
-                vec![format!("A {PROXY_V4}")],
-                "{version} {fixture}: {a:?}"
-            );
-            loaded += 1;
+        for form in FORMS {
+            let out = render_block(&path, form, true, &manifests);
+            if out.code != 0 {
+                // Refused by our editor (the bad/ fixtures live elsewhere): never reaches CoreDNS.
+                assert_eq!(
+                    out.stdout,
+                    "",
+                    "{}: a refused Corefile is not printed",
+                    path.display()
+                );
+                continue;
+            }
+            let corefile = out.stdout;
+            let fixture = path.file_name().unwrap().to_string_lossy().into_owned();
+            for version in VERSIONS {
+                let Some(bin) = binary(version) else { return };
+                let dns = scene.coredns(&bin, &format!("{version}-{form}-{fixture}"), &corefile);
+                let a = dns.ask("api.example.com.", TYPE::A, false);
+                assert_eq!(
+                    a.answers,
+                    vec![format!("A {PROXY_V4}")],
+                    "{version} {form} {fixture}: {a:?}"
+                );
+                loaded += 1;
+            }
         }
     }
     assert!(
-        loaded >= 2 * 12,
+        loaded >= 2 * 2 * 12,
         "only {loaded} Corefile loads: the fixtures went missing"
     );
 }
@@ -672,38 +721,64 @@ fn varied_names_at_scale_load_and_answer() {
         let names = varied_names(size, 7);
         let dir = scene.run_dir(&format!("manifests-{size}"));
         let manifests = ingress(&dir, &names);
-        let corefile = render(&[
-            "coredns",
-            "--corefile",
-            kubeadm.to_str().unwrap(),
-            "--proxy-ip",
-            PROXY_V4,
-            "--proxy-ip",
-            PROXY_V6,
-            manifests.to_str().unwrap(),
-        ]);
-        eprintln!(
-            "{size} varied names: a Corefile of {} bytes",
-            corefile.len()
-        );
-        let step = (size / 40).max(1);
-        for version in VERSIONS {
-            let Some(bin) = binary(version) else { return };
-            let dns = scene.coredns(&bin, &format!("{version}-{size}"), &corefile);
-            for name in names.iter().step_by(step).chain(names.last()) {
-                let what = format!("{version}, {size} names: {name}");
-                let a = dns.ask(&format!("{name}."), TYPE::A, false);
-                assert_eq!(a.answers, vec![format!("A {PROXY_V4}")], "{what}");
-                let aaaa = dns.ask(&format!("{name}."), TYPE::AAAA, true);
-                assert_eq!(aaaa.answers, vec![format!("AAAA {PROXY_V6}")], "{what}");
-                // A near miss in the same zone, and the name's TXT, are the upstream's.
-                for (q, qtype) in [
-                    (format!("x{name}."), TYPE::A),
-                    (format!("{name}."), TYPE::TXT),
-                ] {
-                    let got = dns.ask(&q, qtype, false);
-                    let want = query(scene.upstream.addr, &q, qtype, false).unwrap();
-                    assert_eq!(got, want, "{what}: {q} {qtype:?} is the upstream's");
+        for form in FORMS {
+            let args = |extra: &[&'static str]| {
+                let mut args = vec![
+                    "coredns",
+                    "--corefile",
+                    kubeadm.to_str().unwrap(),
+                    "--coredns-answer",
+                    form,
+                    "--proxy-ip",
+                    PROXY_V4,
+                    "--proxy-ip",
+                    PROXY_V6,
+                    manifests.to_str().unwrap(),
+                ];
+                args.extend_from_slice(extra);
+                args
+            };
+            let out = run(command("render").args(args(&[])), None);
+            if form == "template" && size == 30_000 {
+                // Over the 1 MiB a ConfigMap holds: refused unless asked for anyway.
+                assert_eq!((out.code, out.stdout.as_str()), (1, ""), "{}", out.stderr);
+                assert!(
+                    out.stderr.contains("--coredns-answer view"),
+                    "{}",
+                    out.stderr
+                );
+            }
+            let corefile = match out.code {
+                0 => out.stdout,
+                _ => render(&args(&["--allow-oversize"])),
+            };
+            eprintln!(
+                "{size} varied names, {form}: a Corefile of {} bytes",
+                corefile.len()
+            );
+            if form == "view" {
+                // #28: 30,000 varied names with the rest of kubeadm's Corefile in 0.8 MiB.
+                assert!(corefile.len() * 10 <= 8 << 20, "{}", corefile.len());
+            }
+            let step = (size / 40).max(1);
+            for version in VERSIONS {
+                let Some(bin) = binary(version) else { return };
+                let dns = scene.coredns(&bin, &format!("{version}-{form}-{size}"), &corefile);
+                for name in names.iter().step_by(step).chain(names.last()) {
+                    let what = format!("{version}, {form}, {size} names: {name}");
+                    let a = dns.ask(&format!("{name}."), TYPE::A, false);
+                    assert_eq!(a.answers, vec![format!("A {PROXY_V4}")], "{what}");
+                    let aaaa = dns.ask(&format!("{name}."), TYPE::AAAA, true);
+                    assert_eq!(aaaa.answers, vec![format!("AAAA {PROXY_V6}")], "{what}");
+                    // A near miss in the same zone, and the name's TXT, are the upstream's.
+                    for (q, qtype) in [
+                        (format!("x{name}."), TYPE::A),
+                        (format!("{name}."), TYPE::TXT),
+                    ] {
+                        let got = dns.ask(&q, qtype, false);
+                        let want = query(scene.upstream.addr, &q, qtype, false).unwrap();
+                        assert_eq!(got, want, "{what}: {q} {qtype:?} is the upstream's");
+                    }
                 }
             }
         }
