@@ -20,6 +20,16 @@ pub use write::{apply, external_writer, hosts_writer, plan, proxy_ips, sink};
 
 use std::fmt;
 
+/// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
+/// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
+pub const MAX_CONFIGMAP_DATA: usize = 1 << 20;
+
+/// What to do about a block too large for its ConfigMap (the controller's error and `render`'s).
+pub const TOO_LARGE_WAYS_OUT: &str = "hairpin fewer names (--ingress-class, --allow-domain); \
+     --coredns-answer view (coredns mode, CoreDNS 1.10 or later: two thirds of the template \
+     pair's size a name, a set lookup per query); --mode coredns-import (a ConfigMap of its own); or \
+     --mode external-dns (one object per name)";
+
 /// Marker lines shared with the reference tool, so a cluster migrating from it is adopted.
 pub const BEGIN_MARKER: &str = "# === BEGIN ouroboros (do not edit by hand) ===";
 pub const END_MARKER: &str = "# === END ouroboros ===";

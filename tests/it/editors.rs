@@ -532,10 +532,7 @@ fn thirty_thousand_hosts_fit_in_one_configmap() {
     let edit = corefile::splice(&input, &hosts, &proxy()).unwrap();
     let bytes = edit.text.len();
     eprintln!("{} hosts: Corefile of {bytes} bytes", hosts.len());
-    assert!(
-        bytes <= ouroboros::dns::apply::MAX_CONFIGMAP_DATA,
-        "{bytes}"
-    );
+    assert!(bytes <= ouroboros::dns::MAX_CONFIGMAP_DATA, "{bytes}");
     for line in edit
         .text
         .lines()

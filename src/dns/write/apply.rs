@@ -27,19 +27,12 @@ use super::error::Reason;
 use crate::dns::answer::{Answer, Group, Rules};
 use crate::dns::coredns_import;
 use crate::dns::corefile::{self, Findings};
+use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::hostname::Hostname;
 
 /// The field manager recorded for our writes (`metadata.managedFields`).
 pub const FIELD_MANAGER: &str = "ouroboros";
-/// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
-/// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
-pub const MAX_CONFIGMAP_DATA: usize = 1 << 20;
 
-/// What to do about a block too large for its ConfigMap (the controller's error and `render`'s).
-pub const TOO_LARGE_WAYS_OUT: &str = "hairpin fewer names (--ingress-class, --allow-domain); \
-     --coredns-answer view (coredns mode, CoreDNS 1.10 or later: a third of the template pair's \
-     size a name, a set lookup per query); --mode coredns-import (a ConfigMap of its own); or \
-     --mode external-dns (one object per name)";
 /// Label put on a ConfigMap we create; cleanup deletes only ConfigMaps that carry it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "ouroboros";

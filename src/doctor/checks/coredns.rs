@@ -11,7 +11,9 @@ use super::{cut, Got};
 use crate::controller::args::Mode;
 use crate::dns::answer::{self, Answer, Group, Rules};
 use crate::dns::apply::ConfigMapKey;
-use crate::dns::{coredns_import, corefile, BEGIN_MARKER, END_MARKER};
+use crate::dns::{
+    coredns_import, corefile, BEGIN_MARKER, END_MARKER, MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT,
+};
 use crate::doctor::report::Check;
 use crate::hostname::Hostname;
 
@@ -263,6 +265,20 @@ pub fn corefile_checks(
         ),
     });
     let block = match (mode, want) {
+        (Mode::Coredns, Some(w)) if edit.changed && edit.text.len() > MAX_CONFIGMAP_DATA => {
+            Check::fail(
+                "coredns-block",
+                format!(
+                    "the block for {} hostname(s) would make the Corefile {} bytes, over the {} \
+                     bytes a ConfigMap holds: the controller keeps the block it wrote last \
+                     (BlockTooLarge Event) and writes the new set once it fits",
+                    w.hosts.len(),
+                    edit.text.len(),
+                    MAX_CONFIGMAP_DATA
+                ),
+            )
+            .action(format!("ways out: {TOO_LARGE_WAYS_OUT}"))
+        }
         (Mode::Coredns, Some(w)) => block_verdict(
             "coredns-block",
             "",
@@ -501,6 +517,36 @@ mod tests {
                  'n10.example.com.','n11.example.com.','n12.example.com.','n13.example.com.',\
                  'n14.e… (1932 bytes)",
             ]
+        );
+    }
+
+    /// A set too large for the ConfigMap is said as such, with the ways out, not as a stale
+    /// block.
+    #[test]
+    fn a_block_over_the_configmap_limit_is_named() {
+        let names: Vec<String> = (0..40_000)
+            .map(|i| format!("n{i}.example{i}.com"))
+            .collect();
+        let many = hosts(&names.iter().map(String::as_str).collect::<Vec<_>>());
+        let (checks, _) = corefile_checks(
+            Mode::Coredns,
+            PLAIN,
+            expect(Some(&many), Some(&proxy())).as_ref(),
+        );
+        let block = checks.iter().find(|c| c.id == "coredns-block").unwrap();
+        assert_eq!(block.status, Status::Fail);
+        assert!(
+            block.summary.contains("40000 hostname(s)"),
+            "{}",
+            block.summary
+        );
+        assert!(
+            block
+                .action
+                .as_deref()
+                .unwrap_or("")
+                .contains("--coredns-answer view"),
+            "{block:?}"
         );
     }
 

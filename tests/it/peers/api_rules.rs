@@ -12,7 +12,8 @@ use kube::Client;
 
 use super::cluster;
 use ouroboros::dns::external::{check_key, check_label_value, service_name};
-use ouroboros::dns::write::apply::{data_size, MAX_CONFIGMAP_DATA};
+use ouroboros::dns::write::apply::data_size;
+use ouroboros::dns::MAX_CONFIGMAP_DATA;
 use ouroboros::dns_name::is_dns1035_label;
 use ouroboros::hostname::HostPolicy;
 
