@@ -252,22 +252,19 @@ fn write_templates(w: &mut Writer<'_>, hosts: &BTreeSet<Hostname>, addrs: &Proxy
         w.line(&["template IN ", qtype, " ", &zones, " {"]);
         w.line(&[unit, "match ", &patterns]);
         for ip in addrs.of(v6) {
-            let ttl = TTL.to_string();
-            let ip = ip.to_string();
-            w.line(&[
-                unit,
-                "answer \"{{ .Name }} ",
-                &ttl,
-                " IN ",
-                qtype,
-                " ",
-                &ip,
-                "\"",
-            ]);
+            answer_line(w, &[unit], qtype, ip);
         }
         w.line(&[unit, "fallthrough"]);
         w.line(&["}"]);
     }
+}
+
+/// A template's `answer "{{ .Name }} TTL IN TYPE IP"` line, after `indent`.
+fn answer_line(w: &mut Writer<'_>, indent: &[&str], qtype: &str, ip: &IpAddr) {
+    let (ttl, ip) = (TTL.to_string(), ip.to_string());
+    let mut parts = indent.to_vec();
+    parts.extend(["answer \"{{ .Name }} ", &ttl, " IN ", qtype, " ", &ip, "\""]);
+    w.line(&parts);
 }
 
 /// Where the `view` form's server blocks listen: as the root block does.
@@ -366,20 +363,8 @@ fn write_view(
             continue;
         }
         w.line(&[unit, "template IN ", qtype, " {"]);
-        let ttl = TTL.to_string();
         for ip in ips {
-            let ip = ip.to_string();
-            w.line(&[
-                unit,
-                unit,
-                "answer \"{{ .Name }} ",
-                &ttl,
-                " IN ",
-                qtype,
-                " ",
-                &ip,
-                "\"",
-            ]);
+            answer_line(w, &[unit, unit], qtype, ip);
         }
         w.line(&[unit, "}"]);
     }
