@@ -21,7 +21,7 @@
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
 //! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers (`kernel_relay`: the kernel relay's, only with the cargo feature `kernel-relay`) |
-//! | `fuzzing` | hidden: the property checks the fuzz targets (`fuzz/`) and `tests/it/fuzz_corpus.rs` share |
+//! | `fuzzing` | hidden, and only with the cargo feature `fuzzing` (tests, `fuzz/`): the property checks the fuzz targets (`fuzz/`) and `tests/it/fuzz_corpus.rs` share |
 //!
 //! `module_rules` (a unit test) checks the PURE modules import no I/O, the top-level modules
 //! and the sibling modules inside each module import each other without a cycle, and nothing
@@ -40,6 +40,9 @@ pub mod dns_name;
 pub mod doctor;
 pub mod edge;
 pub mod flags;
+// Test support, not in the library a plain build makes: `cargo test` turns the feature on (a
+// dev-dependency on this crate), and so does fuzz/.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostname;
