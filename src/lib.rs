@@ -11,7 +11,7 @@
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode, and decode (`decode`: `header`, `error`, `v1`, `v2`, `tlv`) |
 //! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
-//! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy |
+//! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy (`mode`: `--copy-mode`; `sockmap`, the kernel relay, only with the cargo feature `kernel-relay`) |
 //! | `proxy`, `edge`, `whoami` | those subcommands (`edge::balance`: `pick`, `maglev` PURE, `backend`, `metrics`; `whoami::http` and `whoami::report` PURE) |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
 //! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
@@ -20,8 +20,8 @@
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`) |
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
-//! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers |
-//! | `fuzzing` | hidden: the property checks the fuzz targets (`fuzz/`) and `tests/it/fuzz_corpus.rs` share |
+//! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers (`kernel_relay`: the kernel relay's, only with the cargo feature `kernel-relay`) |
+//! | `fuzzing` | hidden, and only with the cargo feature `fuzzing` (tests, `fuzz/`): the property checks the fuzz targets (`fuzz/`) and `tests/it/fuzz_corpus.rs` share |
 //!
 //! `module_rules` (a unit test) checks the PURE modules import no I/O, the top-level modules
 //! and the sibling modules inside each module import each other without a cycle, and nothing
@@ -40,6 +40,9 @@ pub mod dns_name;
 pub mod doctor;
 pub mod edge;
 pub mod flags;
+// Test support, not in the library a plain build makes: `cargo test` turns the feature on (a
+// dev-dependency on this crate), and so does fuzz/.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostname;

@@ -11,8 +11,9 @@ use prometheus_client::registry::Registry;
 use crate::admin::ReadyCheck;
 use crate::flags::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
+use crate::relay::mode::Mode;
 use crate::relay::{
-    self, CopyMode, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
+    self, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
 };
 
 /// Default upstream: the ingress-nginx controller Service.
@@ -151,9 +152,11 @@ pub struct ProxyArgs {
     /// `userspace` (always read/write through a pooled buffer) or `splice` (always Linux
     /// splice(2) through a pooled pipe; the bytes stay in the kernel) or `sockmap` (the kernel
     /// moves the bytes between the sockets, a BPF program redirecting through a socket map:
-    /// needs CAP_BPF and CAP_NET_ADMIN and Linux 5.10+, else logs why once and runs `auto`).
-    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
-    pub copy_mode: CopyMode,
+    /// only in a build with the cargo feature `kernel-relay`, not the default one or the
+    /// release image; needs CAP_BPF and CAP_NET_ADMIN and Linux 5.10+, else logs why once and
+    /// runs `auto`).
+    #[arg(long, env = "OUROBOROS_PROXY_COPY_MODE", default_value = "auto", value_parser = Mode::parser(), value_name = "MODE")]
+    pub copy_mode: Mode,
 
     /// Connections relayed at once (both listeners together); past it new connections wait in
     /// the kernel's listen backlog. 0 = unlimited.
@@ -292,7 +295,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
     let cfg = Config::from_args(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
     let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
-    let (copy, kernel) = relay::copying(args.copy_mode, args.max_connections);
+    let relaying = relay::mode::relaying(args.copy_mode, args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_proxy");
@@ -341,8 +344,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
             version: args.proxy_protocol,
             header_port: Some(header_port),
             idle_timeout: idle,
-            copy,
-            kernel: kernel.clone(),
+            relaying: relaying.clone(),
             metrics: relay_metrics.listener(name),
         });
         listeners.push((listener, route));

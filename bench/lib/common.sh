@@ -15,8 +15,10 @@
 #                        judged against this one when it runs
 #   ouroboros            ouroboros with its defaults (--copy-mode auto)
 #   ouroboros_userspace  --copy-mode userspace        ouroboros_splice  --copy-mode splice
-#   ouroboros_sockmap    --copy-mode sockmap (the kernel relay; needs root): judged against the
-#                        kernel relay's targets, its CPU by what it adds to both CPUs per request
+#   ouroboros_sockmap    --copy-mode sockmap (the kernel relay: needs root, and a binary built
+#                        with --features kernel-relay, which this script builds when it is
+#                        listed): judged against the kernel relay's targets, its CPU by what it
+#                        adds to both CPUs per request
 #   ouroboros_busy       --busy-poll $BUSY_POLL (default 0: the relay without busy polling; the
 #                        default is auto)
 #   ouroboros_t1         --threads 1: one event loop     ouroboros_t2  --threads 2: two
@@ -112,8 +114,12 @@ bench_prepare() {
     BIN=$OUROBOROS_BIN
     if [[ $VARIANTS == *ouroboros* ]]; then
         if [[ -z $BIN ]]; then
-            log "cargo build --release"
-            (cd "$REPO" && cargo build --release --bin ouroboros) >&2
+            # The kernel relay is compiled only with its cargo feature (off by default); the
+            # other variants run the same copy paths in that build.
+            features=""
+            [[ $VARIANTS == *ouroboros_sockmap* ]] && features=kernel-relay
+            log "cargo build --release --features '$features'"
+            (cd "$REPO" && cargo build --release --bin ouroboros --features "$features") >&2
             BIN=$REPO/target/release/ouroboros
         fi
         [[ -x $BIN ]] || die "$BIN is not executable"

@@ -18,7 +18,8 @@ use crate::admin::ReadyCheck;
 use crate::dns_name::is_label;
 use crate::flags::{parse_duration, UsageError};
 use crate::proxy_protocol::Version;
-use crate::relay::{self, CopyMode, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
+use crate::relay::mode::Mode;
+use crate::relay::{self, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
 use backends::PortRef;
 use balance::{Algorithm, BackendMetrics, Balancer};
 
@@ -171,9 +172,10 @@ pub struct EdgeArgs {
 
     /// How bytes are copied: `auto` (buffer for small messages, splice(2) while a direction
     /// streams), `userspace` (pooled buffer), `splice` (Linux splice(2)) or `sockmap` (the kernel
-    /// moves the bytes; CAP_BPF and CAP_NET_ADMIN, Linux 5.10+), as for `proxy`.
-    #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", value_enum, default_value_t = CopyMode::Auto)]
-    pub copy_mode: CopyMode,
+    /// moves the bytes: only in a build with the cargo feature `kernel-relay`; CAP_BPF and
+    /// CAP_NET_ADMIN, Linux 5.10+), as for `proxy`.
+    #[arg(long, env = "OUROBOROS_EDGE_COPY_MODE", default_value = "auto", value_parser = Mode::parser(), value_name = "MODE")]
+    pub copy_mode: Mode,
 
     /// Connections relayed at once (all listeners together); past it new connections wait in
     /// the kernel's listen backlog. 0 = unlimited.
@@ -310,7 +312,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
     let source = source(&args).map_err(UsageError::err)?;
     let signal = crate::shutdown::on_signal()?;
     let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
-    let (copy, kernel) = relay::copying(args.copy_mode, args.max_connections);
+    let relaying = relay::mode::relaying(args.copy_mode, args.max_connections);
 
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_edge");
@@ -360,8 +362,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
                 version: args.proxy_protocol,
                 header_port: None,
                 idle_timeout: idle,
-                copy,
-                kernel: kernel.clone(),
+                relaying: relaying.clone(),
                 metrics: relay_metrics.listener(name),
             }),
         ));

@@ -63,8 +63,11 @@ pub(super) async fn read_queued(from: &mut TcpStream, buf: &mut [u8]) -> usize {
     .await
 }
 
-/// How bytes are moved from one socket to the other.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+/// How this process moves bytes from one socket to the other: every variant is a path of
+/// [`relay`], chosen by the matches in `CopyMode::starts_bulk` and `CopyMode::bulk_after`.
+/// (The kernel relay, `--copy-mode sockmap`, is not a way of copying here: it is
+/// `relay::mode::Relaying::Kernel`, in a build with the cargo feature `kernel-relay`.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CopyMode {
     /// Each direction starts with read(2)/write(2) and switches to splice(2) while its reads
     /// keep filling the 64 KiB buffer (bulk), and back after a short splice (requests and
@@ -75,11 +78,29 @@ pub enum CopyMode {
     Userspace,
     /// splice(2) through a pooled pipe: the bytes never enter this process.
     Splice,
-    /// The kernel moves the bytes (a BPF program redirecting between the sockets through a
-    /// socket map); this process only passes ends of stream on and counts. Needs CAP_BPF and
-    /// CAP_NET_ADMIN and Linux 5.10 or later; without them the relay logs why once and copies
-    /// as `auto` does.
-    Sockmap,
+}
+
+impl CopyMode {
+    /// Whether a direction's first read goes through a pipe.
+    fn starts_bulk(self) -> bool {
+        match self {
+            CopyMode::Splice => true,
+            CopyMode::Auto | CopyMode::Userspace => false,
+        }
+    }
+
+    /// Whether the read after one that moved `n` bytes goes through a pipe; `spliced`: that
+    /// one went through a pipe rather than the buffer.
+    fn bulk_after(self, n: usize, spliced: bool) -> bool {
+        match self {
+            // A full buffer: more is probably queued, so the sender is streaming. A short
+            // splice: the sender's burst is over.
+            CopyMode::Auto if spliced => n >= SHORT_SPLICE,
+            CopyMode::Auto => n == BUF_SIZE,
+            CopyMode::Userspace => false,
+            CopyMode::Splice => true,
+        }
+    }
 }
 
 /// In `Auto` mode, a splice shorter than this means the sender's burst is over: the direction
@@ -148,8 +169,10 @@ pub struct Counters {
     pub spliced_to_upstream: Counter,
     pub spliced_to_client: Counter,
     /// Connections handed to the kernel relay (`--copy-mode sockmap`).
+    #[cfg(feature = "kernel-relay")]
     pub kernel: Counter,
     /// Directions the kernel relay handed back to the process because their reader lagged.
+    #[cfg(feature = "kernel-relay")]
     pub kernel_held: Counter,
 }
 
@@ -193,7 +216,7 @@ struct Way<'a> {
 impl Half {
     fn new(mode: CopyMode) -> Self {
         Half {
-            bulk: mode == CopyMode::Splice,
+            bulk: mode.starts_bulk(),
             ..Half::default()
         }
     }
@@ -273,7 +296,7 @@ impl Half {
                     Ok(n) => {
                         self.pipe = Some(pipe);
                         self.end = n as u32;
-                        self.bulk = way.mode == CopyMode::Splice || n >= SHORT_SPLICE;
+                        self.bulk = way.mode.bulk_after(n, true);
                         *moved = true;
                     }
                     // Readiness was cleared: the next poll_read_ready registers for more.
@@ -294,8 +317,7 @@ impl Half {
                         give_buf(buf);
                         self.eof = true;
                     } else {
-                        // A full buffer: more is probably queued, so the sender is streaming.
-                        self.bulk = way.mode == CopyMode::Auto && n == BUF_SIZE;
+                        self.bulk = way.mode.bulk_after(n, false);
                         self.buf = Some(buf);
                         self.start = 0;
                         self.end = n as u32;
@@ -459,15 +481,42 @@ mod tests {
         (pair().await, pair().await)
     }
 
-    /// Starts a relay in `mode`; in `Sockmap` mode, returns once the kernel took the pair
+    /// A relay path under test: copying in this process, or (with the cargo feature
+    /// `kernel-relay`) handing the pair to the kernel relay.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Path {
+        Copy(CopyMode),
+        #[cfg(feature = "kernel-relay")]
+        Kernel,
+    }
+
+    const USERSPACE: Path = Path::Copy(CopyMode::Userspace);
+
+    /// Every path this build has.
+    const ALL_PATHS: &[Path] = &[
+        Path::Copy(CopyMode::Auto),
+        USERSPACE,
+        Path::Copy(CopyMode::Splice),
+        #[cfg(feature = "kernel-relay")]
+        Path::Kernel,
+    ];
+
+    /// The paths an idle timeout is tested on: one in this process, and the kernel relay.
+    const IDLE_PATHS: &[Path] = &[
+        USERSPACE,
+        #[cfg(feature = "kernel-relay")]
+        Path::Kernel,
+    ];
+
+    /// Starts a relay on `path`; on the kernel relay, returns once the kernel took the pair
     /// (failing the test when it relays in this process instead).
     async fn spawn_relay_mode(
         c: TcpStream,
         u: TcpStream,
         idle: Option<Duration>,
-        mode: CopyMode,
+        path: Path,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
-        spawn_relay_watched(c, u, idle, mode).await.0
+        spawn_relay_watched(c, u, idle, path).await.0
     }
 
     /// [`spawn_relay_mode`], with the relay's counters.
@@ -475,11 +524,12 @@ mod tests {
         c: TcpStream,
         u: TcpStream,
         idle: Option<Duration>,
-        mode: CopyMode,
+        path: Path,
     ) -> (tokio::task::JoinHandle<(End, u64, u64)>, Spliced) {
         let counters = Spliced::default();
-        let task = spawn_relay_counted(c, u, idle, mode, counters.clone());
-        if mode == CopyMode::Sockmap {
+        let task = spawn_relay_counted(c, u, idle, path, counters.clone());
+        #[cfg(feature = "kernel-relay")]
+        if path == Path::Kernel {
             within("the kernel taking the connection", async {
                 while counters.kernel.get() == 0 {
                     assert!(!task.is_finished(), "the relay ended before the handover");
@@ -498,30 +548,25 @@ mod tests {
         mut c: TcpStream,
         mut u: TcpStream,
         idle: Option<Duration>,
-        mode: CopyMode,
+        path: Path,
         counters: Spliced,
     ) -> tokio::task::JoinHandle<(End, u64, u64)> {
         tokio::spawn(async move {
-            let r = if mode == CopyMode::Sockmap {
-                let kernel = super::super::sockmap::tests::kernel();
-                let fallback = CopyMode::Auto;
-                super::super::sockmap::relay_or_copy(&kernel, c, u, 0, idle, fallback, &counters)
-                    .await
-            } else {
-                relay(&mut c, &mut u, mode, idle, &counters).await
+            let r = match path {
+                Path::Copy(mode) => relay(&mut c, &mut u, mode, idle, &counters).await,
+                #[cfg(feature = "kernel-relay")]
+                Path::Kernel => {
+                    use super::super::sockmap;
+                    let kernel = sockmap::tests::kernel();
+                    let fallback = CopyMode::Auto;
+                    sockmap::relay_or_copy(&kernel, c, u, 0, idle, fallback, &counters).await
+                }
             };
             assert_eq!(counters.to_upstream.get(), r.1);
             assert_eq!(counters.to_client.get(), r.2);
             r
         })
     }
-
-    const ALL_MODES: [CopyMode; 4] = [
-        CopyMode::Auto,
-        CopyMode::Userspace,
-        CopyMode::Splice,
-        CopyMode::Sockmap,
-    ];
 
     /// How long a read (or the relay task) in these tests may take before the test fails.
     const DEADLINE: Duration = Duration::from_secs(30);
@@ -548,12 +593,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bulk_both_ways_in_order() {
-        for mode in ALL_MODES {
+        for &mode in ALL_PATHS {
             bulk_both_ways_in_order_with(mode).await;
         }
     }
 
-    async fn bulk_both_ways_in_order_with(mode: CopyMode) {
+    async fn bulk_both_ways_in_order_with(mode: Path) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         let task = spawn_relay_mode(rc, ru, Some(Duration::from_secs(30)), mode).await;
         let up = pattern(1, 8 << 20);
@@ -599,12 +644,12 @@ mod tests {
 
     #[tokio::test]
     async fn half_close_delivers_reply_after_client_eof() {
-        for mode in ALL_MODES {
+        for &mode in ALL_PATHS {
             half_close_delivers_reply_after_client_eof_with(mode).await;
         }
     }
 
-    async fn half_close_delivers_reply_after_client_eof_with(mode: CopyMode) {
+    async fn half_close_delivers_reply_after_client_eof_with(mode: Path) {
         let ((client, rc), (ru, server)) = pairs().await;
         let task = spawn_relay_mode(rc, ru, None, mode).await;
         let reply = pattern(3, 1 << 20);
@@ -641,12 +686,13 @@ mod tests {
     /// FIN while the relay is handing the pair over is relayed, whichever side of the
     /// handover its FIN lands on (before: copied in the process; between the two sockets: the
     /// client's last bytes are copied here; after: the kernel). Many rounds, to land on each.
+    #[cfg(feature = "kernel-relay")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn client_fin_racing_the_kernel_handover() {
         for round in 0..300 {
             let ((client, rc), (ru, server)) = pairs().await;
             let counters = Spliced::default();
-            let task = spawn_relay_counted(rc, ru, None, CopyMode::Sockmap, counters);
+            let task = spawn_relay_counted(rc, ru, None, Path::Kernel, counters);
             if round % 3 == 1 {
                 tokio::task::yield_now().await;
             }
@@ -662,13 +708,14 @@ mod tests {
     /// streams 256 MiB at a client that reads nothing for a second; by then it can only have
     /// written socket buffers and the relay's backlog limit (a relay without flow control lets
     /// it write everything). Then the client reads it all, intact and in order.
+    #[cfg(feature = "kernel-relay")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kernel_relay_holds_a_fast_sender_back_from_a_slow_reader() {
         use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
         const CHUNK: usize = 1 << 20;
         const CHUNKS: usize = 256;
         let ((mut client, rc), (ru, mut server)) = pairs().await;
-        let (task, counters) = spawn_relay_watched(rc, ru, None, CopyMode::Sockmap).await;
+        let (task, counters) = spawn_relay_watched(rc, ru, None, Path::Kernel).await;
         let written = Arc::new(AtomicUsize::new(0));
         let w = written.clone();
         let sender = tokio::spawn(async move {
@@ -722,12 +769,12 @@ mod tests {
 
     #[tokio::test]
     async fn upstream_half_close_still_takes_client_data() {
-        for mode in ALL_MODES {
+        for &mode in ALL_PATHS {
             upstream_half_close_still_takes_client_data_with(mode).await;
         }
     }
 
-    async fn upstream_half_close_still_takes_client_data_with(mode: CopyMode) {
+    async fn upstream_half_close_still_takes_client_data_with(mode: Path) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         let task = spawn_relay_mode(rc, ru, None, mode).await;
         server.write_all(b"banner").await.unwrap();
@@ -752,12 +799,12 @@ mod tests {
 
     #[tokio::test]
     async fn idle_timeout_closes_both_sides() {
-        for mode in [CopyMode::Userspace, CopyMode::Sockmap] {
+        for &mode in IDLE_PATHS {
             idle_timeout_closes_both_sides_with(mode).await;
         }
     }
 
-    async fn idle_timeout_closes_both_sides_with(mode: CopyMode) {
+    async fn idle_timeout_closes_both_sides_with(mode: Path) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         let started = std::time::Instant::now();
         let task = spawn_relay_mode(rc, ru, Some(Duration::from_millis(200)), mode).await;
@@ -782,12 +829,12 @@ mod tests {
 
     #[tokio::test]
     async fn activity_postpones_idle_timeout() {
-        for mode in [CopyMode::Userspace, CopyMode::Sockmap] {
+        for &mode in IDLE_PATHS {
             activity_postpones_idle_timeout_with(mode).await;
         }
     }
 
-    async fn activity_postpones_idle_timeout_with(mode: CopyMode) {
+    async fn activity_postpones_idle_timeout_with(mode: Path) {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         // Real sockets, so real time: a write every 100 ms against a 1 s idle timeout leaves
         // 900 ms of slack for a loaded machine, and the writes go on past the first second.
@@ -811,12 +858,12 @@ mod tests {
 
     #[tokio::test]
     async fn reset_on_one_side_closes_the_other() {
-        for mode in ALL_MODES {
+        for &mode in ALL_PATHS {
             reset_on_one_side_closes_the_other_with(mode).await;
         }
     }
 
-    async fn reset_on_one_side_closes_the_other_with(mode: CopyMode) {
+    async fn reset_on_one_side_closes_the_other_with(mode: Path) {
         let ((client, rc), (ru, mut server)) = pairs().await;
         let task = spawn_relay_mode(rc, ru, None, mode).await;
         // SO_LINGER 0 makes close send RST.
@@ -841,7 +888,7 @@ mod tests {
     async fn auto_switches_between_buffer_and_pipe_in_order() {
         let ((mut client, rc), (ru, mut server)) = pairs().await;
         let spliced = Spliced::default();
-        let task = spawn_relay_counted(rc, ru, None, CopyMode::Auto, spliced.clone());
+        let task = spawn_relay_counted(rc, ru, None, Path::Copy(CopyMode::Auto), spliced.clone());
         let up = || spliced.spliced_to_upstream.get();
         let sizes = [1usize, 4 << 20, 1, 1, 1, 3 << 20, 1, 1, 6 << 20, 1, 1];
         let mut sent = 0u64;
@@ -916,7 +963,7 @@ mod tests {
         for mode in [CopyMode::Auto, CopyMode::Splice] {
             let ((mut client, rc), (ru, server)) = pairs().await;
             let spliced = Spliced::default();
-            let task = spawn_relay_counted(rc, ru, None, mode, spliced.clone());
+            let task = spawn_relay_counted(rc, ru, None, Path::Copy(mode), spliced.clone());
             let payload = pattern(7, 8 << 20);
             let writer = tokio::spawn(async move {
                 let _ = client.write_all(&payload).await;

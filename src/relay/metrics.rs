@@ -44,7 +44,9 @@ pub struct RelayMetrics {
     closed: Family<ResultLabels, Counter>,
     bytes: Family<DirectionLabels, Counter>,
     spliced: Family<DirectionLabels, Counter>,
+    #[cfg(feature = "kernel-relay")]
     kernel: Family<ListenerLabel, Counter>,
+    #[cfg(feature = "kernel-relay")]
     kernel_held: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
     dial_seconds: Family<ListenerLabel, Histogram>,
@@ -63,7 +65,9 @@ impl RelayMetrics {
             closed: Family::default(),
             bytes: Family::default(),
             spliced: Family::default(),
+            #[cfg(feature = "kernel-relay")]
             kernel: Family::default(),
+            #[cfg(feature = "kernel-relay")]
             kernel_held: Family::default(),
             accept_errors: Family::default(),
             // 0.5 ms .. ~16 s
@@ -108,19 +112,23 @@ impl RelayMetrics {
             Unit::Bytes,
             m.spliced.clone(),
         );
-        registry.register(
-            "kernel_relayed_connections",
-            "Connections whose bytes the kernel moved (--copy-mode sockmap); their bytes join \
-             transferred_bytes_total when they close. Others in that mode were copied in the \
-             process: a side had already closed at the handover, or the socket map was full",
-            m.kernel.clone(),
-        );
-        registry.register(
-            "kernel_held_directions",
-            "Directions of kernel-relayed connections handed back to the process because their \
-             reader lagged more than 8 MiB behind (the kernel has no flow control of its own)",
-            m.kernel_held.clone(),
-        );
+        // The kernel relay's own series exist only in a build that has it.
+        #[cfg(feature = "kernel-relay")]
+        {
+            registry.register(
+                "kernel_relayed_connections",
+                "Connections whose bytes the kernel moved (--copy-mode sockmap); their bytes join \
+                 transferred_bytes_total when they close. Others in that mode were copied in the \
+                 process: a side had already closed at the handover, or the socket map was full",
+                m.kernel.clone(),
+            );
+            registry.register(
+                "kernel_held_directions",
+                "Directions of kernel-relayed connections handed back to the process because their \
+                 reader lagged more than 8 MiB behind (the kernel has no flow control of its own)",
+                m.kernel_held.clone(),
+            );
+        }
         registry.register(
             "accept_errors",
             "accept(2) failures (e.g. EMFILE); the listener backs off and retries",
@@ -171,15 +179,15 @@ impl RelayMetrics {
         let to_client = self.bytes.get_or_create(&dir("to_client")).clone();
         let spliced_to_upstream = self.spliced.get_or_create(&dir("to_upstream")).clone();
         let spliced_to_client = self.spliced.get_or_create(&dir("to_client")).clone();
-        let kernel = self.kernel.get_or_create(&l).clone();
-        let kernel_held = self.kernel_held.get_or_create(&l).clone();
         let bytes = Counters {
             to_upstream,
             to_client,
             spliced_to_upstream,
             spliced_to_client,
-            kernel,
-            kernel_held,
+            #[cfg(feature = "kernel-relay")]
+            kernel: self.kernel.get_or_create(&l).clone(),
+            #[cfg(feature = "kernel-relay")]
+            kernel_held: self.kernel_held.get_or_create(&l).clone(),
         };
         let accept_errors = self.accept_errors.get_or_create(&l).clone();
         let dial_seconds = self.dial_seconds.get_or_create(&l).clone();

@@ -4,13 +4,16 @@
 //! ```text
 //! accept (crate::accept: cap, backoff) -> task per connection
 //!   -> upstream.dial() -> TCP_NODELAY -> PROXY header -> copy both ways (half-close safe)
-//!        (copy: in this process; sockmap: handed to the kernel, ends watched here)
+//!        (mode::Relaying: copy in this process; or, with the cargo feature kernel-relay,
+//!         sockmap: handed to the kernel, ends watched here)
 //!   -> metrics + debug log on close
 //! ```
 
 pub mod copy;
 pub mod lifecycle;
 pub mod metrics;
+pub mod mode;
+#[cfg(feature = "kernel-relay")]
 pub mod sockmap;
 pub mod upstream;
 
@@ -28,7 +31,6 @@ use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
 pub use lifecycle::ReadyState;
 pub use metrics::{ListenerMetrics, RelayMetrics};
-pub use sockmap::Sockmap;
 pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
 
 /// What one listener does with its connections.
@@ -42,36 +44,9 @@ pub struct Route<U> {
     pub header_port: Option<u16>,
     /// Close a connection after this long without traffic either way; `None` = never.
     pub idle_timeout: Option<Duration>,
-    pub copy: CopyMode,
-    /// The kernel relay (`--copy-mode sockmap`, when it loaded); `copy` is then what a
-    /// connection falls back to when the kernel's map is full.
-    pub kernel: Option<Arc<Sockmap>>,
+    /// How the bytes are moved (`--copy-mode`).
+    pub relaying: mode::Relaying,
     pub metrics: ListenerMetrics,
-}
-
-/// The copy mode and kernel relay for `--copy-mode mode`: `sockmap` loads the kernel relay once
-/// for the process, or says once why it cannot and copies in this process (`auto`).
-pub fn copying(mode: CopyMode, max_connections: usize) -> (CopyMode, Option<Arc<Sockmap>>) {
-    if mode != CopyMode::Sockmap {
-        return (mode, None);
-    }
-    let cap = if max_connections == 0 {
-        65536
-    } else {
-        max_connections
-    };
-    match Sockmap::load(cap) {
-        Ok(k) => {
-            tracing::info!("copy mode sockmap: the kernel relays established connections");
-            let k = Arc::new(k);
-            tokio::spawn(k.clone().ring_doorbells());
-            (CopyMode::Auto, Some(k))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "copy mode sockmap is not available here; copying in this process (auto) instead");
-            (CopyMode::Auto, None)
-        }
-    }
 }
 
 impl<U: Upstream> Handler for Route<U> {
@@ -112,33 +87,37 @@ async fn handle<U: Upstream>(mut client: TcpStream, peer: SocketAddr, route: Arc
     m.active.inc();
     let _active = Active(&m.active);
     let started = Instant::now();
-    let Some((mut up, lease, early)) = Box::pin(connect(&mut client, peer, &route)).await else {
+    // The early bytes went out with the header and are counted; only the kernel relay, whose
+    // byte counts start at the handover, needs their number.
+    #[cfg_attr(not(feature = "kernel-relay"), allow(unused_variables))]
+    let Some((mut up, lease, early)) = Box::pin(connect(&mut client, peer, &route)).await
+    else {
         return;
     };
     let debug = tracing::enabled!(tracing::Level::DEBUG);
     let upstream_addr = |up: &TcpStream| if debug { up.peer_addr().ok() } else { None };
-    let (end, to_upstream, to_client, up_addr) = match &route.kernel {
+    let (end, to_upstream, to_client, up_addr) = match &route.relaying {
+        mode::Relaying::Copy(copy) => {
+            let (end, to_upstream, to_client) =
+                copy::relay(&mut client, &mut up, *copy, route.idle_timeout, &m.bytes).await;
+            (end, to_upstream, to_client, upstream_addr(&up))
+        }
         // Boxed: only connections the kernel relays pay for this future.
-        Some(k) => {
+        #[cfg(feature = "kernel-relay")]
+        mode::Relaying::Kernel { kernel, fallback } => {
             // Asked first: the relay takes the sockets.
             let addr = upstream_addr(&up);
-            let (idle, copy) = (route.idle_timeout, route.copy);
             let relayed = Box::pin(sockmap::relay_or_copy(
-                k, client, up, early, idle, copy, &m.bytes,
+                kernel,
+                client,
+                up,
+                early,
+                route.idle_timeout,
+                *fallback,
+                &m.bytes,
             ))
             .await;
             (relayed.0, relayed.1, relayed.2, addr)
-        }
-        None => {
-            let (end, to_upstream, to_client) = copy::relay(
-                &mut client,
-                &mut up,
-                route.copy,
-                route.idle_timeout,
-                &m.bytes,
-            )
-            .await;
-            (end, to_upstream, to_client, upstream_addr(&up))
         }
     };
     lease.record(to_upstream, to_client);
@@ -260,8 +239,7 @@ mod tests {
             version: Version::V1,
             header_port: Some(80),
             idle_timeout: Some(Duration::from_secs(60)),
-            copy: CopyMode::Userspace,
-            kernel: None,
+            relaying: mode::Relaying::Copy(CopyMode::Userspace),
             metrics: RelayMetrics::register(&mut registry).listener("http"),
         });
         let fut = route.serve(client, addr);

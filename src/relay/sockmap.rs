@@ -1,5 +1,6 @@
-//! The kernel relay (`--copy-mode sockmap`): once the PROXY header is written, the kernel moves
-//! each connection's bytes between its two sockets and this process only watches for the ends.
+//! The kernel relay (`--copy-mode sockmap`; compiled only with the cargo feature `kernel-relay`):
+//! once the PROXY header is written, the kernel moves each connection's bytes between its two
+//! sockets and this process only watches for the ends.
 //!
 //! ```text
 //! peers  (sockhash, no program):   peers[cookie(client)] = upstream, peers[cookie(upstream)] = client
@@ -40,7 +41,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::copy::{Counters, End};
-use crate::sys::{self, BpfInsn};
+use crate::sys::kernel_relay::{self as sys, BpfInsn};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_SOCKHASH: u32 = 18;
@@ -452,7 +453,7 @@ pub async fn relay_or_copy(
     upstream: tokio::net::TcpStream,
     early: u64,
     idle: Option<Duration>,
-    fallback: super::CopyMode,
+    fallback: super::copy::CopyMode,
     counters: &Counters,
 ) -> (End, u64, u64) {
     static FULL: AtomicBool = AtomicBool::new(false);
@@ -834,7 +835,7 @@ pub(crate) mod tests {
     use std::sync::{Arc, OnceLock};
 
     /// The process's kernel relay for tests. Loading needs CAP_BPF and CAP_NET_ADMIN (CI runs
-    /// as root); `OUROBOROS_TEST_NO_BPF=1` skips its tests on a machine without them.
+    /// as root); a build without the cargo feature `kernel-relay` has none of these tests.
     pub(crate) fn kernel() -> Arc<Sockmap> {
         static K: OnceLock<Arc<Sockmap>> = OnceLock::new();
         K.get_or_init(|| match Sockmap::load(1024) {
@@ -852,8 +853,8 @@ pub(crate) mod tests {
                 k
             }
             Err(e) => panic!(
-                "the kernel relay did not load ({e}); run the tests as root, or set \
-                 OUROBOROS_TEST_NO_BPF=1 to leave its tests out"
+                "the kernel relay did not load ({e}); run the tests as root, or without \
+                 the cargo feature kernel-relay to leave its tests out"
             ),
         })
         .clone()

@@ -109,6 +109,7 @@ fn round_robin_spreads_evenly_with_the_client_address_in_the_header() {
 /// bytes. An HTTP/1.0 answer may arrive and close the backend's side before the handover (the
 /// request went with the header); such a connection is copied in the process instead, so
 /// only some of the 31 need to reach the kernel.
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn round_robin_through_the_kernel_relay() {
     let p = round_robin_with(&["--copy-mode", "sockmap"]);
@@ -437,6 +438,7 @@ fn active_checks_eject_without_client_traffic() {
 async fn removed_backend_drains_its_connections() {
     use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
     use ouroboros::proxy_protocol::Version;
+    use ouroboros::relay::mode::Relaying;
     use ouroboros::relay::{self, CopyMode, RelayMetrics, Route};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -479,8 +481,7 @@ async fn removed_backend_drains_its_connections() {
         version: Version::V1,
         header_port: None,
         idle_timeout: None,
-        copy: CopyMode::Userspace,
-        kernel: None,
+        relaying: Relaying::Copy(CopyMode::Userspace),
         metrics: RelayMetrics::register(&mut registry).listener("test"),
     });
     let tracker = tokio_util::task::TaskTracker::new();

@@ -153,14 +153,17 @@ fn relays_64_mib_each_way_intact_with_auto() {
     relay_64_mib("auto");
 }
 
+#[cfg(feature = "kernel-relay")]
 #[test]
-fn relays_64_mib_each_way_intact_with_sockmap() {
+fn relays_64_mib_each_way_intact_through_the_kernel_relay() {
     relay_64_mib("sockmap");
 }
 
+#[cfg(feature = "kernel-relay")]
 /// The flag that selects the kernel relay.
 const SOCKMAP: &[&str] = &["--copy-mode", "sockmap"];
 
+#[cfg(feature = "kernel-relay")]
 /// Connections of the http listener the kernel relayed.
 fn kernel_relayed(proxy: &Proxy) -> f64 {
     proxy
@@ -221,24 +224,43 @@ fn relay_64_mib(copy_mode: &str) {
             _ => assert!(spliced > 0.0 && spliced <= LEN as f64, "{dir}: {spliced}"),
         }
     }
-    let kernel = if copy_mode == "sockmap" { 1.0 } else { 0.0 };
-    assert_eq!(kernel_relayed(&proxy), kernel);
+    #[cfg(feature = "kernel-relay")]
+    {
+        let kernel = if copy_mode == "sockmap" { 1.0 } else { 0.0 };
+        assert_eq!(kernel_relayed(&proxy), kernel);
+    }
+    // A build without the kernel relay has none of its series either.
+    #[cfg(not(feature = "kernel-relay"))]
+    assert_eq!(
+        proxy.metric(r#"ouroboros_proxy_kernel_relayed_connections_total{listener="http"}"#),
+        None
+    );
 }
 
 #[test]
 fn half_close_client_still_gets_the_whole_reply() {
-    for copy_mode in ["auto", "userspace", "splice", "sockmap"] {
-        for threads in ["0", "1", "3"] {
-            for busy_poll in ["0", "50us", "auto"] {
-                half_close(&[
-                    "--copy-mode",
-                    copy_mode,
-                    "--threads",
-                    threads,
-                    "--busy-poll",
-                    busy_poll,
-                ]);
-            }
+    for copy_mode in ["auto", "userspace", "splice"] {
+        half_close_with_each_loop_setting(copy_mode);
+    }
+}
+
+#[cfg(feature = "kernel-relay")]
+#[test]
+fn half_close_client_still_gets_the_whole_reply_through_the_kernel_relay() {
+    half_close_with_each_loop_setting("sockmap");
+}
+
+fn half_close_with_each_loop_setting(copy_mode: &str) {
+    for threads in ["0", "1", "3"] {
+        for busy_poll in ["0", "50us", "auto"] {
+            half_close(&[
+                "--copy-mode",
+                copy_mode,
+                "--threads",
+                threads,
+                "--busy-poll",
+                busy_poll,
+            ]);
         }
     }
 }
@@ -269,6 +291,7 @@ fn a_thousand_concurrent_connections() {
 }
 
 /// Keep-alive connections stay open after their first answer, so every one is handed over.
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn a_thousand_concurrent_connections_through_the_kernel_relay() {
     let proxy = a_thousand_concurrent_connections_with(SOCKMAP);
@@ -356,6 +379,7 @@ fn a_thousand_concurrent_connections_with(extra: &[&str]) -> Proxy {
 /// Keep-alive requests, one after the other on one connection, to nginx and HAProxy (both
 /// requiring the PROXY protocol) through the kernel relay: each answer names this client's
 /// address, and each connection went to the kernel.
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn keep_alive_requests_through_the_kernel_relay_reach_nginx_and_haproxy() {
     let nginx = Nginx::start();
@@ -382,6 +406,7 @@ fn keep_alive_requests_through_the_kernel_relay_reach_nginx_and_haproxy() {
 }
 
 /// Reads one HTTP/1.1 response with a Content-Length from `s`; its body.
+#[cfg(feature = "kernel-relay")]
 fn read_one_response(s: &mut TcpStream) -> String {
     let mut resp = Vec::new();
     let mut buf = [0u8; 4096];
@@ -413,8 +438,9 @@ fn read_one_response(s: &mut TcpStream) -> String {
 
 /// Without CAP_BPF and CAP_NET_ADMIN (here: running as an unprivileged user), the kernel
 /// relay cannot load: the proxy says why once, copies in the process, and stays ready.
+#[cfg(feature = "kernel-relay")]
 #[test]
-fn sockmap_without_privileges_falls_back_and_says_why() {
+fn kernel_relay_without_privileges_falls_back_and_says_why() {
     use std::os::unix::process::CommandExt;
     let nginx = Nginx::start();
     let port = nginx.http_port.to_string();
@@ -583,6 +609,7 @@ fn graceful_shutdown_drains_in_flight_connections() {
     graceful_shutdown_drains_with(&[]);
 }
 
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn graceful_shutdown_drains_connections_the_kernel_relays() {
     graceful_shutdown_drains_with(SOCKMAP);
@@ -684,6 +711,7 @@ fn shutdown_grace_expiry_warns_and_exits_zero() {
     shutdown_grace_expiry_with(&[]);
 }
 
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn shutdown_grace_expiry_cuts_connections_the_kernel_relays() {
     shutdown_grace_expiry_with(SOCKMAP);
@@ -699,6 +727,7 @@ fn shutdown_grace_expiry_with(extra: &[&str]) {
     let mut proxy = proxy_to(up, &flags);
     let _held = connect(port_of(proxy.http));
     let _server = accepted.recv_timeout(Duration::from_secs(10)).unwrap();
+    #[cfg(feature = "kernel-relay")]
     if !extra.is_empty() {
         let wait = Instant::now() + DEADLINE;
         while kernel_relayed(&proxy) != 1.0 {
@@ -726,6 +755,7 @@ fn max_connections_leaves_excess_clients_in_the_backlog() {
     max_connections_with(&[]);
 }
 
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn max_connections_counts_connections_the_kernel_relays() {
     max_connections_with(SOCKMAP);
@@ -794,6 +824,36 @@ fn bad_flags_exit_64_naming_the_flag() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--proxy-protocol"));
+}
+
+/// A build without the cargo feature `kernel-relay` (the default, and the release image's)
+/// still knows `--copy-mode sockmap`: `--help` says it needs the feature, and asking for it
+/// (flag or environment) is a usage error naming the feature, never a silent fallback.
+#[cfg(not(feature = "kernel-relay"))]
+#[test]
+fn sockmap_without_the_kernel_relay_feature_is_refused_naming_it() {
+    for sub in ["proxy", "edge"] {
+        let help = crate::common::help(&[sub]);
+        assert!(help.contains("kernel-relay"), "{sub} --help:\n{help}");
+        let env = format!("OUROBOROS_{}_COPY_MODE", sub.to_uppercase());
+        for (args, envs) in [
+            (&["--copy-mode", "sockmap"][..], &[][..]),
+            (&[][..], &[(env.as_str(), "sockmap")][..]),
+        ] {
+            let out = crate::common::command(sub)
+                .args(args)
+                .envs(envs.iter().copied())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{sub} {args:?}: {stderr}");
+            assert!(stderr.contains("--copy-mode"), "{sub} {args:?}: {stderr}");
+            assert!(
+                stderr.contains("the cargo feature kernel-relay"),
+                "{sub} {args:?}: {stderr}"
+            );
+        }
+    }
 }
 
 /// Runs the proxy with at most `limit` file descriptors and holds `clients` connections.
@@ -935,6 +995,7 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     idle_timeout_with(&[]);
 }
 
+#[cfg(feature = "kernel-relay")]
 #[test]
 fn idle_connections_the_kernel_relays_are_closed_after_the_idle_timeout() {
     idle_timeout_with(SOCKMAP);
