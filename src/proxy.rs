@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 
+use crate::accept::Lifecycle;
 use crate::admin::ReadyCheck;
 use crate::flags::{parse_duration, UsageError};
+use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
-use crate::relay::{
-    self, CopyMode, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
-};
+use crate::relay::{self, CopyMode, DnsTarget, ReadyState, RelayMetrics, Route, Upstream};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
@@ -23,7 +23,7 @@ pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.sv
 /// enough that a burst of connections does not cost a DNS query each.
 const DNS_CACHE: Duration = Duration::from_secs(1);
 
-pub use crate::flags::Listen;
+use crate::flags::Listen;
 
 /// An IP literal (IPv6 optionally in brackets) or a DNS name.
 fn parse_target_host(s: &str) -> Result<String, String> {
@@ -324,7 +324,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
     let mut listeners = Vec::new();
     for (name, flag, addr, target_port, header_port) in wanted {
         let Some(addr) = addr else { continue };
-        let listener = relay::bind(addr).await.map_err(|e| {
+        let listener = crate::listen::bind(addr).await.map_err(|e| {
             anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
         })?;
         let local = listener.local_addr()?;

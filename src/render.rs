@@ -13,11 +13,12 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::controller::args::{AnswerForm, RecordArgs, Selection};
+use crate::controller::args::Selection;
 use crate::controller::hostnames::{self, HostnameArgs, TargetRule};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
+use crate::dns::args::{AnswerForm, RecordArgs};
 use crate::dns::etc_hosts::HostsGroup;
-use crate::dns::plan::Plan;
+use crate::dns::write::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::flags::UsageError;
 use crate::hostname::Hostname;

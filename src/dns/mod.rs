@@ -3,8 +3,7 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets (its modules are re-exported here under their old paths), and `args` the
-//! DNS-target flags that choose and build one.
+//! them on live targets, and `args` the DNS-target flags that choose and build one.
 
 pub mod answer;
 pub mod args;
@@ -15,8 +14,6 @@ pub mod etc_hosts;
 pub mod external;
 mod name_regex;
 pub mod write;
-
-pub use write::{apply, external_writer, hosts_writer, plan, proxy_ips, sink};
 
 use std::fmt;
 

@@ -22,8 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-pub use crate::accept::{serve, Handler, Lifecycle};
-pub use crate::listen::{bind, bind_v6only, parse_listen, ListenAddr};
+use crate::accept::Handler;
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
 pub use copy::{CopyMode, End};
 pub use lifecycle::ReadyState;

@@ -533,7 +533,7 @@ fn thirty_thousand_hosts_fit_in_one_configmap() {
     let bytes = edit.text.len();
     eprintln!("{} hosts: Corefile of {bytes} bytes", hosts.len());
     assert!(
-        bytes <= ouroboros::dns::apply::MAX_CONFIGMAP_DATA,
+        bytes <= ouroboros::dns::write::apply::MAX_CONFIGMAP_DATA,
         "{bytes}"
     );
     for line in edit
