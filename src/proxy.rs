@@ -13,7 +13,11 @@ use crate::admin::ReadyCheck;
 use crate::flags::{parse_duration, UsageError};
 use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
-use crate::relay::{self, CopyMode, DnsTarget, ReadyState, RelayMetrics, Route, Upstream};
+use crate::relay::copy::CopyMode;
+use crate::relay::lifecycle::ReadyState;
+use crate::relay::metrics::RelayMetrics;
+use crate::relay::upstream::{DnsTarget, Upstream};
+use crate::relay::{self, Route};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
@@ -246,8 +250,8 @@ impl Readiness {
             // The target's own deadline bounds the dial; this one also bounds the header write.
             let probe = tokio::time::timeout(self.timeout, relay::probe(t, self.version));
             let result = probe.await.unwrap_or_else(|_| {
-                Err(relay::DialError {
-                    cause: relay::Cause::Timeout,
+                Err(crate::relay::upstream::DialError {
+                    cause: crate::relay::upstream::Cause::Timeout,
                     target: t.describe().to_string(),
                     detail: format!("no answer within {:?}", self.timeout),
                 })

@@ -20,7 +20,10 @@ use crate::dns_name::is_label;
 use crate::flags::{parse_duration, UsageError};
 use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
-use crate::relay::{self, CopyMode, ReadyState, RelayMetrics, Route};
+use crate::relay::copy::CopyMode;
+use crate::relay::lifecycle::ReadyState;
+use crate::relay::metrics::RelayMetrics;
+use crate::relay::{self, Route};
 use backends::PortRef;
 use balance::{Algorithm, BackendMetrics, Balancer};
 
@@ -352,7 +355,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
         if let Source::Static(sets) = &source {
             balancer.set_backends(&sets[i]);
         }
-        tracing::info!(listener = name, addr = %local, upstream = %relay::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %crate::relay::upstream::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
         balancers.push(balancer.clone());
         listeners.push((
             listener,

@@ -24,11 +24,11 @@ use tokio::time::Instant;
 
 use crate::accept::Handler;
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
-pub use copy::{CopyMode, End};
-pub use lifecycle::ReadyState;
-pub use metrics::{ListenerMetrics, RelayMetrics};
-pub use sockmap::Sockmap;
-pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
+use copy::{CopyMode, End};
+
+use metrics::ListenerMetrics;
+use sockmap::Sockmap;
+use upstream::{Cause, DialError, Lease, Upstream};
 
 /// What one listener does with its connections.
 pub struct Route<U> {
@@ -244,6 +244,8 @@ pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), Di
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::relay::metrics::RelayMetrics;
+    use crate::relay::upstream::DnsTarget;
     use tokio::net::TcpListener;
 
     /// Every open connection keeps one of these futures alive: guard its size (no buffers).

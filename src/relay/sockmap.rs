@@ -452,7 +452,7 @@ pub async fn relay_or_copy(
     upstream: tokio::net::TcpStream,
     early: u64,
     idle: Option<Duration>,
-    fallback: super::CopyMode,
+    fallback: super::copy::CopyMode,
     counters: &Counters,
 ) -> (End, u64, u64) {
     static FULL: AtomicBool = AtomicBool::new(false);

@@ -437,7 +437,9 @@ fn active_checks_eject_without_client_traffic() {
 async fn removed_backend_drains_its_connections() {
     use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
     use ouroboros::proxy_protocol::Version;
-    use ouroboros::relay::{CopyMode, RelayMetrics, Route};
+    use ouroboros::relay::copy::CopyMode;
+    use ouroboros::relay::metrics::RelayMetrics;
+    use ouroboros::relay::Route;
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
