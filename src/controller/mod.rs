@@ -33,9 +33,10 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::args::{DnsArgs, Mode};
-use crate::dns::write::apply::{Applied, ConfigMapKey, Outcome};
+use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::sink::Sink;
+use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
 

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dns::answer::{self, Rules};
 use crate::dns::corefile;
-use crate::dns::write::apply::{fingerprint, ConfigMapKey};
+use crate::dns::write::apply::fingerprint;
+use crate::dns::ConfigMapKey;
 use crate::kube_client::{Cause, Repeats};
 
 /// What the engine last applied.

@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::dns::external;
-use crate::dns::write::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
+use crate::dns::write::apply::{CorefileWriter, ImportWriter, Retry};
 use crate::dns::write::external_writer::{ExternalWriter, Output, Settings};
 use crate::dns::write::hosts_writer::HostsWriter;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::sink::AnySink;
 use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
+use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
 use crate::flags::UsageError;
 

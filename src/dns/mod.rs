@@ -60,6 +60,50 @@ impl fmt::Display for ProxyFqdn {
     }
 }
 
+/// One data key of one ConfigMap: where a Corefile or import snippet lives. Plain data, here
+/// rather than in the writer (`write::apply`), so the PURE checks that name it import no I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapKey {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl ConfigMapKey {
+    pub fn new(namespace: &str, name: &str, key: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    /// `kube-system/coredns`, `Corefile`.
+    pub fn coredns_default() -> Self {
+        Self::new("kube-system", "coredns", "Corefile")
+    }
+
+    /// `kube-system/coredns-custom`, `ouroboros.override`.
+    pub fn import_default() -> Self {
+        Self::new("kube-system", "coredns-custom", "ouroboros.override")
+    }
+
+    /// `kube-system/node-local-dns`, `Corefile` (kubespray names it `nodelocaldns`).
+    pub fn node_local_dns_default() -> Self {
+        Self::new("kube-system", "node-local-dns", "Corefile")
+    }
+}
+
+impl fmt::Display for ConfigMapKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ConfigMap {}/{} key {:?}",
+            self.namespace, self.name, self.key
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,9 @@ use serde_json::{json, Value};
 
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
 use ouroboros::dns::write::apply::{
-    fingerprint, ApplyError, ConfigMapKey, CorefileWriter, ImportWriter, Outcome, Retry,
+    fingerprint, ApplyError, CorefileWriter, ImportWriter, Outcome, Retry,
 };
+use ouroboros::dns::ConfigMapKey;
 use ouroboros::dns::{coredns_import, corefile, BEGIN_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
 

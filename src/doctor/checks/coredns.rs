@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use super::{cut, Got};
 use crate::dns::answer::{self, Answer, Group, Rules};
 use crate::dns::args::Mode;
-use crate::dns::write::apply::ConfigMapKey;
+use crate::dns::ConfigMapKey;
 use crate::dns::{coredns_import, corefile, BEGIN_MARKER, END_MARKER};
 use crate::doctor::report::Check;
 use crate::hostname::Hostname;

@@ -8,7 +8,7 @@ use super::coredns::{block_lines, block_verdict, Expected};
 use super::{uses_coredns, Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
-use crate::dns::write::apply::ConfigMapKey;
+use crate::dns::ConfigMapKey;
 use crate::doctor::report::Check;
 
 /// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold

@@ -10,7 +10,7 @@ use super::coredns::Expected;
 use super::{cut, uses_coredns, Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
-use crate::dns::write::apply::ConfigMapKey;
+use crate::dns::ConfigMapKey;
 use crate::doctor::report::Check;
 
 /// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so
