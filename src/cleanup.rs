@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::controller::args::{DnsArgs, Mode};
-use crate::dns::apply::{Applied, Outcome};
-use crate::dns::sink::{AnySink, Reason, Sink, SinkError};
+use crate::dns::args::{DnsArgs, Mode};
+use crate::dns::write::apply::{Applied, Outcome};
+use crate::dns::write::error::{Reason, SinkError};
+use crate::dns::write::sink::{AnySink, Sink};
 
 #[derive(Args, Debug)]
 pub struct CleanupArgs {
@@ -162,7 +163,7 @@ mod tests {
 
     /// Fails with `reason` `fails` times, then succeeds; counts calls.
     struct Flaky {
-        reason: crate::dns::sink::Reason,
+        reason: crate::dns::write::error::Reason,
         fails: u32,
         calls: std::sync::atomic::AtomicU32,
     }
@@ -172,7 +173,7 @@ mod tests {
             "test"
         }
 
-        async fn apply(&self, _: &crate::dns::sink::Plan) -> Result<Applied, SinkError> {
+        async fn apply(&self, _: &crate::dns::write::plan::Plan) -> Result<Applied, SinkError> {
             unreachable!("cleanup never applies")
         }
 
@@ -197,7 +198,7 @@ mod tests {
         }
     }
 
-    fn flaky(reason: crate::dns::sink::Reason, fails: u32) -> Flaky {
+    fn flaky(reason: crate::dns::write::error::Reason, fails: u32) -> Flaky {
         Flaky {
             reason,
             fails,
@@ -207,14 +208,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_transient_errors_with_backoff() {
-        let s = flaky(crate::dns::sink::Reason::Api, 2);
+        let s = flaky(crate::dns::write::error::Reason::Api, 2);
         let start = tokio::time::Instant::now();
         let a = with_retries(&s, 5, backoff).await.unwrap();
         assert_eq!(a.outcome, Outcome::Written);
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(start.elapsed(), Duration::from_secs(1 + 2));
 
-        let s = flaky(crate::dns::sink::Reason::Conflict, 10);
+        let s = flaky(crate::dns::write::error::Reason::Conflict, 10);
         let e = with_retries(&s, 5, backoff).await.unwrap_err();
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 5);
         assert!(
@@ -223,7 +224,7 @@ mod tests {
             "{e}"
         );
 
-        let s = flaky(crate::dns::sink::Reason::Unparseable, 10);
+        let s = flaky(crate::dns::write::error::Reason::Unparseable, 10);
         let start = tokio::time::Instant::now();
         with_retries(&s, 5, backoff).await.unwrap_err();
         assert_eq!(s.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -238,7 +239,7 @@ mod tests {
             message: String::new(),
             kept: Box::default(),
         };
-        use crate::dns::sink::Reason::*;
+        use crate::dns::write::error::Reason::*;
         for r in [Unparseable, NotFound, KeyMissing, Invalid, ForeignObject] {
             assert!(permanent(&e(r), 1), "{r}");
         }

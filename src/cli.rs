@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::runtime;
 use crate::telemetry::{self, LogArgs};
 
-pub use crate::flags::{parse_duration, UsageError, EXIT_USAGE};
+use crate::flags::{UsageError, EXIT_USAGE};
 
 #[derive(Parser, Debug)]
 #[command(

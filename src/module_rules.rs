@@ -62,7 +62,14 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The file's code before its unit tests, without line comments.
 fn code(p: &Path) -> String {
     let text = std::fs::read_to_string(p).unwrap();
-    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+    // Test modules are named `tests`, `props`, ... and may be `pub(super)`: cut at the first.
+    let text = text
+        .split("#[cfg(test)]\nmod ")
+        .next()
+        .unwrap_or("")
+        .split("#[cfg(test)]\npub(super) mod ")
+        .next()
+        .unwrap_or("");
     text.lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
@@ -83,25 +90,6 @@ fn sources() -> Vec<(String, String)> {
             (rel, code(p))
         })
         .collect()
-}
-
-#[test]
-fn pure_modules_import_no_io() {
-    let mut broken = Vec::new();
-    for (rel, code) in sources() {
-        if !PURE
-            .iter()
-            .any(|m| rel == *m || (m.ends_with('/') && rel.starts_with(m)))
-        {
-            continue;
-        }
-        for io in IO {
-            if code.contains(io) {
-                broken.push(format!("{rel}: {io}"));
-            }
-        }
-    }
-    assert!(broken.is_empty(), "pure modules doing I/O: {broken:?}");
 }
 
 #[test]
@@ -243,30 +231,187 @@ fn referenced(module: &[String], code: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// No two sibling modules (children of the same module, at any depth) import each other in a
-/// cycle: the rule the top-level check applies to the crate root, applied inside every module
-/// (e.g. `dns::write`'s `sink` and its writers). A parent and its own children may refer to
-/// each other (re-exports, shared helpers); that is not a sibling edge.
-#[test]
-fn sibling_modules_form_no_cycle() {
-    let files = sources();
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|(rel, _)| module_of(rel)).collect();
-    // parent module -> (child -> children it imports)
-    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (rel, code) in &files {
-        if rel == "module_rules.rs" {
-            continue;
+/// The crate paths one `use` item brings in, `use` trees expanded at any depth, each as its
+/// local name (the alias if renamed) and its path from the crate root. Paths to other crates
+/// are left out; a bare first segment is a child module of `module` (edition 2018 paths).
+fn use_paths(module: &[String], code: &str) -> Vec<(String, Vec<String>)> {
+    fn expand(tree: &str, prefix: Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+        let tree = tree.trim();
+        if tree.is_empty() {
+            return;
         }
-        let from = module_of(rel);
-        for path in referenced(&from, code) {
-            // The longest prefix of the path that is a module of this crate.
-            let Some(to) = (0..=path.len())
-                .rev()
-                .map(|n| path[..n].to_vec())
-                .find(|p| modules.contains(p))
-            else {
-                continue;
+        if let Some(i) = tree.find('{') {
+            let mut prefix = prefix;
+            prefix.extend(
+                tree[..i]
+                    .split("::")
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            );
+            let body = &tree[i + 1..tree.rfind('}').unwrap_or(tree.len())];
+            let (mut depth, mut from) = (0, 0);
+            for (j, c) in body.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        expand(&body[from..j], prefix.clone(), out);
+                        from = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            expand(&body[from..], prefix, out);
+            return;
+        }
+        let (path, alias) = match tree.split_once(" as ") {
+            Some((p, a)) => (p.trim(), Some(a.trim().to_string())),
+            None => (tree, None),
+        };
+        let mut full = prefix;
+        for seg in path.split("::").map(str::trim) {
+            if seg != "self" {
+                full.push(seg.to_string());
+            }
+        }
+        let Some(last) = full.last().cloned() else {
+            return;
+        };
+        out.push((alias.unwrap_or(last), full));
+    }
+    let mut raw = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let starts_word = i == 0 || {
+            let b = rest.as_bytes()[i - 1];
+            !(b.is_ascii_alphanumeric() || b == b'_')
+        };
+        let Some(end) = rest[i..].find(';') else {
+            break;
+        };
+        let tree = &rest[i + 4..i + end];
+        // Prose and strings say "use" too: only a well-formed use tree is read.
+        let tree_like = tree
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_:{}, *\n\t".contains(c))
+            && tree.matches('{').count() == tree.matches('}').count();
+        if starts_word && tree_like {
+            expand(tree, Vec::new(), &mut raw);
+        }
+        rest = &rest[i + end + 1..];
+    }
+    raw.into_iter()
+        .filter_map(|(name, mut path)| {
+            let base = match path.first().map(String::as_str) {
+                Some("crate") => {
+                    path.remove(0);
+                    Vec::new()
+                }
+                Some("super") => {
+                    let mut base = module.to_vec();
+                    while path.first().is_some_and(|s| s == "super") {
+                        path.remove(0);
+                        base.pop();
+                    }
+                    base
+                }
+                Some("self") => {
+                    path.remove(0);
+                    module.to_vec()
+                }
+                Some(s) if s.chars().next().is_some_and(|c| c.is_ascii_lowercase()) => {
+                    module.to_vec()
+                }
+                _ => return None,
             };
+            let mut full = base;
+            full.extend(path);
+            Some((name, full))
+        })
+        .collect()
+}
+
+/// The crate read as modules: each module's `use` table (local name -> path), so a path that
+/// reaches an item through a re-export (`pub use`) or through a parent's own import
+/// (`super::Name`) resolves to the module that defines it.
+struct Crate {
+    modules: BTreeSet<Vec<String>>,
+    imports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+}
+
+impl Crate {
+    fn new(files: &[(String, String)]) -> Self {
+        let modules = files
+            .iter()
+            .map(|(rel, _)| module_of(rel))
+            .collect::<BTreeSet<_>>();
+        let mut imports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+        for (rel, code) in files {
+            let m = module_of(rel);
+            for (name, path) in use_paths(&m, code) {
+                imports.entry(m.clone()).or_default().insert(name, path);
+            }
+        }
+        Crate { modules, imports }
+    }
+
+    /// The module that defines the item `path` names (a module names itself), or None when
+    /// the path leaves the crate.
+    fn resolve(&self, path: &[String]) -> Option<Vec<String>> {
+        let mut path = path.to_vec();
+        // A re-export chain longer than this is a loop.
+        for _ in 0..16 {
+            let n = (0..=path.len())
+                .rev()
+                .find(|n| self.modules.contains(&path[..*n]))?;
+            let module = path[..n].to_vec();
+            let Some(next) = path.get(n) else {
+                return Some(module);
+            };
+            match self.imports.get(&module).and_then(|t| t.get(next)) {
+                Some(target) if target != &path[..=n] => {
+                    let mut p = target.clone();
+                    p.extend_from_slice(&path[n + 1..]);
+                    path = p;
+                }
+                _ => return Some(module),
+            }
+        }
+        None
+    }
+
+    /// Module -> the modules that define what it names, through every re-export.
+    fn edges(&self, files: &[(String, String)]) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+        let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+        for (rel, code) in files {
+            if rel == "module_rules.rs" {
+                continue;
+            }
+            let from = module_of(rel);
+            let named = referenced(&from, code)
+                .into_iter()
+                .chain(use_paths(&from, code).into_iter().map(|(_, p)| p));
+            for path in named {
+                if let Some(to) = self.resolve(&path) {
+                    if to != from {
+                        edges.entry(from.clone()).or_default().insert(to);
+                    }
+                }
+            }
+        }
+        edges
+    }
+}
+
+/// Every cycle among sibling modules (children of the same module, at any depth, the crate
+/// root included), after resolving re-exports: `a -> b` when anything in `a`'s subtree names
+/// an item defined in `b`'s subtree. A parent and its own children may refer to each other.
+fn sibling_cycles(files: &[(String, String)]) -> Vec<String> {
+    let krate = Crate::new(files);
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (from, tos) in krate.edges(files) {
+        for to in tos {
             let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
             // One is the other's ancestor: parent/child, not siblings.
             if common == from.len() || common == to.len() {
@@ -280,32 +425,165 @@ fn sibling_modules_form_no_cycle() {
                 .insert(to[common].clone());
         }
     }
+    let mut found = BTreeSet::new();
     for (parent, edges) in &graphs {
-        let mut done = BTreeSet::new();
         for start in edges.keys() {
-            // Iterative DFS with an explicit path, reporting the first cycle found.
-            let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
-            while let Some((n, path)) = stack.pop() {
-                for m in edges.get(&n).into_iter().flatten() {
+            // Depth-first from each module; a path back to the start is a cycle, reported
+            // once, beginning at its smallest name.
+            let mut stack: Vec<Vec<String>> = vec![vec![start.clone()]];
+            while let Some(path) = stack.pop() {
+                let n = path.last().unwrap();
+                for m in edges.get(n).into_iter().flatten() {
                     if m == start {
-                        let mut cycle = path.clone();
-                        cycle.push(m.clone());
-                        panic!(
-                            "modules under `crate::{}` import each other in a cycle: {}",
-                            parent.join("::"),
-                            cycle.join(" -> ")
-                        );
-                    }
-                    if !path.contains(m) && !done.contains(m) {
+                        if path.iter().min() == Some(start) {
+                            let mut cycle = path.clone();
+                            cycle.push(m.clone());
+                            found.insert(format!(
+                                "crate::{}: {}",
+                                parent.join("::"),
+                                cycle.join(" -> ")
+                            ));
+                        }
+                    } else if !path.contains(m) {
                         let mut p = path.clone();
                         p.push(m.clone());
-                        stack.push((m.clone(), p));
+                        stack.push(p);
                     }
                 }
             }
-            done.insert(start.clone());
         }
     }
+    found.into_iter().collect()
+}
+
+fn is_pure(rel: &str) -> bool {
+    PURE.iter()
+        .any(|m| rel == *m || (m.ends_with('/') && rel.starts_with(m)))
+}
+
+/// Pure modules that do I/O: by naming an I/O path themselves, or by naming an item of a module
+/// of this crate that does (`dns::write::apply` is as much I/O as `kube::Api`).
+fn purity_breaches(files: &[(String, String)]) -> Vec<String> {
+    let krate = Crate::new(files);
+    let io_modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .filter(|(rel, code)| rel != "module_rules.rs" && IO.iter().any(|io| code.contains(io)))
+        .map(|(rel, _)| module_of(rel))
+        .collect();
+    let edges = krate.edges(files);
+    let mut broken = Vec::new();
+    for (rel, code) in files {
+        if !is_pure(rel) {
+            continue;
+        }
+        for io in IO {
+            if code.contains(io) {
+                broken.push(format!("{rel}: {io}"));
+            }
+        }
+        for to in edges.get(&module_of(rel)).into_iter().flatten() {
+            if io_modules.contains(to) {
+                broken.push(format!("{rel}: crate::{} (does I/O)", to.join("::")));
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn sibling_modules_form_no_cycle() {
+    let cycles = sibling_cycles(&sources());
+    assert!(
+        cycles.is_empty(),
+        "modules import each other in a cycle: {cycles:#?}"
+    );
+}
+
+/// Breaches the strengthened check found that are not fixed yet, each with why it waits. The
+/// test fails on any other breach, and on a listed one that is gone (so the list stays true).
+const KNOWN_BREACHES: &[&str] = &[
+    // The DNS-target enums (`Mode`, `ExternalDnsOutput`, `TargetService`) live in `dns::args`,
+    // which also reads the pod's namespace file and builds the writers; the DNS-mode work
+    // (issue 29) is reshaping where a mode is defined.
+    "controller/hostnames/targets.rs: crate::dns::args (does I/O)",
+    "doctor/checks/coredns.rs: crate::dns::args (does I/O)",
+    "doctor/checks/coredns_version.rs: crate::dns::args (does I/O)",
+    "doctor/checks/crd.rs: crate::dns::args (does I/O)",
+    "doctor/checks/node_local_dns.rs: crate::dns::args (does I/O)",
+    "doctor/checks/shadowing.rs: crate::dns::args (does I/O)",
+    // `load_balancer_ingress` is a pure accessor in the controller's I/O module `ipmode`.
+    "doctor/checks/ingress.rs: crate::controller::ipmode (does I/O)",
+];
+
+#[test]
+fn pure_modules_import_no_io_modules() {
+    let broken = purity_breaches(&sources());
+    let new: Vec<&String> = broken
+        .iter()
+        .filter(|b| !KNOWN_BREACHES.contains(&b.as_str()))
+        .collect();
+    assert!(new.is_empty(), "pure modules doing I/O: {new:#?}");
+    let gone: Vec<&&str> = KNOWN_BREACHES
+        .iter()
+        .filter(|k| !broken.iter().any(|b| b == *k))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "fixed, take them off KNOWN_BREACHES: {gone:#?}"
+    );
+}
+
+fn synthetic(files: &[(&str, &str)]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .map(|(r, c)| (r.to_string(), c.to_string()))
+        .collect()
+}
+
+/// A detector that finds nothing passes every crate: feed each a known breach.
+#[test]
+fn the_detectors_find_known_breaches() {
+    // A sibling cycle through the parent's re-export: `a` names `super::B`, which is `b`'s.
+    let through_reexport = synthetic(&[
+        ("p/mod.rs", "mod a; mod b; pub use a::A; pub use b::B;"),
+        ("p/a.rs", "use super::B;\npub struct A;"),
+        ("p/b.rs", "use super::A;\npub struct B;"),
+    ]);
+    assert_eq!(sibling_cycles(&through_reexport), ["crate::p: a -> b -> a"]);
+    // Three deep, through an alias and a private import of the parent.
+    let three = synthetic(&[
+        (
+            "p/q/mod.rs",
+            "mod x; mod y; mod z; use x::X as Ex; pub use z::Z;",
+        ),
+        ("p/q/x.rs", "use super::y::Y;\npub struct X;"),
+        ("p/q/y.rs", "use crate::p::q::Z;\npub struct Y;"),
+        (
+            "p/q/z.rs",
+            "pub fn z() -> super::Ex { todo!() }\npub struct Z;",
+        ),
+    ]);
+    assert_eq!(sibling_cycles(&three), ["crate::p::q: x -> y -> z -> x"]);
+    // No cycle: the same modules in one direction.
+    let fine = synthetic(&[
+        ("p/mod.rs", "mod a; mod b; pub use b::B;"),
+        ("p/a.rs", "use super::B;"),
+        ("p/b.rs", "pub struct B;"),
+    ]);
+    assert!(sibling_cycles(&fine).is_empty());
+    // A pure module naming a type of a module that does I/O, through a re-export.
+    let breach = synthetic(&[
+        ("dns/mod.rs", "pub mod write;"),
+        ("dns/write/mod.rs", "pub mod apply; pub use apply::Key;"),
+        ("dns/write/apply.rs", "use kube::Api;\npub struct Key;"),
+        ("doctor/checks/mod.rs", "use crate::dns::write::Key;"),
+    ]);
+    assert_eq!(
+        purity_breaches(&breach),
+        ["doctor/checks/mod.rs: crate::dns::write::apply (does I/O)"]
+    );
+    let direct = synthetic(&[("dns_name.rs", "use std::fs::read;")]);
+    assert_eq!(purity_breaches(&direct), ["dns_name.rs: std::fs"]);
 }
 
 #[test]

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 
+use crate::accept::Lifecycle;
 use crate::admin::ReadyCheck;
 use crate::flags::{parse_duration, UsageError};
+use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
+use crate::relay::lifecycle::ReadyState;
+use crate::relay::metrics::RelayMetrics;
 use crate::relay::mode::Mode;
-use crate::relay::{
-    self, DnsTarget, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route, Upstream,
-};
+use crate::relay::upstream::{DnsTarget, Upstream};
+use crate::relay::{self, Route};
 
 /// Default upstream: the ingress-nginx controller Service.
 pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.svc.cluster.local";
@@ -24,7 +27,7 @@ pub const DEFAULT_TARGET_HOST: &str = "ingress-nginx-controller.ingress-nginx.sv
 /// enough that a burst of connections does not cost a DNS query each.
 const DNS_CACHE: Duration = Duration::from_secs(1);
 
-pub use crate::flags::Listen;
+use crate::flags::Listen;
 
 /// An IP literal (IPv6 optionally in brackets) or a DNS name.
 fn parse_target_host(s: &str) -> Result<String, String> {
@@ -249,8 +252,8 @@ impl Readiness {
             // The target's own deadline bounds the dial; this one also bounds the header write.
             let probe = tokio::time::timeout(self.timeout, relay::probe(t, self.version));
             let result = probe.await.unwrap_or_else(|_| {
-                Err(relay::DialError {
-                    cause: relay::Cause::Timeout,
+                Err(crate::relay::upstream::DialError {
+                    cause: crate::relay::upstream::Cause::Timeout,
                     target: t.describe().to_string(),
                     detail: format!("no answer within {:?}", self.timeout),
                 })
@@ -327,7 +330,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
     let mut listeners = Vec::new();
     for (name, flag, addr, target_port, header_port) in wanted {
         let Some(addr) = addr else { continue };
-        let listener = relay::bind(addr).await.map_err(|e| {
+        let listener = crate::listen::bind(addr).await.map_err(|e| {
             anyhow::anyhow!("binding {flag} {addr}: {e}; is the port free and allowed?")
         })?;
         let local = listener.local_addr()?;

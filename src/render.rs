@@ -13,12 +13,12 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::controller::args::{AnswerForm, RecordArgs, Selection};
+use crate::controller::args::Selection;
 use crate::controller::hostnames::{self, HostnameArgs, TargetRule};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
-use crate::dns::args::VIEW_NEEDS_COREFILE;
+use crate::dns::args::{AnswerForm, RecordArgs, VIEW_NEEDS_COREFILE};
 use crate::dns::etc_hosts::HostsGroup;
-use crate::dns::plan::Plan;
+use crate::dns::write::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::flags::UsageError;

@@ -1,6 +1,6 @@
 //! The controller's own flag groups: leader election (shared with `doctor`) and what the
 //! hostname flags select. The DNS-target flags every DNS subcommand shares live in
-//! `crate::dns::args` and are re-exported here.
+//! `crate::dns::args`.
 
 use std::time::Duration;
 
@@ -9,8 +9,6 @@ use clap::{ArgAction, Args};
 use super::hostnames::{Filters, HostnameArgs};
 use crate::flags::UsageError;
 use crate::hostname::HostPolicy;
-
-pub use crate::dns::args::*;
 
 pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
 

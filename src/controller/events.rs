@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::hostnames::{Conflict, ObjectRef, Rejected, TargetRule};
-use crate::dns::sink::ObjectKey;
+use crate::dns::write::error::ObjectKey;
 
 pub const REPORTER: &str = "ouroboros-controller";
 pub const HOSTNAME_REJECTED: &str = "HostnameRejected";

@@ -26,18 +26,19 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::args::{DnsArgs, ElectionArgs, Mode, Selection};
+use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
 use self::hostnames::{Desired, HostnameArgs, TargetRule};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
-use crate::dns::apply::{Applied, ConfigMapKey, Outcome};
-use crate::dns::sink::{ObjectKey, Reason, Sink, SinkError};
+use crate::dns::args::{DnsArgs, Mode};
+use crate::dns::write::apply::{Applied, Outcome};
+use crate::dns::write::error::{ObjectKey, Reason, SinkError};
+use crate::dns::write::sink::Sink;
+use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
-
-pub use self::args::DEFAULT_LEASE_NAME;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
 /// proxy.
@@ -75,7 +76,8 @@ pub struct ControllerArgs {
 
 impl ControllerArgs {
     pub fn lease_namespace(&self) -> String {
-        self.election.lease_namespace_or(&args::own_namespace())
+        self.election
+            .lease_namespace_or(&crate::dns::args::own_namespace())
     }
 
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).

@@ -18,7 +18,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::dns::proxy_ips::cluster_ips;
+use crate::dns::write::proxy_ips::cluster_ips;
 use crate::kube_client::{Cause, Repeats};
 
 /// What a Service event means for the block: its addresses (`None`: gone or without a

@@ -3,8 +3,9 @@
 //! cannot drift apart. Keep it equal to the calls the code really makes: add a rule here in the
 //! same change that adds a call.
 
-use super::args::{DnsArgs, ElectionArgs, ExternalDnsOutput, IpModeArgs, Mode};
+use super::args::{ElectionArgs, IpModeArgs};
 use super::hostnames::{HostnameArgs, Kind, TargetRule};
+use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
 use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
@@ -302,7 +303,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         Mode::ExternalDns => {
             // list: this instance's objects (and, before creating, the namespace's names);
             // patch + create: server-side apply (of an absent object creates it); delete:
-            // leftovers. See dns::external_writer.
+            // leftovers. See dns::write::external_writer.
             let ns = Namespace(n.external_dns_namespace.clone());
             let verbs = &["list", "create", "patch", "delete"];
             match n.external_dns_output {

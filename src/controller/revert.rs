@@ -17,8 +17,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::dns::answer::{self, Rules};
-use crate::dns::apply::{fingerprint, ConfigMapKey};
 use crate::dns::corefile;
+use crate::dns::write::apply::fingerprint;
+use crate::dns::ConfigMapKey;
 use crate::kube_client::{Cause, Repeats};
 
 /// What the engine last applied.

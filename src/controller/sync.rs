@@ -24,8 +24,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::hostnames::Desired;
-use crate::dns::apply::Applied;
-use crate::dns::sink::{Plan, Sink, SinkError};
+use crate::dns::write::apply::Applied;
+use crate::dns::write::error::SinkError;
+use crate::dns::write::plan::Plan;
+use crate::dns::write::sink::Sink;
 use crate::hostname::Hostname;
 
 /// Timing parameters of the engine.
@@ -370,7 +372,7 @@ async fn lost(leader: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dns::apply::Outcome;
+    use crate::dns::write::apply::Outcome;
     use crate::hostname::HostPolicy;
     use std::sync::{Arc, Mutex};
 
@@ -539,7 +541,7 @@ mod tests {
             if *fail > 0 {
                 *fail -= 1;
                 return Err(SinkError {
-                    reason: crate::dns::sink::Reason::Api,
+                    reason: crate::dns::write::error::Reason::Api,
                     object: None,
                     message: "boom".into(),
                     kept: Box::default(),

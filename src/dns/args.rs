@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::apply::{ConfigMapKey, CorefileWriter, ImportWriter, Retry};
 use crate::dns::external;
-use crate::dns::external_writer::{ExternalWriter, Output, Settings};
-use crate::dns::hosts_writer::HostsWriter;
-use crate::dns::proxy_ips::ProxyIps;
-use crate::dns::sink::AnySink;
-use crate::dns::sink::{AnswerSource, CorednsSink, CorednsTarget};
+use crate::dns::write::apply::{CorefileWriter, ImportWriter, Retry};
+use crate::dns::write::external_writer::{ExternalWriter, Output, Settings};
+use crate::dns::write::hosts_writer::HostsWriter;
+use crate::dns::write::proxy_ips::ProxyIps;
+use crate::dns::write::sink::AnySink;
+use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
+use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
 use crate::flags::UsageError;
 
@@ -678,7 +679,7 @@ mod tests {
 
     #[tokio::test]
     async fn etc_hosts_and_external_dns_sinks() {
-        use crate::dns::sink::Sink;
+        use crate::dns::write::sink::Sink;
         // Building the sinks makes no request.
         let client = crate::test_api::unreachable();
         let parse = |args: &[&str]| {

@@ -3,8 +3,7 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets (its modules are re-exported here under their old paths), and `args` the
-//! DNS-target flags that choose and build one.
+//! them on live targets, and `args` the DNS-target flags that choose and build one.
 
 pub mod answer;
 pub mod args;
@@ -15,8 +14,6 @@ pub mod etc_hosts;
 pub mod external;
 mod name_regex;
 pub mod write;
-
-pub use write::{apply, external_writer, hosts_writer, plan, proxy_ips, sink};
 
 use std::fmt;
 
@@ -70,6 +67,50 @@ impl ProxyFqdn {
 impl fmt::Display for ProxyFqdn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// One data key of one ConfigMap: where a Corefile or import snippet lives. Plain data, here
+/// rather than in the writer (`write::apply`), so the PURE checks that name it import no I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapKey {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl ConfigMapKey {
+    pub fn new(namespace: &str, name: &str, key: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    /// `kube-system/coredns`, `Corefile`.
+    pub fn coredns_default() -> Self {
+        Self::new("kube-system", "coredns", "Corefile")
+    }
+
+    /// `kube-system/coredns-custom`, `ouroboros.override`.
+    pub fn import_default() -> Self {
+        Self::new("kube-system", "coredns-custom", "ouroboros.override")
+    }
+
+    /// `kube-system/node-local-dns`, `Corefile` (kubespray names it `nodelocaldns`).
+    pub fn node_local_dns_default() -> Self {
+        Self::new("kube-system", "node-local-dns", "Corefile")
+    }
+}
+
+impl fmt::Display for ConfigMapKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ConfigMap {}/{} key {:?}",
+            self.namespace, self.name, self.key
+        )
     }
 }
 

@@ -21,14 +21,15 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::ListParams;
 use kube::Client;
 
-use crate::controller::args::{AnswerForm, DnsArgs, ElectionArgs, Mode, Selection};
+use crate::controller::args::{ElectionArgs, Selection};
 use crate::controller::hostnames::{self, HostnameArgs, Kind, Objects, SourceObject};
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::proxy_ips::cluster_ips;
+use crate::dns::args::{AnswerForm, DnsArgs, Mode};
+use crate::dns::write::proxy_ips::cluster_ips;
 use crate::flags::UsageError;
 use checks::{ControllerKind, Dial, Dials, Got};
-pub use report::{Check, Report, Status};
+use report::{Check, Report};
 
 /// Report format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -14,12 +14,16 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::accept::Lifecycle;
 use crate::admin::ReadyCheck;
 use crate::dns_name::is_label;
 use crate::flags::{parse_duration, UsageError};
+use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
+use crate::relay::lifecycle::ReadyState;
+use crate::relay::metrics::RelayMetrics;
 use crate::relay::mode::Mode;
-use crate::relay::{self, Lifecycle, ListenAddr, ReadyState, RelayMetrics, Route};
+use crate::relay::{self, Route};
 use backends::PortRef;
 use balance::{Algorithm, BackendMetrics, Balancer};
 
@@ -38,7 +42,7 @@ fn parse_listen_spec(s: &str) -> Result<ListenSpec, String> {
         Some((b, p)) => (b, Some(PortRef::parse(p.trim())?)),
         None => (s, None),
     };
-    let bind = relay::parse_listen(bind)?
+    let bind = crate::listen::parse_listen(bind)?
         .ok_or_else(|| format!("{s:?}: the address before '=' is empty"))?;
     Ok(ListenSpec {
         spec: s.to_string(),
@@ -328,7 +332,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
     let mut balancers = Vec::new();
     let mut listeners = Vec::new();
     for (i, l) in args.listen.iter().enumerate() {
-        let listener = relay::bind_v6only(&l.bind).await.map_err(|e| {
+        let listener = crate::listen::bind_v6only(&l.bind).await.map_err(|e| {
             anyhow::anyhow!(
                 "binding --listen {}: {e}; is the port free and allowed?",
                 l.spec
@@ -352,7 +356,7 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
         if let Source::Static(sets) = &source {
             balancer.set_backends(&sets[i]);
         }
-        tracing::info!(listener = name, addr = %local, upstream = %relay::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %crate::relay::upstream::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
         balancers.push(balancer.clone());
         listeners.push((
             listener,

@@ -11,8 +11,7 @@ mod decode;
 pub use decode::{
     decode, signature, tlv_name, Command, DecodeError, Header, Invalid, Signature, Ssl, Tlv,
     Transport, MAX_HEADER_LEN, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
-    PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID, V1_MAX_LEN, V1_SIGNATURE, V2_FIXED_LEN,
-    V2_MAX_LEN,
+    PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID,
 };
 
 /// Which header version to write.
@@ -75,6 +74,17 @@ impl std::fmt::Debug for Encoded {
 
 /// The v2 signature: `\r\n\r\n\0\r\nQUIT\n`.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+// The wire format's sizes live here with the signature, not in `decode::v1`/`v2`: the
+// decoder's errors and TLV reader need them too, and reaching them in `v1`/`v2` made the
+// decoder's modules import each other in a cycle.
+/// The v1 signature, including the space that follows `PROXY`.
+pub const V1_SIGNATURE: &[u8; 6] = b"PROXY ";
+/// Longest v1 line the specification allows, CRLF included.
+pub const V1_MAX_LEN: usize = 107;
+/// Fixed part of a v2 header: signature, version/command, family/protocol, length.
+pub const V2_FIXED_LEN: usize = 16;
+/// Longest v2 header: the length field is 16 bits.
+pub const V2_MAX_LEN: usize = V2_FIXED_LEN + u16::MAX as usize;
 
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are written as IPv4.
 fn canonical(ip: IpAddr) -> IpAddr {

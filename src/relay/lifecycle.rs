@@ -10,9 +10,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use super::ListenAddr;
 use crate::accept::Lifecycle;
 use crate::admin::{AdminState, ReadyCheck};
+use crate::listen::ListenAddr;
 
 /// Readiness shared by `/readyz`, the `ready` gauge and shutdown.
 pub struct ReadyState {

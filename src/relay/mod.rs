@@ -25,13 +25,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-pub use crate::accept::{serve, Handler, Lifecycle};
-pub use crate::listen::{bind, bind_v6only, parse_listen, ListenAddr};
+use crate::accept::Handler;
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version};
-pub use copy::{CopyMode, End};
-pub use lifecycle::ReadyState;
-pub use metrics::{ListenerMetrics, RelayMetrics};
-pub use upstream::{Cause, DialError, DnsTarget, Lease, Upstream};
+use copy::End;
+use metrics::ListenerMetrics;
+use upstream::{Cause, DialError, Lease, Upstream};
 
 /// What one listener does with its connections.
 pub struct Route<U> {
@@ -224,6 +222,9 @@ pub async fn probe<U: Upstream>(upstream: &U, version: Version) -> Result<(), Di
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::relay::copy::CopyMode;
+    use crate::relay::metrics::RelayMetrics;
+    use crate::relay::upstream::DnsTarget;
     use tokio::net::TcpListener;
 
     /// Every open connection keeps one of these futures alive: guard its size (no buffers).

@@ -24,7 +24,6 @@ use tracing::{debug, info, warn};
 use crate::accept::{Handler, Lifecycle};
 use crate::flags::UsageError;
 use crate::proxy_protocol::{self, DecodeError, Header};
-use crate::relay;
 use http::{
     body_framing, keep_alive, parse_head, response_bytes, wants_json, BodyFraming, Request,
 };
@@ -86,7 +85,7 @@ pub struct WhoamiArgs {
 }
 
 pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
-    let listen = relay::parse_listen(&args.listen)
+    let listen = crate::listen::parse_listen(&args.listen)
         .and_then(|l| l.ok_or_else(|| "the address is empty; use e.g. :8080".to_string()))
         .map_err(|e| UsageError::err(format!("invalid --listen {:?}: {e}", args.listen)))?;
     if args.read_timeout.is_zero() {
@@ -95,7 +94,7 @@ pub async fn run(args: WhoamiArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let token = crate::shutdown::on_signal()?;
-    let listener = relay::bind(&listen)
+    let listener = crate::listen::bind(&listen)
         .await
         .with_context(|| format!("listening on {:?} (--listen)", args.listen))?;
     let local = listener.local_addr()?;

@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use ouroboros::cleanup::CleanupArgs;
-use ouroboros::controller::args::{ExternalDnsOutput, Mode};
 use ouroboros::controller::hostnames::parse_target;
 use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
+use ouroboros::dns::args::{ExternalDnsOutput, Mode};
 
 pub(crate) const RELEASE: &str = "ouroboros";
 pub(crate) const NAMESPACE: &str = "ouroboros";
@@ -1112,7 +1112,7 @@ fn proxy_has_no_token_and_drains_before_it_is_killed() {
                     .iter()
                     .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
                     .unwrap_or_else(|| panic!("{case}: {n} has {flag}"));
-                ouroboros::cli::parse_duration(v).unwrap().as_secs()
+                ouroboros::flags::parse_duration(v).unwrap().as_secs()
             };
             let shutdown = secs("--shutdown-delay") + secs("--shutdown-grace");
             let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();

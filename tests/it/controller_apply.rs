@@ -13,9 +13,10 @@ use crate::kube_mock::{calls, conflict, echo, reply, serve, status};
 use serde_json::{json, Value};
 
 use ouroboros::dns::answer::{Answer, ProxyAddrs};
-use ouroboros::dns::apply::{
-    fingerprint, ApplyError, ConfigMapKey, CorefileWriter, ImportWriter, Outcome, Retry,
+use ouroboros::dns::write::apply::{
+    fingerprint, ApplyError, CorefileWriter, ImportWriter, Outcome, Retry,
 };
+use ouroboros::dns::ConfigMapKey;
 use ouroboros::dns::{coredns_import, corefile, BEGIN_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
 

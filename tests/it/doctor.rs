@@ -17,7 +17,8 @@ use crate::kube_mock::{not_found, serve_fn, status, Seen};
 use ouroboros::cli::{Cli, Command};
 use ouroboros::dns::answer::{Answer, Group, ProxyAddrs};
 use ouroboros::dns::{corefile, ProxyFqdn, DEFAULT_PROXY_FQDN};
-use ouroboros::doctor::{diagnose, DoctorArgs, Report, Status};
+use ouroboros::doctor::report::{Report, Status};
+use ouroboros::doctor::{diagnose, DoctorArgs};
 use ouroboros::hostname::{HostPolicy, Hostname};
 
 const SAR: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
@@ -215,7 +216,7 @@ async fn run(cluster: Cluster, a: &DoctorArgs) -> (Report, Vec<Seen>) {
     (report, task.await.unwrap())
 }
 
-fn check<'a>(r: &'a Report, id: &str) -> &'a ouroboros::doctor::Check {
+fn check<'a>(r: &'a Report, id: &str) -> &'a ouroboros::doctor::report::Check {
     r.checks
         .iter()
         .find(|c| c.id == id)

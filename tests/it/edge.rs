@@ -438,8 +438,10 @@ fn active_checks_eject_without_client_traffic() {
 async fn removed_backend_drains_its_connections() {
     use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
     use ouroboros::proxy_protocol::Version;
+    use ouroboros::relay::copy::CopyMode;
+    use ouroboros::relay::metrics::RelayMetrics;
     use ouroboros::relay::mode::Relaying;
-    use ouroboros::relay::{self, CopyMode, RelayMetrics, Route};
+    use ouroboros::relay::Route;
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -486,7 +488,7 @@ async fn removed_backend_drains_its_connections() {
     });
     let tracker = tokio_util::task::TaskTracker::new();
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(relay::serve(
+    tokio::spawn(ouroboros::accept::serve(
         vec![(listener, route)],
         None,
         tracker.clone(),

@@ -11,12 +11,12 @@ use serde_json::{json, Value};
 use crate::kube_mock;
 use crate::kube_mock::{calls, echo, reply, serve, status, Seen};
 
-use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::external::{self, Options};
-use ouroboros::dns::external_writer::{
+use ouroboros::dns::write::apply::Outcome;
+use ouroboros::dns::write::external_writer::{
     desired, ExternalWriter, Output, Settings, ANNOTATION_PREFIXES,
 };
-use ouroboros::dns::proxy_ips::ProxyIps;
+use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::hostname::{HostPolicy, Hostname};
 
 const DE: &str = "/apis/externaldns.k8s.io/v1alpha1/namespaces/ouroboros/dnsendpoints";

@@ -14,11 +14,11 @@ use serde_json::{json, Value};
 use crate::external_dns_fake::{Fake, Fault, Kind, Served};
 use crate::kube_mock::serve_fn;
 
-use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::external;
-use ouroboros::dns::external_writer::{ExternalWriter, Output, Settings};
-use ouroboros::dns::proxy_ips::ProxyIps;
-use ouroboros::dns::sink::SinkError;
+use ouroboros::dns::write::apply::Outcome;
+use ouroboros::dns::write::error::SinkError;
+use ouroboros::dns::write::external_writer::{ExternalWriter, Output, Settings};
+use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::hostname::{HostPolicy, Hostname};
 
 const OURS: &str =

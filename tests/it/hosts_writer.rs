@@ -13,12 +13,12 @@ use serde_json::json;
 use crate::kube_mock::{calls, reply, serve, status};
 use crate::support::{temp_dir, TempDir};
 
-use ouroboros::dns::apply::Outcome;
 use ouroboros::dns::etc_hosts::{self, HostsGroup};
-use ouroboros::dns::hosts_writer::{
+use ouroboros::dns::write::apply::Outcome;
+use ouroboros::dns::write::hosts_writer::{
     replace_if_unchanged, update, HostsWriter, WriteMethod, Written,
 };
-use ouroboros::dns::proxy_ips::ProxyIps;
+use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};
 

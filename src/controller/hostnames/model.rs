@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::kinds::{Kind, Objects};
 use super::namespace;
 use super::targets::{Target, TargetRule};
-use crate::dns::plan::Plan;
+use crate::dns::write::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
 
 impl fmt::Display for Kind {

@@ -15,7 +15,6 @@
 
 use crate::kube_client::describe;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use super::error::Reason;
 use crate::dns::answer::{Answer, Group, Rules};
 use crate::dns::coredns_import;
 use crate::dns::corefile::{self, Findings};
+use crate::dns::ConfigMapKey;
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::hostname::Hostname;
 
@@ -36,49 +36,6 @@ pub const FIELD_MANAGER: &str = "ouroboros";
 /// Label put on a ConfigMap we create; cleanup deletes only ConfigMaps that carry it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "ouroboros";
-
-/// One data key of one ConfigMap.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigMapKey {
-    pub namespace: String,
-    pub name: String,
-    pub key: String,
-}
-
-impl ConfigMapKey {
-    pub fn new(namespace: &str, name: &str, key: &str) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-            key: key.into(),
-        }
-    }
-
-    /// `kube-system/coredns`, `Corefile`.
-    pub fn coredns_default() -> Self {
-        Self::new("kube-system", "coredns", "Corefile")
-    }
-
-    /// `kube-system/coredns-custom`, `ouroboros.override`.
-    pub fn import_default() -> Self {
-        Self::new("kube-system", "coredns-custom", "ouroboros.override")
-    }
-
-    /// `kube-system/node-local-dns`, `Corefile` (kubespray names it `nodelocaldns`).
-    pub fn node_local_dns_default() -> Self {
-        Self::new("kube-system", "node-local-dns", "Corefile")
-    }
-}
-
-impl fmt::Display for ConfigMapKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ConfigMap {}/{} key {:?}",
-            self.namespace, self.name, self.key
-        )
-    }
-}
 
 /// Which target a write belongs to (names the chart's Role and the flags in errors).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,10 +5,10 @@
 use std::future::Future;
 
 use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome};
-pub use super::error::{ObjectKey, Reason, SinkError};
+use super::error::{ObjectKey, Reason, SinkError};
 use super::external_writer::ExternalWriter;
 use super::hosts_writer::HostsWriter;
-pub use super::plan::Plan;
+use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
 use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
 use crate::dns::ProxyFqdn;

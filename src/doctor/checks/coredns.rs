@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 
 use super::{cut, Got};
-use crate::controller::args::Mode;
 use crate::dns::answer::{self, Answer, Group, Rules};
-use crate::dns::apply::ConfigMapKey;
+use crate::dns::args::Mode;
+use crate::dns::ConfigMapKey;
 use crate::dns::{
     coredns_import, corefile, BEGIN_MARKER, END_MARKER, MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT,
 };

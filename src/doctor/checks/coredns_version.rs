@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::coredns::Expected;
 use super::{uses_coredns, Got, Workload, UNKNOWN};
-use crate::controller::args::Mode;
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
+use crate::dns::args::Mode;
 use crate::doctor::report::Check;
 use crate::hostname::Hostname;
 

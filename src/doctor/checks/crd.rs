@@ -2,8 +2,8 @@
 //! DNSEndpoint), required or optional, and whether they are installed.
 
 use super::Got;
-use crate::controller::args::{ExternalDnsOutput, Mode};
 use crate::controller::hostnames::{Kind, ReadWhen};
+use crate::dns::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 
 /// The CRDs a configuration needs: (name, required). Not required: the controller runs

@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
 use super::{uses_coredns, Got, UNKNOWN};
-use crate::controller::args::Mode;
-use crate::dns::apply::ConfigMapKey;
+use crate::dns::args::Mode;
 use crate::dns::corefile;
+use crate::dns::ConfigMapKey;
 use crate::doctor::report::Check;
 
 /// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
 use super::{cut, uses_coredns, Got, UNKNOWN};
-use crate::controller::args::Mode;
-use crate::dns::apply::ConfigMapKey;
+use crate::dns::args::Mode;
 use crate::dns::corefile;
+use crate::dns::ConfigMapKey;
 use crate::doctor::report::Check;
 
 /// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::metrics::Handles;
-use crate::relay::Lease;
+use crate::relay::upstream::Lease;
 
 /// The longest ejection, however many failures in a row.
 pub const EJECT_CAP: Duration = Duration::from_secs(60);

@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::proxy_protocol::Version;
-use crate::relay::{Cause, DialError, Upstream};
+use crate::relay::upstream::{Cause, DialError, Upstream};
 use backend::Health;
 use metrics::ListenerLabels;
 

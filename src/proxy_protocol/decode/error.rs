@@ -1,7 +1,8 @@
 //! Why bytes yield no header: [`DecodeError`] tells "read more" (`Incomplete`) from "never a
 //! header" (`Invalid`), and [`Invalid`] says what broke. Shared by every decoder, so separate.
 
-use super::{Transport, V1_MAX_LEN};
+use super::header::Transport;
+use crate::proxy_protocol::V1_MAX_LEN;
 
 /// Why bytes are not a valid PROXY header.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use super::Tlv;
 use crate::proxy_protocol::{Destination, Source, Version};
 
 /// v2 command; v1 headers are always `Proxy`.
@@ -68,6 +67,13 @@ pub struct Header {
     /// Present for a PROXY command over IPv4/IPv6; absent for LOCAL, UNKNOWN/UNSPEC and AF_UNIX.
     pub addresses: Option<(Source, Destination)>,
     pub tlvs: Vec<Tlv>,
+}
+
+/// A v2 type-length-value extension (read and named in `tlv`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tlv {
+    pub kind: u8,
+    pub value: Vec<u8>,
 }
 
 impl Header {

@@ -21,15 +21,13 @@ mod v1;
 mod v2;
 
 pub use error::{DecodeError, Invalid};
-pub use header::{Command, Header, Transport};
+pub use header::{Command, Header, Tlv, Transport};
 pub use tlv::{
-    tlv_name, Ssl, Tlv, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
+    tlv_name, Ssl, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
     PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID,
 };
-pub use v1::{V1_MAX_LEN, V1_SIGNATURE};
-pub use v2::{V2_FIXED_LEN, V2_MAX_LEN};
 
-use super::V2_SIGNATURE;
+use super::{V1_SIGNATURE, V2_MAX_LEN, V2_SIGNATURE};
 use error::invalid;
 use v1::decode_v1;
 use v2::decode_v2;

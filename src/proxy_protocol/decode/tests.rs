@@ -8,7 +8,7 @@ use super::super::testdata::{capture, haproxy_captures, unhex};
 use super::super::{encode_local, encode_tcp};
 use super::tlv::crc32c;
 use super::*;
-use crate::proxy_protocol::{Destination, Source, Version};
+use crate::proxy_protocol::{Destination, Source, Version, V1_MAX_LEN, V2_FIXED_LEN};
 
 const SIG: &str = "0d0a0d0a000d0a515549540a";
 

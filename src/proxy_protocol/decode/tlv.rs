@@ -4,14 +4,9 @@
 //! TLV) and their own checksum.
 
 use super::error::invalid;
-use super::{DecodeError, Invalid, V2_FIXED_LEN};
-
-/// A v2 type-length-value extension.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tlv {
-    pub kind: u8,
-    pub value: Vec<u8>,
-}
+use super::error::{DecodeError, Invalid};
+use super::header::Tlv;
+use crate::proxy_protocol::V2_FIXED_LEN;
 
 pub const PP2_TYPE_ALPN: u8 = 0x01;
 pub const PP2_TYPE_AUTHORITY: u8 = 0x02;

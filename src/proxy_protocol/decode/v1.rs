@@ -5,13 +5,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::error::invalid;
-use super::{Command, DecodeError, Header, Invalid, Transport};
-use crate::proxy_protocol::{Destination, Source, Version};
-
-/// The v1 signature, including the space that follows `PROXY`.
-pub const V1_SIGNATURE: &[u8; 6] = b"PROXY ";
-/// Longest v1 line the specification allows, CRLF included.
-pub const V1_MAX_LEN: usize = 107;
+use super::error::{DecodeError, Invalid};
+use super::header::{Command, Header, Transport};
+use crate::proxy_protocol::{Destination, Source, Version, V1_MAX_LEN, V1_SIGNATURE};
 
 pub(super) fn decode_v1(buf: &[u8]) -> Result<(Header, usize), DecodeError> {
     let window = &buf[..buf.len().min(V1_MAX_LEN)];

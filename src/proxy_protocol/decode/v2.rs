@@ -5,14 +5,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::error::invalid;
+use super::error::{DecodeError, Invalid};
+use super::header::{Command, Header, Transport};
 use super::tlv::parse_tlvs;
-use super::{Command, DecodeError, Header, Invalid, Transport};
-use crate::proxy_protocol::{Destination, Source, Version};
-
-/// Fixed part of a v2 header: signature, version/command, family/protocol, length.
-pub const V2_FIXED_LEN: usize = 16;
-/// Longest v2 header: the length field is 16 bits.
-pub const V2_MAX_LEN: usize = V2_FIXED_LEN + u16::MAX as usize;
+use crate::proxy_protocol::{Destination, Source, Version, V2_FIXED_LEN};
 
 impl Transport {
     /// From the v2 family/protocol byte; only the combinations the specification defines.
