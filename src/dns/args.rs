@@ -442,9 +442,9 @@ impl DnsArgs {
     pub fn check(&self) -> Result<(), UsageError> {
         if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
             return Err(UsageError::new(
-                "--node-local-dns needs --coredns-answer template: node-local-dns has no \
-                 kubernetes plugin, so a rewritten cluster name would be forwarded upstream \
-                 and fail",
+                "--node-local-dns needs --coredns-answer template or view (it then gets the \
+                 template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster \
+                 name would be forwarded upstream and fail",
             ));
         }
         if self.mode == Mode::CorednsImport && self.coredns_answer == AnswerForm::View {

@@ -404,7 +404,7 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- end }}
 {{- if has .mode (list "coredns" "coredns-import") }}
 {{- if and $v.nodeLocalDns.enabled (eq $v.corednsAnswer "rewrite") }}
-{{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template: node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
+{{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template or view (node-local-dns then gets the template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
 {{- end }}
 {{- if and (eq .mode "coredns-import") (eq $v.corednsAnswer "view") }}
 {{- fail "controller.corednsAnswer=view writes server blocks before the Corefile's root block, which the coredns-import snippet (imported inside the root block) cannot hold: use controller.mode=coredns or controller.corednsAnswer=template" }}

@@ -827,3 +827,145 @@ fn gateway_api_crds_installed_while_the_controller_runs_are_picked_up() {
     }
     assert_no_refusal(&controller);
 }
+
+// ---------------------------------------------------------------------------------------------
+// the view form
+
+/// An operator moves a running install from the template pair to the view form: the controller
+/// takes its block out of the root block and writes the per-TLD server blocks before it, real
+/// CoreDNS answers the same from both, and `cleanup` then restores the Corefile byte for byte.
+#[test]
+fn switching_to_the_view_form_moves_the_block_and_cleanup_still_restores_the_corefile() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let Some(coredns) = binary("coredns") else {
+        return;
+    };
+    let Some(scene) = super::coredns::Scene::new("controller-view-coredns") else {
+        return;
+    };
+    let release = "modes-view";
+    let dns = format!("{release}-dns");
+    let apps = format!("{release}-apps");
+    let install = |form: &str| {
+        Install::render(
+            release,
+            &[
+                format!("controller.corednsAnswer={form}"),
+                format!("controller.coredns.namespace={dns}"),
+                "controller.coredns.configmap=coredns-view".into(),
+                format!("controller.nodeLocalDns.namespace={dns}"),
+                format!("controller.includeNamespaces={{{apps}}}"),
+            ],
+        )
+    };
+    let dir = temp_dir("controller-view");
+    let rt = runtime();
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let template = install("template");
+    let proxy_ip = rt.block_on(async {
+        cluster.ensure_namespace(&dns).await;
+        cluster
+            .apply_yaml(
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "coredns-view", "namespace": dns},
+                    "data": {"Corefile": kubeadm},
+                })
+                .to_string(),
+            )
+            .await;
+        template.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        ingress(
+            cluster,
+            &apps,
+            "shop",
+            &["shop.view.example.com", "*.apps.view.example.org"],
+        )
+        .await;
+        template.proxy_ip(cluster).await
+    });
+
+    // The block each form writes, as the real server stores it, loaded into real CoreDNS.
+    let run = |install: &Install, form: &str, marker: &str| {
+        let (mut controller, _) = rt.block_on(run_controller(
+            cluster,
+            install,
+            &install.controller_args(),
+            dir.path(),
+            form,
+        ));
+        let written = wait_for(
+            &format!("writing the {form} block"),
+            &mut controller,
+            Duration::from_secs(60),
+            || {
+                rt.block_on(async {
+                    let client = cluster.admin().await;
+                    let text = configmap_text(&client, &dns, "coredns-view", "Corefile").await?;
+                    text.contains(marker).then_some(text)
+                })
+            },
+        );
+        assert_eq!(written.matches(BEGIN).count(), 1, "one block:\n{written}");
+        assert_no_refusal(&controller);
+        let server = scene.coredns(&coredns, form, &written);
+        for name in ["shop.view.example.com.", "x.apps.view.example.org."] {
+            let a = server.ask(name, simple_dns::TYPE::A, false);
+            assert_eq!(a.answers, vec![format!("A {proxy_ip}")], "{form}: {name}");
+            // The proxy Service is IPv4-only: NODATA, not the public address.
+            let aaaa = server.ask(name, simple_dns::TYPE::AAAA, true);
+            assert_eq!(
+                (aaaa.rcode, aaaa.answers.len()),
+                (simple_dns::RCODE::NoError, 0),
+                "{form}: {name} AAAA"
+            );
+        }
+        written
+    };
+    let pair = run(&template, "template", "template IN A");
+    let root = pair.find(".:53 {").expect("kubeadm's root block");
+    assert!(
+        pair.find(BEGIN).unwrap() > root,
+        "the pair sits in the root block:\n{pair}"
+    );
+
+    // `helm upgrade` leaves the post-delete hook's Job alone (its template is immutable).
+    let view = install("view");
+    let upgrade: Vec<&str> = view
+        .yaml
+        .split("\n---")
+        .filter(|doc| !doc.contains("\nkind: Job\n"))
+        .collect();
+    rt.block_on(cluster.apply_yaml(&upgrade.join("\n---")));
+    let views = run(&view, "view", "view ouroboros");
+    let root = views.find(".:53 {").expect("kubeadm's root block");
+    assert!(
+        views.find(BEGIN).unwrap() < root,
+        "the server blocks precede the root block:\n{views}"
+    );
+    assert!(
+        !views[root..].contains("ouroboros"),
+        "nothing left in the root block:\n{views}"
+    );
+
+    // Uninstalled: the hook's command, as its own ServiceAccount, restores kubeadm's Corefile.
+    let kubeconfig = rt.block_on(cluster.service_account_kubeconfig(
+        release,
+        &format!("{}-cleanup", view.fullname()),
+        dir.path(),
+    ));
+    let mut cmd = crate::common::command("cleanup");
+    cmd.args(view.cleanup_args())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig);
+    let out = crate::common::run(&mut cmd, None);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let after = rt.block_on(async {
+        configmap_text(&cluster.admin().await, &dns, "coredns-view", "Corefile").await
+    });
+    assert_eq!(after.as_deref(), Some(kubeadm.as_str()));
+}
