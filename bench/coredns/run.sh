@@ -81,6 +81,29 @@ sys.exit(1)
 PY
 }
 
+# reloaded PORT NAME IP: after SIGUSR1, how long until CoreDNS on PORT answers NAME with IP (asked
+# every 10 ms): reading the changed Corefile, building every plugin anew, swapping the servers.
+reloaded() {
+    python3 - "$@" <<'PY' || { echo "CoreDNS on port $1 did not reload" >&2; return 1; }
+import socket, struct, sys, time
+port, name, want = int(sys.argv[1]), sys.argv[2], socket.inet_aton(sys.argv[3])
+q = bytes.fromhex("abcd01000001000000000000")
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.strip(".").split(".")) + b"\0\0\1\0\1"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.01)
+start = time.time()
+while time.time() < start + 120:
+    s.sendto(q, ("127.0.0.1", port))
+    try:
+        if s.recv(512).endswith(want):
+            print(f"{time.time() - start:.2f}")
+            sys.exit(0)
+    except OSError:
+        pass
+sys.exit(1)
+PY
+}
+
 results="$tmp/results.tsv"
 printf 'size\tcache\tvariant\tclass\tqps\tcpu_us_per_query\n' >"$results"
 heaps="$tmp/heaps.tsv"
@@ -136,7 +159,17 @@ EOF
                 echo "size=$size cache=$cache $variant $class: $qps q/s, $us us CPU/query" >&2
             done
             heap=$(curl -s "http://127.0.0.1:$metrics/metrics" | awk '/^go_memstats_heap_inuse_bytes/ {print $2}')
-            printf '%s\t%s\t%s\t%s\t%s\n' "$size" "$cache" "$variant" "$heap" "$load_s" >>"$heaps"
+            # The controller changed the block (the proxy moved): SIGUSR1 stands for the reload
+            # plugin's poll, and the time is from the signal to the new answer; the peak RSS
+            # (VmHWM) after it shows the old and the new config held at once.
+            reload_s=-
+            if [[ $variant != without ]]; then
+                sed -i 's/10\.96\.0\.20/10.96.0.21/' "$conf"
+                kill -USR1 "$pid"
+                reload_s=$(reloaded "$port" "$(awk 'NR == 1 {print $1}' "$d/hits.txt")" 10.96.0.21)
+            fi
+            hwm=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$pid/status")
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$cache" "$variant" "$heap" "$load_s" "$reload_s" "$hwm" >>"$heaps"
             kill "$pid"
             wait "$pid" 2>/dev/null || true
         done
@@ -162,14 +195,14 @@ for r in rows:
     c0, c1 = float(b["cpu_us_per_query"]), float(r["cpu_us_per_query"])
     print(f"| {r['size']} | {r['cache']} | {r['class']} | {r['variant']} | {q0:,.0f} | {q1:,.0f} | {q1/q0:.2f} | {c0:.1f} | {c1:.1f} | {c1/c0:.2f} |")
 print()
-print("| names | cache | form | heap in use without (MiB) | with (MiB) | extra (MiB) | start-up with (s) |")
-print("|---:|---|---|---:|---:|---:|---:|")
+print("| names | cache | form | heap in use without (MiB) | with (MiB) | extra (MiB) | start-up with (s) | reload (s) | peak RSS without (MiB) | with, after the reload (MiB) |")
+print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
 heaps = {}
-for size, cache, variant, heap, load in csv.reader(open(sys.argv[2]), delimiter="\t"):
-    heaps.setdefault((size, cache), {})[variant] = (float(heap), float(load))
+for size, cache, variant, heap, load, reload, hwm in csv.reader(open(sys.argv[2]), delimiter="\t"):
+    heaps.setdefault((size, cache), {})[variant] = (float(heap), float(load), reload, float(hwm))
 for (size, cache), v in heaps.items():
-    h0 = v["without"][0] / 2**20
-    for form, (heap, load) in v.items():
+    h0, r0 = v["without"][0] / 2**20, v["without"][3] / 2**20
+    for form, (heap, load, reload, hwm) in v.items():
         if form != "without":
-            print(f"| {size} | {cache} | {form} | {h0:.1f} | {heap / 2**20:.1f} | {heap / 2**20 - h0:.1f} | {load:.1f} |")
+            print(f"| {size} | {cache} | {form} | {h0:.1f} | {heap / 2**20:.1f} | {heap / 2**20 - h0:.1f} | {load:.1f} | {reload} | {r0:.0f} | {hwm / 2**20:.0f} |")
 PY
