@@ -96,7 +96,7 @@ while time.time() < start + 120:
     s.sendto(q, ("127.0.0.1", port))
     try:
         if s.recv(512).endswith(want):
-            print(f"{time.time() - start:.2f}")
+            print(f"{time.time() - start:.3f}")
             sys.exit(0)
     except OSError:
         pass

@@ -1225,7 +1225,7 @@ async fn view_answers_go_before_the_root_block_and_node_local_dns_gets_the_pair(
         let st = r.state.lock().unwrap();
         (st.corefile.clone(), st.node_local.clone().unwrap().0)
     };
-    let view = "com:53 {\n    view ouroboros {\n        expr type() in ['A','AAAA'] && name() in ['shop.example.com.']\n    }\n    template IN A {\n        answer \"{{ .Name }} 30 IN A 10.96.0.53\"\n    }\n    template IN AAAA\n}\n";
+    let view = "com:53 {\n    cache 30\n    view ouroboros {\n        expr type() in ['A','AAAA'] && name() in ['shop.example.com.']\n    }\n    template IN A {\n        answer \"{{ .Name }} 30 IN A 10.96.0.53\"\n    }\n    template IN AAAA\n}\n";
     let at = coredns.find(view).unwrap_or_else(|| panic!("{coredns}"));
     assert!(at < coredns.find(".:53 {").unwrap(), "{coredns}");
     assert!(!node_local.contains("view"), "{node_local}");
