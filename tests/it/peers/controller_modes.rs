@@ -33,7 +33,7 @@ use crate::support::{free_port, temp_dir, V4};
 /// The begin marker of our Corefile block.
 const BEGIN: &str = "# === BEGIN ouroboros";
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -42,14 +42,14 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// One `helm template` of the chart: release `release` in namespace `release`, whose objects
 /// are all named `<release>-ouroboros-...`.
-struct Install {
+pub(super) struct Install {
     release: String,
     /// Every document, the hooks' too (`cleanupOnUninstall`'s ServiceAccount, Role and Job).
     yaml: String,
 }
 
 impl Install {
-    fn render(release: &str, sets: &[String]) -> Install {
+    pub(super) fn render(release: &str, sets: &[String]) -> Install {
         let mut cmd = Command::new(tool("helm"));
         cmd.args(["template", release])
             .arg(chart_dir())
@@ -63,12 +63,12 @@ impl Install {
         }
     }
 
-    fn fullname(&self) -> String {
+    pub(super) fn fullname(&self) -> String {
         format!("{}-ouroboros", self.release)
     }
 
     /// The arguments of the first container of the `kind` named `name` (after the subcommand).
-    fn args(&self, kind: &str, name: &str) -> Vec<String> {
+    pub(super) fn args(&self, kind: &str, name: &str) -> Vec<String> {
         for doc in yaml_serde::Deserializer::from_str(&self.yaml) {
             let v = Value::deserialize(doc).unwrap();
             if v["kind"] == kind && v["metadata"]["name"] == name {
@@ -89,7 +89,7 @@ impl Install {
     }
 
     /// Creates the release namespace and applies every object (the server validates each).
-    async fn apply(&self, cluster: &Cluster) {
+    pub(super) async fn apply(&self, cluster: &Cluster) {
         cluster.ensure_namespace(&self.release).await;
         cluster.apply_yaml(&self.yaml).await;
     }
@@ -169,7 +169,7 @@ async fn delete_ingress(cluster: &Cluster, namespace: &str, name: &str) {
 /// Nothing the API server refused and nothing logged as an error. A refusal is found by the
 /// word, which both the server's Status ("... is forbidden: User ...") and our hint
 /// ("forbidden (403)") carry: a bare "403" also matches ports and timestamps.
-fn assert_no_refusal(process: &Process) {
+pub(super) fn assert_no_refusal(process: &Process) {
     for line in process.log_text().lines() {
         assert!(
             !line.to_ascii_lowercase().contains("forbidden"),

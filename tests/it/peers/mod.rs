@@ -20,6 +20,7 @@ mod controller;
 mod controller_modes;
 mod coredns;
 mod dns;
+mod edge;
 mod hairpin;
 mod netns;
 
