@@ -96,6 +96,12 @@ fn template_files(
     values_args(&mut cmd, files, sets);
     let (ok, out, err) = run(&mut cmd, None);
     if ok {
+        // A documented value that makes Helm warn (a table merged over a scalar default, a
+        // deprecated key) is a bug: every successful render is checked.
+        assert!(
+            !err.to_ascii_lowercase().contains("warning"),
+            "{helm} template with {files:?} {sets:?} warns:\n{err}"
+        );
         Ok(out)
     } else {
         Err(err)
@@ -2565,7 +2571,15 @@ fn values_rows(
             }
         }
         let ty = match v {
-            yaml_serde::Value::Null => "null",
+            // Unset by default: the type the schema allows besides null.
+            yaml_serde::Value::Null => node["anyOf"]
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .filter_map(|t| t["type"].as_str())
+                        .find(|t| *t != "null")
+                })
+                .unwrap_or("null"),
             yaml_serde::Value::Bool(_) => "boolean",
             yaml_serde::Value::Number(n) if n.is_f64() => "number",
             yaml_serde::Value::Number(_) => "integer",

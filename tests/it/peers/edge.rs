@@ -250,4 +250,3 @@ fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
     eventually_reaches(&node, &listeners, &[], "every slice deleted");
     assert_no_refusal(&edge);
 }
-
