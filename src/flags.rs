@@ -35,6 +35,24 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 5s, 1m, 1h)"))
 }
 
+/// Parses an address pods are answered with or sent to (`--proxy-ip`, `--external-dns-proxy-ip`,
+/// a target's `proxy-ip=`). The unspecified address (`0.0.0.0`, `::`) means "any" to a listener
+/// but no host to a client, and a DNS answer or hosts line with it sends the pod to itself, so it
+/// is refused here rather than written.
+pub fn parse_answer_ip(s: &str) -> Result<std::net::IpAddr, String> {
+    let ip: std::net::IpAddr = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not an IP address"))?;
+    if ip.to_canonical().is_unspecified() {
+        return Err(format!(
+            "{ip} is the unspecified address, which a pod cannot connect to: give the proxy \
+             Service's ClusterIP (the controller reads it from the API when the flag is left out)"
+        ));
+    }
+    Ok(ip)
+}
+
 /// A listen address flag value; empty disables the listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen(pub Option<ListenAddr>);
@@ -79,6 +97,25 @@ mod tests {
             ("abc", None),
         ] {
             assert_eq!(parse_duration(input).ok(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn answer_ips() {
+        for (input, want) in [
+            ("10.96.0.20", Ok("10.96.0.20")),
+            (" fd00::20 ", Ok("fd00::20")),
+            ("0.0.0.0", Err("unspecified")),
+            ("::", Err("unspecified")),
+            ("::ffff:0.0.0.0", Err("unspecified")),
+            ("10.96.0", Err("not an IP address")),
+            ("", Err("not an IP address")),
+        ] {
+            match (parse_answer_ip(input), want) {
+                (Ok(ip), Ok(w)) => assert_eq!(ip.to_string(), w),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{input:?}: {e}"),
+                (got, want) => panic!("{input:?}: {got:?}, want {want:?}"),
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::dns::etc_hosts::HostsGroup;
 use crate::dns::write::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
-use crate::flags::UsageError;
+use crate::flags::{parse_answer_ip, UsageError};
 use crate::hostname::Hostname;
 use crate::manifests::Manifests;
 
@@ -86,7 +86,8 @@ pub struct AnswerArgs {
         long = "proxy-ip",
         env = "OUROBOROS_CONTROLLER_PROXY_IP",
         value_name = "IP",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_answer_ip
     )]
     pub proxy_ips: Vec<IpAddr>,
 
@@ -155,6 +156,7 @@ pub struct ProxyIpArg {
         env = "OUROBOROS_CONTROLLER_PROXY_IP",
         value_name = "IP",
         value_delimiter = ',',
+        value_parser = parse_answer_ip,
         required = true
     )]
     pub proxy_ips: Vec<IpAddr>,

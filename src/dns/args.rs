@@ -17,7 +17,7 @@ use crate::dns::write::sink::AnySink;
 use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
-use crate::flags::UsageError;
+use crate::flags::{parse_answer_ip, UsageError};
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -204,7 +204,8 @@ pub struct DnsArgs {
         long = "proxy-ip",
         env = "OUROBOROS_CONTROLLER_PROXY_IP",
         value_name = "IP",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_answer_ip
     )]
     pub proxy_ips: Vec<IpAddr>,
 
@@ -223,7 +224,8 @@ pub struct DnsArgs {
         long = "external-dns-proxy-ip",
         env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_IP",
         value_name = "IP",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_answer_ip
     )]
     pub external_dns_proxy_ips: Vec<IpAddr>,
 

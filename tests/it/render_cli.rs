@@ -505,6 +505,31 @@ fn usage_errors() {
             "instance",
         ),
         (vec!["external-dns", "--proxy-ip", "0.0.0.0", &f], "0.0.0.0"),
+        // The unspecified address answers no pod, in every mode and every place an IP is given.
+        (vec!["etc-hosts", "--proxy-ip", "::", &f], "unspecified"),
+        (
+            vec![
+                "coredns",
+                "--corefile",
+                "/dev/null",
+                "--proxy-ip",
+                "0.0.0.0",
+                &f,
+            ],
+            "unspecified",
+        ),
+        (
+            vec![
+                "coredns",
+                "--corefile",
+                "/dev/null",
+                IP,
+                "--target",
+                "name=a,service=x,proxy-ip=0.0.0.0",
+                &f,
+            ],
+            "unspecified",
+        ),
         (vec!["external-dns", IP, "-", "-"], "stdin"),
         (vec!["nonsense"], "nonsense"),
     ] {

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::dns::args::TargetService;
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
+use crate::flags::parse_answer_ip;
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).
@@ -141,11 +142,9 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
                 return Err("ingress-controller is given twice".into())
             }
             "ingress-controller" => rule.ingress_controller = Some(parse_namespaced(value)?),
-            "proxy-ip" => rule.proxy_ips.push(
-                value
-                    .parse()
-                    .map_err(|_| format!("proxy-ip {value:?} is not an IP address"))?,
-            ),
+            "proxy-ip" => rule
+                .proxy_ips
+                .push(parse_answer_ip(value).map_err(|e| format!("proxy-ip: {e}"))?),
             "gateway" => {
                 let (ns, name) = namespaced(value)
                     .filter(|(ns, _)| ns.is_some())
