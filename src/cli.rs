@@ -49,15 +49,23 @@ pub enum Command {
 
 /// Entry point behind `main.rs`.
 pub fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let from_env = || {
+        use clap::CommandFactory;
+        env_sourced(&Cli::command(), &argv, |k| std::env::var_os(k).is_some())
+    };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            eprint!(
+                "{}",
+                name_the_variable(&e.render().to_string(), &from_env())
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS // --help, --version
-            };
+            let _ = e.print(); // --help, --version
+            return ExitCode::SUCCESS;
         }
     };
     if let Err(e) = telemetry::init(&cli.log) {
@@ -67,7 +75,8 @@ pub fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
-            eprintln!("error: {e:#}\n\nFor more information, try '--help'.");
+            eprintln!("error: {e:#}{}", env_note(&from_env()));
+            eprintln!("\nFor more information, try '--help'.");
             ExitCode::from(EXIT_USAGE)
         }
         Err(e) => {
@@ -75,6 +84,66 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The flags of the invoked subcommand (and the global ones) whose value comes from their
+/// environment variable: the variable is set (`is_set`) and the flag is not on `argv`. Returned
+/// as (flag as clap names it in errors, variable).
+fn env_sourced(
+    cli: &clap::Command,
+    argv: &[String],
+    is_set: impl Fn(&str) -> bool,
+) -> Vec<(String, String)> {
+    // The invoked subcommand's path (`render etc-hosts`): each level's flags count.
+    let mut path = vec![cli];
+    for a in argv.iter().skip(1) {
+        if let Some(sub) = path.last().and_then(|c| c.find_subcommand(a.as_str())) {
+            path.push(sub);
+        }
+    }
+    let on_argv = |long: &str| {
+        let flag = format!("--{long}");
+        argv.iter()
+            .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    path.into_iter()
+        .flat_map(clap::Command::get_arguments)
+        .filter_map(|arg| {
+            let long = arg.get_long()?;
+            let var = arg.get_env()?.to_str()?;
+            (is_set(var) && !on_argv(long)).then(|| (long.to_string(), var.to_string()))
+        })
+        .collect()
+}
+
+/// A clap error about a flag the user never typed names the variable that set it: clap quotes
+/// the flag as `'--proxy-ip <IP>'` (or `'--proxy-ip'`), which here becomes
+/// `OUROBOROS_CONTROLLER_PROXY_IP (the variable of '--proxy-ip <IP>')`.
+fn name_the_variable(message: &str, from_env: &[(String, String)]) -> String {
+    let mut out = message.to_string();
+    for (long, var) in from_env {
+        for quoted in [format!("'--{long} <"), format!("'--{long}'")] {
+            if let Some(start) = out.find(&quoted) {
+                let end = start + 1 + out[start + 1..].find('\'').unwrap_or(0) + 1;
+                let flag = out[start..end].to_string();
+                out.replace_range(start..end, &format!("{var} (the variable of {flag})"));
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// Our own usage errors name flags; when some came from the environment, say which.
+fn env_note(from_env: &[(String, String)]) -> String {
+    if from_env.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = from_env
+        .iter()
+        .map(|(long, var)| format!("{var} (--{long})"))
+        .collect();
+    format!("\n\nnote: set by the environment: {}", list.join(", "))
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -111,5 +180,82 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn errors_name_the_environment_variable_that_set_a_flag() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let argv = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+        let set = [
+            "OUROBOROS_CONTROLLER_PROXY_IP",
+            "OUROBOROS_LOG_LEVEL",
+            "OUROBOROS_PROXY_LISTEN",
+        ];
+        let is_set = |k: &str| set.contains(&k);
+        // (argv, flags from the environment)
+        for (args, want) in [
+            (
+                argv(&["ouroboros", "controller"]),
+                vec!["proxy-ip", "log-level"],
+            ),
+            (
+                argv(&["ouroboros", "controller", "--proxy-ip=10.0.0.1"]),
+                vec!["log-level"],
+            ),
+            (
+                argv(&[
+                    "ouroboros",
+                    "--log-level",
+                    "info",
+                    "controller",
+                    "--proxy-ip",
+                    "x",
+                ]),
+                vec![],
+            ),
+            // Another subcommand's variable is not this one's.
+            (argv(&["ouroboros", "whoami"]), vec!["log-level"]),
+            // A nested subcommand's flags count too.
+            (
+                argv(&["ouroboros", "render", "etc-hosts", "x.yaml"]),
+                vec!["proxy-ip", "log-level"],
+            ),
+        ] {
+            let got: Vec<String> = env_sourced(&cli, &args, is_set)
+                .into_iter()
+                .map(|(long, _)| long)
+                .collect();
+            let mut got = got;
+            got.sort();
+            let mut want: Vec<String> = want.into_iter().map(String::from).collect();
+            want.sort();
+            assert_eq!(got, want, "{args:?}");
+        }
+        let from_env = vec![(
+            "proxy-ip".to_string(),
+            "OUROBOROS_CONTROLLER_PROXY_IP".to_string(),
+        )];
+        for (message, want) in [
+            (
+                "error: invalid value '0.0.0.0' for '--proxy-ip <IP>': unspecified\n",
+                "error: invalid value '0.0.0.0' for OUROBOROS_CONTROLLER_PROXY_IP (the variable of '--proxy-ip <IP>'): unspecified\n",
+            ),
+            (
+                "error: the argument '--proxy-ip' cannot be used with '--x'\n",
+                "error: the argument OUROBOROS_CONTROLLER_PROXY_IP (the variable of '--proxy-ip') cannot be used with '--x'\n",
+            ),
+            (
+                "error: invalid value 'x' for '--proxy-ips <IP>'\n",
+                "error: invalid value 'x' for '--proxy-ips <IP>'\n",
+            ),
+        ] {
+            assert_eq!(name_the_variable(message, &from_env), want);
+        }
+        assert_eq!(env_note(&[]), "");
+        assert_eq!(
+            env_note(&from_env),
+            "\n\nnote: set by the environment: OUROBOROS_CONTROLLER_PROXY_IP (--proxy-ip)"
+        );
     }
 }

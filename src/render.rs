@@ -46,8 +46,9 @@ pub struct RenderArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Target {
-    /// A Corefile with the ouroboros block (the A/AAAA template pair) spliced into its root
-    /// server block; the same text suits node-local-dns's Corefile.
+    /// A Corefile with the ouroboros block spliced in: the A/AAAA template pair in its root
+    /// server block (the same text suits node-local-dns's Corefile), or with `--coredns-answer
+    /// view` server blocks before it.
     Coredns(Box<CorednsArgs>),
     /// The block alone, for a Corefile with `import /etc/coredns/custom/*.override`.
     CorednsImport(Box<CorednsImportArgs>),

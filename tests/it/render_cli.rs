@@ -87,6 +87,42 @@ fn dns_endpoints_are_complete_objects() {
         .starts_with("wildcard-wild-example-com-"));
 }
 
+/// An error caused by a variable names the variable, not a flag the user never typed.
+#[test]
+fn errors_from_the_environment_name_the_variable() {
+    let f = fixture("ingresses.yaml");
+    let stderr = fails(
+        render_env(
+            &["etc-hosts", &f],
+            None,
+            &[("OUROBOROS_CONTROLLER_PROXY_IP", "0.0.0.0")],
+        ),
+        64,
+    );
+    assert!(
+        stderr.contains("for OUROBOROS_CONTROLLER_PROXY_IP (the variable of '--proxy-ip <IP>')"),
+        "{stderr}"
+    );
+    // Typed on the command line, the flag is named as usual.
+    let stderr = fails(render(&["etc-hosts", "--proxy-ip=0.0.0.0", &f]), 64);
+    assert!(stderr.contains("for '--proxy-ip <IP>'"), "{stderr}");
+    // A combination refused after parsing lists what the environment set.
+    let stderr = fails(
+        render_env(
+            &["coredns-import", "--proxy-ip=10.0.0.1", &f],
+            None,
+            &[("OUROBOROS_CONTROLLER_COREDNS_ANSWER", "view")],
+        ),
+        64,
+    );
+    assert!(
+        stderr.contains(
+            "note: set by the environment: OUROBOROS_CONTROLLER_COREDNS_ANSWER (--coredns-answer)"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn defaults_and_env() {
     let out = ok(render_env(
