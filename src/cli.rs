@@ -182,6 +182,62 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every boolean flag, in every subcommand, takes the three spellings users of the
+    /// reference tool type: `--flag`, `--flag=true` and `--flag=false`.
+    #[test]
+    fn every_boolean_flag_takes_flag_and_flag_equals_bool() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &mut Vec<String>, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                let boolean = arg.get_value_parser().type_id()
+                    == clap::value_parser!(bool).type_id()
+                    || matches!(
+                        arg.get_action(),
+                        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+                    );
+                if !boolean || ["help", "version"].contains(&long) {
+                    continue;
+                }
+                for (spelling, want) in [
+                    (format!("--{long}"), true),
+                    (format!("--{long}=true"), true),
+                    (format!("--{long}=false"), false),
+                ] {
+                    let argv = std::iter::once("ouroboros".to_string())
+                        .chain(path.iter().cloned())
+                        .chain([spelling.clone()]);
+                    let got = Cli::command()
+                        .ignore_errors(true)
+                        .try_get_matches_from(argv)
+                        .ok()
+                        .and_then(|m| {
+                            let mut m = &m;
+                            for p in path.iter() {
+                                m = m.subcommand_matches(p)?;
+                            }
+                            let id = arg.get_id().as_str();
+                            // A spelling refused (ignore_errors keeps the default) is no answer.
+                            (m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+                                .then(|| m.get_one::<bool>(id).copied())
+                                .flatten()
+                        });
+                    if got != Some(want) {
+                        bad.push(format!("ouroboros {} {spelling}: {got:?}", path.join(" ")));
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                path.push(sub.get_name().to_string());
+                walk(sub, path, bad);
+                path.pop();
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&Cli::command(), &mut Vec::new(), &mut bad);
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
     #[test]
     fn errors_name_the_environment_variable_that_set_a_flag() {
         use clap::CommandFactory;

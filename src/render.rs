@@ -104,7 +104,17 @@ pub struct AnswerArgs {
 
     /// Print the result even when it is larger than the 1 MiB a ConfigMap's data may hold
     /// (which the API server refuses): a warning instead of an error (exit 1, nothing printed).
-    #[arg(long, env = "OUROBOROS_RENDER_ALLOW_OVERSIZE")]
+    #[arg(
+        long,
+        env = "OUROBOROS_RENDER_ALLOW_OVERSIZE",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub allow_oversize: bool,
 }
 

@@ -18,7 +18,17 @@ pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
 pub struct ElectionArgs {
     /// Only the holder of a Lease writes (`--leader-elect=false` to turn off); never used in
     /// etc-hosts mode or with --dry-run.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_LEADER_ELECT", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_LEADER_ELECT",
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
     pub leader_elect: bool,
 
     /// Name of the Lease.
@@ -67,6 +77,8 @@ pub struct IpModeArgs {
         value_name = "BOOL",
         default_value_t = true,
         num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
         default_missing_value = "true",
         action = ArgAction::Set
     )]

@@ -105,7 +105,17 @@ pub struct DnsArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// Write nothing: log the change each sync would make.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_DRY_RUN")]
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_DRY_RUN",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
     pub dry_run: bool,
 
     /// coredns: namespace of the CoreDNS ConfigMap.
@@ -268,6 +278,8 @@ pub struct DnsArgs {
         value_name = "BOOL",
         default_value_t = false,
         num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
         default_missing_value = "true",
         action = ArgAction::Set
     )]
@@ -347,6 +359,8 @@ pub struct NodeLocalDnsArgs {
         value_name = "BOOL",
         default_value_t = false,
         num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
         default_missing_value = "true",
         action = ArgAction::Set
     )]

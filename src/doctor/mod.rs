@@ -136,6 +136,8 @@ pub struct DoctorArgs {
         value_name = "BOOL",
         default_value_t = true,
         num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
         default_missing_value = "true",
         action = clap::ArgAction::Set
     )]

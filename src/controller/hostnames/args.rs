@@ -11,7 +11,17 @@ use crate::hostname::HostPolicy;
 pub struct HostnameArgs {
     /// Also read Gateway-API objects: Gateway listener hostnames (any protocol) and HTTPRoute,
     /// GRPCRoute and TLSRoute hostnames.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_API")]
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_GATEWAY_API",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub gateway_api: bool,
 
     /// Only Ingresses of this class: `spec.ingressClassName`, else the `kubernetes.io/ingress.class`
