@@ -72,12 +72,23 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::from(EXIT_USAGE);
     }
+    // A one-shot command run by hand ends with a plain `error:` line, as its usage errors do;
+    // the long-running ones (and any asked for JSON logs) end with a structured log line.
+    let plain = cli.log.log_format == telemetry::LogFormat::Text
+        && matches!(
+            cli.command,
+            Command::Render(_) | Command::Doctor(_) | Command::Cleanup(_)
+        );
     match run(cli.command) {
         Ok(code) => code,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
             eprintln!("error: {e:#}{}", env_note(&from_env()));
             eprintln!("\nFor more information, try '--help'.");
             ExitCode::from(EXIT_USAGE)
+        }
+        Err(e) if plain => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "exiting");

@@ -8,7 +8,7 @@ use kube::Client;
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("reading --kubeconfig {}: {error}", .path.display())]
+    #[error("reading --kubeconfig {}: {}", .path.display(), read_reason(.error))]
     Read {
         path: PathBuf,
         error: kube::config::KubeconfigError,
@@ -32,6 +32,14 @@ pub enum ClientError {
     Infer(kube::config::InferConfigError),
     #[error("building the Kubernetes client: {0}")]
     Build(kube::Error),
+}
+
+/// Why the file could not be read, without kube's repetition of its (Debug-quoted) path.
+fn read_reason(error: &kube::config::KubeconfigError) -> String {
+    match error {
+        kube::config::KubeconfigError::ReadConfig(io, _) => io.to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// `--kubeconfig` when given, else in-cluster, else $KUBECONFIG or ~/.kube/config.

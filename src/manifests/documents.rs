@@ -56,9 +56,13 @@ pub(super) fn read(text: &str, format: Format) -> Result<Batch, Error> {
         }
         Format::Yaml => {
             // Through a JSON `Value`, as `kubectl` turns YAML into JSON before the API server
-            // reads it: the same objects are valid or invalid here as there.
+            // reads it: the same objects are valid or invalid here as there. By way of a YAML
+            // `Value`, which refuses a key given twice in one mapping (as kubectl does): two
+            // files concatenated without `---` would otherwise keep the second's `spec` and
+            // lose the first's hosts without a word.
             for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
-                let doc = Value::deserialize(doc)
+                let doc = yaml_serde::Value::deserialize(doc)
+                    .and_then(yaml_serde::from_value::<Value>)
                     .map_err(|error| at(i)(DocumentError::Yaml { error }))?;
                 batch.add_value(doc).map_err(at(i))?;
             }

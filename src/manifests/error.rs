@@ -57,7 +57,10 @@ impl Error {
 #[non_exhaustive]
 pub enum DocumentError {
     /// The YAML parser's message ends with the line and column.
-    #[error("not valid YAML (fix the syntax at the line given): {error}")]
+    #[error(
+        "not valid YAML (fix the syntax at the line given{}): {error}",
+        duplicate_hint(error)
+    )]
     Yaml { error: yaml_serde::Error },
     #[error("not valid JSON (fix the syntax at the line given): {error}")]
     Json { error: serde_json::Error },
@@ -90,5 +93,14 @@ impl fmt::Display for Prefix<'_> {
             Some(input) => write!(f, "{input}: "),
             None => Ok(()),
         }
+    }
+}
+
+/// A key given twice is most often two files concatenated without `---` between them.
+fn duplicate_hint(error: &yaml_serde::Error) -> &'static str {
+    if error.to_string().contains("duplicate entry") {
+        "; a key given twice in one mapping: are two documents missing `---` between them?"
+    } else {
+        ""
     }
 }

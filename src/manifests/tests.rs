@@ -85,6 +85,18 @@ fn errors_name_document_and_line() {
             Format::Yaml,
             vec!["document 2", "Ingress \"shop/web\" is not a valid Ingress"],
         ),
+        // Two files concatenated without `---`: the second's keys repeat the first's, which
+        // would silently drop the first object's hosts.
+        (
+            format!("{INGRESS}{INGRESS}"),
+            Format::Yaml,
+            vec!["document 1", "duplicate entry with key \"apiVersion\"", "line", "missing `---`"],
+        ),
+        (
+            INGRESS.replace("  namespace: shop\n", "  namespace: shop\n  namespace: other\n"),
+            Format::Yaml,
+            vec!["document 1", "duplicate entry with key \"namespace\""],
+        ),
         (
             "apiVersion: v1\nkind: List\nitems:\n- apiVersion: gateway.networking.k8s.io/v1\n  kind: Gateway\n  metadata: {name: g}\n  spec: {}\n".to_string(),
             Format::Yaml,

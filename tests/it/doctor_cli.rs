@@ -63,7 +63,11 @@ fn unreadable_kubeconfig_is_a_runtime_failure() {
     let (code, out, err) = doctor(&["--kubeconfig", "/nonexistent/kubeconfig"]);
     assert_eq!(code, 1, "{err}");
     assert!(out.is_empty());
-    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+    // One plain line with the path once, unquoted, and the reason.
+    assert_eq!(
+        err.trim_end(),
+        "error: reading --kubeconfig /nonexistent/kubeconfig: No such file or directory (os error 2)"
+    );
 }
 
 /// Outside a cluster with no kubeconfig: one plain line naming where it looked, without kube's
@@ -139,7 +143,7 @@ fn unreachable_api_server_is_named_in_the_error_line() {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
             v["error"].as_str().unwrap().to_string()
         } else {
-            let errors: Vec<&str> = err.lines().filter(|l| l.contains("ERROR")).collect();
+            let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
             assert_eq!(errors.len(), 1, "{err}");
             errors[0].to_string()
         };

@@ -289,11 +289,13 @@ fn bad_manifests_fail_without_output() {
         ),
         (
             "bad/type.yaml",
-            vec!["type.yaml", "document 1", "Ingress \\\"web/wrong-type\\\""],
+            vec!["type.yaml", "document 1", "Ingress \"web/wrong-type\""],
         ),
         ("does-not-exist.yaml", vec!["does-not-exist.yaml"]),
     ] {
         let stderr = fails(render(&["external-dns", IP, &fixture(file)]), 1);
+        // One plain `error:` line, as a usage error's, not an escaped log record.
+        assert!(stderr.starts_with("error: "), "{file}: {stderr}");
         for w in want {
             assert!(stderr.contains(w), "{file}: {w:?} not in {stderr}");
         }
