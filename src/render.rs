@@ -371,13 +371,19 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
             "`-` (stdin) can be given only once across MANIFEST and the --corefile/--hosts-file flags",
         ));
     }
-    if input.manifests.is_empty() {
-        tracing::info!("no MANIFEST given: the host set is empty");
-    }
     let started = Instant::now();
     let manifests = Manifests::read(&input.manifests)?;
     let read = started.elapsed();
     let desired = hostnames::desired(&manifests.sources(), &filters, &policy);
+    if desired.hosts.is_empty() {
+        // What the output is then used for removes what the controller wrote: say so.
+        tracing::warn!(
+            manifests = input.manifests.len(),
+            files = manifests.files,
+            "no hostname selected from the manifests: the output holds no ouroboros block (no \
+             objects for external-dns), so applying it removes the hairpin for every name"
+        );
+    }
     tracing::debug!(
         read_us = read.as_micros() as u64,
         select_us = (started.elapsed() - read).as_micros() as u64,

@@ -46,6 +46,12 @@ pub(super) fn read(args: &[PathBuf]) -> Result<Manifests, Error> {
                     let mut files = Vec::new();
                     let mut seen = BTreeSet::new();
                     collect_dir(arg, &mut files, &mut seen)?;
+                    if files.is_empty() {
+                        tracing::warn!(
+                            path = %arg.display(),
+                            "no .yaml, .yml or .json file under this directory: it adds no objects"
+                        );
+                    }
                     Ok(files)
                 } else {
                     Ok(vec![arg.clone()])
@@ -92,7 +98,18 @@ fn parse_one(input: &Input) -> Result<Batch, Error> {
             }
         },
     };
+    if is_blank(&text) {
+        tracing::warn!(input = %name, "empty (nothing but blank lines, comments and ---): it adds no objects");
+    }
     documents::read(&text, format).map_err(|e| e.in_input(&name))
+}
+
+/// A manifest text without a single object: blank lines, `#` comments and `---` only.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#') || l == "---"
+    })
 }
 
 /// [`parse_one`] for every input, on up to one thread per core; results in input order, so the
@@ -177,4 +194,23 @@ pub(super) fn collect_dir(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_blank;
+
+    #[test]
+    fn blank_texts() {
+        for (text, blank) in [
+            ("", true),
+            ("\n\n", true),
+            ("# only a comment\n---\n  \n---\n", true),
+            ("apiVersion: v1\n", false),
+            ("---\nkind: List\n", false),
+            ("{}", false),
+        ] {
+            assert_eq!(is_blank(text), blank, "{text:?}");
+        }
+    }
 }

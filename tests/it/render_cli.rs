@@ -3,6 +3,7 @@
 //! targets are covered in render_cli_editors.rs.
 
 use crate::common::*;
+use crate::support::temp_dir;
 
 const IP: &str = "--proxy-ip=10.96.0.50";
 
@@ -178,6 +179,35 @@ fn defaults_and_env() {
 #[test]
 fn no_manifests_means_no_hosts() {
     let out = render(&["external-dns", IP]);
+    assert!(
+        out.stderr.contains("no hostname selected"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(ok(out), "");
+    // An empty input and a directory without manifests are named: the output then removes
+    // the block, which a typo in a path should not do silently.
+    let empty = temp_dir("render-empty");
+    let out = render_env(
+        &[
+            "etc-hosts",
+            IP,
+            "--hosts-file",
+            "/dev/null",
+            "-",
+            &empty.path().display().to_string(),
+        ],
+        Some("# nothing here\n---\n"),
+        &[],
+    );
+    for want in [
+        "input=stdin",
+        "empty (nothing but blank lines",
+        "no .yaml, .yml or .json file under this directory",
+        "removes the hairpin for every name",
+    ] {
+        assert!(out.stderr.contains(want), "{want:?} not in {}", out.stderr);
+    }
     assert_eq!(ok(out), "");
 }
 
