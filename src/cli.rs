@@ -57,10 +57,15 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            eprint!(
-                "{}",
-                name_the_variable(&e.render().to_string(), &from_env())
-            );
+            let message = name_the_variable(&e.render().to_string(), &from_env());
+            eprint!("{message}");
+            // `doctor --output json` promises JSON on stdout however it ends.
+            let output = std::env::var("OUROBOROS_DOCTOR_OUTPUT").ok();
+            if doctor_json(&argv, output.as_deref()) {
+                let first = message.lines().next().unwrap_or_default();
+                let error = first.strip_prefix("error: ").unwrap_or(first);
+                println!("{}", crate::doctor::report::json_failure(error, EXIT_USAGE));
+            }
             return ExitCode::from(EXIT_USAGE);
         }
         Err(e) => {
@@ -143,6 +148,26 @@ fn name_the_variable(message: &str, from_env: &[(String, String)]) -> String {
         }
     }
     out
+}
+
+/// Whether `argv` runs doctor with JSON output: `--output json`, `--output=json`, or no
+/// `--output` and `variable` (OUROBOROS_DOCTOR_OUTPUT) `json`. Read from the raw arguments,
+/// since clap refused them.
+fn doctor_json(argv: &[String], variable: Option<&str>) -> bool {
+    let mut words = argv.iter().skip(1).filter(|a| !a.starts_with('-'));
+    // The subcommand is the first word that is not a flag or a global flag's value.
+    if !words.any(|w| w == "doctor") {
+        return false;
+    }
+    let mut flag = None;
+    for (i, a) in argv.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--output=") {
+            flag = Some(v);
+        } else if a == "--output" {
+            flag = argv.get(i + 1).map(String::as_str);
+        }
+    }
+    flag.or(variable) == Some("json")
 }
 
 /// Our own usage errors name flags; when some came from the environment, say which.
@@ -247,6 +272,34 @@ mod tests {
         let mut bad = Vec::new();
         walk(&Cli::command(), &mut Vec::new(), &mut bad);
         assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn doctor_json_is_read_from_the_raw_arguments() {
+        let argv = |a: &str| -> Vec<String> { a.split(' ').map(String::from).collect() };
+        for (args, variable, want) in [
+            ("ouroboros doctor --output json --bogus", None, true),
+            ("ouroboros doctor --bogus --output=json", None, true),
+            ("ouroboros doctor --bogus", Some("json"), true),
+            (
+                "ouroboros doctor --output text --bogus",
+                Some("json"),
+                false,
+            ),
+            ("ouroboros doctor --bogus", None, false),
+            (
+                "ouroboros --log-level debug doctor --output=json",
+                None,
+                true,
+            ),
+            ("ouroboros render coredns --output=json", None, false),
+        ] {
+            assert_eq!(
+                doctor_json(&argv(args), variable),
+                want,
+                "{args} {variable:?}"
+            );
+        }
     }
 
     #[test]

@@ -552,15 +552,8 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         // logged and sets the exit code (64 bad flags, 1 otherwise).
         (Err(e), Output::Json) => {
             let usage = e.downcast_ref::<UsageError>().is_some();
-            let body = serde_json::json!({
-                "error": format!("{e:#}"),
-                "exit_code": if usage { crate::flags::EXIT_USAGE } else { 1 },
-                "checks": [],
-            });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&body).unwrap_or_default()
-            );
+            let code = if usage { crate::flags::EXIT_USAGE } else { 1 };
+            println!("{}", report::json_failure(&format!("{e:#}"), code));
             return Err(e);
         }
         (Err(e), Output::Text) => return Err(e),

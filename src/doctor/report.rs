@@ -100,6 +100,17 @@ pub struct Report {
     pub summary: Summary,
 }
 
+/// What `--output json` prints when doctor cannot run at all (bad flags, no cluster): the
+/// error, the exit code it ends with and no checks, so a script reading stdout always gets JSON.
+pub fn json_failure(error: &str, exit_code: u8) -> String {
+    let body = serde_json::json!({
+        "error": error,
+        "exit_code": exit_code,
+        "checks": [],
+    });
+    serde_json::to_string_pretty(&body).unwrap_or_default()
+}
+
 impl Report {
     pub fn new(mode: &'static str, checks: Vec<Check>) -> Self {
         let mut summary = Summary::default();

@@ -55,6 +55,20 @@ fn usage_errors_exit_64() {
     ] {
         let (code, _, err) = doctor(args);
         assert_eq!(code, 64, "{args:?}: {err}");
+        // With --output json, stdout is JSON naming the error, whether clap or doctor's own
+        // checks refused the flags.
+        if args.contains(&"--output") {
+            continue;
+        }
+        let json: Vec<&str> = args.iter().copied().chain(["--output", "json"]).collect();
+        let (code, out, err) = doctor(&json);
+        assert_eq!(code, 64, "{json:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{json:?}: stdout is not JSON ({e}): {out:?}"));
+        assert_eq!(v["exit_code"], 64, "{v}");
+        assert_eq!(v["checks"], serde_json::json!([]), "{v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(!error.is_empty() && err.contains(error), "{json:?}: {error:?} vs {err}");
     }
 }
 
