@@ -46,6 +46,7 @@ pub enum Rejection {
     InvalidCharacter,
     BadLabel,
     BadWildcard,
+    WildcardTld,
     SingleLabel,
     IpLiteral,
     ClusterDomain,
@@ -55,12 +56,13 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 11] = [
+    pub const ALL: [Rejection; 12] = [
         Rejection::Empty,
         Rejection::TooLong,
         Rejection::InvalidCharacter,
         Rejection::BadLabel,
         Rejection::BadWildcard,
+        Rejection::WildcardTld,
         Rejection::SingleLabel,
         Rejection::IpLiteral,
         Rejection::ClusterDomain,
@@ -76,6 +78,7 @@ impl Rejection {
             Rejection::InvalidCharacter => "invalid-character",
             Rejection::BadLabel => "bad-label",
             Rejection::BadWildcard => "bad-wildcard",
+            Rejection::WildcardTld => "wildcard-tld",
             Rejection::SingleLabel => "single-label",
             Rejection::IpLiteral => "ip-literal",
             Rejection::ClusterDomain => "cluster-domain",
@@ -98,6 +101,10 @@ impl Rejection {
             }
             Rejection::BadWildcard => {
                 "a wildcard is only allowed as the whole leftmost label ('*.')"
+            }
+            Rejection::WildcardTld => {
+                "a wildcard directly under a top-level domain ('*.com') would hairpin every \
+                 name of that domain"
             }
             Rejection::SingleLabel => "single-label names are not hairpinned",
             Rejection::IpLiteral => "the name is an IP address or ends in a numeric label",
@@ -224,7 +231,7 @@ fn syntax(raw: &str) -> Result<String, Rejection> {
     }
     // `*.com` would hairpin a whole TLD.
     if wildcard && labels.len() < 2 {
-        return Err(Rejection::BadWildcard);
+        return Err(Rejection::WildcardTld);
     }
     if labels
         .last()
@@ -296,7 +303,7 @@ mod tests {
             ("foo.*.example.com", BadWildcard),
             ("*foo.example.com", BadWildcard),
             ("**.example.com", BadWildcard),
-            ("*.com", BadWildcard),
+            ("*.com", WildcardTld),
             ("*", BadWildcard),
             ("localhost", SingleLabel),
             ("intranet", SingleLabel),

@@ -571,11 +571,22 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
         }
     }
     if let Some(&open) = stack.last() {
-        return Err((
-            open,
+        let mut message =
             "this '{' is never closed; add the missing '}' (in this block or one nested in it)"
-                .into(),
-        ));
+                .to_string();
+        // CoreDNS reads a brace only as a token of its own: `}}` or `1.1.1.1}` is one word, and
+        // the block it was meant to close stays open.
+        if let Some(glued) = toks.iter().find(|t| {
+            t.start > open && matches!(t.kind, Kind::Word) && !t.quoted && t.text(s).contains('}')
+        }) {
+            message = format!(
+                "{message}; '{}' on line {} is one word to CoreDNS, not a closing brace: put \
+                 each '}}' apart, separated by a space or a new line",
+                glued.text(s),
+                crate::dns::block::line_of(s, glued.start)
+            );
+        }
+        return Err((open, message));
     }
     if probe.is_some() && at_p.is_none() {
         at_p = Some(At::Depth(0, None));
@@ -932,6 +943,19 @@ mod tests {
         let e = err(".:53 {\n    errors\n");
         assert_eq!(e.line, 1);
         assert!(e.reason.contains("never closed"), "{e}");
+        assert!(!e.reason.contains("one word"), "{e}");
+        // Braces glued together or to a word are one word to CoreDNS ("Unknown directive '}}'").
+        for (text, glued) in [
+            (".:53 {\n    errors\n}}\n", "'}}' on line 3"),
+            (".:53 {\n    forward . 1.1.1.1}\n", "'1.1.1.1}' on line 2"),
+        ] {
+            let e = err(text);
+            assert_eq!(e.line, 1);
+            assert!(
+                e.reason.contains(glued) && e.reason.contains("one word to CoreDNS"),
+                "{e}"
+            );
+        }
         let e = err(".:53 {\n}\n}\n");
         assert_eq!(e.line, 3);
         assert!(e.reason.contains("no matching"), "{e}");

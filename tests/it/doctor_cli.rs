@@ -68,7 +68,10 @@ fn usage_errors_exit_64() {
         assert_eq!(v["exit_code"], 64, "{v}");
         assert_eq!(v["checks"], serde_json::json!([]), "{v}");
         let error = v["error"].as_str().unwrap_or_default();
-        assert!(!error.is_empty() && err.contains(error), "{json:?}: {error:?} vs {err}");
+        assert!(
+            !error.is_empty() && err.contains(error),
+            "{json:?}: {error:?} vs {err}"
+        );
     }
 }
 

@@ -300,6 +300,7 @@ fn hostile_names_never_reach_stdout() {
         "internal-zone",
         "single-label",
         "bad-wildcard",
+        "wildcard-tld",
         "empty",
     ] {
         assert!(out.stderr.contains(&format!("reason={reason}")), "{reason}");
