@@ -2,6 +2,7 @@
 //! and exit codes: 0 ok, 1 runtime failure, 64 bad usage (EX_USAGE). Only `main.rs` imports this
 //! module; the flag types the subcommands share live in `flags`.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -76,6 +77,23 @@ pub fn main() -> ExitCode {
     if let Err(e) = telemetry::init(&cli.log) {
         eprintln!("error: {e:#}");
         return ExitCode::from(EXIT_USAGE);
+    }
+    {
+        use clap::CommandFactory;
+        let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        for (variable, instead) in unread_variables(&Cli::command(), set) {
+            match instead {
+                Some(instead) => tracing::warn!(
+                    variable,
+                    instead,
+                    "an OUROBOROS_ variable nothing reads is set: set the one named `instead`"
+                ),
+                None => tracing::warn!(
+                    variable,
+                    "an OUROBOROS_ variable nothing reads is set (a typo, or a flag's old name?)"
+                ),
+            }
+        }
     }
     // A one-shot command run by hand ends with a plain `error:` line, as its usage errors do;
     // the long-running ones (and any asked for JSON logs) end with a structured log line.
@@ -168,6 +186,54 @@ fn doctor_json(argv: &[String], variable: Option<&str>) -> bool {
         }
     }
     flag.or(variable) == Some("json")
+}
+
+/// Variables of the test and benchmark tooling, which the binary does not read either.
+const TOOLING_VARIABLES: [&str; 4] = [
+    "OUROBOROS_BIN",
+    "OUROBOROS_PEERS_CACHE",
+    "OUROBOROS_PEERS_DIR",
+    "OUROBOROS_WRITE_FIXTURES",
+];
+
+/// The `OUROBOROS_*` variables in `set` that no flag of any subcommand reads (a typo, or the
+/// reference tool's name, such as `OUROBOROS_CONTROLLER_LOG_LEVEL`), each with the variable
+/// that reads what it seems to mean: the one whose name it ends with (`..._LOG_LEVEL` for
+/// `OUROBOROS_LOG_LEVEL`), if exactly one does.
+fn unread_variables(
+    cli: &clap::Command,
+    set: impl Iterator<Item = String>,
+) -> Vec<(String, Option<String>)> {
+    fn known(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+        out.extend(
+            cmd.get_arguments()
+                .filter_map(|a| a.get_env()?.to_str().map(String::from)),
+        );
+        for sub in cmd.get_subcommands() {
+            known(sub, out);
+        }
+    }
+    let mut read = BTreeSet::new();
+    known(cli, &mut read);
+    let mut unread: Vec<String> = set
+        .filter(|v| v.starts_with("OUROBOROS_"))
+        .filter(|v| !read.contains(v) && !TOOLING_VARIABLES.contains(&v.as_str()))
+        .collect();
+    unread.sort();
+    unread
+        .into_iter()
+        .map(|v| {
+            let mut like = read.iter().filter(|r| {
+                let tail = &r["OUROBOROS".len()..]; // `_LOG_LEVEL`
+                v.ends_with(tail)
+            });
+            let instead = match (like.next(), like.next()) {
+                (Some(one), None) => Some(one.clone()),
+                _ => None,
+            };
+            (v, instead)
+        })
+        .collect()
 }
 
 /// Our own usage errors name flags; when some came from the environment, say which.
@@ -272,6 +338,36 @@ mod tests {
         let mut bad = Vec::new();
         walk(&Cli::command(), &mut Vec::new(), &mut bad);
         assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn variables_nothing_reads_are_named_with_the_one_meant() {
+        use clap::CommandFactory;
+        let set = [
+            "OUROBOROS_CONTROLLER_LOG_LEVEL",
+            "OUROBOROS_PROXY_LOG_FORMAT",
+            "OUROBOROS_CONTROLLER_MODE",
+            "OUROBOROS_CONTROLER_MODE",
+            "OUROBOROS_NOTHING_LIKE_IT",
+            "OUROBOROS_PEERS_DIR",
+            "HOME",
+        ]
+        .map(String::from);
+        let got = unread_variables(&Cli::command(), set.into_iter());
+        let want: Vec<(String, Option<String>)> = [
+            // A typo is named, not guessed.
+            ("OUROBOROS_CONTROLER_MODE", None),
+            (
+                "OUROBOROS_CONTROLLER_LOG_LEVEL",
+                Some("OUROBOROS_LOG_LEVEL"),
+            ),
+            ("OUROBOROS_NOTHING_LIKE_IT", None),
+            ("OUROBOROS_PROXY_LOG_FORMAT", Some("OUROBOROS_LOG_FORMAT")),
+        ]
+        .into_iter()
+        .map(|(v, i)| (v.to_string(), i.map(String::from)))
+        .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

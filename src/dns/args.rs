@@ -79,7 +79,9 @@ impl AnswerForm {
 /// What external-dns mode writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExternalDnsOutput {
-    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`).
+    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`, hence
+    /// the alias `crd`).
+    #[value(alias = "crd")]
     Dnsendpoint,
     /// Annotated headless Services (external-dns `--source=service`).
     Service,
@@ -732,7 +734,6 @@ mod tests {
         for bad in [
             &["--external-dns-label", "ouroboros.io/instance=x"][..],
             &["--external-dns-annotation", "ouroboros.io/x=y"][..],
-            &["--external-dns-proxy-ip", "0.0.0.0"][..],
             &["--instance", "not valid"][..],
             &["--external-dns-namespace", "Bad_NS"][..],
         ] {
@@ -743,6 +744,21 @@ mod tests {
                 .sink(client.clone(), "cluster.local", &[])
                 .await;
             assert!(refused.is_err(), "{bad:?} accepted");
+        }
+        // The unspecified address is refused earlier, by the flag's parser.
+        assert!(parse_args::<DnsArgs>(&["--external-dns-proxy-ip", "0.0.0.0"]).is_err());
+    }
+
+    #[test]
+    fn external_dns_output_takes_external_dns_own_name_for_dnsendpoints() {
+        for (value, want) in [
+            ("dnsendpoint", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("crd", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("service", Some(ExternalDnsOutput::Service)),
+            ("ingress", None),
+        ] {
+            let got = parse_args::<DnsArgs>(&["--external-dns-output", value]).ok();
+            assert_eq!(got.map(|d| d.external_dns_output), want, "{value}");
         }
     }
 
