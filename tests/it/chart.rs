@@ -2811,11 +2811,19 @@ fn has(args: &[String], a: &str) -> bool {
     args.iter().any(|x| x == a)
 }
 
+/// The value at a dotted path (a number indexes a list).
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) => &v[i],
+        Err(_) => &v[k],
+    })
+}
+
 /// The fixture's value at a dotted path, as JSON.
 fn fixture_value(path: &str) -> Value {
     let v: Value =
         yaml_serde::from_str(&std::fs::read_to_string(reference_values()).unwrap()).unwrap();
-    path.split('.').fold(v, |v, k| v[k].clone())
+    at(&v, path).clone()
 }
 
 fn ref_off() -> &'static [Value] {
@@ -2843,59 +2851,80 @@ fn ref_ds_pod() -> &'static Value {
     pod(ref_off(), "DaemonSet", "etc-hosts")
 }
 
-/// No uninstall hook in that case.
 /// The container whose arguments `args` gives is passed `arg`.
 fn passes(args: fn() -> Vec<String>, arg: &'static str) -> Box<dyn Fn()> {
-    Box::new(move || assert!(has(&args(), arg), "{arg} missing"))
+    Box::new(move || {
+        let a = args();
+        assert!(has(&a, arg), "{arg} missing: {a:?}");
+    })
 }
 
+/// The containers of the controller, the etc-hosts DaemonSet and the proxy are all passed `arg`.
+fn all_pass(arg: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || {
+        for a in [ref_ctl(), ref_ds(), ref_px()] {
+            assert!(has(&a, arg), "{a:?}");
+        }
+    })
+}
+
+/// The controller of the reference case `case` is passed `arg`.
+fn controller_passes_in(case: &'static str, arg: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || {
+        let a = args(reference(case), "Deployment", "controller");
+        assert!(has(&a, arg), "{case}: {a:?}");
+    })
+}
+
+/// No uninstall hook in that case.
 fn no_hook(case: &'static str) -> Box<dyn Fn()> {
     Box::new(move || assert!(obj(reference(case), "Job", "cleanup").is_none(), "{case}"))
 }
 
 /// A pod field the reference chart passed through verbatim.
 fn same(key: &'static str, pod: fn() -> &'static Value, field: &'static str) -> Box<dyn Fn()> {
-    Box::new(move || assert_eq!(pod()[field], fixture_value(key), "{key}"))
+    Box::new(move || assert_eq!(at(pod(), field), &fixture_value(key), "{key}"))
+}
+
+/// The object `k` `<fullname>-suffix` of the fixture with the controller and proxy on has
+/// `want` at `path`.
+fn on_is(k: &'static str, suffix: &'static str, path: &'static str, want: Value) -> Box<dyn Fn()> {
+    Box::new(move || {
+        let o = obj(ref_on(), k, suffix).unwrap_or_else(|| panic!("no {k} {suffix}"));
+        assert_eq!(at(o, path), &want, "{k} {suffix}: {path}");
+    })
 }
 
 /// The pod-level keys the controller and proxy Deployments share, checked the same way for both.
 fn pod_checks(component: &'static str, pod: fn() -> &'static Value) -> Vec<KeyCheck> {
     // Keys live for the whole test run: leaked once per component.
     let key = |k: &str| -> &'static str { Box::leak(format!("{component}.{k}").into_boxed_str()) };
-    let resources = key("resources");
     let annotations = key("podAnnotations");
     let mut checks: Vec<KeyCheck> = vec![
         (
-            resources,
+            key("resources"),
             Note::Same,
-            Box::new(move || {
-                assert_eq!(
-                    pod()["containers"][0]["resources"],
-                    fixture_value(resources)
-                );
-            }),
+            same(key("resources"), pod, "containers.0.resources"),
         ),
         (
             annotations,
             Note::Same,
-            Box::new(move || {
-                let d = obj(ref_on(), "Deployment", component).unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["annotations"],
-                    fixture_value(annotations)
-                );
-            }),
+            on_is(
+                "Deployment",
+                component,
+                "spec.template.metadata.annotations",
+                fixture_value(annotations),
+            ),
         ),
         (
             key("podLabels"),
             Note::Same,
-            Box::new(move || {
-                let d = obj(ref_on(), "Deployment", component).unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["labels"]["team"],
-                    "platform"
-                );
-            }),
+            on_is(
+                "Deployment",
+                component,
+                "spec.template.metadata.labels.team",
+                "platform".into(),
+            ),
         ),
     ];
     for field in [
@@ -2910,16 +2939,31 @@ fn pod_checks(component: &'static str, pod: fn() -> &'static Value) -> Vec<KeyCh
     checks
 }
 
+/// Every key of the reference chart's values with its check: one table per part of the chart.
 fn key_checks() -> Vec<KeyCheck> {
+    [
+        image_and_name_keys(),
+        controller_keys(),
+        proxy_keys(),
+        external_dns_keys(),
+        etc_hosts_and_account_keys(),
+        disruption_and_network_keys(),
+        pod_checks("controller", ref_ctl_pod),
+        pod_checks("proxy", ref_px_pod),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn image_and_name_keys() -> Vec<KeyCheck> {
     use Note::*;
-    let (off, on, ctl, ds, px) = (ref_off, ref_on, ref_ctl, ref_ds, ref_px);
-    let (ctl_pod, px_pod, ds_pod) = (ref_ctl_pod, ref_px_pod, ref_ds_pod);
-    let checks: Vec<KeyCheck> = vec![
+    vec![
         (
             "image.repository",
             Same,
-            Box::new(move || {
-                let image = ctl_pod()["containers"][0]["image"].as_str().unwrap();
+            Box::new(|| {
+                let image = ref_ctl_pod()["containers"][0]["image"].as_str().unwrap();
                 assert!(
                     image.starts_with("registry.example/mirror/ouroboros:"),
                     "{image}"
@@ -2929,242 +2973,199 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "image.tag",
             Same,
-            Box::new(move || {
-                let image = px_pod()["containers"][0]["image"].as_str().unwrap();
+            Box::new(|| {
+                let image = ref_px_pod()["containers"][0]["image"].as_str().unwrap();
                 assert!(image.ends_with(":0.1.0-mirror.1"), "{image}");
             }),
         ),
         (
             "image.pullPolicy",
             Same,
-            Box::new(move || {
-                assert_eq!(ds_pod()["containers"][0]["imagePullPolicy"], "Always");
+            Box::new(|| {
+                assert_eq!(ref_ds_pod()["containers"][0]["imagePullPolicy"], "Always");
             }),
         ),
         (
             "imagePullSecrets",
             Same,
-            same("imagePullSecrets", px_pod, "imagePullSecrets"),
+            same("imagePullSecrets", ref_px_pod, "imagePullSecrets"),
         ),
         (
             "nameOverride",
             Same,
-            Box::new(move || {
-                let labels = &obj(off(), "DaemonSet", "etc-hosts").unwrap()["metadata"]["labels"];
-                assert_eq!(labels["app.kubernetes.io/name"], "hairpin");
+            Box::new(|| {
+                let ds = obj(ref_off(), "DaemonSet", "etc-hosts").unwrap();
+                assert_eq!(
+                    ds["metadata"]["labels"]["app.kubernetes.io/name"],
+                    "hairpin"
+                );
             }),
         ),
         (
             "fullnameOverride",
             Same,
-            Box::new(move || {
-                assert!(obj(on(), "Service", "proxy").is_some());
+            Box::new(|| assert!(obj(ref_on(), "Service", "proxy").is_some())),
+        ),
+        (
+            "controller.cleanupHookImage",
+            Ignored,
+            Box::new(|| {
+                let text = serde_json::to_string(ref_on()).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
             }),
         ),
         (
+            "externalDns.cleanupHookImage",
+            Ignored,
+            Box::new(|| {
+                let text =
+                    serde_json::to_string(reference("reference values, coredns mode")).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
+            }),
+        ),
+        (
+            "terminationGracePeriodSeconds",
+            Ignored,
+            Box::new(|| assert!(ref_ctl_pod()["terminationGracePeriodSeconds"].is_null())),
+        ),
+    ]
+}
+
+fn controller_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    const COREDNS: &str = "reference values, coredns mode";
+    const IMPORT: &str = "reference values, coredns-import mode";
+    vec![
+        (
             "controller.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(off(), "Deployment", "controller").is_none());
-                assert!(obj(on(), "Deployment", "controller").is_some());
+            Box::new(|| {
+                assert!(obj(ref_off(), "Deployment", "controller").is_none());
+                assert!(obj(ref_on(), "Deployment", "controller").is_some());
             }),
         ),
         (
             "controller.replicaCount",
             Renamed("controller.replicas"),
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Deployment", "controller").unwrap()["spec"]["replicas"],
-                    2
-                );
-            }),
+            on_is("Deployment", "controller", "spec.replicas", 2.into()),
         ),
         (
             "controller.clusterDomain",
             Renamed("clusterDomain"),
-            Box::new(move || {
-                for a in [ctl(), ds(), px()] {
-                    assert!(has(&a, "--cluster-domain=cozy.local"), "{a:?}");
-                }
-            }),
+            all_pass("--cluster-domain=cozy.local"),
         ),
         (
             "controller.mode",
             Same,
-            passes(ctl, "--mode=external-dns"),
+            passes(ref_ctl, "--mode=external-dns"),
         ),
         (
             "controller.gatewayApi.enabled",
             Renamed("controller.gatewayApi"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--gateway-api") && has(&ds(), "--gateway-api"));
+            Box::new(|| {
+                assert!(has(&ref_ctl(), "--gateway-api") && has(&ref_ds(), "--gateway-api"))
             }),
         ),
         (
             "controller.ingressClass",
             Same,
-            passes(ctl, "--ingress-class=nginx-public"),
+            passes(ref_ctl, "--ingress-class=nginx-public"),
         ),
         (
             "controller.gatewayClass",
             Same,
-            passes(ctl, "--gateway-class=envoy-public"),
+            passes(ref_ctl, "--gateway-class=envoy-public"),
         ),
         (
             "controller.coredns.namespace",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-namespace=dns-system"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-namespace=dns-system"),
         ),
         (
             "controller.coredns.configmap",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-configmap=coredns-main"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-configmap=coredns-main"),
         ),
         (
             "controller.coredns.key",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-key=Corefile.main"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-key=Corefile.main"),
         ),
         (
             "controller.coredns.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
-            no_hook("reference values, coredns mode"),
+            no_hook(COREDNS),
         ),
         (
             "controller.corednsImport.namespace",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-namespace=dns-system"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-namespace=dns-system"),
         ),
         (
             "controller.corednsImport.configmap",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-configmap=coredns-extra"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-configmap=coredns-extra"),
         ),
         (
             "controller.corednsImport.key",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-key=hairpin.override"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-key=hairpin.override"),
         ),
         (
             "controller.corednsImport.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
-            no_hook("reference values, coredns-import mode"),
+            no_hook(IMPORT),
         ),
-        (
-            "controller.cleanupHookImage",
-            Ignored,
-            Box::new(move || {
-                let text = serde_json::to_string(on()).unwrap();
-                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
-            }),
-        ),
-        (
-            "controller.resync",
-            Same,
-            Box::new(move || assert!(has(&ctl(), "--resync=1m"))),
-        ),
+        ("controller.resync", Same, passes(ref_ctl, "--resync=1m")),
         (
             "controller.logLevel",
             Renamed("logLevel"),
-            Box::new(move || {
-                for a in [ctl(), ds(), px()] {
-                    assert!(has(&a, "--log-level=debug"), "{a:?}");
-                }
-            }),
+            all_pass("--log-level=debug"),
         ),
+    ]
+}
+
+fn proxy_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "proxy.enabled",
             Same,
-            Box::new(move || {
+            Box::new(|| {
                 assert!(
-                    obj(off(), "Deployment", "proxy").is_none()
-                        && obj(off(), "Service", "proxy").is_none()
+                    obj(ref_off(), "Deployment", "proxy").is_none()
+                        && obj(ref_off(), "Service", "proxy").is_none()
                 );
-                assert!(obj(on(), "Deployment", "proxy").is_some());
+                assert!(obj(ref_on(), "Deployment", "proxy").is_some());
             }),
         ),
         (
             "proxy.replicaCount",
             Renamed("proxy.replicas"),
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Deployment", "proxy").unwrap()["spec"]["replicas"],
-                    3
-                );
-            }),
+            on_is("Deployment", "proxy", "spec.replicas", 3.into()),
         ),
         (
             "proxy.service.type",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Service", "proxy").unwrap()["spec"]["type"],
-                    "NodePort"
-                );
-            }),
+            on_is("Service", "proxy", "spec.type", "NodePort".into()),
         ),
         (
             "proxy.service.annotations",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Service", "proxy").unwrap()["metadata"]["annotations"],
-                    fixture_value("proxy.service.annotations")
-                );
-            }),
+            on_is(
+                "Service",
+                "proxy",
+                "metadata.annotations",
+                fixture_value("proxy.service.annotations"),
+            ),
         ),
         (
             "proxy.target.host",
             Same,
-            Box::new(move || {
+            Box::new(|| {
                 // Empty in the fixture: the Service below. Set, it wins, as in the reference chart.
-                let a = args(
-                    reference("reference values, a target host"),
-                    "Deployment",
-                    "proxy",
-                );
+                let host = reference("reference values, a target host");
+                let a = args(host, "Deployment", "proxy");
                 assert!(
                     has(&a, "--target-host=traefik.traefik.svc.cozy.local"),
                     "{a:?}"
@@ -3174,132 +3175,126 @@ fn key_checks() -> Vec<KeyCheck> {
                     "{a:?}"
                 );
                 // A host target is not watched for its ipMode.
-                let c = args(
-                    reference("reference values, a target host"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(
-                    !c.iter().any(|x| x.contains("ingress-controller")),
-                    "{c:?}"
-                );
+                let c = args(host, "Deployment", "controller");
+                assert!(!c.iter().any(|x| x.contains("ingress-controller")), "{c:?}");
             }),
         ),
         (
             "proxy.target.serviceName",
             Same,
-            passes(px, "--target-service-name=traefik"),
+            passes(ref_px, "--target-service-name=traefik"),
         ),
         (
             "proxy.target.namespace",
             Renamed("proxy.target.serviceNamespace"),
-            Box::new(move || {
-                assert!(has(&px(), "--target-service-namespace=traefik"));
+            Box::new(|| {
+                assert!(has(&ref_px(), "--target-service-namespace=traefik"));
                 // The Service it makes the target is watched for its ipMode.
-                assert!(has(&ctl(), "--ingress-controller-service=traefik/traefik"));
-                let role = obj(on(), "Role", "controller-ipmode-traefik").unwrap();
+                assert!(has(
+                    &ref_ctl(),
+                    "--ingress-controller-service=traefik/traefik"
+                ));
+                let role = obj(ref_on(), "Role", "controller-ipmode-traefik").unwrap();
                 assert_eq!(role["metadata"]["namespace"], "traefik");
             }),
         ),
         (
             "proxy.target.httpPort",
             Same,
-            Box::new(move || assert!(has(&px(), "--target-http-port=8000"))),
+            passes(ref_px, "--target-http-port=8000"),
         ),
         (
             "proxy.target.httpsPort",
             Same,
-            Box::new(move || assert!(has(&px(), "--target-https-port=8443"))),
+            passes(ref_px, "--target-https-port=8443"),
         ),
         (
             "proxy.dialTimeout",
             Same,
-            Box::new(move || assert!(has(&px(), "--dial-timeout=3s"))),
+            passes(ref_px, "--dial-timeout=3s"),
         ),
         (
             "proxy.readyTimeout",
             Same,
-            Box::new(move || assert!(has(&px(), "--ready-timeout=1s"))),
+            passes(ref_px, "--ready-timeout=1s"),
         ),
         (
             "proxy.shutdownGrace",
             Renamed("proxy.shutdownGraceSeconds"),
-            Box::new(move || {
-                assert!(has(&px(), "--shutdown-grace=75s"), "1m15s");
-                assert_eq!(px_pod()["terminationGracePeriodSeconds"], 5 + 75 + 5);
+            Box::new(|| {
+                assert!(has(&ref_px(), "--shutdown-grace=75s"), "1m15s");
+                assert_eq!(ref_px_pod()["terminationGracePeriodSeconds"], 5 + 75 + 5);
             }),
         ),
+    ]
+}
+
+fn external_dns_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    let renamed = |old: &'static str, arg: &'static str| -> KeyCheck {
+        let new = old.strip_prefix("externalDns.").unwrap();
+        let new: &'static str = Box::leak(format!("controller.externalDns.{new}").into_boxed_str());
+        (old, Renamed(new), passes(ref_ctl, arg))
+    };
+    vec![
         (
             "externalDns.namespace",
             Renamed("controller.externalDns.namespace"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-namespace=dns-records"));
-                let role = obj(on(), "Role", "controller-external-dns").unwrap();
+            Box::new(|| {
+                assert!(has(&ref_ctl(), "--external-dns-namespace=dns-records"));
+                let role = obj(ref_on(), "Role", "controller-external-dns").unwrap();
                 assert_eq!(role["metadata"]["namespace"], "dns-records");
             }),
         ),
         (
             "externalDns.recordTTL",
             Renamed("controller.externalDns.recordTtl"),
-            passes(ctl, "--external-dns-record-ttl=300"),
-        ),
-        (
-            "externalDns.output",
-            Renamed("controller.externalDns.output"),
-            passes(ctl, "--external-dns-output=service"),
-        ),
-        (
-            "externalDns.annotationPrefix",
-            Renamed("controller.externalDns.annotationPrefix"),
-            passes(ctl, "--external-dns-annotation-prefix=internal-dns.example.com/"),
+            passes(ref_ctl, "--external-dns-record-ttl=300"),
         ),
         (
             "externalDns.proxyIP",
             Renamed("controller.externalDns.proxyIps"),
-            passes(ctl, "--external-dns-proxy-ip=10.96.100.10"),
+            passes(ref_ctl, "--external-dns-proxy-ip=10.96.100.10"),
         ),
-        (
+        renamed("externalDns.output", "--external-dns-output=service"),
+        renamed(
+            "externalDns.annotationPrefix",
+            "--external-dns-annotation-prefix=internal-dns.example.com/",
+        ),
+        renamed(
             "externalDns.proxyService",
-            Renamed("controller.externalDns.proxyService"),
-            passes(ctl, "--external-dns-proxy-service=shared-hairpin-proxy"),
+            "--external-dns-proxy-service=shared-hairpin-proxy",
         ),
-        (
+        renamed(
             "externalDns.annotations",
-            Renamed("controller.externalDns.annotations"),
-            passes(ctl, "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false"),
+            "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false",
         ),
-        (
+        renamed(
             "externalDns.labels",
-            Renamed("controller.externalDns.labels"),
-            passes(ctl, "--external-dns-label=external-dns-instance=internal-dns"),
+            "--external-dns-label=external-dns-instance=internal-dns",
         ),
         (
             "externalDns.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
             no_hook("reference values, controller and proxy on"),
         ),
-        (
-            "externalDns.cleanupHookImage",
-            Ignored,
-            Box::new(move || {
-                let text =
-                    serde_json::to_string(reference("reference values, coredns mode")).unwrap();
-                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
-            }),
-        ),
+    ]
+}
+
+fn etc_hosts_and_account_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "etcHosts.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(off(), "DaemonSet", "etc-hosts").is_some());
-            }),
+            Box::new(|| assert!(obj(ref_off(), "DaemonSet", "etc-hosts").is_some())),
         ),
         (
             "etcHosts.hostsPath",
             Renamed("etcHosts.hostPath"),
-            Box::new(move || {
+            Box::new(|| {
                 assert_eq!(
-                    ds_pod()["volumes"][0]["hostPath"]["path"],
+                    ref_ds_pod()["volumes"][0]["hostPath"]["path"],
                     "/var/lib/hosts/hosts"
                 );
             }),
@@ -3307,37 +3302,32 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "etcHosts.proxyIP",
             Renamed("etcHosts.proxyIps"),
-            passes(ds, "--proxy-ip=10.96.100.10"),
+            passes(ref_ds, "--proxy-ip=10.96.100.10"),
         ),
         (
             "etcHosts.resources",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    ds_pod()["containers"][0]["resources"],
-                    fixture_value("etcHosts.resources")
-                );
-            }),
+            same("etcHosts.resources", ref_ds_pod, "containers.0.resources"),
         ),
         (
             "etcHosts.tolerations",
             Same,
-            same("etcHosts.tolerations", ds_pod, "tolerations"),
+            same("etcHosts.tolerations", ref_ds_pod, "tolerations"),
         ),
         (
             "serviceAccount.annotations",
             Same,
-            Box::new(move || {
-                let sas: Vec<_> = on()
+            Box::new(|| {
+                let sas: Vec<_> = ref_on()
                     .iter()
                     .filter(|o| kind(o) == "ServiceAccount")
                     .collect();
                 assert!(sas.len() >= 3, "{sas:?}");
+                let key = "iam.gke.io/gcp-service-account";
                 for sa in sas {
                     assert_eq!(
-                        sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
-                        fixture_value("serviceAccount.annotations")
-                            ["iam.gke.io/gcp-service-account"],
+                        sa["metadata"]["annotations"][key],
+                        fixture_value("serviceAccount.annotations")[key],
                         "{}",
                         name(sa)
                     );
@@ -3347,16 +3337,16 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "serviceAccount.name",
             Same,
-            Box::new(move || {
-                assert_eq!(ctl_pod()["serviceAccountName"], "hairpin-controller");
-                assert!(find(on(), "ServiceAccount", "hairpin-controller").is_some());
+            Box::new(|| {
+                assert_eq!(ref_ctl_pod()["serviceAccountName"], "hairpin-controller");
+                assert!(find(ref_on(), "ServiceAccount", "hairpin-controller").is_some());
             }),
         ),
         (
             "podSecurityContext",
             Same,
-            Box::new(move || {
-                for p in [ctl_pod(), px_pod()] {
+            Box::new(|| {
+                for p in [ref_ctl_pod(), ref_px_pod()] {
                     assert_eq!(p["securityContext"]["runAsUser"], 10001);
                     assert_eq!(p["securityContext"]["runAsGroup"], 10001);
                 }
@@ -3365,19 +3355,25 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "securityContext",
             Same,
-            Box::new(move || {
-                for p in [ctl_pod(), px_pod()] {
+            Box::new(|| {
+                for p in [ref_ctl_pod(), ref_px_pod()] {
                     let sc = &p["containers"][0]["securityContext"];
                     assert_eq!(sc["runAsNonRoot"], true);
                     assert_eq!(sc["readOnlyRootFilesystem"], true);
                 }
             }),
         ),
+    ]
+}
+
+fn disruption_and_network_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "podDisruptionBudget.enabled",
             Renamed("proxy.podDisruptionBudget.enabled"),
-            Box::new(move || {
-                assert!(obj(on(), "PodDisruptionBudget", "proxy").is_some());
+            Box::new(|| {
+                assert!(obj(ref_on(), "PodDisruptionBudget", "proxy").is_some());
                 let off = reference("reference values, PodDisruptionBudget off");
                 assert!(obj(off, "PodDisruptionBudget", "proxy").is_none());
             }),
@@ -3385,8 +3381,8 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "podDisruptionBudget.minAvailable",
             Renamed("proxy.podDisruptionBudget.minAvailable"),
-            Box::new(move || {
-                let spec = &obj(on(), "PodDisruptionBudget", "proxy").unwrap()["spec"];
+            Box::new(|| {
+                let spec = &obj(ref_on(), "PodDisruptionBudget", "proxy").unwrap()["spec"];
                 assert_eq!(spec["minAvailable"], "50%");
                 assert!(spec["maxUnavailable"].is_null());
             }),
@@ -3394,7 +3390,7 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "podDisruptionBudget.maxUnavailable",
             Renamed("proxy.podDisruptionBudget.maxUnavailable"),
-            Box::new(move || {
+            Box::new(|| {
                 let r = reference("reference values, maxUnavailable");
                 let spec = &obj(r, "PodDisruptionBudget", "proxy").unwrap()["spec"];
                 assert_eq!(spec["maxUnavailable"], 2);
@@ -3404,34 +3400,19 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "networkPolicy.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(on(), "NetworkPolicy", "proxy").is_some());
-            }),
+            Box::new(|| assert!(obj(ref_on(), "NetworkPolicy", "proxy").is_some())),
         ),
         (
             "networkPolicy.ingress.from",
             Renamed("networkPolicy.from"),
-            Box::new(move || {
-                let np = obj(on(), "NetworkPolicy", "proxy").unwrap();
-                assert_eq!(
-                    np["spec"]["ingress"][0]["from"],
-                    fixture_value("networkPolicy.ingress.from")
-                );
-            }),
+            on_is(
+                "NetworkPolicy",
+                "proxy",
+                "spec.ingress.0.from",
+                fixture_value("networkPolicy.ingress.from"),
+            ),
         ),
-        (
-            "terminationGracePeriodSeconds",
-            Ignored,
-            Box::new(move || {
-                assert!(ctl_pod()["terminationGracePeriodSeconds"].is_null());
-            }),
-        ),
-    ];
-    checks
-        .into_iter()
-        .chain(pod_checks("controller", ctl_pod))
-        .chain(pod_checks("proxy", px_pod))
-        .collect()
+    ]
 }
 
 /// The fixture's keys: every leaf lies under exactly one checked key, every checked key is in it.
@@ -3452,6 +3433,17 @@ fn fixture_keys(v: &Value, prefix: &str, checked: &BTreeSet<&str>, out: &mut Vec
             }
         }
         _ => panic!("{FIXTURE}: {prefix} is checked by no entry of key_checks"),
+    }
+}
+
+/// Names the key whose check failed: the checks' own messages name what they looked at.
+struct KeyContext(&'static str);
+
+impl Drop for KeyContext {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("(checking the reference chart's key {})", self.0);
+        }
     }
 }
 
@@ -3481,6 +3473,7 @@ fn reference_chart_values_install_and_every_key_has_its_effect() {
     );
     let mut renamed = 0;
     for (key, note, check) in &checks {
+        let _context = KeyContext(key);
         check();
         // null in the fixture: its line shows where it is set.
         let notes = if *key == "podDisruptionBudget.maxUnavailable" {
