@@ -498,17 +498,12 @@ fn cleanup_needs(args: &[String]) -> Needs {
 
 fn edge_needs(args: &[String]) -> EdgeNeeds {
     assert_eq!(args[0], "edge");
-    let value = |flag: &str| -> Vec<&str> {
-        args.iter()
-            .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-            .collect()
-    };
-    let service = value("--service");
+    let service = flag_values(args, "--service");
     let (ns, svc) = service[0].split_once('/').unwrap();
     EdgeNeeds {
         namespace: ns.into(),
         service: svc.into(),
-        numbered_port: value("--listen")
+        numbered_port: flag_values(args, "--listen")
             .iter()
             .any(|l| l.rsplit_once('=').unwrap().1.parse::<u16>().is_ok()),
     }
@@ -1184,9 +1179,8 @@ fn proxy_has_no_token_and_drains_before_it_is_killed() {
 
             let args = container_args(pod);
             let secs = |flag: &str| -> u64 {
-                let v = args
-                    .iter()
-                    .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+                let v = *flag_values(&args, flag)
+                    .first()
                     .unwrap_or_else(|| panic!("{case}: {n} has {flag}"));
                 ouroboros::flags::parse_duration(v).unwrap().as_secs()
             };
@@ -1726,8 +1720,13 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
 
 /// A permission on one Service of the release namespace.
 fn on_service(service: &str, verb: &str) -> Atom {
+    on_service_in(NAMESPACE, service, verb)
+}
+
+/// A permission on one Service of a namespace.
+fn on_service_in(ns: &str, service: &str, verb: &str) -> Atom {
     (
-        Scope::Namespace(NAMESPACE.into()),
+        Scope::Namespace(ns.into()),
         String::new(),
         "services".into(),
         Some(service.into()),
@@ -1782,15 +1781,18 @@ fn rbac_reads_every_proxy_service_that_answers() {
 /// The ingress controller Service a proxy Deployment forwards to, if its target is a Service.
 fn proxy_target_service(deployment: &Value) -> Option<(String, String)> {
     let args = container_args(&deployment["spec"]["template"]["spec"]);
-    let value = |flag: &str| {
-        args.iter()
-            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-            .map(str::to_string)
-    };
+    let value = |flag: &str| Some(flag_values(&args, flag).first()?.to_string());
     Some((
         value("--target-service-namespace")?,
         value("--target-service-name")?,
     ))
+}
+
+/// The values of every `flag=value` argument of `args`.
+fn flag_values<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+    args.iter()
+        .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+        .collect()
 }
 
 /// Roles (and their RoleBindings) watching ingress controller Services for their ipMode.
@@ -1817,12 +1819,6 @@ fn ipmode_watch_follows_each_proxys_service_target() {
     for ((case, objs, _), fullname) in all {
         let mut watched: BTreeSet<(String, String)> = BTreeSet::new();
         for (w, args) in invocations(objs) {
-            let values = |flag: &str| -> Vec<String> {
-                args.iter()
-                    .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-                    .map(str::to_string)
-                    .collect()
-            };
             if args[0] != "controller" {
                 assert!(
                     !args
@@ -1832,59 +1828,15 @@ fn ipmode_watch_follows_each_proxys_service_target() {
                 );
                 continue;
             }
-            let skip = values("--skip-proxy-ipmode");
-            let on = skip.is_empty();
-            assert!(on || skip == ["false"], "{case}: {w}: {skip:?}");
-            let main = find(objs, "Deployment", &format!("{fullname}-proxy"))
-                .and_then(proxy_target_service)
-                .filter(|_| on)
-                .map(|(ns, n)| format!("{ns}/{n}"));
-            assert_eq!(
-                values("--ingress-controller-service"),
-                Vec::from_iter(main),
-                "{case}: {w}"
-            );
-            for t in values("--target") {
-                let rule = parse_target(&t).unwrap();
-                let d = find(
-                    objs,
-                    "Deployment",
-                    &format!("{fullname}-proxy-{}", rule.name),
-                )
-                .unwrap_or_else(|| panic!("{case}: {w}: no proxy of --target={t}"));
-                assert_eq!(
-                    rule.ingress_controller,
-                    proxy_target_service(d).filter(|_| on),
-                    "{case}: {w}: --target={t}"
-                );
-            }
-            // The binary reads the same Services to watch.
-            let needs = controller_needs(&args);
-            watched.extend(needs.ingress_controller_services.iter().cloned());
-            if needs.ingress_controller_services.is_empty() {
+            let services = watched_by(&format!("{case}: {w}"), objs, fullname, &args);
+            if services.is_empty() {
                 not_watching.insert(case);
             } else {
                 watching.insert(case);
             }
+            watched.extend(services);
         }
-        // One Role and one RoleBinding per namespace watched, named apart and within 63.
-        let roles = ipmode_roles(objs);
-        let namespaces: BTreeSet<&str> = watched.iter().map(|(ns, _)| ns.as_str()).collect();
-        let mut names = BTreeSet::new();
-        for k in ["Role", "RoleBinding"] {
-            let of_kind: Vec<_> = roles.iter().filter(|o| kind(o) == k).collect();
-            let in_ns: BTreeSet<&str> = of_kind
-                .iter()
-                .map(|o| o["metadata"]["namespace"].as_str().unwrap())
-                .collect();
-            assert_eq!(in_ns, namespaces, "{case}: {k}s");
-            assert_eq!(of_kind.len(), namespaces.len(), "{case}: {k}s");
-            for o in of_kind {
-                assert!(name(o).len() <= 63, "{case}: {k} {}", name(o));
-                names.insert((k, name(o)));
-            }
-        }
-        assert_eq!(names.len(), roles.len(), "{case}: names taken twice");
+        assert_one_ipmode_role_per_namespace(case, objs, &watched);
     }
     for c in [
         "proxy: dual-stack",
@@ -1910,24 +1862,76 @@ fn ipmode_watch_follows_each_proxys_service_target() {
     }
 }
 
+/// The ingress controller Services that a controller invocation (`args`) watches, as the binary
+/// reads them: the main proxy's (--ingress-controller-service) and each entry's (its --target),
+/// where that proxy's target is a Service and --skip-proxy-ipmode is not false.
+fn watched_by(
+    what: &str,
+    objs: &[Value],
+    fullname: &str,
+    args: &[String],
+) -> Vec<(String, String)> {
+    let skip = flag_values(args, "--skip-proxy-ipmode");
+    let on = skip.is_empty();
+    assert!(on || skip == ["false"], "{what}: {skip:?}");
+    let main = find(objs, "Deployment", &format!("{fullname}-proxy"))
+        .and_then(proxy_target_service)
+        .filter(|_| on)
+        .map(|(ns, n)| format!("{ns}/{n}"));
+    assert_eq!(
+        flag_values(args, "--ingress-controller-service"),
+        Vec::from_iter(main.as_deref()),
+        "{what}"
+    );
+    for t in flag_values(args, "--target") {
+        let rule = parse_target(t).unwrap();
+        let d = find(
+            objs,
+            "Deployment",
+            &format!("{fullname}-proxy-{}", rule.name),
+        )
+        .unwrap_or_else(|| panic!("{what}: no proxy of --target={t}"));
+        assert_eq!(
+            rule.ingress_controller,
+            proxy_target_service(d).filter(|_| on),
+            "{what}: --target={t}"
+        );
+    }
+    // The binary reads the same Services to watch.
+    controller_needs(args).ingress_controller_services
+}
+
+/// One Role and one RoleBinding per namespace of the `watched` Services, named apart and within
+/// 63 characters.
+fn assert_one_ipmode_role_per_namespace(
+    case: &str,
+    objs: &[Value],
+    watched: &BTreeSet<(String, String)>,
+) {
+    let roles = ipmode_roles(objs);
+    let namespaces: BTreeSet<&str> = watched.iter().map(|(ns, _)| ns.as_str()).collect();
+    let mut names = BTreeSet::new();
+    for k in ["Role", "RoleBinding"] {
+        let of_kind: Vec<_> = roles.iter().filter(|o| kind(o) == k).collect();
+        let in_ns: BTreeSet<&str> = of_kind
+            .iter()
+            .map(|o| o["metadata"]["namespace"].as_str().unwrap())
+            .collect();
+        assert_eq!(in_ns, namespaces, "{case}: {k}s");
+        assert_eq!(of_kind.len(), namespaces.len(), "{case}: {k}s");
+        for o in of_kind {
+            assert!(name(o).len() <= 63, "{case}: {k} {}", name(o));
+            names.insert((k, name(o)));
+        }
+    }
+    assert_eq!(names.len(), roles.len(), "{case}: names taken twice");
+}
+
 /// The two ingress controllers of TWO_PROXIES are each watched by every pod running the
 /// controller, with list and watch on their Service alone; controller.skipProxyIpMode=false
 /// watches neither and renders the same objects but those Roles.
 #[test]
 fn ipmode_rbac_of_two_ingress_controllers() {
-    let watch_on = |ns: &str, service: &str, verb: &str| -> Atom {
-        (
-            Scope::Namespace(ns.into()),
-            String::new(),
-            "services".into(),
-            Some(service.into()),
-            verb.into(),
-        )
-    };
-    let controllers = [
-        ("ingress-nginx", "ingress-nginx-controller"),
-        ("traefik", "traefik"),
-    ];
     for (prefix, accounts) in [
         (TWO_PROXIES_CASE, &["ouroboros-controller"][..]),
         (
@@ -1935,44 +1939,59 @@ fn ipmode_rbac_of_two_ingress_controllers() {
             &["ouroboros-controller", "ouroboros-etc-hosts"],
         ),
     ] {
-        let objs = case(prefix);
-        for sa in accounts {
-            let got = granted(objs, sa);
-            for (ns, service) in controllers {
-                let in_ns: BTreeSet<_> = got
-                    .iter()
-                    .filter(|a| a.0 == Scope::Namespace(ns.into()))
-                    .cloned()
-                    .collect();
-                assert_eq!(
-                    in_ns,
-                    BTreeSet::from([
-                        watch_on(ns, service, "list"),
-                        watch_on(ns, service, "watch")
-                    ]),
-                    "{prefix}: {sa} in {ns}"
-                );
-            }
-        }
-        for (ns, _) in controllers {
-            let binding = objs
+        assert_ipmode_grants(prefix, accounts);
+    }
+    assert_skip_proxy_ipmode_drops_the_watch_alone();
+}
+
+/// Each of `accounts` may list and watch the Service of both ingress controllers of the case,
+/// and nothing else in their namespaces; each namespace has one RoleBinding, of the controller.
+fn assert_ipmode_grants(prefix: &str, accounts: &[&str]) {
+    let controllers = [
+        ("ingress-nginx", "ingress-nginx-controller"),
+        ("traefik", "traefik"),
+    ];
+    let objs = case(prefix);
+    for sa in accounts {
+        let got = granted(objs, sa);
+        for (ns, service) in controllers {
+            let in_ns: BTreeSet<_> = got
                 .iter()
-                .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
-                .unwrap_or_else(|| panic!("{prefix}: no RoleBinding in {ns}"));
-            assert_eq!(
-                binding["metadata"]["labels"]["app.kubernetes.io/component"], "controller",
-                "{prefix}"
-            );
-            let subjects: Vec<&str> = binding["subjects"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["name"].as_str().unwrap())
+                .filter(|a| a.0 == Scope::Namespace(ns.into()))
+                .cloned()
                 .collect();
-            assert_eq!(subjects, accounts, "{prefix}: {ns}");
+            assert_eq!(
+                in_ns,
+                BTreeSet::from([
+                    on_service_in(ns, service, "list"),
+                    on_service_in(ns, service, "watch")
+                ]),
+                "{prefix}: {sa} in {ns}"
+            );
         }
     }
+    for (ns, _) in controllers {
+        let binding = objs
+            .iter()
+            .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("{prefix}: no RoleBinding in {ns}"));
+        assert_eq!(
+            binding["metadata"]["labels"]["app.kubernetes.io/component"], "controller",
+            "{prefix}"
+        );
+        let subjects: Vec<&str> = binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(subjects, accounts, "{prefix}: {ns}");
+    }
+}
 
+/// controller.skipProxyIpMode=false watches neither ingress controller and renders the same
+/// objects but those Roles, with the same flags but the watch.
+fn assert_skip_proxy_ipmode_drops_the_watch_alone() {
     let off = case("two ingress controllers, ipMode not watched");
     let on = rendered(&[
         TWO_PROXIES,
@@ -2059,9 +2078,8 @@ fn ipmode_roles_are_one_per_namespace_and_fit_in_63_characters() {
     ]
     .into();
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let yaml = &render(&sets).yaml;
-    validate("ipMode Roles of long names", &yaml);
-    let objs = docs(&yaml);
+    let Render { yaml, objs } = render(&sets);
+    validate("ipMode Roles of long names", yaml);
     assert_eq!(
         assert_rbac("ipMode Roles of long names", &objs, &fullname),
         3
@@ -2148,7 +2166,12 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
         assert_eq!(ep[k], mp[k], "{k}");
     }
     assert_eq!(ep["nodeSelector"]["kubernetes.io/os"], "linux");
-    // The NetworkPolicy: the entry's ingress controller, the rest shared.
+    assert_entry_network_policy(objs);
+    assert_entry_overrides();
+}
+
+/// The NetworkPolicy of TWO_PROXIES' entry: its own ingress controller, the rest shared.
+fn assert_entry_network_policy(objs: &[Value]) {
     let (mn, en) = (
         &find(objs, "NetworkPolicy", "ouroboros-proxy").unwrap()["spec"],
         &find(objs, "NetworkPolicy", "ouroboros-proxy-traefik").unwrap()["spec"],
@@ -2175,9 +2198,11 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
     );
     assert_eq!(en["egress"][1], mn["egress"][1], "DNS");
     assert_eq!(en["ingress"], mn["ingress"]);
+}
 
-    // Service, PodDisruptionBudget and placement set on the entry, a host target over proxy's
-    // Service target.
+/// Service, PodDisruptionBudget and placement set on an entry, a host target over proxy's
+/// Service target.
+fn assert_entry_overrides() {
     let sets = [
         "controller.gatewayApi=true",
         "proxy.target.serviceName=ingress-nginx-controller",
@@ -2194,12 +2219,11 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
         "proxies[0].podDisruptionBudget.minAvailable=1",
         "proxies[0].tolerations[0].operator=Exists",
     ];
-    let yaml = &render(&sets).yaml;
+    let Render { yaml, objs } = render(&sets);
     validate(
         "an entry overriding Service, PodDisruptionBudget and placement",
-        &yaml,
+        yaml,
     );
-    let objs = docs(&yaml);
     let svc = |n: &str| &find(&objs, "Service", n).unwrap()["spec"];
     assert_eq!(svc("ouroboros-proxy-edge")["type"], "LoadBalancer");
     assert_eq!(svc("ouroboros-proxy")["type"], "ClusterIP");
