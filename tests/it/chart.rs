@@ -372,19 +372,34 @@ const CASES: &[(&str, &[&str])] = &[
 type Rendered = (&'static str, &'static [Value], &'static str);
 
 /// The cases of a table rendered with `files`.
-fn render_cases(files: &[&Path], cases: &'static [(&'static str, &[&str])]) -> Vec<Rendered> {
-    cases
-        .iter()
-        .map(|&(name, sets)| {
-            let r = render_with("helm", files, sets);
-            (name, &r.objs[..], &r.yaml[..])
-        })
-        .collect()
+fn render_cases(
+    helm: &str,
+    files: &[&Path],
+    cases: &'static [(&'static str, &[&str])],
+) -> Vec<Rendered> {
+    let render = |cases: &'static [(&'static str, &[&str])]| -> Vec<Rendered> {
+        cases
+            .iter()
+            .map(|&(name, sets)| {
+                let r = render_with(helm, files, sets);
+                (name, &r.objs[..], &r.yaml[..])
+            })
+            .collect()
+    };
+    // Two Helm runs at a time (a table's first test would otherwise render it alone while the
+    // others wait): one per core of the CI machine.
+    let (first, second) = cases.split_at(cases.len() / 2);
+    std::thread::scope(|s| {
+        let second = s.spawn(|| render(second));
+        let mut all = render(first);
+        all.extend(second.join().expect("a render failed"));
+        all
+    })
 }
 
 /// Every case of the values matrix rendered.
 fn renders() -> Vec<Rendered> {
-    render_cases(&[], CASES)
+    render_cases("helm", &[], CASES)
 }
 
 pub(crate) fn kind(v: &Value) -> &str {
@@ -514,25 +529,43 @@ fn edge_needs(args: &[String]) -> EdgeNeeds {
 /// One permission: scope, API group, resource, object name (None: any), verb.
 type Atom = (Scope, String, String, Option<String>, String);
 
+/// Every permission of one rule: each API group, resource, name (none: any) and verb.
+fn insert_atoms(
+    out: &mut BTreeSet<Atom>,
+    scope: &Scope,
+    groups: &[String],
+    resources: &[String],
+    names: &[String],
+    verbs: &[String],
+) {
+    let names: Vec<Option<String>> = if names.is_empty() {
+        vec![None]
+    } else {
+        names.iter().cloned().map(Some).collect()
+    };
+    for g in groups {
+        for res in resources {
+            for n in &names {
+                for v in verbs {
+                    out.insert((scope.clone(), g.clone(), res.clone(), n.clone(), v.clone()));
+                }
+            }
+        }
+    }
+}
+
 fn atoms(rules: &[Rule]) -> BTreeSet<Atom> {
     let mut out = BTreeSet::new();
     for r in rules {
-        let names: Vec<Option<String>> = if r.resource_names.is_empty() {
-            vec![None]
-        } else {
-            r.resource_names.iter().cloned().map(Some).collect()
-        };
-        for n in &names {
-            for v in &r.verbs {
-                out.insert((
-                    r.scope.clone(),
-                    r.api_group.to_string(),
-                    r.resource.to_string(),
-                    n.clone(),
-                    v.to_string(),
-                ));
-            }
-        }
+        let verbs: Vec<String> = r.verbs.iter().map(|v| v.to_string()).collect();
+        insert_atoms(
+            &mut out,
+            &r.scope,
+            &[r.api_group.to_string()],
+            &[r.resource.to_string()],
+            &r.resource_names,
+            &verbs,
+        );
     }
     out
 }
@@ -580,21 +613,9 @@ fn granted(objs: &[Value], sa: &str) -> BTreeSet<Atom> {
                 )
             });
         for r in role["rules"].as_array().unwrap() {
-            let names = strings(&r["resourceNames"]);
-            let names: Vec<Option<String>> = if names.is_empty() {
-                vec![None]
-            } else {
-                names.into_iter().map(Some).collect()
-            };
-            for g in strings(&r["apiGroups"]) {
-                for res in strings(&r["resources"]) {
-                    for n in &names {
-                        for v in strings(&r["verbs"]) {
-                            out.insert((scope.clone(), g.clone(), res.clone(), n.clone(), v));
-                        }
-                    }
-                }
-            }
+            let [groups, resources, names, verbs] =
+                ["apiGroups", "resources", "resourceNames", "verbs"].map(|k| strings(&r[k]));
+            insert_atoms(&mut out, &scope, &groups, &resources, &names, &verbs);
         }
     }
     out
@@ -606,6 +627,11 @@ fn pod_named<'a>(objs: &'a [Value], k: &str, n: &str) -> Option<&'a Value> {
 
 fn container_args(pod: &Value) -> Vec<String> {
     strings(&pod["containers"][0]["args"])
+}
+
+/// The arguments of the controller Deployment of a render of release `ouroboros`.
+fn controller_args(objs: &[Value]) -> Vec<String> {
+    container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap())
 }
 
 /// The RBAC of every pod of one render (object names `<fullname>-...`) equals what the binary
@@ -715,30 +741,32 @@ fn rbac_only_for_the_selected_mode() {
 
 #[test]
 fn lint_strict_with_helm_4_and_3() {
+    let fixture = reference_values();
     for helm in ["helm", "helm3"] {
-        for sets in [
-            &[][..],
-            &["controller.mode=external-dns", "etcHosts.enabled=true"],
-            &[
-                "edge.enabled=true",
-                "networkPolicy.enabled=true",
-                "serviceMonitor.enabled=true",
-            ],
-            &[TWO_PROXIES, "etcHosts.enabled=true"],
+        for (files, sets) in [
+            (&[][..], &[][..]),
+            (
+                &[],
+                &["controller.mode=external-dns", "etcHosts.enabled=true"],
+            ),
+            (
+                &[],
+                &[
+                    "edge.enabled=true",
+                    "networkPolicy.enabled=true",
+                    "serviceMonitor.enabled=true",
+                ],
+            ),
+            (&[], &[TWO_PROXIES, "etcHosts.enabled=true"]),
+            (&[fixture.as_path()], REFERENCE_ON),
         ] {
             let mut cmd = Command::new(tool(helm));
             cmd.args(["lint", "--strict"]).arg(chart_dir());
-            values_args(&mut cmd, &[], sets);
+            values_args(&mut cmd, files, sets);
             let (ok, out, err) = run(&mut cmd, None);
-            assert!(ok, "{helm} lint --strict {sets:?}:\n{out}\n{err}");
+            assert!(ok, "{helm} lint --strict {files:?} {sets:?}:\n{out}\n{err}");
             assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
         }
-        let mut cmd = Command::new(tool(helm));
-        cmd.args(["lint", "--strict"]).arg(chart_dir());
-        values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
-        let (ok, out, err) = run(&mut cmd, None);
-        assert!(ok, "{helm} lint --strict {FIXTURE}:\n{out}\n{err}");
-        assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
     }
 }
 
@@ -748,12 +776,11 @@ fn lint_strict_with_helm_4_and_3() {
 fn helm_3_renders_what_helm_4_renders() {
     let fixture = reference_values();
     for (files, cases) in [(&[][..], CASES), (&[fixture.as_path()], REFERENCE_CASES)] {
-        for (case, sets) in cases {
-            let helm3 = &render_with("helm3", files, sets).objs;
-            assert!(
-                *helm3 == render_with("helm", files, sets).objs,
-                "{case}: Helm 3 renders other objects"
-            );
+        let helm4 = render_cases("helm", files, cases);
+        for ((case, helm3, _), (_, helm4, _)) in
+            render_cases("helm3", files, cases).iter().zip(helm4)
+        {
+            assert!(*helm3 == helm4, "{case}: Helm 3 renders other objects");
         }
     }
     let err = template_files("helm3", &[], &["controller.mdoe=x"]).unwrap_err();
@@ -1278,7 +1305,7 @@ fn probes_hit_the_admin_listener() {
 fn etc_hosts_daemonset_gets_the_deployments_filters_and_a_single_file_mount() {
     let objs = case("etc-hosts alongside");
     let case = "etc-hosts alongside";
-    let deploy = container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap());
+    let deploy = controller_args(objs);
     let pod = pod_named(objs, "DaemonSet", "ouroboros-etc-hosts").unwrap();
     let ds = container_args(pod);
     let shared = |a: &&String| {
@@ -1330,8 +1357,7 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
         assert_eq!(ann["helm.sh/hook"], "post-delete", "{case}");
         let pod = &job["spec"]["template"]["spec"];
         let args = container_args(pod);
-        let controller =
-            container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap());
+        let controller = controller_args(objs);
         for a in &args[1..] {
             assert!(
                 controller.contains(a),
@@ -1692,9 +1718,7 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
         "proxies[1].gatewayClasses={eg}",
         "proxies[1].gateways={infra/public,infra/internal.example}",
     ]);
-    let (targets, _) = split_targets(container_args(
-        pod_named(&objs, "Deployment", "ouroboros-controller").unwrap(),
-    ));
+    let (targets, _) = split_targets(controller_args(&objs));
     assert_eq!(
         targets,
         [
@@ -2437,9 +2461,7 @@ fn controller_and_cleanup_args_parse_with_the_shared_flag_groups() {
         "controller.mode=external-dns",
         "controller.externalDns.proxyIps={10.0.0.1}",
     ]);
-    let needs = controller_needs(&container_args(
-        pod_named(&out, "Deployment", "ouroboros-controller").unwrap(),
-    ));
+    let needs = controller_needs(&controller_args(&out));
     assert_eq!(needs.proxy_service, None);
     assert_eq!(needs.external_dns_output, ExternalDnsOutput::Dnsendpoint);
 }
@@ -2792,7 +2814,7 @@ const REFERENCE_CASES: &[(&str, &[&str])] = &[
 ];
 
 fn reference_renders() -> Vec<Rendered> {
-    render_cases(&[&reference_values()], REFERENCE_CASES)
+    render_cases("helm", &[&reference_values()], REFERENCE_CASES)
 }
 
 fn reference(case: &str) -> &'static [Value] {
@@ -3574,21 +3596,18 @@ fn alias_table_agrees_with_values_and_schema() {
             "{old} must not be in values.yaml"
         );
         defaults.push(format!(
-            "{new}={}",
+            "json:{new}={}",
             serde_json::to_string(&default).unwrap()
         ));
     }
     // Every new key set to its default does not count as set against the fixture's old keys.
-    let mut cmd = Command::new(tool("helm"));
-    cmd.args(["template", RELEASE])
-        .arg(chart_dir())
-        .args(["--namespace", NAMESPACE]);
-    values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
-    for d in &defaults {
-        cmd.args(["--set-json", d]);
-    }
-    let (ok, out, err) = run(&mut cmd, None);
-    assert!(ok, "new keys at their defaults, old keys set: {err}");
+    let sets: Vec<&str> = REFERENCE_ON
+        .iter()
+        .copied()
+        .chain(defaults.iter().map(String::as_str))
+        .collect();
+    let out = template_files("helm", &[&reference_values()], &sets);
+    let out = out.unwrap_or_else(|e| panic!("new keys at their defaults, old keys set: {e}"));
     assert!(docs(&out) == ref_on(), "and the old keys win");
     // The reference chart's target default, whose host counts as unset.
     let host = at(&values, "proxy.target.host");
@@ -3654,7 +3673,7 @@ fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
             find(&both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
             "{mode}"
         );
-        let args = container_args(pod_named(&both, "Deployment", "ouroboros-controller").unwrap());
+        let args = controller_args(&both);
         assert!(args.contains(&format!("--mode={mode}")), "{mode}: {args:?}");
     }
     let text = notes(&[], &["etcHosts.enabled=true", "controller.mode=coredns"]);
@@ -3664,7 +3683,7 @@ fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
     );
     // Without etcHosts, an empty mode is coredns.
     let defaults = defaults();
-    let args = container_args(pod_named(defaults, "Deployment", "ouroboros-controller").unwrap());
+    let args = controller_args(defaults);
     assert!(args.contains(&"--mode=coredns".to_string()), "{args:?}");
 }
 
