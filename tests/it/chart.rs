@@ -5,6 +5,7 @@
 //! (`.ci/tools.sh` installs them).
 
 use crate::common;
+use crate::generated::{cell, Section};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1382,7 +1383,7 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
     }
     // No hook without the controller or when disabled.
     let objs = rendered(&["controller.cleanupOnUninstall=false"]);
-    assert!(find(&objs, "Job", "ouroboros-cleanup").is_none());
+    assert!(find(objs, "Job", "ouroboros-cleanup").is_none());
 }
 
 #[test]
@@ -1523,7 +1524,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
 
     let without = rendered(&[TWO_PROXIES, "json:proxies=[]"]);
     let added: BTreeSet<_> = object_keys(with)
-        .difference(&object_keys(&without))
+        .difference(&object_keys(without))
         .cloned()
         .collect();
     let entry: BTreeSet<_> = [
@@ -1542,7 +1543,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     }))
     .collect();
     assert_eq!(added, entry);
-    assert_eq!(object_keys(&without).len() + entry.len(), with.len());
+    assert_eq!(object_keys(without).len() + entry.len(), with.len());
     let changed: BTreeSet<_> = without
         .iter()
         .filter(|o| find(with, kind(o), name(o)) != Some(*o))
@@ -1562,7 +1563,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     assert_eq!(targets, [TRAEFIK_TARGET], "{k} {n}");
     assert_eq!(
         rest,
-        container_args(pod_named(&without, k, n).unwrap()),
+        container_args(pod_named(without, k, n).unwrap()),
         "{k} {n}: only --target is added"
     );
 
@@ -1718,7 +1719,7 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
         "proxies[1].gatewayClasses={eg}",
         "proxies[1].gateways={infra/public,infra/internal.example}",
     ]);
-    let (targets, _) = split_targets(controller_args(&objs));
+    let (targets, _) = split_targets(controller_args(objs));
     assert_eq!(
         targets,
         [
@@ -1738,7 +1739,7 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
     assert_eq!(gw.gateway_classes, BTreeSet::from(["eg".into()]));
     assert!(gw.ingress_classes.is_empty());
     for n in ["ouroboros-proxy-public", "ouroboros-proxy-gw"] {
-        assert!(find(&objs, "Service", n).is_some(), "{n}");
+        assert!(find(objs, "Service", n).is_some(), "{n}");
     }
 }
 
@@ -1788,13 +1789,13 @@ fn rbac_reads_every_proxy_service_that_answers() {
     }
     // Addresses given for the main proxy are its own: the entry's Service is still read.
     let objs = rendered(&[TWO_PROXIES, "controller.proxyIps={10.0.0.1}"]);
-    let got = granted(&objs, "ouroboros-controller");
+    let got = granted(objs, "ouroboros-controller");
     assert!(got.contains(&on_service("ouroboros-proxy-traefik", "watch")));
     assert!(!got.contains(&on_service("ouroboros-proxy", "get")));
     // rewrite answers name the Services, reading none (the ingress controllers' Services, in
     // their own namespaces, are still watched for their ipMode).
     let objs = rendered(&[TWO_PROXIES, "controller.corednsAnswer=rewrite"]);
-    let got = granted(&objs, "ouroboros-controller");
+    let got = granted(objs, "ouroboros-controller");
     assert!(
         got.iter()
             .all(|a| a.2 != "services" || a.0 != Scope::Namespace(NAMESPACE.into())),
@@ -2022,10 +2023,10 @@ fn assert_skip_proxy_ipmode_drops_the_watch_alone() {
         "etcHosts.enabled=true",
         "controller.mode=coredns",
     ]);
-    assert_eq!(ipmode_roles(&on).len(), 4);
+    assert_eq!(ipmode_roles(on).len(), 4);
     assert!(ipmode_roles(off).is_empty());
-    let mut expected = object_keys(&on);
-    for o in ipmode_roles(&on) {
+    let mut expected = object_keys(on);
+    for o in ipmode_roles(on) {
         expected.remove(&(kind(o).to_string(), name(o).to_string()));
     }
     assert_eq!(object_keys(off), expected);
@@ -2043,7 +2044,7 @@ fn assert_skip_proxy_ipmode_drops_the_watch_alone() {
             .ingress_controller_services
             .is_empty());
         let (targets, rest) = split_targets(args);
-        let (on_targets, on_rest) = split_targets(container_args(pod_named(&on, k, n).unwrap()));
+        let (on_targets, on_rest) = split_targets(container_args(pod_named(on, k, n).unwrap()));
         assert_eq!(
             targets,
             [TRAEFIK_TARGET
@@ -2105,10 +2106,10 @@ fn ipmode_roles_are_one_per_namespace_and_fit_in_63_characters() {
     let Render { yaml, objs } = render(&sets);
     validate("ipMode Roles of long names", yaml);
     assert_eq!(
-        assert_rbac("ipMode Roles of long names", &objs, &fullname),
+        assert_rbac("ipMode Roles of long names", objs, &fullname),
         3
     );
-    let roles: Vec<_> = ipmode_roles(&objs)
+    let roles: Vec<_> = ipmode_roles(objs)
         .into_iter()
         .filter(|o| kind(o) == "Role")
         .collect();
@@ -2248,20 +2249,20 @@ fn assert_entry_overrides() {
         "an entry overriding Service, PodDisruptionBudget and placement",
         yaml,
     );
-    let svc = |n: &str| &find(&objs, "Service", n).unwrap()["spec"];
+    let svc = |n: &str| &find(objs, "Service", n).unwrap()["spec"];
     assert_eq!(svc("ouroboros-proxy-edge")["type"], "LoadBalancer");
     assert_eq!(svc("ouroboros-proxy")["type"], "ClusterIP");
-    let meta = |n: &str| &find(&objs, "Service", n).unwrap()["metadata"];
+    let meta = |n: &str| &find(objs, "Service", n).unwrap()["metadata"];
     assert_eq!(
         meta("ouroboros-proxy-edge")["annotations"]["lb"],
         "internal"
     );
     assert!(meta("ouroboros-proxy")["annotations"].is_null());
-    let pdb = |n: &str| &find(&objs, "PodDisruptionBudget", n).unwrap()["spec"];
+    let pdb = |n: &str| &find(objs, "PodDisruptionBudget", n).unwrap()["spec"];
     assert_eq!(pdb("ouroboros-proxy-edge")["minAvailable"], 1);
     assert!(pdb("ouroboros-proxy-edge")["maxUnavailable"].is_null());
     assert_eq!(pdb("ouroboros-proxy")["maxUnavailable"], 2);
-    let pod = |n: &str| pod_named(&objs, "Deployment", n).unwrap();
+    let pod = |n: &str| pod_named(objs, "Deployment", n).unwrap();
     assert_eq!(
         pod("ouroboros-proxy-edge")["tolerations"],
         serde_json::json!([{"operator": "Exists"}])
@@ -2461,7 +2462,7 @@ fn controller_and_cleanup_args_parse_with_the_shared_flag_groups() {
         "controller.mode=external-dns",
         "controller.externalDns.proxyIps={10.0.0.1}",
     ]);
-    let needs = controller_needs(&controller_args(&out));
+    let needs = controller_needs(&controller_args(out));
     assert_eq!(needs.proxy_service, None);
     assert_eq!(needs.external_dns_output, ExternalDnsOutput::Dnsendpoint);
 }
@@ -2523,15 +2524,15 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         } else {
             ("Deployment", "ouroboros-controller")
         };
-        let needs = controller_needs(&container_args(pod_named(&objs, k, n).unwrap()));
+        let needs = controller_needs(&container_args(pod_named(objs, k, n).unwrap()));
         matrix_rows(&mut table, mode, "controller", &rbac::required(&needs));
-        if let Some(pod) = pod_named(&objs, "Job", "ouroboros-cleanup") {
+        if let Some(pod) = pod_named(objs, "Job", "ouroboros-cleanup") {
             let rules = rbac::cleanup_required(&cleanup_needs(&container_args(pod)));
             matrix_rows(&mut table, mode, "uninstall hook", &rules);
         }
     }
     let objs = rendered(&["edge.enabled=true"]);
-    let pod = pod_named(&objs, "DaemonSet", "ouroboros-edge").unwrap();
+    let pod = pod_named(objs, "DaemonSet", "ouroboros-edge").unwrap();
     matrix_rows(
         &mut table,
         "edge (`edge.enabled`)",
@@ -2539,34 +2540,15 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         &rbac::edge_required(&edge_needs(&container_args(pod))),
     );
     table.push_str(MATRIX_END);
-    check_generated(
-        &root().join("docs/install.md"),
-        "RBAC matrix",
-        MATRIX_BEGIN,
-        MATRIX_END,
-        &table,
-    );
-}
-
-/// A generated section of a document, from `begin` to `end` (markers included), must be
-/// `generated`; `BLESS=1 cargo test --test it chart::readme` rewrites it in place instead.
-fn check_generated(path: &Path, what: &str, begin: &str, end: &str, generated: &str) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let span = text
-        .find(begin)
-        .and_then(|b| text[b..].find(end).map(|e| b..b + e + end.len()));
-    if std::env::var("BLESS").as_deref() == Ok("1") {
-        let span = span.unwrap_or_else(|| panic!("{} has no {what} markers", path.display()));
-        let mut updated = text.clone();
-        updated.replace_range(span, generated);
-        std::fs::write(path, updated).unwrap();
-        return;
+    Section {
+        path: &root().join("docs/install.md"),
+        what: "RBAC matrix",
+        begin: MATRIX_BEGIN,
+        end: MATRIX_END,
+        switch: "BLESS",
+        rewrite: "cargo test --test it chart::readme",
     }
-    assert!(
-        span.map(|s| &text[s]) == Some(generated),
-        "the {what} in {} is out of date: run `BLESS=1 cargo test --test it chart::readme`, or replace it (markers included) with:\n\n{generated}\n",
-        path.display()
-    );
+    .check(&table);
 }
 
 // --- values table of the chart README ------------------------------------------------------------
@@ -2632,22 +2614,6 @@ fn values_comments(text: &str) -> BTreeMap<String, String> {
         above.clear();
     }
     out
-}
-
-/// Markdown table cell text: `|` escaped everywhere, `<` outside code spans.
-fn cell(text: &str) -> String {
-    text.split('`')
-        .enumerate()
-        .map(|(i, part)| {
-            let part = part.replace('|', "\\|");
-            if i % 2 == 0 {
-                part.replace('<', "&lt;")
-            } else {
-                part
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("`")
 }
 
 /// One row per leaf of values.yaml: a key whose schema has no `properties` of its own, or whose
@@ -2728,13 +2694,15 @@ fn readme_values_table_is_generated_from_values_yaml() {
     );
     assert!(table.lines().count() > 100, "{table}");
     table.push_str(VALUES_END);
-    check_generated(
-        &chart_dir().join("README.md"),
-        "values table",
-        VALUES_BEGIN,
-        VALUES_END,
-        &table,
-    );
+    Section {
+        path: &chart_dir().join("README.md"),
+        what: "values table",
+        begin: VALUES_BEGIN,
+        end: VALUES_END,
+        switch: "BLESS",
+        rewrite: "cargo test --test it chart::readme",
+    }
+    .check(&table);
 }
 
 #[test]
@@ -2749,7 +2717,6 @@ fn values_comments_are_read_from_the_lines_above_each_key() {
     assert_eq!(c["a.e"], "");
     assert_eq!(c["a.g"], "after a list");
     assert!(!c.contains_key("a.e.f") && !c.contains_key("f"));
-    assert_eq!(cell("a | b <x> `<y>`"), "a \\| b &lt;x> `<y>`");
 }
 
 // --- values written for the reference chart ------------------------------------------------------
@@ -3649,9 +3616,9 @@ fn every_template_maps_the_reference_keys_first() {
 #[test]
 fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
     let alone = rendered(&["etcHosts.enabled=true"]);
-    assert!(find(&alone, "DaemonSet", "ouroboros-etc-hosts").is_some());
-    assert!(find(&alone, "Deployment", "ouroboros-controller").is_none());
-    assert!(find(&alone, "Job", "ouroboros-cleanup").is_none());
+    assert!(find(alone, "DaemonSet", "ouroboros-etc-hosts").is_some());
+    assert!(find(alone, "Deployment", "ouroboros-controller").is_none());
+    assert!(find(alone, "Job", "ouroboros-cleanup").is_none());
     for o in alone {
         assert_ne!(
             o["metadata"]["namespace"],
@@ -3670,10 +3637,10 @@ fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
     for mode in ["coredns", "coredns-import", "external-dns"] {
         let both = rendered(&["etcHosts.enabled=true", &format!("controller.mode={mode}")]);
         assert!(
-            find(&both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
+            find(both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
             "{mode}"
         );
-        let args = controller_args(&both);
+        let args = controller_args(both);
         assert!(args.contains(&format!("--mode={mode}")), "{mode}: {args:?}");
     }
     let text = notes(&[], &["etcHosts.enabled=true", "controller.mode=coredns"]);
