@@ -29,6 +29,7 @@ mod cli_docs;
 mod controller_apply;
 mod controller_cli;
 mod controller_sync;
+mod doc_paths;
 mod doctor;
 mod doctor_cli;
 mod edge;
