@@ -14,7 +14,8 @@ use crate::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use crate::hostname::{HostPolicy, Hostname};
-use crate::manifests::{Format, Manifests};
+use crate::manifests::documents::Format;
+use crate::manifests::Manifests;
 use crate::proxy_protocol::{
     decode, encode_local, encode_tcp, signature, Command, DecodeError, Destination, Header,
     Invalid, Signature, Source, Transport, Version, MAX_HEADER_LEN, PP2_TYPE_CRC32C, V1_MAX_LEN,

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use ouroboros::cleanup::CleanupArgs;
 use ouroboros::controller::hostnames::parse_target;
-use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
+use ouroboros::controller::rbac::workloads::{self, EdgeNeeds};
+use ouroboros::controller::rbac::{self, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
 use ouroboros::dns::args::{ExternalDnsOutput, Mode};
 
@@ -665,15 +666,15 @@ fn assert_rbac(case: &str, objs: &[Value], fullname: &str) -> usize {
     }
     if let Some(pod) = pod_named(objs, "DaemonSet", &format!("{fullname}-edge")) {
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        let expected = atoms(&rbac::edge_required(&edge_needs(&container_args(pod))));
+        let expected = atoms(&workloads::edge_required(&edge_needs(&container_args(pod))));
         assert_eq!(granted(objs, sa), expected, "{case}: edge");
         checked += 1;
     }
     if let Some(pod) = pod_named(objs, "Job", &format!("{fullname}-cleanup")) {
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        let expected = atoms(&rbac::cleanup_required(&cleanup_needs(&container_args(
-            pod,
-        ))));
+        let expected = atoms(&workloads::cleanup_required(&cleanup_needs(
+            &container_args(pod),
+        )));
         assert!(!expected.is_empty(), "{case}: cleanup needs some rule");
         assert_eq!(granted(objs, sa), expected, "{case}: cleanup hook");
         checked += 1;
@@ -2527,7 +2528,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         let needs = controller_needs(&container_args(pod_named(objs, k, n).unwrap()));
         matrix_rows(&mut table, mode, "controller", &rbac::required(&needs));
         if let Some(pod) = pod_named(objs, "Job", "ouroboros-cleanup") {
-            let rules = rbac::cleanup_required(&cleanup_needs(&container_args(pod)));
+            let rules = workloads::cleanup_required(&cleanup_needs(&container_args(pod)));
             matrix_rows(&mut table, mode, "uninstall hook", &rules);
         }
     }
@@ -2537,7 +2538,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         &mut table,
         "edge (`edge.enabled`)",
         "edge",
-        &rbac::edge_required(&edge_needs(&container_args(pod))),
+        &workloads::edge_required(&edge_needs(&container_args(pod))),
     );
     table.push_str(MATRIX_END);
     Section {
