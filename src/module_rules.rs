@@ -77,6 +77,11 @@ fn code(p: &Path) -> String {
 }
 
 fn sources() -> Vec<(String, String)> {
+    sources_read(code)
+}
+
+/// Every source file, relative to src/, as `read` gives its text.
+fn sources_read(read: fn(&Path) -> String) -> Vec<(String, String)> {
     let mut v = Vec::new();
     files(&src(), &mut v);
     v.sort();
@@ -87,7 +92,7 @@ fn sources() -> Vec<(String, String)> {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            (rel, code(p))
+            (rel, read(p))
         })
         .collect()
 }
@@ -643,24 +648,14 @@ fn reexports(sources: &[(String, String)]) -> Vec<(String, String)> {
 #[test]
 fn no_reexports_but_the_listed_ones() {
     // The whole files: `code` stops at the first `#[cfg(test)] mod`, which may come before.
-    let mut paths = Vec::new();
-    files(&src(), &mut paths);
-    let whole: Vec<(String, String)> = paths
-        .iter()
-        .map(|p| {
-            let rel = p
-                .strip_prefix(src())
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let text = std::fs::read_to_string(p).unwrap();
-            let text: Vec<&str> = text
-                .lines()
-                .map(|l| l.split("//").next().unwrap())
-                .collect();
-            (rel, text.join("\n"))
-        })
-        .collect();
+    let whole = sources_read(|p| {
+        let text = std::fs::read_to_string(p).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect();
+        lines.join("\n")
+    });
     let found = reexports(&whole);
     let new: Vec<String> = found
         .iter()
