@@ -14,11 +14,15 @@ use crate::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
 };
 use crate::hostname::{HostPolicy, Hostname};
-use crate::manifests::{Format, Manifests};
+use crate::manifests::documents::Format;
+use crate::manifests::Manifests;
+use crate::proxy_protocol::decode::error::{DecodeError, Invalid};
+use crate::proxy_protocol::decode::header::{Command, Header, Transport};
+use crate::proxy_protocol::decode::tlv::PP2_TYPE_CRC32C;
+use crate::proxy_protocol::decode::{decode, signature, Signature, MAX_HEADER_LEN};
 use crate::proxy_protocol::{
-    decode, encode_local, encode_tcp, signature, Command, DecodeError, Destination, Header,
-    Invalid, Signature, Source, Transport, Version, MAX_HEADER_LEN, PP2_TYPE_CRC32C, V1_MAX_LEN,
-    V1_SIGNATURE, V2_FIXED_LEN, V2_SIGNATURE,
+    encode_local, encode_tcp, Destination, Source, Version, V1_MAX_LEN, V1_SIGNATURE, V2_FIXED_LEN,
+    V2_SIGNATURE,
 };
 
 /// A fuzz target: its name (the file in `fuzz/fuzz_targets/` and the seed directory

@@ -9,8 +9,7 @@ use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
 use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
-mod workloads;
-pub use workloads::{cleanup_required, edge_required, EdgeNeeds};
+pub mod workloads;
 
 /// Where a rule applies.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

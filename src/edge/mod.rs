@@ -25,7 +25,9 @@ use crate::relay::metrics::RelayMetrics;
 use crate::relay::mode::Mode;
 use crate::relay::{self, Route};
 use backends::PortRef;
-use balance::{Algorithm, BackendMetrics, Balancer};
+use balance::metrics::BackendMetrics;
+use balance::pick::Algorithm;
+use balance::Balancer;
 
 /// One `--listen BIND[=PORT]` value.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! One manifest text split into its documents (`---`-separated YAML, or a stream of JSON
-//! values), each handed to the typed model in [`super::objects`]. Pure: no I/O.
+//! values), each handed to the typed model in `super::objects`. Pure: no I/O.
 
 use std::path::Path;
 
@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::error::{DocumentError, Error};
 use super::objects::Batch;
-use super::{DocumentError, Error};
 
 /// How to parse a text: JSON by extension, YAML otherwise (JSON read as YAML works too, but the
 /// JSON parser gives exact positions and is faster).

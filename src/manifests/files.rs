@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::documents::{self, Format};
+use super::error::Error;
 use super::objects::Batch;
-use super::{Error, Manifests};
+use super::Manifests;
 
 /// One manifest source, in argument order.
 enum Input {

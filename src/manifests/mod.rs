@@ -16,8 +16,8 @@
 //! [`Manifests::from_text`] and [`Manifests::from_bytes`] read text without touching the file
 //! system, for tests and fuzzing.
 
-mod documents;
-mod error;
+pub mod documents;
+pub mod error;
 mod files;
 mod objects;
 #[cfg(test)]
@@ -27,8 +27,8 @@ use std::path::PathBuf;
 
 use crate::controller::hostnames::Objects;
 
-pub use documents::Format;
-pub use error::{DocumentError, Error};
+use documents::Format;
+use error::Error;
 
 /// The objects read so far, by kind (through `Deref`: `manifests.ingresses`), and what was
 /// read to get them.

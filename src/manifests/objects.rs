@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{DocumentError, Manifests};
+use super::error::DocumentError;
+use super::Manifests;
 use crate::controller::hostnames::{Kind, GATEWAY_GROUP};
 
 /// Gateway-API versions whose Gateway/route fields that matter here match v1.

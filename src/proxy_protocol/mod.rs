@@ -7,12 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-mod decode;
-pub use decode::{
-    decode, signature, tlv_name, Command, DecodeError, Header, Invalid, Signature, Ssl, Tlv,
-    Transport, MAX_HEADER_LEN, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
-    PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID,
-};
+pub mod decode;
 
 /// Which header version to write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -220,6 +215,8 @@ pub(crate) mod testdata {
 
 #[cfg(test)]
 mod tests {
+    use super::decode::decode;
+    use super::decode::header::Transport;
     use super::testdata::{capture, haproxy_captures, unhex};
     use super::*;
 

@@ -23,7 +23,9 @@ use tracing::{debug, info, warn};
 
 use crate::accept::{Handler, Lifecycle};
 use crate::flags::UsageError;
-use crate::proxy_protocol::{self, DecodeError, Header};
+use crate::proxy_protocol::decode::error::DecodeError;
+use crate::proxy_protocol::decode::header::Header;
+use crate::proxy_protocol::decode::{decode, MAX_HEADER_LEN};
 use http::{
     body_framing, keep_alive, parse_head, response_bytes, wants_json, BodyFraming, Request,
 };
@@ -274,7 +276,7 @@ async fn read_proxy_header(
     mode: ProxyMode,
 ) -> Result<Option<Header>, HeaderFailure> {
     loop {
-        match proxy_protocol::decode(buf) {
+        match decode(buf) {
             Ok((header, used)) => {
                 buf.drain(..used);
                 return Ok(Some(header));
@@ -284,7 +286,7 @@ async fn read_proxy_header(
             Err(e) => return Err(HeaderFailure::Broken(e.to_string())),
         }
         // Never more than the longest header: the rest stays in the socket for HTTP.
-        let want = (proxy_protocol::MAX_HEADER_LEN - buf.len()).min(4096);
+        let want = (MAX_HEADER_LEN - buf.len()).min(4096);
         let mut chunk = [0u8; 4096];
         match stream.read(&mut chunk[..want]).await {
             Ok(0) if buf.is_empty() => return Err(HeaderFailure::ClosedEmpty),

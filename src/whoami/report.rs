@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use super::http::Request;
-use crate::proxy_protocol::{self, Header, Version};
+use crate::proxy_protocol::decode::header::{Header, Tlv};
+use crate::proxy_protocol::Version;
 
 /// Everything one answer shows.
 pub(super) struct Report<'a> {
@@ -49,7 +50,7 @@ fn version_number(v: Version) -> u8 {
 }
 
 /// `ProxyTLV: 0x05 UNIQUE_ID 7265712d37663361 "req-7f3a"`: type, name, hex, text if printable.
-fn tlv_line(out: &mut String, prefix: &str, t: &proxy_protocol::Tlv) {
+fn tlv_line(out: &mut String, prefix: &str, t: &Tlv) {
     let _ = write!(out, "ProxyTLV: {prefix}{:#04x}", t.kind);
     if let Some(name) = t.name() {
         let _ = write!(out, " {name}");
@@ -61,7 +62,7 @@ fn tlv_line(out: &mut String, prefix: &str, t: &proxy_protocol::Tlv) {
     out.push('\n');
 }
 
-fn tlv_json(t: &proxy_protocol::Tlv) -> serde_json::Value {
+fn tlv_json(t: &Tlv) -> serde_json::Value {
     serde_json::json!({
         "type": t.kind,
         "name": t.name(),
@@ -155,7 +156,8 @@ pub(super) fn render_json(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy_protocol::{Command, Destination, Source, Tlv, Transport};
+    use crate::proxy_protocol::decode::header::{Command, Transport};
+    use crate::proxy_protocol::{Destination, Source};
     use crate::whoami::http::tests::req;
 
     fn sample_header() -> Header {

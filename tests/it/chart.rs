@@ -5,10 +5,12 @@
 //! (`.ci/tools.sh` installs them).
 
 use crate::common;
+use crate::generated::{cell, Section};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use clap::Parser;
 use serde::Deserialize;
@@ -16,7 +18,8 @@ use serde_json::Value;
 
 use ouroboros::cleanup::CleanupArgs;
 use ouroboros::controller::hostnames::parse_target;
-use ouroboros::controller::rbac::{self, EdgeNeeds, Needs, Rule, Scope};
+use ouroboros::controller::rbac::workloads::{self, EdgeNeeds};
+use ouroboros::controller::rbac::{self, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
 use ouroboros::dns::args::{ExternalDnsOutput, Mode};
 
@@ -50,16 +53,6 @@ pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> (bool, String, Stri
     (out.code == 0, out.stdout, out.stderr)
 }
 
-/// `helm template` of the chart with `--set` values: the YAML, or Helm's error.
-fn template(sets: &[&str], hooks: bool) -> Result<String, String> {
-    template_with("helm", sets, hooks)
-}
-
-/// The same with another Helm binary of .ci/bin (`helm3`).
-fn template_with(helm: &str, sets: &[&str], hooks: bool) -> Result<String, String> {
-    template_files(helm, &[], sets, hooks)
-}
-
 /// `--values` files, then `--set` values on a Helm command: `string:` for `--set-string`,
 /// `json:` for `--set-json`, `values:` for a values file of the repository.
 fn values_args(cmd: &mut Command, files: &[&Path], sets: &[&str]) {
@@ -79,20 +72,13 @@ fn values_args(cmd: &mut Command, files: &[&Path], sets: &[&str]) {
     }
 }
 
-/// `helm template` with values files and `--set` values: the YAML, or Helm's error.
-fn template_files(
-    helm: &str,
-    files: &[&Path],
-    sets: &[&str],
-    hooks: bool,
-) -> Result<String, String> {
+/// `helm template` (`helm` names the binary of .ci/bin: `helm`, or `helm3` for Helm 3) of the
+/// chart with its hooks, values files and `--set` values: the YAML, or Helm's error.
+fn template_files(helm: &str, files: &[&Path], sets: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(tool(helm));
     cmd.args(["template", RELEASE])
         .arg(chart_dir())
         .args(["--namespace", NAMESPACE]);
-    if !hooks {
-        cmd.arg("--no-hooks");
-    }
     values_args(&mut cmd, files, sets);
     let (ok, out, err) = run(&mut cmd, None);
     if ok {
@@ -108,24 +94,81 @@ fn template_files(
     }
 }
 
+/// `helm template` with `--set` values: the YAML, or Helm's error (for values it must refuse).
+fn template(sets: &[&str]) -> Result<String, String> {
+    template_files("helm", &[], sets)
+}
+
+/// One render: Helm's YAML and its objects.
+struct Render {
+    yaml: String,
+    objs: Vec<Value>,
+}
+
+/// What a test run computes once per key and keeps: a render, or a NOTES text, shared by every
+/// test that asks for the same values (each Helm run costs a few hundred milliseconds). Tests
+/// asking for different keys do not wait on each other.
+fn once<T: Send + Sync + 'static>(
+    cache: &'static Mutex<BTreeMap<String, &'static OnceLock<T>>>,
+    key: String,
+    make: impl FnOnce() -> T,
+) -> &'static T {
+    let cell: &'static OnceLock<T> = cache
+        .lock()
+        .unwrap()
+        .entry(key)
+        .or_insert_with(|| Box::leak(Box::default()));
+    cell.get_or_init(make)
+}
+
+/// The render of the chart with `helm`, `files` and `sets`, which must succeed.
+fn render_with(helm: &str, files: &[&Path], sets: &[&str]) -> &'static Render {
+    static CACHE: Mutex<BTreeMap<String, &'static OnceLock<Render>>> = Mutex::new(BTreeMap::new());
+    once(&CACHE, format!("{helm} {files:?} {sets:?}"), || {
+        let yaml = template_files(helm, files, sets)
+            .unwrap_or_else(|e| panic!("{helm} template {files:?} {sets:?} failed: {e}"));
+        Render {
+            objs: docs(&yaml),
+            yaml,
+        }
+    })
+}
+
+/// The render with `--set` values (prefixes as in `values_args`).
+fn render(sets: &[&str]) -> &'static Render {
+    render_with("helm", &[], sets)
+}
+
+/// The objects of that render.
+fn rendered(sets: &[&str]) -> &'static [Value] {
+    &render(sets).objs
+}
+
+/// The render of the chart's defaults.
+fn defaults() -> &'static [Value] {
+    rendered(&[])
+}
+
 /// NOTES.txt as `helm install --dry-run=client` prints it. Helm 4 only: Helm 3 wants a cluster
 /// even for a client-side dry run.
-fn notes(files: &[&Path], sets: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new(tool("helm"));
-    cmd.args(["install", RELEASE]).arg(chart_dir()).args([
-        "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
-    ]);
-    values_args(&mut cmd, files, sets);
-    let (ok, out, err) = run(&mut cmd, None);
-    if !ok {
-        return Err(err);
-    }
-    match out.split_once("\nNOTES:\n") {
-        Some((_, notes)) => Ok(notes.to_string()),
-        None => Err(format!("no NOTES in:\n{out}")),
-    }
+fn notes(files: &[&Path], sets: &[&str]) -> &'static str {
+    static CACHE: Mutex<BTreeMap<String, &'static OnceLock<String>>> = Mutex::new(BTreeMap::new());
+    let text: &'static String = once(&CACHE, format!("{files:?} {sets:?}"), || {
+        let mut cmd = Command::new(tool("helm"));
+        cmd.args(["install", RELEASE]).arg(chart_dir()).args([
+            "--namespace",
+            NAMESPACE,
+            "--dry-run=client",
+        ]);
+        values_args(&mut cmd, files, sets);
+        let (ok, out, err) = run(&mut cmd, None);
+        assert!(ok, "helm install --dry-run {files:?} {sets:?}: {err}");
+        match out.split_once("\nNOTES:\n") {
+            Some((_, notes)) => notes.to_string(),
+            None => panic!("no NOTES in:\n{out}"),
+        }
+    });
+    text
 }
 
 pub(crate) fn docs(yaml: &str) -> Vec<Value> {
@@ -333,19 +376,38 @@ const CASES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Every case rendered once (with hooks), shared by the tests.
-fn renders() -> &'static [(String, Vec<Value>, String)] {
-    static R: std::sync::OnceLock<Vec<(String, Vec<Value>, String)>> = std::sync::OnceLock::new();
-    R.get_or_init(|| {
-        CASES
+/// A case of a table and its render: (name, objects, YAML).
+type Rendered = (&'static str, &'static [Value], &'static str);
+
+/// The cases of a table rendered with `files`.
+fn render_cases(
+    helm: &str,
+    files: &[&Path],
+    cases: &'static [(&'static str, &[&str])],
+) -> Vec<Rendered> {
+    let render = |cases: &'static [(&'static str, &[&str])]| -> Vec<Rendered> {
+        cases
             .iter()
-            .map(|(name, sets)| {
-                let yaml = template(sets, true)
-                    .unwrap_or_else(|e| panic!("case {name:?}: helm template failed: {e}"));
-                (name.to_string(), docs(&yaml), yaml)
+            .map(|&(name, sets)| {
+                let r = render_with(helm, files, sets);
+                (name, &r.objs[..], &r.yaml[..])
             })
             .collect()
+    };
+    // Two Helm runs at a time (a table's first test would otherwise render it alone while the
+    // others wait): one per core of the CI machine.
+    let (first, second) = cases.split_at(cases.len() / 2);
+    std::thread::scope(|s| {
+        let second = s.spawn(|| render(second));
+        let mut all = render(first);
+        all.extend(second.join().expect("a render failed"));
+        all
     })
+}
+
+/// Every case of the values matrix rendered.
+fn renders() -> Vec<Rendered> {
+    render_cases("helm", &[], CASES)
 }
 
 pub(crate) fn kind(v: &Value) -> &str {
@@ -362,11 +424,11 @@ fn find<'a>(objs: &'a [Value], k: &str, n: &str) -> Option<&'a Value> {
 
 /// The render of the first case whose name begins with `prefix`.
 fn case(prefix: &str) -> &'static [Value] {
-    &renders()
+    let (_, sets) = CASES
         .iter()
-        .find(|(c, _, _)| c.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no case {prefix:?}"))
-        .1
+        .find(|(c, _)| c.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no case {prefix:?}"));
+    rendered(sets)
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -459,17 +521,12 @@ fn cleanup_needs(args: &[String]) -> Needs {
 
 fn edge_needs(args: &[String]) -> EdgeNeeds {
     assert_eq!(args[0], "edge");
-    let value = |flag: &str| -> Vec<&str> {
-        args.iter()
-            .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-            .collect()
-    };
-    let service = value("--service");
+    let service = flag_values(args, "--service");
     let (ns, svc) = service[0].split_once('/').unwrap();
     EdgeNeeds {
         namespace: ns.into(),
         service: svc.into(),
-        numbered_port: value("--listen")
+        numbered_port: flag_values(args, "--listen")
             .iter()
             .any(|l| l.rsplit_once('=').unwrap().1.parse::<u16>().is_ok()),
     }
@@ -480,25 +537,43 @@ fn edge_needs(args: &[String]) -> EdgeNeeds {
 /// One permission: scope, API group, resource, object name (None: any), verb.
 type Atom = (Scope, String, String, Option<String>, String);
 
+/// Every permission of one rule: each API group, resource, name (none: any) and verb.
+fn insert_atoms(
+    out: &mut BTreeSet<Atom>,
+    scope: &Scope,
+    groups: &[String],
+    resources: &[String],
+    names: &[String],
+    verbs: &[String],
+) {
+    let names: Vec<Option<String>> = if names.is_empty() {
+        vec![None]
+    } else {
+        names.iter().cloned().map(Some).collect()
+    };
+    for g in groups {
+        for res in resources {
+            for n in &names {
+                for v in verbs {
+                    out.insert((scope.clone(), g.clone(), res.clone(), n.clone(), v.clone()));
+                }
+            }
+        }
+    }
+}
+
 fn atoms(rules: &[Rule]) -> BTreeSet<Atom> {
     let mut out = BTreeSet::new();
     for r in rules {
-        let names: Vec<Option<String>> = if r.resource_names.is_empty() {
-            vec![None]
-        } else {
-            r.resource_names.iter().cloned().map(Some).collect()
-        };
-        for n in &names {
-            for v in &r.verbs {
-                out.insert((
-                    r.scope.clone(),
-                    r.api_group.to_string(),
-                    r.resource.to_string(),
-                    n.clone(),
-                    v.to_string(),
-                ));
-            }
-        }
+        let verbs: Vec<String> = r.verbs.iter().map(|v| v.to_string()).collect();
+        insert_atoms(
+            &mut out,
+            &r.scope,
+            &[r.api_group.to_string()],
+            &[r.resource.to_string()],
+            &r.resource_names,
+            &verbs,
+        );
     }
     out
 }
@@ -546,21 +621,9 @@ fn granted(objs: &[Value], sa: &str) -> BTreeSet<Atom> {
                 )
             });
         for r in role["rules"].as_array().unwrap() {
-            let names = strings(&r["resourceNames"]);
-            let names: Vec<Option<String>> = if names.is_empty() {
-                vec![None]
-            } else {
-                names.into_iter().map(Some).collect()
-            };
-            for g in strings(&r["apiGroups"]) {
-                for res in strings(&r["resources"]) {
-                    for n in &names {
-                        for v in strings(&r["verbs"]) {
-                            out.insert((scope.clone(), g.clone(), res.clone(), n.clone(), v));
-                        }
-                    }
-                }
-            }
+            let [groups, resources, names, verbs] =
+                ["apiGroups", "resources", "resourceNames", "verbs"].map(|k| strings(&r[k]));
+            insert_atoms(&mut out, &scope, &groups, &resources, &names, &verbs);
         }
     }
     out
@@ -572,6 +635,11 @@ fn pod_named<'a>(objs: &'a [Value], k: &str, n: &str) -> Option<&'a Value> {
 
 fn container_args(pod: &Value) -> Vec<String> {
     strings(&pod["containers"][0]["args"])
+}
+
+/// The arguments of the controller Deployment of a render of release `ouroboros`.
+fn controller_args(objs: &[Value]) -> Vec<String> {
+    container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap())
 }
 
 /// The RBAC of every pod of one render (object names `<fullname>-...`) equals what the binary
@@ -604,15 +672,15 @@ fn assert_rbac(case: &str, objs: &[Value], fullname: &str) -> usize {
     }
     if let Some(pod) = pod_named(objs, "DaemonSet", &format!("{fullname}-edge")) {
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        let expected = atoms(&rbac::edge_required(&edge_needs(&container_args(pod))));
+        let expected = atoms(&workloads::edge_required(&edge_needs(&container_args(pod))));
         assert_eq!(granted(objs, sa), expected, "{case}: edge");
         checked += 1;
     }
     if let Some(pod) = pod_named(objs, "Job", &format!("{fullname}-cleanup")) {
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        let expected = atoms(&rbac::cleanup_required(&cleanup_needs(&container_args(
-            pod,
-        ))));
+        let expected = atoms(&workloads::cleanup_required(&cleanup_needs(
+            &container_args(pod),
+        )));
         assert!(!expected.is_empty(), "{case}: cleanup needs some rule");
         assert_eq!(granted(objs, sa), expected, "{case}: cleanup hook");
         checked += 1;
@@ -654,7 +722,7 @@ fn rbac_of_every_pod_equals_what_the_binary_needs() {
 
 #[test]
 fn rbac_only_for_the_selected_mode() {
-    let (_, objs, _) = &renders()[0];
+    let objs = defaults();
     let text = serde_json::to_string(objs).unwrap();
     for absent in [
         "dnsendpoints",
@@ -665,8 +733,8 @@ fn rbac_only_for_the_selected_mode() {
         assert!(!text.contains(absent), "coredns defaults mention {absent}");
     }
     // external-dns mode has nothing in kube-system.
-    let objs = docs(&template(&["controller.mode=external-dns"], true).unwrap());
-    for o in &objs {
+    let objs = rendered(&["controller.mode=external-dns"]);
+    for o in objs {
         assert_ne!(
             o["metadata"]["namespace"],
             "kube-system",
@@ -681,30 +749,32 @@ fn rbac_only_for_the_selected_mode() {
 
 #[test]
 fn lint_strict_with_helm_4_and_3() {
+    let fixture = reference_values();
     for helm in ["helm", "helm3"] {
-        for sets in [
-            &[][..],
-            &["controller.mode=external-dns", "etcHosts.enabled=true"],
-            &[
-                "edge.enabled=true",
-                "networkPolicy.enabled=true",
-                "serviceMonitor.enabled=true",
-            ],
-            &[TWO_PROXIES, "etcHosts.enabled=true"],
+        for (files, sets) in [
+            (&[][..], &[][..]),
+            (
+                &[],
+                &["controller.mode=external-dns", "etcHosts.enabled=true"],
+            ),
+            (
+                &[],
+                &[
+                    "edge.enabled=true",
+                    "networkPolicy.enabled=true",
+                    "serviceMonitor.enabled=true",
+                ],
+            ),
+            (&[], &[TWO_PROXIES, "etcHosts.enabled=true"]),
+            (&[fixture.as_path()], REFERENCE_ON),
         ] {
             let mut cmd = Command::new(tool(helm));
             cmd.args(["lint", "--strict"]).arg(chart_dir());
-            values_args(&mut cmd, &[], sets);
+            values_args(&mut cmd, files, sets);
             let (ok, out, err) = run(&mut cmd, None);
-            assert!(ok, "{helm} lint --strict {sets:?}:\n{out}\n{err}");
+            assert!(ok, "{helm} lint --strict {files:?} {sets:?}:\n{out}\n{err}");
             assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
         }
-        let mut cmd = Command::new(tool(helm));
-        cmd.args(["lint", "--strict"]).arg(chart_dir());
-        values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
-        let (ok, out, err) = run(&mut cmd, None);
-        assert!(ok, "{helm} lint --strict {FIXTURE}:\n{out}\n{err}");
-        assert!(out.contains("0 chart(s) failed"), "{helm}: {out}");
     }
 }
 
@@ -712,17 +782,16 @@ fn lint_strict_with_helm_4_and_3() {
 /// same typo.
 #[test]
 fn helm_3_renders_what_helm_4_renders() {
-    for ((case, objs, _), (_, sets)) in renders().iter().zip(CASES) {
-        let yaml = template_with("helm3", sets, true)
-            .unwrap_or_else(|e| panic!("{case}: helm3 template failed: {e}"));
-        assert!(docs(&yaml) == *objs, "{case}: Helm 3 renders other objects");
+    let fixture = reference_values();
+    for (files, cases) in [(&[][..], CASES), (&[fixture.as_path()], REFERENCE_CASES)] {
+        let helm4 = render_cases("helm", files, cases);
+        for ((case, helm3, _), (_, helm4, _)) in
+            render_cases("helm3", files, cases).iter().zip(helm4)
+        {
+            assert!(*helm3 == helm4, "{case}: Helm 3 renders other objects");
+        }
     }
-    for ((case, objs, _), (_, sets)) in reference_renders().iter().zip(REFERENCE_CASES) {
-        let yaml = template_files("helm3", &[&reference_values()], sets, true)
-            .unwrap_or_else(|e| panic!("{case}: helm3 template failed: {e}"));
-        assert!(docs(&yaml) == *objs, "{case}: Helm 3 renders other objects");
-    }
-    let err = template_with("helm3", &["controller.mdoe=x"], true).unwrap_err();
+    let err = template_files("helm3", &[], &["controller.mdoe=x"]).unwrap_err();
     assert!(err.contains("mdoe"), "{err}");
 }
 
@@ -758,7 +827,7 @@ pub(crate) fn validate(what: &str, yaml: &str) {
 
 #[test]
 fn every_render_validates_against_the_kubernetes_schemas() {
-    for (case, _, yaml) in renders().iter().chain(reference_renders()) {
+    for (case, _, yaml) in renders().into_iter().chain(reference_renders()) {
         validate(case, yaml);
     }
     let quickstart = std::fs::read_to_string(root().join("deploy/quickstart.yaml")).unwrap();
@@ -794,73 +863,100 @@ fn quickstart_is_the_chart_rendered_with_defaults() {
     }
 }
 
+/// How Helm refuses values: its schema check naming the key, or a template's own message with
+/// these words (and no word of the schema's).
+#[derive(Debug)]
+enum Refusal {
+    Schema(&'static str),
+    Message(&'static [&'static str]),
+}
+use Refusal::{Message, Schema};
+
+fn assert_refused(sets: &[&str], refusal: &Refusal) {
+    let err = template(sets).expect_err(&format!("{sets:?} renders"));
+    match refusal {
+        Schema(complaint) => assert!(
+            err.contains("schema") && err.contains(complaint),
+            "{sets:?}: {err}"
+        ),
+        Message(words) => {
+            for w in *words {
+                assert!(err.contains(w), "{sets:?}: {err}");
+            }
+            assert!(
+                !err.contains("schema"),
+                "{sets:?}: a template's message, not the schema's: {err}"
+            );
+        }
+    }
+}
+
+/// Typos and bad values the schema refuses.
+const TYPOS: &[(&[&str], Refusal)] = &[
+    (&["controller.mdoe=external-dns"], Schema("mdoe")),
+    (&["proxy.replica=3"], Schema("replica")),
+    (&["typo=1"], Schema("typo")),
+    (&["controller.mode=etc-hosts"], Schema("mode")),
+    (&["controller.resync=10"], Schema("resync")),
+    (&["controller.resync=ten minutes"], Schema("resync")),
+    (
+        &["proxy.service.ipFamilyPolicy=DualStack"],
+        Schema("ipFamilyPolicy"),
+    ),
+    (&["edge.listen={443}"], Schema("listen")),
+    (
+        &["controller.externalDns.proxyIps={not-an-ip}"],
+        Schema("proxyIps"),
+    ),
+    (
+        &["controller.proxyFqdn=no-trailing-dot.example"],
+        Schema("proxyFqdn"),
+    ),
+    (&["etcHosts.hostPath=etc/hosts"], Schema("hostPath")),
+    (&["proxy.busyPoll=2ms"], Schema("busyPoll")),
+    (&["edge.busyPoll=1001us"], Schema("busyPoll")),
+    (&["edge.busyPoll=50"], Schema("busyPoll")),
+    // The reference chart's keys are accepted, their typos are not.
+    (&["externalDns.recordTtl=60"], Schema("recordTtl")),
+    (&["externalDns.output=dnsendpoint"], Schema("output")),
+    (&["controller.gatewayApi.enable=true"], Schema("enable")),
+    (&["etcHosts.hostPath2=/etc/hosts"], Schema("hostPath2")),
+    (
+        &["podDisruptionBudget.maxUnavaliable=1"],
+        Schema("maxUnavaliable"),
+    ),
+    (&["networkPolicy.ingress.form={}"], Schema("form")),
+    (&["proxy.shutdownGrace=500ms"], Schema("shutdownGrace")),
+    (&["controller.cleanupHookImage.tags=1"], Schema("tags")),
+    (&["podSecurityContext.runAsUsr=1"], Schema("runAsUsr")),
+    (
+        &["securityContext.readOnlyRootFileSystem=true"],
+        Schema("readOnlyRootFileSystem"),
+    ),
+    (&["serviceAccount.annotation.a=b"], Schema("annotation")),
+    // An entry of proxies is as strict as proxy.*.
+    (&["proxies[0].nmae=traefik"], Schema("nmae")),
+    (&["proxies[0].name=Traefik"], Schema("name")),
+    (&["proxies[0].gateways={public}"], Schema("gateways")),
+    (&["proxies[0].service.tpye=LoadBalancer"], Schema("tpye")),
+    (
+        &["proxies[0].target.namespace=traefik"],
+        Schema("namespace"),
+    ),
+    (&["proxy.copyMode=bpf"], Schema("copyMode")),
+    (&["proxies[0].copyMode=kernel"], Schema("copyMode")),
+    (&["edge.copyMode=ebpf"], Schema("copyMode")),
+    (
+        &["edge.enabled=true", "edge.service=nonamespace"],
+        Schema("edge/service"),
+    ),
+];
+
 #[test]
 fn schema_rejects_typos_and_bad_values() {
-    for (set, complaint) in [
-        ("controller.mdoe=external-dns", "mdoe"),
-        ("proxy.replica=3", "replica"),
-        ("typo=1", "typo"),
-        ("controller.mode=etc-hosts", "mode"),
-        ("controller.resync=10", "resync"),
-        ("controller.resync=ten minutes", "resync"),
-        ("proxy.service.ipFamilyPolicy=DualStack", "ipFamilyPolicy"),
-        ("edge.listen={443}", "listen"),
-        ("controller.externalDns.proxyIps={not-an-ip}", "proxyIps"),
-        ("controller.proxyFqdn=no-trailing-dot.example", "proxyFqdn"),
-        ("etcHosts.hostPath=etc/hosts", "hostPath"),
-        ("proxy.busyPoll=2ms", "busyPoll"),
-        ("edge.busyPoll=1001us", "busyPoll"),
-        ("edge.busyPoll=50", "busyPoll"),
-        // The reference chart's keys are accepted, their typos are not.
-        ("externalDns.recordTtl=60", "recordTtl"),
-        ("externalDns.output=dnsendpoint", "output"),
-        ("controller.gatewayApi.enable=true", "enable"),
-        ("etcHosts.hostPath2=/etc/hosts", "hostPath2"),
-        ("podDisruptionBudget.maxUnavaliable=1", "maxUnavaliable"),
-        ("networkPolicy.ingress.form={}", "form"),
-        ("proxy.shutdownGrace=500ms", "shutdownGrace"),
-        ("controller.cleanupHookImage.tags=1", "tags"),
-        ("podSecurityContext.runAsUsr=1", "runAsUsr"),
-        (
-            "securityContext.readOnlyRootFileSystem=true",
-            "readOnlyRootFileSystem",
-        ),
-        ("serviceAccount.annotation.a=b", "annotation"),
-        // An entry of proxies is as strict as proxy.*.
-        ("proxies[0].nmae=traefik", "nmae"),
-        ("proxies[0].name=Traefik", "name"),
-        ("proxies[0].gateways={public}", "gateways"),
-        ("proxies[0].service.tpye=LoadBalancer", "tpye"),
-        ("proxies[0].target.namespace=traefik", "namespace"),
-        ("proxy.copyMode=bpf", "copyMode"),
-        ("proxies[0].copyMode=kernel", "copyMode"),
-        ("edge.copyMode=ebpf", "copyMode"),
-    ] {
-        let err = template(&[set], true).expect_err(set);
-        assert!(
-            err.contains("schema") && err.contains(complaint),
-            "--set {set}: {err}"
-        );
+    for (sets, refusal) in TYPOS {
+        assert_refused(sets, refusal);
     }
-    let err = template(
-        &["controller.replicas=2", "controller.leaderElect=false"],
-        true,
-    )
-    .expect_err("replicas without a lease");
-    assert!(err.contains("leaderElect"), "{err}");
-    let err = template(&["proxy.target.serviceName=traefik"], true).unwrap_err();
-    assert!(err.contains("serviceNamespace"), "{err}");
-    let err = template(&["edge.enabled=true", "edge.service=nonamespace"], true).unwrap_err();
-    assert!(err.contains("edge/service"), "{err}");
-    let err = template(
-        &[
-            "controller.mode=coredns-import",
-            "controller.corednsAnswer=view",
-        ],
-        true,
-    )
-    .unwrap_err();
-    assert!(err.contains("controller.mode=coredns"), "{err}");
 }
 
 // --- pods ----------------------------------------------------------------------------------------
@@ -870,77 +966,89 @@ fn pods_are_hardened() {
     let mut checked = 0;
     for (case, objs, _) in renders() {
         for (w, pod) in pods(objs) {
-            let root_exception = w.ends_with("-etc-hosts") || w.ends_with("-edge");
-            // The pod keeps its user; a proxy container in sockmap mode runs as root (below).
-            assert_eq!(
-                pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
-                "{case}: {w}"
-            );
-            assert_eq!(
-                pod["securityContext"]["runAsNonRoot"],
-                Value::Bool(!root_exception),
-                "{case}: {w}"
-            );
-            assert!(
-                pod["hostPID"].is_null() && pod["hostIPC"].is_null(),
-                "{case}: {w}"
-            );
-            // Service links would inject OUROBOROS_PROXY_* variables (from the Service
-            // `ouroboros-proxy`) into the flags' environment namespace.
-            assert_eq!(pod["enableServiceLinks"], false, "{case}: {w}");
-            assert_eq!(
-                pod["hostNetwork"].as_bool().unwrap_or(false),
-                w.ends_with("-edge"),
-                "{case}: {w}: only edge is on the host network"
-            );
+            let what = format!("{case}: {w}");
+            assert_pod_hardened(&what, &w, pod);
             for c in pod["containers"].as_array().unwrap() {
-                let sc = &c["securityContext"];
-                assert_eq!(sc["readOnlyRootFilesystem"], true, "{case}: {w}");
-                assert_eq!(sc["allowPrivilegeEscalation"], false, "{case}: {w}");
-                assert_eq!(sc["privileged"], false, "{case}: {w}");
-                assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{case}: {w}");
-                let added = strings(&sc["capabilities"]["add"]);
-                // The kernel relay's capabilities, only where the container runs it.
-                let sockmap = has(&strings(&c["args"]), "--copy-mode=sockmap");
-                let relay: &[&str] = if sockmap { &["BPF", "NET_ADMIN"] } else { &[] };
-                if w.ends_with("-edge") {
-                    let want: Vec<&str> = ["NET_BIND_SERVICE"]
-                        .into_iter()
-                        .chain(relay.iter().copied())
-                        .collect();
-                    assert_eq!(added, want, "{case}: {w}");
-                } else {
-                    assert_eq!(added, relay, "{case}: {w} adds {added:?}");
-                }
-                if sockmap && !root_exception {
-                    assert_eq!(
-                        (&sc["runAsUser"], &sc["runAsNonRoot"]),
-                        (&0.into(), &false.into()),
-                        "{case}: {w}: added capabilities reach only root's effective set"
-                    );
-                } else {
-                    assert!(
-                        sc["runAsUser"].is_null() && sc["runAsNonRoot"].is_null(),
-                        "{case}: {w}: the pod's user"
-                    );
-                }
-                assert!(
-                    !c["resources"]["requests"].is_null()
-                        && !c["resources"]["limits"]["memory"].is_null(),
-                    "{case}: {w}: requests and a memory limit"
-                );
-            }
-            // The only host path is the etc-hosts file.
-            for v in pod["volumes"].as_array().into_iter().flatten() {
-                if !v["hostPath"].is_null() {
-                    assert!(w.ends_with("-etc-hosts"), "{case}: {w} mounts a host path");
-                    assert_eq!(v["hostPath"]["type"], "File", "{case}: {w}");
-                }
+                assert_container_hardened(&what, &w, c);
             }
             checked += 1;
         }
     }
     assert!(checked >= 30, "{checked}");
+}
+
+/// The pod of workload `w` (kind/name): its own settings and volumes.
+fn assert_pod_hardened(what: &str, w: &str, pod: &Value) {
+    let root_exception = w.ends_with("-etc-hosts") || w.ends_with("-edge");
+    // The pod keeps its user; a proxy container in sockmap mode runs as root (below).
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "{what}"
+    );
+    assert_eq!(
+        pod["securityContext"]["runAsNonRoot"],
+        Value::Bool(!root_exception),
+        "{what}"
+    );
+    assert!(
+        pod["hostPID"].is_null() && pod["hostIPC"].is_null(),
+        "{what}"
+    );
+    // Service links would inject OUROBOROS_PROXY_* variables (from the Service
+    // `ouroboros-proxy`) into the flags' environment namespace.
+    assert_eq!(pod["enableServiceLinks"], false, "{what}");
+    assert_eq!(
+        pod["hostNetwork"].as_bool().unwrap_or(false),
+        w.ends_with("-edge"),
+        "{what}: only edge is on the host network"
+    );
+    // The only host path is the etc-hosts file.
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        if !v["hostPath"].is_null() {
+            assert!(w.ends_with("-etc-hosts"), "{what} mounts a host path");
+            assert_eq!(v["hostPath"]["type"], "File", "{what}");
+        }
+    }
+}
+
+/// A container of workload `w`: read-only, unprivileged, no capability but the ones it needs,
+/// with requests and a memory limit.
+fn assert_container_hardened(what: &str, w: &str, c: &Value) {
+    let root_exception = w.ends_with("-etc-hosts") || w.ends_with("-edge");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
+    assert_eq!(sc["privileged"], false, "{what}");
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{what}");
+    let added = strings(&sc["capabilities"]["add"]);
+    // The kernel relay's capabilities, only where the container runs it.
+    let sockmap = has(&strings(&c["args"]), "--copy-mode=sockmap");
+    let relay: &[&str] = if sockmap { &["BPF", "NET_ADMIN"] } else { &[] };
+    if w.ends_with("-edge") {
+        let want: Vec<&str> = ["NET_BIND_SERVICE"]
+            .into_iter()
+            .chain(relay.iter().copied())
+            .collect();
+        assert_eq!(added, want, "{what}");
+    } else {
+        assert_eq!(added, relay, "{what} adds {added:?}");
+    }
+    if sockmap && !root_exception {
+        assert_eq!(
+            (&sc["runAsUser"], &sc["runAsNonRoot"]),
+            (&0.into(), &false.into()),
+            "{what}: added capabilities reach only root's effective set"
+        );
+    } else {
+        assert!(
+            sc["runAsUser"].is_null() && sc["runAsNonRoot"].is_null(),
+            "{what}: the pod's user"
+        );
+    }
+    assert!(
+        !c["resources"]["requests"].is_null() && !c["resources"]["limits"]["memory"].is_null(),
+        "{what}: requests and a memory limit"
+    );
 }
 
 /// `--copy-mode sockmap` loads a BPF program and socket maps: the chart grants CAP_BPF and
@@ -951,71 +1059,22 @@ fn pods_are_hardened() {
 #[test]
 fn sockmap_grants_bpf_and_net_admin_to_its_own_containers_only() {
     // The defaults add no capability anywhere.
-    let (_, defaults, _) = &renders()[0];
-    for (w, pod) in pods(defaults) {
+    for (w, pod) in pods(defaults()) {
         for c in pod["containers"].as_array().unwrap() {
             let caps = &c["securityContext"]["capabilities"];
             assert!(caps["add"].is_null(), "defaults: {w} adds {}", caps["add"]);
             assert_eq!(strings(&caps["drop"]), ["ALL"], "defaults: {w}");
         }
     }
-
-    let proxy_root = serde_json::json!({
-        "allowPrivilegeEscalation": false,
-        "readOnlyRootFilesystem": true,
-        "privileged": false,
-        "runAsUser": 0,
-        "runAsNonRoot": false,
-        "capabilities": {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN"]},
-    });
-    let edge = ("DaemonSet", "ouroboros-edge");
-    let main = ("Deployment", "ouroboros-proxy");
-    let entry = ("Deployment", "ouroboros-proxy-traefik");
-    type Scenario<'a> = (&'a [&'a str], &'a [&'a str], &'a [(&'a str, &'a str)]);
-    let scenarios: &[Scenario] = &[
-        (&["proxy.copyMode=sockmap"], &[], &[main]),
-        (
-            &["edge.enabled=true", "edge.copyMode=sockmap"],
-            &["edge.enabled=true"],
-            &[edge],
-        ),
-        // An entry of proxies opts in alone...
-        (
-            &[TWO_PROXIES, "proxies[0].copyMode=sockmap"],
-            &[TWO_PROXIES],
-            &[entry],
-        ),
-        // ... takes proxy.copyMode unless it sets its own ...
-        (
-            &[TWO_PROXIES, "proxy.copyMode=sockmap"],
-            &[TWO_PROXIES],
-            &[main, entry],
-        ),
-        // ... and can keep out of it.
-        (
-            &[
-                TWO_PROXIES,
-                "proxy.copyMode=sockmap",
-                "proxies[0].copyMode=splice",
-            ],
-            &[TWO_PROXIES, "proxies[0].copyMode=splice"],
-            &[main],
-        ),
-    ];
-    for (sets, base_sets, expected) in scenarios {
+    for (sets, base_sets, expected) in SOCKMAP_SCENARIOS {
         let what = format!("{sets:?}");
-        let yaml = template(sets, true).unwrap_or_else(|e| panic!("{what}: {e}"));
-        validate(&what, &yaml);
-        let with = docs(&yaml);
-        let base = docs(&template(base_sets, true).unwrap());
-        assert_eq!(
-            object_keys(&with),
-            object_keys(&base),
-            "{what}: same objects"
-        );
+        let with = render(sets);
+        validate(&what, &with.yaml);
+        let (with, base) = (&with.objs, rendered(base_sets));
+        assert_eq!(object_keys(with), object_keys(base), "{what}: same objects");
         let changed: BTreeSet<(&str, &str)> = with
             .iter()
-            .filter(|o| find(&base, kind(o), name(o)) != Some(*o))
+            .filter(|o| find(base, kind(o), name(o)) != Some(*o))
             .map(|o| (kind(o), name(o)))
             .collect();
         assert_eq!(
@@ -1024,61 +1083,102 @@ fn sockmap_grants_bpf_and_net_admin_to_its_own_containers_only() {
             "{what}: only the workloads in sockmap mode change"
         );
         for &(k, n) in *expected {
-            let was = find(&base, k, n).unwrap();
-            let mut now = find(&with, k, n).unwrap().clone();
-            let c = &mut now["spec"]["template"]["spec"]["containers"][0];
-            let was_c = &was["spec"]["template"]["spec"]["containers"][0];
-            // The arguments differ in --copy-mode alone.
-            let args = strings(&c["args"]);
-            let was_args = strings(&was_c["args"]);
-            let mode = |a: &[String]| -> Vec<String> {
-                a.iter()
-                    .filter(|x| x.starts_with("--copy-mode="))
-                    .cloned()
-                    .collect()
-            };
-            assert_eq!(mode(&args), ["--copy-mode=sockmap"], "{what}: {k} {n}");
-            assert_ne!(mode(&was_args), mode(&args), "{what}: {k} {n}");
-            let others = |a: &[String]| -> Vec<String> {
-                a.iter()
-                    .filter(|x| !x.starts_with("--copy-mode="))
-                    .cloned()
-                    .collect()
-            };
-            assert_eq!(others(&args), others(&was_args), "{what}: {k} {n}");
-            let sc = c["securityContext"].take();
-            if k == "DaemonSet" {
-                let mut want = was_c["securityContext"].clone();
-                want["capabilities"]["add"] =
-                    serde_json::json!(["NET_BIND_SERVICE", "BPF", "NET_ADMIN"]);
-                assert_eq!(sc, want, "{what}: {k} {n}");
-                assert_eq!(
-                    now["spec"]["template"]["spec"]["securityContext"]["runAsUser"], 0,
-                    "{what}: edge already runs as root"
-                );
-            } else {
-                assert_eq!(sc, proxy_root, "{what}: {k} {n}");
-            }
-            // Put back what sockmap changes: the rest is as without it.
-            let c = &mut now["spec"]["template"]["spec"]["containers"][0];
-            c["securityContext"] = was_c["securityContext"].clone();
-            c["args"] = was_c["args"].clone();
-            assert_eq!(&now, was, "{what}: {k} {n}: nothing else changes");
+            let what = format!("{what}: {k} {n}");
+            assert_sockmap_changes(&what, find(base, k, n).unwrap(), find(with, k, n).unwrap());
         }
     }
 
     // securityContext keys still replace the chart's last, as values.yaml says.
-    let objs = docs(
-        &template(
-            &["proxy.copyMode=sockmap", "securityContext.runAsUser=1000"],
-            true,
-        )
-        .unwrap(),
-    );
-    let sc = &pod_named(&objs, "Deployment", "ouroboros-proxy").unwrap()["containers"][0]
+    let objs = rendered(&["proxy.copyMode=sockmap", "securityContext.runAsUser=1000"]);
+    let sc = &pod_named(objs, "Deployment", "ouroboros-proxy").unwrap()["containers"][0]
         ["securityContext"];
     assert_eq!(sc["runAsUser"], 1000);
     assert_eq!(strings(&sc["capabilities"]["add"]), ["BPF", "NET_ADMIN"]);
+}
+
+/// Values with sockmap somewhere, the same values without it, and the workloads that differ.
+type SockmapScenario = (
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+const EDGE: (&str, &str) = ("DaemonSet", "ouroboros-edge");
+const MAIN_PROXY: (&str, &str) = ("Deployment", "ouroboros-proxy");
+const ENTRY_PROXY: (&str, &str) = ("Deployment", "ouroboros-proxy-traefik");
+const SOCKMAP_SCENARIOS: &[SockmapScenario] = &[
+    (&["proxy.copyMode=sockmap"], &[], &[MAIN_PROXY]),
+    (
+        &["edge.enabled=true", "edge.copyMode=sockmap"],
+        &["edge.enabled=true"],
+        &[EDGE],
+    ),
+    // An entry of proxies opts in alone...
+    (
+        &[TWO_PROXIES, "proxies[0].copyMode=sockmap"],
+        &[TWO_PROXIES],
+        &[ENTRY_PROXY],
+    ),
+    // ... takes proxy.copyMode unless it sets its own ...
+    (
+        &[TWO_PROXIES, "proxy.copyMode=sockmap"],
+        &[TWO_PROXIES],
+        &[MAIN_PROXY, ENTRY_PROXY],
+    ),
+    // ... and can keep out of it.
+    (
+        &[
+            TWO_PROXIES,
+            "proxy.copyMode=sockmap",
+            "proxies[0].copyMode=splice",
+        ],
+        &[TWO_PROXIES, "proxies[0].copyMode=splice"],
+        &[MAIN_PROXY],
+    ),
+];
+
+/// A workload in sockmap mode (`now`) differs from itself without it (`was`) in its container's
+/// --copy-mode and securityContext alone: CAP_BPF and CAP_NET_ADMIN, as root for a proxy, on top
+/// of NET_BIND_SERVICE for edge.
+fn assert_sockmap_changes(what: &str, was: &Value, now: &Value) {
+    let mut now = now.clone();
+    let c = &mut now["spec"]["template"]["spec"]["containers"][0];
+    let was_c = &was["spec"]["template"]["spec"]["containers"][0];
+    // The arguments differ in --copy-mode alone.
+    let (args, was_args) = (strings(&c["args"]), strings(&was_c["args"]));
+    let split = |a: &[String]| -> (Vec<String>, Vec<String>) {
+        a.iter()
+            .cloned()
+            .partition(|x| x.starts_with("--copy-mode="))
+    };
+    let ((mode, others), (was_mode, was_others)) = (split(&args), split(&was_args));
+    assert_eq!(mode, ["--copy-mode=sockmap"], "{what}");
+    assert_ne!(was_mode, mode, "{what}");
+    assert_eq!(others, was_others, "{what}");
+    let sc = c["securityContext"].take();
+    if kind(was) == "DaemonSet" {
+        let mut want = was_c["securityContext"].clone();
+        want["capabilities"]["add"] = serde_json::json!(["NET_BIND_SERVICE", "BPF", "NET_ADMIN"]);
+        assert_eq!(sc, want, "{what}");
+        assert_eq!(
+            now["spec"]["template"]["spec"]["securityContext"]["runAsUser"], 0,
+            "{what}: edge already runs as root"
+        );
+    } else {
+        let proxy_root = serde_json::json!({
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "privileged": false,
+            "runAsUser": 0,
+            "runAsNonRoot": false,
+            "capabilities": {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN"]},
+        });
+        assert_eq!(sc, proxy_root, "{what}");
+    }
+    // Put back what sockmap changes: the rest is as without it.
+    let c = &mut now["spec"]["template"]["spec"]["containers"][0];
+    c["securityContext"] = was_c["securityContext"].clone();
+    c["args"] = was_c["args"].clone();
+    assert_eq!(&now, was, "{what}: nothing else changes");
 }
 
 /// The proxy Deployments of a render (pods running `ouroboros proxy`): the main one and one per
@@ -1114,9 +1214,8 @@ fn proxy_has_no_token_and_drains_before_it_is_killed() {
 
             let args = container_args(pod);
             let secs = |flag: &str| -> u64 {
-                let v = args
-                    .iter()
-                    .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+                let v = *flag_values(&args, flag)
+                    .first()
                     .unwrap_or_else(|| panic!("{case}: {n} has {flag}"));
                 ouroboros::flags::parse_duration(v).unwrap().as_secs()
             };
@@ -1158,10 +1257,7 @@ fn proxy_has_no_token_and_drains_before_it_is_killed() {
         }
     }
     assert!(extra >= 2, "entries of proxies checked: {extra}");
-    let (_, objs, _) = renders()
-        .iter()
-        .find(|(c, _, _)| c.starts_with("proxy: dual-stack"))
-        .unwrap();
+    let objs = case("proxy: dual-stack");
     let svc = find(objs, "Service", "ouroboros-proxy").unwrap();
     assert_eq!(svc["spec"]["ipFamilyPolicy"], "PreferDualStack");
     assert_eq!(strings(&svc["spec"]["ipFamilies"]), ["IPv6", "IPv4"]);
@@ -1215,11 +1311,9 @@ fn probes_hit_the_admin_listener() {
 
 #[test]
 fn etc_hosts_daemonset_gets_the_deployments_filters_and_a_single_file_mount() {
-    let (case, objs, _) = renders()
-        .iter()
-        .find(|(c, _, _)| c.starts_with("etc-hosts alongside"))
-        .unwrap();
-    let deploy = container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap());
+    let objs = case("etc-hosts alongside");
+    let case = "etc-hosts alongside";
+    let deploy = controller_args(objs);
     let pod = pod_named(objs, "DaemonSet", "ouroboros-etc-hosts").unwrap();
     let ds = container_args(pod);
     let shared = |a: &&String| {
@@ -1271,8 +1365,7 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
         assert_eq!(ann["helm.sh/hook"], "post-delete", "{case}");
         let pod = &job["spec"]["template"]["spec"];
         let args = container_args(pod);
-        let controller =
-            container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap());
+        let controller = controller_args(objs);
         for a in &args[1..] {
             assert!(
                 controller.contains(a),
@@ -1296,16 +1389,14 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
         }
     }
     // No hook without the controller or when disabled.
-    let objs = docs(&template(&["controller.cleanupOnUninstall=false"], true).unwrap());
-    assert!(find(&objs, "Job", "ouroboros-cleanup").is_none());
+    let objs = rendered(&["controller.cleanupOnUninstall=false"]);
+    assert!(find(objs, "Job", "ouroboros-cleanup").is_none());
 }
 
 #[test]
 fn network_policy_and_service_monitor() {
-    let (case, objs, _) = renders()
-        .iter()
-        .find(|(c, _, _)| c.starts_with("proxy: dual-stack"))
-        .unwrap();
+    let objs = case("proxy: dual-stack");
+    let case = "proxy: dual-stack";
     let np = find(objs, "NetworkPolicy", "ouroboros-proxy").expect("NetworkPolicy");
     let proxy = find(objs, "Deployment", "ouroboros-proxy").unwrap();
     assert_eq!(
@@ -1347,7 +1438,7 @@ fn network_policy_and_service_monitor() {
         }
     }
     // Off by default.
-    let (_, defaults, _) = &renders()[0];
+    let defaults = defaults();
     assert!(defaults
         .iter()
         .all(|o| !matches!(kind(o), "NetworkPolicy" | "ServiceMonitor" | "DaemonSet")));
@@ -1364,7 +1455,7 @@ fn chart_version_matches_the_crate() {
         yaml_serde::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
             .unwrap();
     let repository = values["image"]["repository"].as_str().unwrap();
-    let (_, objs, _) = &renders()[0];
+    let objs = defaults();
     let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
     assert_eq!(
         pod["containers"][0]["image"],
@@ -1438,9 +1529,9 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     assert_eq!(object_keys(with), expected, "{TWO_PROXIES}");
     assert_eq!(with.len(), expected.len(), "{TWO_PROXIES}: no object twice");
 
-    let without = docs(&template(&[TWO_PROXIES, "json:proxies=[]"], true).unwrap());
+    let without = rendered(&[TWO_PROXIES, "json:proxies=[]"]);
     let added: BTreeSet<_> = object_keys(with)
-        .difference(&object_keys(&without))
+        .difference(&object_keys(without))
         .cloned()
         .collect();
     let entry: BTreeSet<_> = [
@@ -1459,7 +1550,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     }))
     .collect();
     assert_eq!(added, entry);
-    assert_eq!(object_keys(&without).len() + entry.len(), with.len());
+    assert_eq!(object_keys(without).len() + entry.len(), with.len());
     let changed: BTreeSet<_> = without
         .iter()
         .filter(|o| find(with, kind(o), name(o)) != Some(*o))
@@ -1479,11 +1570,11 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     assert_eq!(targets, [TRAEFIK_TARGET], "{k} {n}");
     assert_eq!(
         rest,
-        container_args(pod_named(&without, k, n).unwrap()),
+        container_args(pod_named(without, k, n).unwrap()),
         "{k} {n}: only --target is added"
     );
 
-    let text = notes(&[], &[TWO_PROXIES]).unwrap();
+    let text = notes(&[], &[TWO_PROXIES]);
     for line in [
         "traefik (ingress-class=traefik, gateway-class=traefik), forwarding to traefik.traefik",
         "rollout status deployment/ouroboros-proxy-traefik",
@@ -1491,7 +1582,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
     ] {
         assert!(text.contains(line), "NOTES lacks {line:?}:\n{text}");
     }
-    let plain = notes(&[], &[]).unwrap();
+    let plain = notes(&[], &[]);
     assert!(!plain.contains("(proxies)"), "{plain}");
 }
 
@@ -1624,26 +1715,18 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
     );
 
     // Two entries, in their order, with every kind of mapping.
-    let objs = docs(
-        &template(
-            &[
-                "controller.gatewayApi=true",
-                "proxies[0].name=public",
-                "proxies[0].target.host=traefik.traefik",
-                "proxies[0].ingressClasses={traefik,traefik-public}",
-                "proxies[1].name=gw",
-                "proxies[1].target.serviceName=envoy",
-                "proxies[1].target.serviceNamespace=envoy-gateway-system",
-                "proxies[1].gatewayClasses={eg}",
-                "proxies[1].gateways={infra/public,infra/internal.example}",
-            ],
-            true,
-        )
-        .unwrap(),
-    );
-    let (targets, _) = split_targets(container_args(
-        pod_named(&objs, "Deployment", "ouroboros-controller").unwrap(),
-    ));
+    let objs = rendered(&[
+        "controller.gatewayApi=true",
+        "proxies[0].name=public",
+        "proxies[0].target.host=traefik.traefik",
+        "proxies[0].ingressClasses={traefik,traefik-public}",
+        "proxies[1].name=gw",
+        "proxies[1].target.serviceName=envoy",
+        "proxies[1].target.serviceNamespace=envoy-gateway-system",
+        "proxies[1].gatewayClasses={eg}",
+        "proxies[1].gateways={infra/public,infra/internal.example}",
+    ]);
+    let (targets, _) = split_targets(controller_args(objs));
     assert_eq!(
         targets,
         [
@@ -1663,14 +1746,19 @@ fn controller_and_etc_hosts_get_one_target_per_entry() {
     assert_eq!(gw.gateway_classes, BTreeSet::from(["eg".into()]));
     assert!(gw.ingress_classes.is_empty());
     for n in ["ouroboros-proxy-public", "ouroboros-proxy-gw"] {
-        assert!(find(&objs, "Service", n).is_some(), "{n}");
+        assert!(find(objs, "Service", n).is_some(), "{n}");
     }
 }
 
 /// A permission on one Service of the release namespace.
 fn on_service(service: &str, verb: &str) -> Atom {
+    on_service_in(NAMESPACE, service, verb)
+}
+
+/// A permission on one Service of a namespace.
+fn on_service_in(ns: &str, service: &str, verb: &str) -> Atom {
     (
-        Scope::Namespace(NAMESPACE.into()),
+        Scope::Namespace(ns.into()),
         String::new(),
         "services".into(),
         Some(service.into()),
@@ -1707,14 +1795,14 @@ fn rbac_reads_every_proxy_service_that_answers() {
         }
     }
     // Addresses given for the main proxy are its own: the entry's Service is still read.
-    let objs = docs(&template(&[TWO_PROXIES, "controller.proxyIps={10.0.0.1}"], true).unwrap());
-    let got = granted(&objs, "ouroboros-controller");
+    let objs = rendered(&[TWO_PROXIES, "controller.proxyIps={10.0.0.1}"]);
+    let got = granted(objs, "ouroboros-controller");
     assert!(got.contains(&on_service("ouroboros-proxy-traefik", "watch")));
     assert!(!got.contains(&on_service("ouroboros-proxy", "get")));
     // rewrite answers name the Services, reading none (the ingress controllers' Services, in
     // their own namespaces, are still watched for their ipMode).
-    let objs = docs(&template(&[TWO_PROXIES, "controller.corednsAnswer=rewrite"], true).unwrap());
-    let got = granted(&objs, "ouroboros-controller");
+    let objs = rendered(&[TWO_PROXIES, "controller.corednsAnswer=rewrite"]);
+    let got = granted(objs, "ouroboros-controller");
     assert!(
         got.iter()
             .all(|a| a.2 != "services" || a.0 != Scope::Namespace(NAMESPACE.into())),
@@ -1725,15 +1813,18 @@ fn rbac_reads_every_proxy_service_that_answers() {
 /// The ingress controller Service a proxy Deployment forwards to, if its target is a Service.
 fn proxy_target_service(deployment: &Value) -> Option<(String, String)> {
     let args = container_args(&deployment["spec"]["template"]["spec"]);
-    let value = |flag: &str| {
-        args.iter()
-            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-            .map(str::to_string)
-    };
+    let value = |flag: &str| Some(flag_values(&args, flag).first()?.to_string());
     Some((
         value("--target-service-namespace")?,
         value("--target-service-name")?,
     ))
+}
+
+/// The values of every `flag=value` argument of `args`.
+fn flag_values<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+    args.iter()
+        .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
+        .collect()
 }
 
 /// Roles (and their RoleBindings) watching ingress controller Services for their ipMode.
@@ -1752,19 +1843,14 @@ fn ipmode_roles(objs: &[Value]) -> Vec<&Value> {
 fn ipmode_watch_follows_each_proxys_service_target() {
     let mut watching = BTreeSet::new();
     let mut not_watching = BTreeSet::new();
-    let all = renders()
-        .iter()
-        .map(|r| (r, "ouroboros"))
-        .chain(reference_renders().iter().map(|r| (r, REFERENCE_FULLNAME)));
+    let all = renders().into_iter().map(|r| (r, "ouroboros")).chain(
+        reference_renders()
+            .into_iter()
+            .map(|r| (r, REFERENCE_FULLNAME)),
+    );
     for ((case, objs, _), fullname) in all {
         let mut watched: BTreeSet<(String, String)> = BTreeSet::new();
         for (w, args) in invocations(objs) {
-            let values = |flag: &str| -> Vec<String> {
-                args.iter()
-                    .filter_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
-                    .map(str::to_string)
-                    .collect()
-            };
             if args[0] != "controller" {
                 assert!(
                     !args
@@ -1774,59 +1860,15 @@ fn ipmode_watch_follows_each_proxys_service_target() {
                 );
                 continue;
             }
-            let skip = values("--skip-proxy-ipmode");
-            let on = skip.is_empty();
-            assert!(on || skip == ["false"], "{case}: {w}: {skip:?}");
-            let main = find(objs, "Deployment", &format!("{fullname}-proxy"))
-                .and_then(proxy_target_service)
-                .filter(|_| on)
-                .map(|(ns, n)| format!("{ns}/{n}"));
-            assert_eq!(
-                values("--ingress-controller-service"),
-                Vec::from_iter(main),
-                "{case}: {w}"
-            );
-            for t in values("--target") {
-                let rule = parse_target(&t).unwrap();
-                let d = find(
-                    objs,
-                    "Deployment",
-                    &format!("{fullname}-proxy-{}", rule.name),
-                )
-                .unwrap_or_else(|| panic!("{case}: {w}: no proxy of --target={t}"));
-                assert_eq!(
-                    rule.ingress_controller,
-                    proxy_target_service(d).filter(|_| on),
-                    "{case}: {w}: --target={t}"
-                );
-            }
-            // The binary reads the same Services to watch.
-            let needs = controller_needs(&args);
-            watched.extend(needs.ingress_controller_services.iter().cloned());
-            if needs.ingress_controller_services.is_empty() {
-                not_watching.insert(case.as_str());
+            let services = watched_by(&format!("{case}: {w}"), objs, fullname, &args);
+            if services.is_empty() {
+                not_watching.insert(case);
             } else {
-                watching.insert(case.as_str());
+                watching.insert(case);
             }
+            watched.extend(services);
         }
-        // One Role and one RoleBinding per namespace watched, named apart and within 63.
-        let roles = ipmode_roles(objs);
-        let namespaces: BTreeSet<&str> = watched.iter().map(|(ns, _)| ns.as_str()).collect();
-        let mut names = BTreeSet::new();
-        for k in ["Role", "RoleBinding"] {
-            let of_kind: Vec<_> = roles.iter().filter(|o| kind(o) == k).collect();
-            let in_ns: BTreeSet<&str> = of_kind
-                .iter()
-                .map(|o| o["metadata"]["namespace"].as_str().unwrap())
-                .collect();
-            assert_eq!(in_ns, namespaces, "{case}: {k}s");
-            assert_eq!(of_kind.len(), namespaces.len(), "{case}: {k}s");
-            for o in of_kind {
-                assert!(name(o).len() <= 63, "{case}: {k} {}", name(o));
-                names.insert((k, name(o)));
-            }
-        }
-        assert_eq!(names.len(), roles.len(), "{case}: names taken twice");
+        assert_one_ipmode_role_per_namespace(case, objs, &watched);
     }
     for c in [
         "proxy: dual-stack",
@@ -1852,24 +1894,76 @@ fn ipmode_watch_follows_each_proxys_service_target() {
     }
 }
 
+/// The ingress controller Services that a controller invocation (`args`) watches, as the binary
+/// reads them: the main proxy's (--ingress-controller-service) and each entry's (its --target),
+/// where that proxy's target is a Service and --skip-proxy-ipmode is not false.
+fn watched_by(
+    what: &str,
+    objs: &[Value],
+    fullname: &str,
+    args: &[String],
+) -> Vec<(String, String)> {
+    let skip = flag_values(args, "--skip-proxy-ipmode");
+    let on = skip.is_empty();
+    assert!(on || skip == ["false"], "{what}: {skip:?}");
+    let main = find(objs, "Deployment", &format!("{fullname}-proxy"))
+        .and_then(proxy_target_service)
+        .filter(|_| on)
+        .map(|(ns, n)| format!("{ns}/{n}"));
+    assert_eq!(
+        flag_values(args, "--ingress-controller-service"),
+        Vec::from_iter(main.as_deref()),
+        "{what}"
+    );
+    for t in flag_values(args, "--target") {
+        let rule = parse_target(t).unwrap();
+        let d = find(
+            objs,
+            "Deployment",
+            &format!("{fullname}-proxy-{}", rule.name),
+        )
+        .unwrap_or_else(|| panic!("{what}: no proxy of --target={t}"));
+        assert_eq!(
+            rule.ingress_controller,
+            proxy_target_service(d).filter(|_| on),
+            "{what}: --target={t}"
+        );
+    }
+    // The binary reads the same Services to watch.
+    controller_needs(args).ingress_controller_services
+}
+
+/// One Role and one RoleBinding per namespace of the `watched` Services, named apart and within
+/// 63 characters.
+fn assert_one_ipmode_role_per_namespace(
+    case: &str,
+    objs: &[Value],
+    watched: &BTreeSet<(String, String)>,
+) {
+    let roles = ipmode_roles(objs);
+    let namespaces: BTreeSet<&str> = watched.iter().map(|(ns, _)| ns.as_str()).collect();
+    let mut names = BTreeSet::new();
+    for k in ["Role", "RoleBinding"] {
+        let of_kind: Vec<_> = roles.iter().filter(|o| kind(o) == k).collect();
+        let in_ns: BTreeSet<&str> = of_kind
+            .iter()
+            .map(|o| o["metadata"]["namespace"].as_str().unwrap())
+            .collect();
+        assert_eq!(in_ns, namespaces, "{case}: {k}s");
+        assert_eq!(of_kind.len(), namespaces.len(), "{case}: {k}s");
+        for o in of_kind {
+            assert!(name(o).len() <= 63, "{case}: {k} {}", name(o));
+            names.insert((k, name(o)));
+        }
+    }
+    assert_eq!(names.len(), roles.len(), "{case}: names taken twice");
+}
+
 /// The two ingress controllers of TWO_PROXIES are each watched by every pod running the
 /// controller, with list and watch on their Service alone; controller.skipProxyIpMode=false
 /// watches neither and renders the same objects but those Roles.
 #[test]
 fn ipmode_rbac_of_two_ingress_controllers() {
-    let watch_on = |ns: &str, service: &str, verb: &str| -> Atom {
-        (
-            Scope::Namespace(ns.into()),
-            String::new(),
-            "services".into(),
-            Some(service.into()),
-            verb.into(),
-        )
-    };
-    let controllers = [
-        ("ingress-nginx", "ingress-nginx-controller"),
-        ("traefik", "traefik"),
-    ];
     for (prefix, accounts) in [
         (TWO_PROXIES_CASE, &["ouroboros-controller"][..]),
         (
@@ -1877,60 +1971,69 @@ fn ipmode_rbac_of_two_ingress_controllers() {
             &["ouroboros-controller", "ouroboros-etc-hosts"],
         ),
     ] {
-        let objs = case(prefix);
-        for sa in accounts {
-            let got = granted(objs, sa);
-            for (ns, service) in controllers {
-                let in_ns: BTreeSet<_> = got
-                    .iter()
-                    .filter(|a| a.0 == Scope::Namespace(ns.into()))
-                    .cloned()
-                    .collect();
-                assert_eq!(
-                    in_ns,
-                    BTreeSet::from([
-                        watch_on(ns, service, "list"),
-                        watch_on(ns, service, "watch")
-                    ]),
-                    "{prefix}: {sa} in {ns}"
-                );
-            }
-        }
-        for (ns, _) in controllers {
-            let binding = objs
+        assert_ipmode_grants(prefix, accounts);
+    }
+    assert_skip_proxy_ipmode_drops_the_watch_alone();
+}
+
+/// Each of `accounts` may list and watch the Service of both ingress controllers of the case,
+/// and nothing else in their namespaces; each namespace has one RoleBinding, of the controller.
+fn assert_ipmode_grants(prefix: &str, accounts: &[&str]) {
+    let controllers = [
+        ("ingress-nginx", "ingress-nginx-controller"),
+        ("traefik", "traefik"),
+    ];
+    let objs = case(prefix);
+    for sa in accounts {
+        let got = granted(objs, sa);
+        for (ns, service) in controllers {
+            let in_ns: BTreeSet<_> = got
                 .iter()
-                .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
-                .unwrap_or_else(|| panic!("{prefix}: no RoleBinding in {ns}"));
-            assert_eq!(
-                binding["metadata"]["labels"]["app.kubernetes.io/component"], "controller",
-                "{prefix}"
-            );
-            let subjects: Vec<&str> = binding["subjects"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["name"].as_str().unwrap())
+                .filter(|a| a.0 == Scope::Namespace(ns.into()))
+                .cloned()
                 .collect();
-            assert_eq!(subjects, accounts, "{prefix}: {ns}");
+            assert_eq!(
+                in_ns,
+                BTreeSet::from([
+                    on_service_in(ns, service, "list"),
+                    on_service_in(ns, service, "watch")
+                ]),
+                "{prefix}: {sa} in {ns}"
+            );
         }
     }
+    for (ns, _) in controllers {
+        let binding = objs
+            .iter()
+            .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("{prefix}: no RoleBinding in {ns}"));
+        assert_eq!(
+            binding["metadata"]["labels"]["app.kubernetes.io/component"], "controller",
+            "{prefix}"
+        );
+        let subjects: Vec<&str> = binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(subjects, accounts, "{prefix}: {ns}");
+    }
+}
 
+/// controller.skipProxyIpMode=false watches neither ingress controller and renders the same
+/// objects but those Roles, with the same flags but the watch.
+fn assert_skip_proxy_ipmode_drops_the_watch_alone() {
     let off = case("two ingress controllers, ipMode not watched");
-    let on = docs(
-        &template(
-            &[
-                TWO_PROXIES,
-                "etcHosts.enabled=true",
-                "controller.mode=coredns",
-            ],
-            true,
-        )
-        .unwrap(),
-    );
-    assert_eq!(ipmode_roles(&on).len(), 4);
+    let on = rendered(&[
+        TWO_PROXIES,
+        "etcHosts.enabled=true",
+        "controller.mode=coredns",
+    ]);
+    assert_eq!(ipmode_roles(on).len(), 4);
     assert!(ipmode_roles(off).is_empty());
-    let mut expected = object_keys(&on);
-    for o in ipmode_roles(&on) {
+    let mut expected = object_keys(on);
+    for o in ipmode_roles(on) {
         expected.remove(&(kind(o).to_string(), name(o).to_string()));
     }
     assert_eq!(object_keys(off), expected);
@@ -1948,7 +2051,7 @@ fn ipmode_rbac_of_two_ingress_controllers() {
             .ingress_controller_services
             .is_empty());
         let (targets, rest) = split_targets(args);
-        let (on_targets, on_rest) = split_targets(container_args(pod_named(&on, k, n).unwrap()));
+        let (on_targets, on_rest) = split_targets(container_args(pod_named(on, k, n).unwrap()));
         assert_eq!(
             targets,
             [TRAEFIK_TARGET
@@ -2007,14 +2110,13 @@ fn ipmode_roles_are_one_per_namespace_and_fit_in_63_characters() {
     ]
     .into();
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let yaml = template(&sets, true).unwrap();
-    validate("ipMode Roles of long names", &yaml);
-    let objs = docs(&yaml);
+    let Render { yaml, objs } = render(&sets);
+    validate("ipMode Roles of long names", yaml);
     assert_eq!(
-        assert_rbac("ipMode Roles of long names", &objs, &fullname),
+        assert_rbac("ipMode Roles of long names", objs, &fullname),
         3
     );
-    let roles: Vec<_> = ipmode_roles(&objs)
+    let roles: Vec<_> = ipmode_roles(objs)
         .into_iter()
         .filter(|o| kind(o) == "Role")
         .collect();
@@ -2096,7 +2198,12 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
         assert_eq!(ep[k], mp[k], "{k}");
     }
     assert_eq!(ep["nodeSelector"]["kubernetes.io/os"], "linux");
-    // The NetworkPolicy: the entry's ingress controller, the rest shared.
+    assert_entry_network_policy(objs);
+    assert_entry_overrides();
+}
+
+/// The NetworkPolicy of TWO_PROXIES' entry: its own ingress controller, the rest shared.
+fn assert_entry_network_policy(objs: &[Value]) {
     let (mn, en) = (
         &find(objs, "NetworkPolicy", "ouroboros-proxy").unwrap()["spec"],
         &find(objs, "NetworkPolicy", "ouroboros-proxy-traefik").unwrap()["spec"],
@@ -2123,9 +2230,11 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
     );
     assert_eq!(en["egress"][1], mn["egress"][1], "DNS");
     assert_eq!(en["ingress"], mn["ingress"]);
+}
 
-    // Service, PodDisruptionBudget and placement set on the entry, a host target over proxy's
-    // Service target.
+/// Service, PodDisruptionBudget and placement set on an entry, a host target over proxy's
+/// Service target.
+fn assert_entry_overrides() {
     let sets = [
         "controller.gatewayApi=true",
         "proxy.target.serviceName=ingress-nginx-controller",
@@ -2142,26 +2251,25 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
         "proxies[0].podDisruptionBudget.minAvailable=1",
         "proxies[0].tolerations[0].operator=Exists",
     ];
-    let yaml = template(&sets, true).unwrap();
+    let Render { yaml, objs } = render(&sets);
     validate(
         "an entry overriding Service, PodDisruptionBudget and placement",
-        &yaml,
+        yaml,
     );
-    let objs = docs(&yaml);
-    let svc = |n: &str| &find(&objs, "Service", n).unwrap()["spec"];
+    let svc = |n: &str| &find(objs, "Service", n).unwrap()["spec"];
     assert_eq!(svc("ouroboros-proxy-edge")["type"], "LoadBalancer");
     assert_eq!(svc("ouroboros-proxy")["type"], "ClusterIP");
-    let meta = |n: &str| &find(&objs, "Service", n).unwrap()["metadata"];
+    let meta = |n: &str| &find(objs, "Service", n).unwrap()["metadata"];
     assert_eq!(
         meta("ouroboros-proxy-edge")["annotations"]["lb"],
         "internal"
     );
     assert!(meta("ouroboros-proxy")["annotations"].is_null());
-    let pdb = |n: &str| &find(&objs, "PodDisruptionBudget", n).unwrap()["spec"];
+    let pdb = |n: &str| &find(objs, "PodDisruptionBudget", n).unwrap()["spec"];
     assert_eq!(pdb("ouroboros-proxy-edge")["minAvailable"], 1);
     assert!(pdb("ouroboros-proxy-edge")["maxUnavailable"].is_null());
     assert_eq!(pdb("ouroboros-proxy")["maxUnavailable"], 2);
-    let pod = |n: &str| pod_named(&objs, "Deployment", n).unwrap();
+    let pod = |n: &str| pod_named(objs, "Deployment", n).unwrap();
     assert_eq!(
         pod("ouroboros-proxy-edge")["tolerations"],
         serde_json::json!([{"operator": "Exists"}])
@@ -2185,12 +2293,12 @@ fn an_entry_takes_the_proxy_settings_it_does_not_set() {
 /// main proxy's objects as they were (the other tests check those unchanged).
 #[test]
 fn without_proxies_no_target_and_no_entry_objects() {
-    let (_, defaults, _) = &renders()[0];
-    let empty = docs(&template(&["json:proxies=[]"], true).unwrap());
-    assert!(empty == *defaults, "proxies: [] renders the defaults");
+    let defaults = defaults();
+    let empty = rendered(&["json:proxies=[]"]);
+    assert!(empty == defaults, "proxies: [] renders the defaults");
     let mut checked = 0;
     for (case, objs, _) in renders()
-        .iter()
+        .into_iter()
         .chain(reference_renders())
         .filter(|(c, _, _)| !c.starts_with(TWO_PROXIES_CASE))
     {
@@ -2250,6 +2358,37 @@ fn help_flags(sub: &str) -> Result<BTreeSet<String>, String> {
         .collect())
 }
 
+/// The binary's own command line accepts `args`. A build without the kernel relay refuses
+/// `--copy-mode=sockmap`, which the chart renders when asked (the release image has no relay
+/// either): there the refusal must name the missing feature, and the rest of the arguments still
+/// parse.
+fn assert_parses(what: &str, args: &[String]) {
+    let parse = |args: &[String]| {
+        let argv = std::iter::once("ouroboros".to_string()).chain(args.iter().cloned());
+        common::parse_without_env::<ouroboros::cli::Cli, _, _>(argv).map(drop)
+    };
+    match parse(args) {
+        Ok(()) => {}
+        Err(e)
+            if cfg!(not(feature = "kernel-relay"))
+                && has(args, "--copy-mode=sockmap")
+                && e.to_string().contains(ouroboros::relay::mode::NOT_BUILT) =>
+        {
+            let auto: Vec<String> = args
+                .iter()
+                .map(|a| match a.as_str() {
+                    "--copy-mode=sockmap" => "--copy-mode=auto".to_string(),
+                    _ => a.clone(),
+                })
+                .collect();
+            if let Err(e) = parse(&auto) {
+                panic!("{what}: the binary rejects {auto:?}:\n{e}");
+            }
+        }
+        Err(e) => panic!("{what}: the binary rejects {args:?}:\n{e}"),
+    }
+}
+
 /// Every invocation of `sub` in every render: its flags exist in `--help`, and the whole
 /// argument list parses with the binary's own command line (so the values are valid too).
 fn chart_flags_exist(sub: &str) {
@@ -2260,7 +2399,7 @@ fn chart_flags_exist(sub: &str) {
     );
     let mut seen = 0;
     let mut used = BTreeSet::new();
-    for (case, objs, _) in renders().iter().chain(reference_renders()) {
+    for (case, objs, _) in renders().into_iter().chain(reference_renders()) {
         for (w, args) in invocations(objs) {
             if args.first().map(String::as_str) != Some(sub) {
                 continue;
@@ -2276,22 +2415,7 @@ fn chart_flags_exist(sub: &str) {
                 );
                 used.insert(f.to_string());
             }
-            let argv = std::iter::once("ouroboros".to_string()).chain(args.iter().cloned());
-            match common::parse_without_env::<ouroboros::cli::Cli, _, _>(argv) {
-                // The release image is built without the kernel relay: the value the chart
-                // documents as needing a kernel-relay build is refused at start, naming it.
-                Err(e)
-                    if !cfg!(feature = "kernel-relay")
-                        && args.iter().any(|a| a == "--copy-mode=sockmap") =>
-                {
-                    assert!(
-                        e.to_string().contains("cargo feature kernel-relay"),
-                        "{case}: {w}: {e}"
-                    );
-                }
-                Err(e) => panic!("{case}: {w}: the binary rejects {args:?}:\n{e}"),
-                Ok(_) => {}
-            }
+            assert_parses(&format!("{case}: {w}"), &args);
             seen += 1;
         }
     }
@@ -2341,19 +2465,11 @@ fn controller_and_cleanup_args_parse_with_the_shared_flag_groups() {
     }
     assert!(n >= 20, "{n}");
     // And the flag → RBAC mapping reads the flags it should.
-    let out = docs(
-        &template(
-            &[
-                "controller.mode=external-dns",
-                "controller.externalDns.proxyIps={10.0.0.1}",
-            ],
-            true,
-        )
-        .unwrap(),
-    );
-    let needs = controller_needs(&container_args(
-        pod_named(&out, "Deployment", "ouroboros-controller").unwrap(),
-    ));
+    let out = rendered(&[
+        "controller.mode=external-dns",
+        "controller.externalDns.proxyIps={10.0.0.1}",
+    ]);
+    let needs = controller_needs(&controller_args(out));
     assert_eq!(needs.proxy_service, None);
     assert_eq!(needs.external_dns_output, ExternalDnsOutput::Dnsendpoint);
 }
@@ -2409,56 +2525,37 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
             &["controller.enabled=false", "etcHosts.enabled=true"],
         ),
     ] {
-        let objs = docs(&template(sets, true).unwrap());
+        let objs = rendered(sets);
         let (k, n) = if mode == "etc-hosts" {
             ("DaemonSet", "ouroboros-etc-hosts")
         } else {
             ("Deployment", "ouroboros-controller")
         };
-        let needs = controller_needs(&container_args(pod_named(&objs, k, n).unwrap()));
+        let needs = controller_needs(&container_args(pod_named(objs, k, n).unwrap()));
         matrix_rows(&mut table, mode, "controller", &rbac::required(&needs));
-        if let Some(pod) = pod_named(&objs, "Job", "ouroboros-cleanup") {
-            let rules = rbac::cleanup_required(&cleanup_needs(&container_args(pod)));
+        if let Some(pod) = pod_named(objs, "Job", "ouroboros-cleanup") {
+            let rules = workloads::cleanup_required(&cleanup_needs(&container_args(pod)));
             matrix_rows(&mut table, mode, "uninstall hook", &rules);
         }
     }
-    let objs = docs(&template(&["edge.enabled=true"], true).unwrap());
-    let pod = pod_named(&objs, "DaemonSet", "ouroboros-edge").unwrap();
+    let objs = rendered(&["edge.enabled=true"]);
+    let pod = pod_named(objs, "DaemonSet", "ouroboros-edge").unwrap();
     matrix_rows(
         &mut table,
         "edge (`edge.enabled`)",
         "edge",
-        &rbac::edge_required(&edge_needs(&container_args(pod))),
+        &workloads::edge_required(&edge_needs(&container_args(pod))),
     );
     table.push_str(MATRIX_END);
-    check_generated(
-        &root().join("docs/install.md"),
-        "RBAC matrix",
-        MATRIX_BEGIN,
-        MATRIX_END,
-        &table,
-    );
-}
-
-/// A generated section of a document, from `begin` to `end` (markers included), must be
-/// `generated`; `BLESS=1 cargo test --test it chart::readme` rewrites it in place instead.
-fn check_generated(path: &Path, what: &str, begin: &str, end: &str, generated: &str) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let span = text
-        .find(begin)
-        .and_then(|b| text[b..].find(end).map(|e| b..b + e + end.len()));
-    if std::env::var("BLESS").as_deref() == Ok("1") {
-        let span = span.unwrap_or_else(|| panic!("{} has no {what} markers", path.display()));
-        let mut updated = text.clone();
-        updated.replace_range(span, generated);
-        std::fs::write(path, updated).unwrap();
-        return;
+    Section {
+        path: &root().join("docs/install.md"),
+        what: "RBAC matrix",
+        begin: MATRIX_BEGIN,
+        end: MATRIX_END,
+        switch: "BLESS",
+        rewrite: "cargo test --test it chart::readme",
     }
-    assert!(
-        span.map(|s| &text[s]) == Some(generated),
-        "the {what} in {} is out of date: run `BLESS=1 cargo test --test it chart::readme`, or replace it (markers included) with:\n\n{generated}\n",
-        path.display()
-    );
+    .check(&table);
 }
 
 // --- values table of the chart README ------------------------------------------------------------
@@ -2524,22 +2621,6 @@ fn values_comments(text: &str) -> BTreeMap<String, String> {
         above.clear();
     }
     out
-}
-
-/// Markdown table cell text: `|` escaped everywhere, `<` outside code spans.
-fn cell(text: &str) -> String {
-    text.split('`')
-        .enumerate()
-        .map(|(i, part)| {
-            let part = part.replace('|', "\\|");
-            if i % 2 == 0 {
-                part.replace('<', "&lt;")
-            } else {
-                part
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("`")
 }
 
 /// One row per leaf of values.yaml: a key whose schema has no `properties` of its own, or whose
@@ -2628,13 +2709,15 @@ fn readme_values_table_is_generated_from_values_yaml() {
     );
     assert!(table.lines().count() > 100, "{table}");
     table.push_str(VALUES_END);
-    check_generated(
-        &chart_dir().join("README.md"),
-        "values table",
-        VALUES_BEGIN,
-        VALUES_END,
-        &table,
-    );
+    Section {
+        path: &chart_dir().join("README.md"),
+        what: "values table",
+        begin: VALUES_BEGIN,
+        end: VALUES_END,
+        switch: "BLESS",
+        rewrite: "cargo test --test it chart::readme",
+    }
+    .check(&table);
 }
 
 #[test]
@@ -2649,7 +2732,6 @@ fn values_comments_are_read_from_the_lines_above_each_key() {
     assert_eq!(c["a.e"], "");
     assert_eq!(c["a.g"], "after a list");
     assert!(!c.contains_key("a.e.f") && !c.contains_key("f"));
-    assert_eq!(cell("a | b <x> `<y>`"), "a \\| b &lt;x> `<y>`");
 }
 
 // --- values written for the reference chart ------------------------------------------------------
@@ -2713,26 +2795,16 @@ const REFERENCE_CASES: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn reference_renders() -> &'static [(String, Vec<Value>, String)] {
-    static R: std::sync::OnceLock<Vec<(String, Vec<Value>, String)>> = std::sync::OnceLock::new();
-    R.get_or_init(|| {
-        REFERENCE_CASES
-            .iter()
-            .map(|(name, sets)| {
-                let yaml = template_files("helm", &[&reference_values()], sets, true)
-                    .unwrap_or_else(|e| panic!("{name}: helm template failed: {e}"));
-                (name.to_string(), docs(&yaml), yaml)
-            })
-            .collect()
-    })
+fn reference_renders() -> Vec<Rendered> {
+    render_cases("helm", &[&reference_values()], REFERENCE_CASES)
 }
 
 fn reference(case: &str) -> &'static [Value] {
-    &reference_renders()
+    let (_, sets) = REFERENCE_CASES
         .iter()
-        .find(|(c, _, _)| c == case)
-        .unwrap_or_else(|| panic!("no case {case:?}"))
-        .1
+        .find(|(c, _)| *c == case)
+        .unwrap_or_else(|| panic!("no case {case:?}"));
+    &render_with("helm", &[&reference_values()], sets).objs
 }
 
 /// What NOTES.txt says about a key of the reference chart.
@@ -2767,11 +2839,19 @@ fn has(args: &[String], a: &str) -> bool {
     args.iter().any(|x| x == a)
 }
 
+/// The value at a dotted path (a number indexes a list).
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) => &v[i],
+        Err(_) => &v[k],
+    })
+}
+
 /// The fixture's value at a dotted path, as JSON.
 fn fixture_value(path: &str) -> Value {
     let v: Value =
         yaml_serde::from_str(&std::fs::read_to_string(reference_values()).unwrap()).unwrap();
-    path.split('.').fold(v, |v, k| v[k].clone())
+    at(&v, path).clone()
 }
 
 fn ref_off() -> &'static [Value] {
@@ -2799,59 +2879,80 @@ fn ref_ds_pod() -> &'static Value {
     pod(ref_off(), "DaemonSet", "etc-hosts")
 }
 
-/// No uninstall hook in that case.
 /// The container whose arguments `args` gives is passed `arg`.
 fn passes(args: fn() -> Vec<String>, arg: &'static str) -> Box<dyn Fn()> {
-    Box::new(move || assert!(has(&args(), arg), "{arg} missing"))
+    Box::new(move || {
+        let a = args();
+        assert!(has(&a, arg), "{arg} missing: {a:?}");
+    })
 }
 
+/// The containers of the controller, the etc-hosts DaemonSet and the proxy are all passed `arg`.
+fn all_pass(arg: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || {
+        for a in [ref_ctl(), ref_ds(), ref_px()] {
+            assert!(has(&a, arg), "{a:?}");
+        }
+    })
+}
+
+/// The controller of the reference case `case` is passed `arg`.
+fn controller_passes_in(case: &'static str, arg: &'static str) -> Box<dyn Fn()> {
+    Box::new(move || {
+        let a = args(reference(case), "Deployment", "controller");
+        assert!(has(&a, arg), "{case}: {a:?}");
+    })
+}
+
+/// No uninstall hook in that case.
 fn no_hook(case: &'static str) -> Box<dyn Fn()> {
     Box::new(move || assert!(obj(reference(case), "Job", "cleanup").is_none(), "{case}"))
 }
 
 /// A pod field the reference chart passed through verbatim.
 fn same(key: &'static str, pod: fn() -> &'static Value, field: &'static str) -> Box<dyn Fn()> {
-    Box::new(move || assert_eq!(pod()[field], fixture_value(key), "{key}"))
+    Box::new(move || assert_eq!(at(pod(), field), &fixture_value(key), "{key}"))
+}
+
+/// The object `k` `<fullname>-suffix` of the fixture with the controller and proxy on has
+/// `want` at `path`.
+fn on_is(k: &'static str, suffix: &'static str, path: &'static str, want: Value) -> Box<dyn Fn()> {
+    Box::new(move || {
+        let o = obj(ref_on(), k, suffix).unwrap_or_else(|| panic!("no {k} {suffix}"));
+        assert_eq!(at(o, path), &want, "{k} {suffix}: {path}");
+    })
 }
 
 /// The pod-level keys the controller and proxy Deployments share, checked the same way for both.
 fn pod_checks(component: &'static str, pod: fn() -> &'static Value) -> Vec<KeyCheck> {
     // Keys live for the whole test run: leaked once per component.
     let key = |k: &str| -> &'static str { Box::leak(format!("{component}.{k}").into_boxed_str()) };
-    let resources = key("resources");
     let annotations = key("podAnnotations");
     let mut checks: Vec<KeyCheck> = vec![
         (
-            resources,
+            key("resources"),
             Note::Same,
-            Box::new(move || {
-                assert_eq!(
-                    pod()["containers"][0]["resources"],
-                    fixture_value(resources)
-                );
-            }),
+            same(key("resources"), pod, "containers.0.resources"),
         ),
         (
             annotations,
             Note::Same,
-            Box::new(move || {
-                let d = obj(ref_on(), "Deployment", component).unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["annotations"],
-                    fixture_value(annotations)
-                );
-            }),
+            on_is(
+                "Deployment",
+                component,
+                "spec.template.metadata.annotations",
+                fixture_value(annotations),
+            ),
         ),
         (
             key("podLabels"),
             Note::Same,
-            Box::new(move || {
-                let d = obj(ref_on(), "Deployment", component).unwrap();
-                assert_eq!(
-                    d["spec"]["template"]["metadata"]["labels"]["team"],
-                    "platform"
-                );
-            }),
+            on_is(
+                "Deployment",
+                component,
+                "spec.template.metadata.labels.team",
+                "platform".into(),
+            ),
         ),
     ];
     for field in [
@@ -2866,16 +2967,31 @@ fn pod_checks(component: &'static str, pod: fn() -> &'static Value) -> Vec<KeyCh
     checks
 }
 
+/// Every key of the reference chart's values with its check: one table per part of the chart.
 fn key_checks() -> Vec<KeyCheck> {
+    [
+        image_and_name_keys(),
+        controller_keys(),
+        proxy_keys(),
+        external_dns_keys(),
+        etc_hosts_and_account_keys(),
+        disruption_and_network_keys(),
+        pod_checks("controller", ref_ctl_pod),
+        pod_checks("proxy", ref_px_pod),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn image_and_name_keys() -> Vec<KeyCheck> {
     use Note::*;
-    let (off, on, ctl, ds, px) = (ref_off, ref_on, ref_ctl, ref_ds, ref_px);
-    let (ctl_pod, px_pod, ds_pod) = (ref_ctl_pod, ref_px_pod, ref_ds_pod);
-    let checks: Vec<KeyCheck> = vec![
+    vec![
         (
             "image.repository",
             Same,
-            Box::new(move || {
-                let image = ctl_pod()["containers"][0]["image"].as_str().unwrap();
+            Box::new(|| {
+                let image = ref_ctl_pod()["containers"][0]["image"].as_str().unwrap();
                 assert!(
                     image.starts_with("registry.example/mirror/ouroboros:"),
                     "{image}"
@@ -2885,242 +3001,199 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "image.tag",
             Same,
-            Box::new(move || {
-                let image = px_pod()["containers"][0]["image"].as_str().unwrap();
+            Box::new(|| {
+                let image = ref_px_pod()["containers"][0]["image"].as_str().unwrap();
                 assert!(image.ends_with(":0.1.0-mirror.1"), "{image}");
             }),
         ),
         (
             "image.pullPolicy",
             Same,
-            Box::new(move || {
-                assert_eq!(ds_pod()["containers"][0]["imagePullPolicy"], "Always");
+            Box::new(|| {
+                assert_eq!(ref_ds_pod()["containers"][0]["imagePullPolicy"], "Always");
             }),
         ),
         (
             "imagePullSecrets",
             Same,
-            same("imagePullSecrets", px_pod, "imagePullSecrets"),
+            same("imagePullSecrets", ref_px_pod, "imagePullSecrets"),
         ),
         (
             "nameOverride",
             Same,
-            Box::new(move || {
-                let labels = &obj(off(), "DaemonSet", "etc-hosts").unwrap()["metadata"]["labels"];
-                assert_eq!(labels["app.kubernetes.io/name"], "hairpin");
+            Box::new(|| {
+                let ds = obj(ref_off(), "DaemonSet", "etc-hosts").unwrap();
+                assert_eq!(
+                    ds["metadata"]["labels"]["app.kubernetes.io/name"],
+                    "hairpin"
+                );
             }),
         ),
         (
             "fullnameOverride",
             Same,
-            Box::new(move || {
-                assert!(obj(on(), "Service", "proxy").is_some());
+            Box::new(|| assert!(obj(ref_on(), "Service", "proxy").is_some())),
+        ),
+        (
+            "controller.cleanupHookImage",
+            Ignored,
+            Box::new(|| {
+                let text = serde_json::to_string(ref_on()).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
             }),
         ),
         (
+            "externalDns.cleanupHookImage",
+            Ignored,
+            Box::new(|| {
+                let text =
+                    serde_json::to_string(reference("reference values, coredns mode")).unwrap();
+                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
+            }),
+        ),
+        (
+            "terminationGracePeriodSeconds",
+            Ignored,
+            Box::new(|| assert!(ref_ctl_pod()["terminationGracePeriodSeconds"].is_null())),
+        ),
+    ]
+}
+
+fn controller_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    const COREDNS: &str = "reference values, coredns mode";
+    const IMPORT: &str = "reference values, coredns-import mode";
+    vec![
+        (
             "controller.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(off(), "Deployment", "controller").is_none());
-                assert!(obj(on(), "Deployment", "controller").is_some());
+            Box::new(|| {
+                assert!(obj(ref_off(), "Deployment", "controller").is_none());
+                assert!(obj(ref_on(), "Deployment", "controller").is_some());
             }),
         ),
         (
             "controller.replicaCount",
             Renamed("controller.replicas"),
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Deployment", "controller").unwrap()["spec"]["replicas"],
-                    2
-                );
-            }),
+            on_is("Deployment", "controller", "spec.replicas", 2.into()),
         ),
         (
             "controller.clusterDomain",
             Renamed("clusterDomain"),
-            Box::new(move || {
-                for a in [ctl(), ds(), px()] {
-                    assert!(has(&a, "--cluster-domain=cozy.local"), "{a:?}");
-                }
-            }),
+            all_pass("--cluster-domain=cozy.local"),
         ),
         (
             "controller.mode",
             Same,
-            passes(ctl, "--mode=external-dns"),
+            passes(ref_ctl, "--mode=external-dns"),
         ),
         (
             "controller.gatewayApi.enabled",
             Renamed("controller.gatewayApi"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--gateway-api") && has(&ds(), "--gateway-api"));
+            Box::new(|| {
+                assert!(has(&ref_ctl(), "--gateway-api") && has(&ref_ds(), "--gateway-api"))
             }),
         ),
         (
             "controller.ingressClass",
             Same,
-            passes(ctl, "--ingress-class=nginx-public"),
+            passes(ref_ctl, "--ingress-class=nginx-public"),
         ),
         (
             "controller.gatewayClass",
             Same,
-            passes(ctl, "--gateway-class=envoy-public"),
+            passes(ref_ctl, "--gateway-class=envoy-public"),
         ),
         (
             "controller.coredns.namespace",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-namespace=dns-system"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-namespace=dns-system"),
         ),
         (
             "controller.coredns.configmap",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-configmap=coredns-main"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-configmap=coredns-main"),
         ),
         (
             "controller.coredns.key",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-key=Corefile.main"), "{a:?}");
-            }),
+            controller_passes_in(COREDNS, "--coredns-key=Corefile.main"),
         ),
         (
             "controller.coredns.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
-            no_hook("reference values, coredns mode"),
+            no_hook(COREDNS),
         ),
         (
             "controller.corednsImport.namespace",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-namespace=dns-system"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-namespace=dns-system"),
         ),
         (
             "controller.corednsImport.configmap",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-configmap=coredns-extra"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-configmap=coredns-extra"),
         ),
         (
             "controller.corednsImport.key",
             Same,
-            Box::new(move || {
-                let a = args(
-                    reference("reference values, coredns-import mode"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(has(&a, "--coredns-import-key=hairpin.override"), "{a:?}");
-            }),
+            controller_passes_in(IMPORT, "--coredns-import-key=hairpin.override"),
         ),
         (
             "controller.corednsImport.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
-            no_hook("reference values, coredns-import mode"),
+            no_hook(IMPORT),
         ),
-        (
-            "controller.cleanupHookImage",
-            Ignored,
-            Box::new(move || {
-                let text = serde_json::to_string(on()).unwrap();
-                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
-            }),
-        ),
-        (
-            "controller.resync",
-            Same,
-            Box::new(move || assert!(has(&ctl(), "--resync=1m"))),
-        ),
+        ("controller.resync", Same, passes(ref_ctl, "--resync=1m")),
         (
             "controller.logLevel",
             Renamed("logLevel"),
-            Box::new(move || {
-                for a in [ctl(), ds(), px()] {
-                    assert!(has(&a, "--log-level=debug"), "{a:?}");
-                }
-            }),
+            all_pass("--log-level=debug"),
         ),
+    ]
+}
+
+fn proxy_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "proxy.enabled",
             Same,
-            Box::new(move || {
+            Box::new(|| {
                 assert!(
-                    obj(off(), "Deployment", "proxy").is_none()
-                        && obj(off(), "Service", "proxy").is_none()
+                    obj(ref_off(), "Deployment", "proxy").is_none()
+                        && obj(ref_off(), "Service", "proxy").is_none()
                 );
-                assert!(obj(on(), "Deployment", "proxy").is_some());
+                assert!(obj(ref_on(), "Deployment", "proxy").is_some());
             }),
         ),
         (
             "proxy.replicaCount",
             Renamed("proxy.replicas"),
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Deployment", "proxy").unwrap()["spec"]["replicas"],
-                    3
-                );
-            }),
+            on_is("Deployment", "proxy", "spec.replicas", 3.into()),
         ),
         (
             "proxy.service.type",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Service", "proxy").unwrap()["spec"]["type"],
-                    "NodePort"
-                );
-            }),
+            on_is("Service", "proxy", "spec.type", "NodePort".into()),
         ),
         (
             "proxy.service.annotations",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    obj(on(), "Service", "proxy").unwrap()["metadata"]["annotations"],
-                    fixture_value("proxy.service.annotations")
-                );
-            }),
+            on_is(
+                "Service",
+                "proxy",
+                "metadata.annotations",
+                fixture_value("proxy.service.annotations"),
+            ),
         ),
         (
             "proxy.target.host",
             Same,
-            Box::new(move || {
+            Box::new(|| {
                 // Empty in the fixture: the Service below. Set, it wins, as in the reference chart.
-                let a = args(
-                    reference("reference values, a target host"),
-                    "Deployment",
-                    "proxy",
-                );
+                let host = reference("reference values, a target host");
+                let a = args(host, "Deployment", "proxy");
                 assert!(
                     has(&a, "--target-host=traefik.traefik.svc.cozy.local"),
                     "{a:?}"
@@ -3130,132 +3203,126 @@ fn key_checks() -> Vec<KeyCheck> {
                     "{a:?}"
                 );
                 // A host target is not watched for its ipMode.
-                let c = args(
-                    reference("reference values, a target host"),
-                    "Deployment",
-                    "controller",
-                );
-                assert!(
-                    !c.iter().any(|x| x.contains("ingress-controller")),
-                    "{c:?}"
-                );
+                let c = args(host, "Deployment", "controller");
+                assert!(!c.iter().any(|x| x.contains("ingress-controller")), "{c:?}");
             }),
         ),
         (
             "proxy.target.serviceName",
             Same,
-            passes(px, "--target-service-name=traefik"),
+            passes(ref_px, "--target-service-name=traefik"),
         ),
         (
             "proxy.target.namespace",
             Renamed("proxy.target.serviceNamespace"),
-            Box::new(move || {
-                assert!(has(&px(), "--target-service-namespace=traefik"));
+            Box::new(|| {
+                assert!(has(&ref_px(), "--target-service-namespace=traefik"));
                 // The Service it makes the target is watched for its ipMode.
-                assert!(has(&ctl(), "--ingress-controller-service=traefik/traefik"));
-                let role = obj(on(), "Role", "controller-ipmode-traefik").unwrap();
+                assert!(has(
+                    &ref_ctl(),
+                    "--ingress-controller-service=traefik/traefik"
+                ));
+                let role = obj(ref_on(), "Role", "controller-ipmode-traefik").unwrap();
                 assert_eq!(role["metadata"]["namespace"], "traefik");
             }),
         ),
         (
             "proxy.target.httpPort",
             Same,
-            Box::new(move || assert!(has(&px(), "--target-http-port=8000"))),
+            passes(ref_px, "--target-http-port=8000"),
         ),
         (
             "proxy.target.httpsPort",
             Same,
-            Box::new(move || assert!(has(&px(), "--target-https-port=8443"))),
+            passes(ref_px, "--target-https-port=8443"),
         ),
         (
             "proxy.dialTimeout",
             Same,
-            Box::new(move || assert!(has(&px(), "--dial-timeout=3s"))),
+            passes(ref_px, "--dial-timeout=3s"),
         ),
         (
             "proxy.readyTimeout",
             Same,
-            Box::new(move || assert!(has(&px(), "--ready-timeout=1s"))),
+            passes(ref_px, "--ready-timeout=1s"),
         ),
         (
             "proxy.shutdownGrace",
             Renamed("proxy.shutdownGraceSeconds"),
-            Box::new(move || {
-                assert!(has(&px(), "--shutdown-grace=75s"), "1m15s");
-                assert_eq!(px_pod()["terminationGracePeriodSeconds"], 5 + 75 + 5);
+            Box::new(|| {
+                assert!(has(&ref_px(), "--shutdown-grace=75s"), "1m15s");
+                assert_eq!(ref_px_pod()["terminationGracePeriodSeconds"], 5 + 75 + 5);
             }),
         ),
+    ]
+}
+
+fn external_dns_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    let renamed = |old: &'static str, arg: &'static str| -> KeyCheck {
+        let new = old.strip_prefix("externalDns.").unwrap();
+        let new: &'static str = Box::leak(format!("controller.externalDns.{new}").into_boxed_str());
+        (old, Renamed(new), passes(ref_ctl, arg))
+    };
+    vec![
         (
             "externalDns.namespace",
             Renamed("controller.externalDns.namespace"),
-            Box::new(move || {
-                assert!(has(&ctl(), "--external-dns-namespace=dns-records"));
-                let role = obj(on(), "Role", "controller-external-dns").unwrap();
+            Box::new(|| {
+                assert!(has(&ref_ctl(), "--external-dns-namespace=dns-records"));
+                let role = obj(ref_on(), "Role", "controller-external-dns").unwrap();
                 assert_eq!(role["metadata"]["namespace"], "dns-records");
             }),
         ),
         (
             "externalDns.recordTTL",
             Renamed("controller.externalDns.recordTtl"),
-            passes(ctl, "--external-dns-record-ttl=300"),
-        ),
-        (
-            "externalDns.output",
-            Renamed("controller.externalDns.output"),
-            passes(ctl, "--external-dns-output=service"),
-        ),
-        (
-            "externalDns.annotationPrefix",
-            Renamed("controller.externalDns.annotationPrefix"),
-            passes(ctl, "--external-dns-annotation-prefix=internal-dns.example.com/"),
+            passes(ref_ctl, "--external-dns-record-ttl=300"),
         ),
         (
             "externalDns.proxyIP",
             Renamed("controller.externalDns.proxyIps"),
-            passes(ctl, "--external-dns-proxy-ip=10.96.100.10"),
+            passes(ref_ctl, "--external-dns-proxy-ip=10.96.100.10"),
         ),
-        (
+        renamed("externalDns.output", "--external-dns-output=service"),
+        renamed(
+            "externalDns.annotationPrefix",
+            "--external-dns-annotation-prefix=internal-dns.example.com/",
+        ),
+        renamed(
             "externalDns.proxyService",
-            Renamed("controller.externalDns.proxyService"),
-            passes(ctl, "--external-dns-proxy-service=shared-hairpin-proxy"),
+            "--external-dns-proxy-service=shared-hairpin-proxy",
         ),
-        (
+        renamed(
             "externalDns.annotations",
-            Renamed("controller.externalDns.annotations"),
-            passes(ctl, "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false"),
+            "--external-dns-annotation=external-dns.alpha.kubernetes.io/cloudflare-proxied=false",
         ),
-        (
+        renamed(
             "externalDns.labels",
-            Renamed("controller.externalDns.labels"),
-            passes(ctl, "--external-dns-label=external-dns-instance=internal-dns"),
+            "--external-dns-label=external-dns-instance=internal-dns",
         ),
         (
             "externalDns.cleanupOnUninstall",
             Renamed("controller.cleanupOnUninstall"),
             no_hook("reference values, controller and proxy on"),
         ),
-        (
-            "externalDns.cleanupHookImage",
-            Ignored,
-            Box::new(move || {
-                let text =
-                    serde_json::to_string(reference("reference values, coredns mode")).unwrap();
-                assert!(!text.contains("kubectl"), "no kubectl image is rendered");
-            }),
-        ),
+    ]
+}
+
+fn etc_hosts_and_account_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "etcHosts.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(off(), "DaemonSet", "etc-hosts").is_some());
-            }),
+            Box::new(|| assert!(obj(ref_off(), "DaemonSet", "etc-hosts").is_some())),
         ),
         (
             "etcHosts.hostsPath",
             Renamed("etcHosts.hostPath"),
-            Box::new(move || {
+            Box::new(|| {
                 assert_eq!(
-                    ds_pod()["volumes"][0]["hostPath"]["path"],
+                    ref_ds_pod()["volumes"][0]["hostPath"]["path"],
                     "/var/lib/hosts/hosts"
                 );
             }),
@@ -3263,37 +3330,32 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "etcHosts.proxyIP",
             Renamed("etcHosts.proxyIps"),
-            passes(ds, "--proxy-ip=10.96.100.10"),
+            passes(ref_ds, "--proxy-ip=10.96.100.10"),
         ),
         (
             "etcHosts.resources",
             Same,
-            Box::new(move || {
-                assert_eq!(
-                    ds_pod()["containers"][0]["resources"],
-                    fixture_value("etcHosts.resources")
-                );
-            }),
+            same("etcHosts.resources", ref_ds_pod, "containers.0.resources"),
         ),
         (
             "etcHosts.tolerations",
             Same,
-            same("etcHosts.tolerations", ds_pod, "tolerations"),
+            same("etcHosts.tolerations", ref_ds_pod, "tolerations"),
         ),
         (
             "serviceAccount.annotations",
             Same,
-            Box::new(move || {
-                let sas: Vec<_> = on()
+            Box::new(|| {
+                let sas: Vec<_> = ref_on()
                     .iter()
                     .filter(|o| kind(o) == "ServiceAccount")
                     .collect();
                 assert!(sas.len() >= 3, "{sas:?}");
+                let key = "iam.gke.io/gcp-service-account";
                 for sa in sas {
                     assert_eq!(
-                        sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
-                        fixture_value("serviceAccount.annotations")
-                            ["iam.gke.io/gcp-service-account"],
+                        sa["metadata"]["annotations"][key],
+                        fixture_value("serviceAccount.annotations")[key],
                         "{}",
                         name(sa)
                     );
@@ -3303,16 +3365,16 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "serviceAccount.name",
             Same,
-            Box::new(move || {
-                assert_eq!(ctl_pod()["serviceAccountName"], "hairpin-controller");
-                assert!(find(on(), "ServiceAccount", "hairpin-controller").is_some());
+            Box::new(|| {
+                assert_eq!(ref_ctl_pod()["serviceAccountName"], "hairpin-controller");
+                assert!(find(ref_on(), "ServiceAccount", "hairpin-controller").is_some());
             }),
         ),
         (
             "podSecurityContext",
             Same,
-            Box::new(move || {
-                for p in [ctl_pod(), px_pod()] {
+            Box::new(|| {
+                for p in [ref_ctl_pod(), ref_px_pod()] {
                     assert_eq!(p["securityContext"]["runAsUser"], 10001);
                     assert_eq!(p["securityContext"]["runAsGroup"], 10001);
                 }
@@ -3321,19 +3383,25 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "securityContext",
             Same,
-            Box::new(move || {
-                for p in [ctl_pod(), px_pod()] {
+            Box::new(|| {
+                for p in [ref_ctl_pod(), ref_px_pod()] {
                     let sc = &p["containers"][0]["securityContext"];
                     assert_eq!(sc["runAsNonRoot"], true);
                     assert_eq!(sc["readOnlyRootFilesystem"], true);
                 }
             }),
         ),
+    ]
+}
+
+fn disruption_and_network_keys() -> Vec<KeyCheck> {
+    use Note::*;
+    vec![
         (
             "podDisruptionBudget.enabled",
             Renamed("proxy.podDisruptionBudget.enabled"),
-            Box::new(move || {
-                assert!(obj(on(), "PodDisruptionBudget", "proxy").is_some());
+            Box::new(|| {
+                assert!(obj(ref_on(), "PodDisruptionBudget", "proxy").is_some());
                 let off = reference("reference values, PodDisruptionBudget off");
                 assert!(obj(off, "PodDisruptionBudget", "proxy").is_none());
             }),
@@ -3341,8 +3409,8 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "podDisruptionBudget.minAvailable",
             Renamed("proxy.podDisruptionBudget.minAvailable"),
-            Box::new(move || {
-                let spec = &obj(on(), "PodDisruptionBudget", "proxy").unwrap()["spec"];
+            Box::new(|| {
+                let spec = &obj(ref_on(), "PodDisruptionBudget", "proxy").unwrap()["spec"];
                 assert_eq!(spec["minAvailable"], "50%");
                 assert!(spec["maxUnavailable"].is_null());
             }),
@@ -3350,7 +3418,7 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "podDisruptionBudget.maxUnavailable",
             Renamed("proxy.podDisruptionBudget.maxUnavailable"),
-            Box::new(move || {
+            Box::new(|| {
                 let r = reference("reference values, maxUnavailable");
                 let spec = &obj(r, "PodDisruptionBudget", "proxy").unwrap()["spec"];
                 assert_eq!(spec["maxUnavailable"], 2);
@@ -3360,34 +3428,19 @@ fn key_checks() -> Vec<KeyCheck> {
         (
             "networkPolicy.enabled",
             Same,
-            Box::new(move || {
-                assert!(obj(on(), "NetworkPolicy", "proxy").is_some());
-            }),
+            Box::new(|| assert!(obj(ref_on(), "NetworkPolicy", "proxy").is_some())),
         ),
         (
             "networkPolicy.ingress.from",
             Renamed("networkPolicy.from"),
-            Box::new(move || {
-                let np = obj(on(), "NetworkPolicy", "proxy").unwrap();
-                assert_eq!(
-                    np["spec"]["ingress"][0]["from"],
-                    fixture_value("networkPolicy.ingress.from")
-                );
-            }),
+            on_is(
+                "NetworkPolicy",
+                "proxy",
+                "spec.ingress.0.from",
+                fixture_value("networkPolicy.ingress.from"),
+            ),
         ),
-        (
-            "terminationGracePeriodSeconds",
-            Ignored,
-            Box::new(move || {
-                assert!(ctl_pod()["terminationGracePeriodSeconds"].is_null());
-            }),
-        ),
-    ];
-    checks
-        .into_iter()
-        .chain(pod_checks("controller", ctl_pod))
-        .chain(pod_checks("proxy", px_pod))
-        .collect()
+    ]
 }
 
 /// The fixture's keys: every leaf lies under exactly one checked key, every checked key is in it.
@@ -3411,6 +3464,17 @@ fn fixture_keys(v: &Value, prefix: &str, checked: &BTreeSet<&str>, out: &mut Vec
     }
 }
 
+/// Names the key whose check failed: the checks' own messages name what they looked at.
+struct KeyContext(&'static str);
+
+impl Drop for KeyContext {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("(checking the reference chart's key {})", self.0);
+        }
+    }
+}
+
 /// A values file written for the reference chart installs: with Helm 4 and 3 alike (see
 /// helm_3_renders_what_helm_4_renders), valid for Kubernetes (every_render_validates...), with
 /// the RBAC the flags need (rbac_of_every_pod...); here, every key has its effect and NOTES
@@ -3427,17 +3491,17 @@ fn reference_chart_values_install_and_every_key_has_its_effect() {
     let found: BTreeSet<&str> = found.iter().map(String::as_str).collect();
     assert_eq!(found, keys, "{FIXTURE} and key_checks cover the same keys");
 
-    let notes_on = notes(&[&reference_values()], REFERENCE_ON).unwrap();
+    let notes_on = notes(&[&reference_values()], REFERENCE_ON);
     let notes_max = notes(
         &[&reference_values()],
         &[
             "podDisruptionBudget.minAvailable=null",
             "podDisruptionBudget.maxUnavailable=2",
         ],
-    )
-    .unwrap();
+    );
     let mut renamed = 0;
     for (key, note, check) in &checks {
+        let _context = KeyContext(key);
         check();
         // null in the fixture: its line shows where it is set.
         let notes = if *key == "podDisruptionBudget.maxUnavailable" {
@@ -3470,7 +3534,7 @@ fn reference_chart_values_install_and_every_key_has_its_effect() {
     );
     assert!(renamed >= 20, "{renamed}");
     // The default values print no such line.
-    let plain = notes(&[], &[]).unwrap();
+    let plain = notes(&[], &[]);
     assert!(
         !plain.contains("deprecated") && !plain.contains("reference tool's chart"),
         "{plain}"
@@ -3514,21 +3578,18 @@ fn alias_table_agrees_with_values_and_schema() {
             "{old} must not be in values.yaml"
         );
         defaults.push(format!(
-            "{new}={}",
+            "json:{new}={}",
             serde_json::to_string(&default).unwrap()
         ));
     }
     // Every new key set to its default does not count as set against the fixture's old keys.
-    let mut cmd = Command::new(tool("helm"));
-    cmd.args(["template", RELEASE])
-        .arg(chart_dir())
-        .args(["--namespace", NAMESPACE]);
-    values_args(&mut cmd, &[&reference_values()], REFERENCE_ON);
-    for d in &defaults {
-        cmd.args(["--set-json", d]);
-    }
-    let (ok, out, err) = run(&mut cmd, None);
-    assert!(ok, "new keys at their defaults, old keys set: {err}");
+    let sets: Vec<&str> = REFERENCE_ON
+        .iter()
+        .copied()
+        .chain(defaults.iter().map(String::as_str))
+        .collect();
+    let out = template_files("helm", &[&reference_values()], &sets);
+    let out = out.unwrap_or_else(|e| panic!("new keys at their defaults, old keys set: {e}"));
     assert!(docs(&out) == ref_on(), "and the old keys win");
     // The reference chart's target default, whose host counts as unset.
     let host = at(&values, "proxy.target.host");
@@ -3569,11 +3630,11 @@ fn every_template_maps_the_reference_keys_first() {
 
 #[test]
 fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
-    let alone = docs(&template(&["etcHosts.enabled=true"], true).unwrap());
-    assert!(find(&alone, "DaemonSet", "ouroboros-etc-hosts").is_some());
-    assert!(find(&alone, "Deployment", "ouroboros-controller").is_none());
-    assert!(find(&alone, "Job", "ouroboros-cleanup").is_none());
-    for o in &alone {
+    let alone = rendered(&["etcHosts.enabled=true"]);
+    assert!(find(alone, "DaemonSet", "ouroboros-etc-hosts").is_some());
+    assert!(find(alone, "Deployment", "ouroboros-controller").is_none());
+    assert!(find(alone, "Job", "ouroboros-cleanup").is_none());
+    for o in alone {
         assert_ne!(
             o["metadata"]["namespace"],
             "kube-system",
@@ -3582,176 +3643,178 @@ fn etc_hosts_alone_replaces_the_controller_unless_a_mode_is_set() {
             name(o)
         );
     }
-    let text = notes(&[], &["etcHosts.enabled=true"]).unwrap();
+    let text = notes(&[], &["etcHosts.enabled=true"]);
     assert!(
         text.contains("instead of the controller Deployment"),
         "{text}"
     );
 
     for mode in ["coredns", "coredns-import", "external-dns"] {
-        let both = docs(
-            &template(
-                &["etcHosts.enabled=true", &format!("controller.mode={mode}")],
-                true,
-            )
-            .unwrap(),
-        );
+        let both = rendered(&["etcHosts.enabled=true", &format!("controller.mode={mode}")]);
         assert!(
-            find(&both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
+            find(both, "DaemonSet", "ouroboros-etc-hosts").is_some(),
             "{mode}"
         );
-        let args = container_args(pod_named(&both, "Deployment", "ouroboros-controller").unwrap());
+        let args = controller_args(both);
         assert!(args.contains(&format!("--mode={mode}")), "{mode}: {args:?}");
     }
-    let text = notes(&[], &["etcHosts.enabled=true", "controller.mode=coredns"]).unwrap();
+    let text = notes(&[], &["etcHosts.enabled=true", "controller.mode=coredns"]);
     assert!(
         text.contains("runs alongside it because controller.mode is set"),
         "{text}"
     );
     // Without etcHosts, an empty mode is coredns.
-    let (_, defaults, _) = &renders()[0];
-    let args = container_args(pod_named(defaults, "Deployment", "ouroboros-controller").unwrap());
+    let defaults = defaults();
+    let args = controller_args(defaults);
     assert!(args.contains(&"--mode=coredns".to_string()), "{args:?}");
 }
 
-/// `--set` values of one entry of proxies, its name set by `name` (`proxies[0].name=...`), with
-/// a target and the Gateway API on; then `more`.
-fn proxy_entry<'a>(name: &'a str, more: &[&'a str]) -> Vec<&'a str> {
-    [
-        "controller.gatewayApi=true",
-        name,
-        "proxies[0].target.host=traefik.traefik",
-    ]
-    .into_iter()
-    .chain(more.iter().copied())
-    .collect()
-}
+/// Values that conflict or cannot work: each refused with a message of a template.
+const CONFLICTS: &[(&[&str], Refusal)] = &[
+    (
+        &["controller.replicas=2", "controller.leaderElect=false"],
+        Message(&["leaderElect"]),
+    ),
+    (
+        &["proxy.target.serviceName=traefik"],
+        Message(&["serviceNamespace"]),
+    ),
+    (
+        &[
+            "controller.mode=coredns-import",
+            "controller.corednsAnswer=view",
+        ],
+        Message(&["controller.mode=coredns"]),
+    ),
+    // An old key of the reference chart and its new key set to different values.
+    (
+        &["controller.replicaCount=3", "controller.replicas=2"],
+        Message(&["controller.replicaCount", "controller.replicas"]),
+    ),
+    (
+        &[
+            "etcHosts.enabled=true",
+            "etcHosts.proxyIP=10.0.0.1",
+            "etcHosts.proxyIps={10.0.0.2}",
+        ],
+        Message(&["etcHosts.proxyIP", "etcHosts.proxyIps"]),
+    ),
+    (
+        &[
+            "externalDns.output=crd",
+            "controller.externalDns.output=service",
+        ],
+        Message(&["externalDns.output", "controller.externalDns.output"]),
+    ),
+    (
+        &["proxy.shutdownGrace=45s", "proxy.shutdownGraceSeconds=20"],
+        Message(&["proxy.shutdownGrace", "proxy.shutdownGraceSeconds"]),
+    ),
+    (
+        &["controller.logLevel=debug", "logLevel=warn"],
+        Message(&["controller.logLevel", "logLevel"]),
+    ),
+    (
+        &[
+            "proxy.podDisruptionBudget.minAvailable=1",
+            "proxy.podDisruptionBudget.maxUnavailable=2",
+        ],
+        Message(&["minAvailable", "maxUnavailable"]),
+    ),
+    // No proxy, and no address for the names.
+    (
+        &["proxy.enabled=false"],
+        Message(&["proxy.enabled=false", "controller.proxyIps"]),
+    ),
+    (
+        &[
+            "proxy.enabled=false",
+            "controller.mode=external-dns",
+            "etcHosts.enabled=true",
+        ],
+        Message(&["controller.externalDns.proxyIps", "etcHosts.proxyIps"]),
+    ),
+    (&["proxy.target.host="], Message(&["proxy.target.host"])),
+    (
+        &["image.repository=ghcr.io/lexfrei/ouroboros"],
+        Message(&["image.repository", "reference"]),
+    ),
+    // Entries of proxies (with a target and the Gateway API on, unless said).
+    (
+        &[
+            GATEWAY_API,
+            ENTRY_HOST,
+            "proxies[0].name=default",
+            "proxies[0].ingressClasses={traefik}",
+        ],
+        Message(&["proxies[0].name is default", "the main proxy"]),
+    ),
+    (
+        &[
+            GATEWAY_API,
+            ENTRY_HOST,
+            "proxies[0].name=traefik",
+            "proxies[0].ingressClasses={traefik}",
+            "proxies[1].name=traefik",
+            "proxies[1].target.host=traefik-internal.traefik",
+            "proxies[1].ingressClasses={traefik-internal}",
+        ],
+        Message(&["proxies[1].name traefik", "proxies[0]", "a name of its own"]),
+    ),
+    (
+        &[GATEWAY_API, ENTRY_HOST, "proxies[0].name=traefik"],
+        Message(&["proxies[0] (traefik) takes no hostnames", "ingressClasses"]),
+    ),
+    (
+        // 48 characters: a valid label, but ouroboros-proxy-<name> is 64.
+        &[
+            GATEWAY_API,
+            ENTRY_HOST,
+            "proxies[0].name=traefik-public-internet-facing-load-balancer-one",
+            "proxies[0].ingressClasses={traefik}",
+        ],
+        Message(&["too long", "63", "at most 47 characters"]),
+    ),
+    (
+        // Without the Gateway API.
+        &[
+            ENTRY_HOST,
+            "proxies[0].name=traefik",
+            "proxies[0].gatewayClasses={traefik}",
+        ],
+        Message(&["proxies[0] (traefik)", "controller.gatewayApi"]),
+    ),
+    (
+        &[
+            GATEWAY_API,
+            ENTRY_HOST,
+            "proxies[0].name=traefik",
+            "proxies[0].ingressClasses={traefik}",
+            "proxies[1].name=other",
+            "proxies[1].target.host=other.example",
+            "proxies[1].ingressClasses={traefik}",
+        ],
+        Message(&[
+            "proxies[0] (traefik) and proxies[1] (other)",
+            "ingress-class=traefik",
+        ]),
+    ),
+    (
+        &[
+            "proxies[0].name=traefik",
+            "proxies[0].target.serviceName=traefik",
+            "proxies[0].ingressClasses={traefik}",
+        ],
+        Message(&["proxies[0].target.serviceNamespace"]),
+    ),
+];
+const GATEWAY_API: &str = "controller.gatewayApi=true";
+const ENTRY_HOST: &str = "proxies[0].target.host=traefik.traefik";
 
 #[test]
 fn conflicting_or_unusable_values_fail_with_a_message() {
-    for (sets, words) in [
-        (
-            &["controller.replicaCount=3", "controller.replicas=2"][..],
-            &["controller.replicaCount", "controller.replicas"][..],
-        ),
-        (
-            &[
-                "etcHosts.enabled=true",
-                "etcHosts.proxyIP=10.0.0.1",
-                "etcHosts.proxyIps={10.0.0.2}",
-            ],
-            &["etcHosts.proxyIP", "etcHosts.proxyIps"],
-        ),
-        (
-            &[
-                "externalDns.output=crd",
-                "controller.externalDns.output=service",
-            ],
-            &["externalDns.output", "controller.externalDns.output"],
-        ),
-        (
-            &["proxy.shutdownGrace=45s", "proxy.shutdownGraceSeconds=20"],
-            &["proxy.shutdownGrace", "proxy.shutdownGraceSeconds"],
-        ),
-        (
-            &["controller.logLevel=debug", "logLevel=warn"],
-            &["controller.logLevel", "logLevel"],
-        ),
-        (
-            &[
-                "proxy.podDisruptionBudget.minAvailable=1",
-                "proxy.podDisruptionBudget.maxUnavailable=2",
-            ],
-            &["minAvailable", "maxUnavailable"],
-        ),
-        (
-            &["proxy.enabled=false"],
-            &["proxy.enabled=false", "controller.proxyIps"],
-        ),
-        (
-            &[
-                "proxy.enabled=false",
-                "controller.mode=external-dns",
-                "etcHosts.enabled=true",
-            ],
-            &["controller.externalDns.proxyIps", "etcHosts.proxyIps"],
-        ),
-        (&["proxy.target.host="], &["proxy.target.host"]),
-        (
-            &["image.repository=ghcr.io/lexfrei/ouroboros"],
-            &["image.repository", "reference"],
-        ),
-        (
-            &proxy_entry(
-                "proxies[0].name=default",
-                &["proxies[0].ingressClasses={traefik}"],
-            )[..],
-            &["proxies[0].name is default", "the main proxy"],
-        ),
-        (
-            &proxy_entry(
-                "proxies[0].name=traefik",
-                &[
-                    "proxies[0].ingressClasses={traefik}",
-                    "proxies[1].name=traefik",
-                    "proxies[1].target.host=traefik-internal.traefik",
-                    "proxies[1].ingressClasses={traefik-internal}",
-                ],
-            )[..],
-            &["proxies[1].name traefik", "proxies[0]", "a name of its own"],
-        ),
-        (
-            &proxy_entry("proxies[0].name=traefik", &[])[..],
-            &["proxies[0] (traefik) takes no hostnames", "ingressClasses"],
-        ),
-        (
-            // 48 characters: a valid label, but ouroboros-proxy-<name> is 64.
-            &proxy_entry(
-                "proxies[0].name=traefik-public-internet-facing-load-balancer-one",
-                &["proxies[0].ingressClasses={traefik}"],
-            )[..],
-            &["too long", "63", "at most 47 characters"],
-        ),
-        (
-            &[
-                "proxies[0].name=traefik",
-                "proxies[0].target.host=traefik.traefik",
-                "proxies[0].gatewayClasses={traefik}",
-            ],
-            &["proxies[0] (traefik)", "controller.gatewayApi"],
-        ),
-        (
-            &proxy_entry(
-                "proxies[0].name=traefik",
-                &[
-                    "proxies[0].ingressClasses={traefik}",
-                    "proxies[1].name=other",
-                    "proxies[1].target.host=other.example",
-                    "proxies[1].ingressClasses={traefik}",
-                ],
-            )[..],
-            &[
-                "proxies[0] (traefik) and proxies[1] (other)",
-                "ingress-class=traefik",
-            ],
-        ),
-        (
-            &[
-                "proxies[0].name=traefik",
-                "proxies[0].target.serviceName=traefik",
-                "proxies[0].ingressClasses={traefik}",
-            ],
-            &["proxies[0].target.serviceNamespace"],
-        ),
-    ] {
-        let err = template(sets, true).expect_err(&format!("{sets:?}"));
-        for w in words {
-            assert!(err.contains(w), "{sets:?}: {err}");
-        }
-        assert!(
-            !err.contains("schema"),
-            "{sets:?}: a template's message, not the schema's: {err}"
-        );
+    for (sets, refusal) in CONFLICTS {
+        assert_refused(sets, refusal);
     }
     // The old key alone, or both set to the same value, render.
     for sets in [
@@ -3766,11 +3829,11 @@ fn conflicting_or_unusable_values_fail_with_a_message() {
             "clusterDomain=cozy.local",
         ],
     ] {
-        template(sets, true).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+        rendered(sets);
     }
-    let objs = docs(&template(&["controller.replicaCount=3"], true).unwrap());
+    let objs = rendered(&["controller.replicaCount=3"]);
     assert_eq!(
-        find(&objs, "Deployment", "ouroboros-controller").unwrap()["spec"]["replicas"],
+        find(objs, "Deployment", "ouroboros-controller").unwrap()["spec"]["replicas"],
         3
     );
 }
@@ -3805,7 +3868,7 @@ fn containerfile_matches_the_chart() {
         .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER");
     assert_eq!(user, "65532:65532", "the pods' runAsUser/runAsGroup");
-    let (_, objs, _) = &renders()[0];
+    let objs = defaults();
     let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
     let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();

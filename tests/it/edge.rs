@@ -436,7 +436,9 @@ fn active_checks_eject_without_client_traffic() {
 /// after that backend leaves the set; new connections go elsewhere (or fail when none is left).
 #[tokio::test]
 async fn removed_backend_drains_its_connections() {
-    use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
+    use ouroboros::edge::balance::metrics::BackendMetrics;
+    use ouroboros::edge::balance::pick::Algorithm;
+    use ouroboros::edge::balance::Balancer;
     use ouroboros::proxy_protocol::Version;
     use ouroboros::relay::copy::CopyMode;
     use ouroboros::relay::metrics::RelayMetrics;

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use crate::kube_mock::{list, route, Answer};
 
 use ouroboros::edge::backends::PortRef;
-use ouroboros::edge::balance::{Algorithm, BackendMetrics, Balancer};
+use ouroboros::edge::balance::metrics::BackendMetrics;
+use ouroboros::edge::balance::pick::Algorithm;
+use ouroboros::edge::balance::Balancer;
 use ouroboros::edge::watch::follow;
 use ouroboros::edge::ServiceRef;
 

@@ -7,7 +7,8 @@ use crate::support;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
-use ouroboros::proxy_protocol::{decode, encode_tcp, Destination, Source, Version};
+use ouroboros::proxy_protocol::decode::decode;
+use ouroboros::proxy_protocol::{encode_tcp, Destination, Source, Version};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

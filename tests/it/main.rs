@@ -14,6 +14,8 @@
 mod common;
 /// A stateful fake of the API server's external-dns objects, with the no-unpublished-name check.
 mod external_dns_fake;
+/// Sections of documents generated from the code, compared or rewritten.
+mod generated;
 mod golden_file;
 mod kube_mock;
 mod support;
@@ -23,9 +25,11 @@ mod sys;
 mod chart;
 mod chart_monitoring;
 mod cleanup_cli;
+mod cli_docs;
 mod controller_apply;
 mod controller_cli;
 mod controller_sync;
+mod doc_paths;
 mod doctor;
 mod doctor_cli;
 mod edge;

@@ -18,15 +18,15 @@
 //! | `backend` | one [`Backend`]: its health (ejection and backoff) and the lease connections hold |
 //! | `metrics` | the per-backend metric families and each backend's handles into them |
 
-mod backend;
-mod maglev;
-mod metrics;
-mod pick;
+pub mod backend;
+pub mod maglev;
+pub mod metrics;
+pub mod pick;
 
-pub use backend::{eject_for, Backend, BackendLease, EJECT_CAP};
-pub use maglev::{maglev, MAGLEV_SIZE};
-pub use metrics::BackendMetrics;
-pub use pick::{Algorithm, MAX_ATTEMPTS};
+use backend::{Backend, BackendLease};
+use maglev::{maglev, MAGLEV_SIZE};
+use metrics::BackendMetrics;
+use pick::Algorithm;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::backend::Backend;
 use super::maglev::{client_key, hash};
-use super::{Backend, Balancer};
+use super::Balancer;
 
 /// Backends tried for one connection before giving up.
 pub const MAX_ATTEMPTS: usize = 8;

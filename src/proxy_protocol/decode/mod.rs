@@ -8,24 +8,20 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | `header` | what a decode yields: [`Header`], [`Command`], [`Transport`] |
+//! | `header` | what a decode yields: [`Header`], [`Command`](header::Command), [`Transport`](header::Transport) |
 //! | `error` | why a decode yields no header: [`DecodeError`], [`Invalid`] |
 //! | `v1` | the text line (`PROXY TCP4 ...\r\n`) |
 //! | `v2` | the binary header: fixed part, address block |
 //! | `tlv` | v2 TLVs: splitting, CRC32C, the SSL TLV's nested structure, the type names |
 
-mod error;
-mod header;
-mod tlv;
+pub mod error;
+pub mod header;
+pub mod tlv;
 mod v1;
 mod v2;
 
-pub use error::{DecodeError, Invalid};
-pub use header::{Command, Header, Tlv, Transport};
-pub use tlv::{
-    tlv_name, Ssl, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_NETNS,
-    PP2_TYPE_NOOP, PP2_TYPE_SSL, PP2_TYPE_UNIQUE_ID,
-};
+use error::{DecodeError, Invalid};
+use header::Header;
 
 use super::{V1_SIGNATURE, V2_MAX_LEN, V2_SIGNATURE};
 use error::invalid;

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::super::testdata::{capture, haproxy_captures, unhex};
 use super::super::{encode_local, encode_tcp};
-use super::tlv::crc32c;
+use super::header::{Command, Tlv, Transport};
+use super::tlv::*;
 use super::*;
 use crate::proxy_protocol::{Destination, Source, Version, V1_MAX_LEN, V2_FIXED_LEN};
 
