@@ -162,19 +162,30 @@ fn rule(
 
 /// The rules for one configuration, sorted.
 pub fn required(n: &Needs) -> Vec<Rule> {
-    use Scope::{Cluster, Namespace};
     let mut rules = vec![rule(
-        Cluster,
+        Scope::Cluster,
         "events.k8s.io",
         "events",
         &[],
         &["create", "patch"],
         "Warning Events on Ingresses, routes and the ConfigMap",
     )];
+    rules.extend(source_rules(n));
+    rules.extend(lease_rules(n));
+    rules.extend(service_rules(n));
+    rules.extend(node_local_dns_rules(n));
+    rules.extend(mode_rules(n));
+    rules.sort();
+    rules
+}
+
+/// List and watch on each source kind the controller reads.
+fn source_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     for kind in Kind::ALL {
         if kind.is_read(n.gateway_api, n.ingress_class_filter) {
             rules.push(rule(
-                Cluster,
+                Scope::Cluster,
                 kind.group(),
                 kind.plural(),
                 &[],
@@ -183,8 +194,14 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             ));
         }
     }
+    rules
+}
+
+/// The Lease, when a leader is elected.
+fn lease_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     if n.leader_elect && n.mode != Mode::EtcHosts {
-        let ns = Namespace(n.namespace.clone());
+        let ns = Scope::Namespace(n.namespace.clone());
         rules.push(rule(
             ns.clone(),
             "coordination.k8s.io",
@@ -205,6 +222,13 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "leader election (first start)",
         ));
     }
+    rules
+}
+
+/// The Services read: the proxies' (for their ClusterIPs) and the ingress controllers' (for
+/// their ipMode).
+fn service_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     // The proxy Services read for their ClusterIPs (the default target's and the named ones'),
     // by namespace. The CoreDNS modes also watch them (field selector metadata.name=<name>), to
     // follow a changed Service at once.
@@ -215,7 +239,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
     for (ns, names) in services {
         rules.push(rule(
-            Namespace(ns.clone()),
+            Scope::Namespace(ns.clone()),
             "",
             "services",
             &names,
@@ -237,7 +261,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     }
     for (ns, names) in controllers {
         rules.push(rule(
-            Namespace(ns.clone()),
+            Scope::Namespace(ns.clone()),
             "",
             "services",
             &names,
@@ -245,10 +269,16 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "watch the ingress controller's load-balancer ipMode (KEP-1860)",
         ));
     }
+    rules
+}
+
+/// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.
+fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
     if coredns_modes && n.node_local_dns {
         rules.push(rule(
-            Namespace(n.node_local_dns_namespace.clone()),
+            Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
             "configmaps",
             &[&n.node_local_dns_configmap],
@@ -258,7 +288,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         ));
     } else if n.mode == Mode::Coredns && !n.node_local_dns_configmap.is_empty() {
         rules.push(rule(
-            Namespace(n.node_local_dns_namespace.clone()),
+            Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
             "configmaps",
             &[&n.node_local_dns_configmap],
@@ -266,6 +296,13 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "warn when node-local-dns bypasses CoreDNS (--node-local-dns is off)",
         ));
     }
+    rules
+}
+
+/// What the DNS mode writes.
+fn mode_rules(n: &Needs) -> Vec<Rule> {
+    use Scope::Namespace;
+    let mut rules = Vec::new();
     match n.mode {
         Mode::Coredns => {
             let ns = Namespace(n.coredns_namespace.clone());
@@ -326,7 +363,6 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             }
         }
     }
-    rules.sort();
     rules
 }
 
@@ -495,7 +531,7 @@ mod needs_tests {
     }
 
     #[test]
-    fn needs_follow_the_flags() {
+    fn needs_default_and_for_cleanup() {
         let (c, cleanup) = of(&[]);
         assert_eq!(
             c,
@@ -533,8 +569,15 @@ mod needs_tests {
                 ..c
             }
         );
+    }
 
-        // Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
+    /// Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
+    #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases, one flag set and its expected field each"
+    )]
+    fn each_flag_lands_in_its_field() {
         type Case = (&'static [&'static str], fn(&Needs) -> bool);
         let table: &[Case] = &[
             (&["--gateway-api"], |n| n.gateway_api),

@@ -166,6 +166,43 @@ source_object! {
     TlsRoute => TlsRoute, tls_routes;
 }
 
+/// A Gateway-API route kind as the attachment rule reads it: its `parentRefs` (group, kind,
+/// namespace, name) and its hostnames. The generated types differ only by name, so one row
+/// each below.
+pub trait Route: SourceObject {
+    fn parents(&self) -> impl Iterator<Item = (Option<&str>, Option<&str>, Option<&str>, &str)>;
+    fn hostnames(&self) -> impl Iterator<Item = &String>;
+}
+
+macro_rules! route {
+    ($($ty:ty => |$spec:ident| $hostnames:expr;)*) => {$(
+        impl Route for $ty {
+            fn parents(
+                &self,
+            ) -> impl Iterator<Item = (Option<&str>, Option<&str>, Option<&str>, &str)> {
+                self.spec.parent_refs.iter().flatten().map(|p| {
+                    (
+                        p.group.as_deref(),
+                        p.kind.as_deref(),
+                        p.namespace.as_deref(),
+                        p.name.as_str(),
+                    )
+                })
+            }
+            fn hostnames(&self) -> impl Iterator<Item = &String> {
+                let $spec = &self.spec;
+                $hostnames
+            }
+        }
+    )*};
+}
+
+route! {
+    HttpRoute => |s| s.hostnames.iter().flatten();
+    GrpcRoute => |s| s.hostnames.iter().flatten();
+    TlsRoute => |s| s.hostnames.iter();
+}
+
 /// Runs `$body` with the type alias `$t` set to the Rust type of the runtime kind `$kind`: the
 /// one place a [`Kind`] value meets its type, so callers write one generic body instead of a
 /// six-arm match.

@@ -56,29 +56,7 @@ pub fn node_local_dns(
     }
     let text = cm.data.as_ref().and_then(|d| d.get(&target.key));
     if !enabled {
-        let mut c = Check::warn(
-            ID,
-            format!(
-                "node-local-dns is installed (ConfigMap {ns}/{name}) and --node-local-dns is off: \
-                 pods resolving through it send external names upstream and never see the \
-                 CoreDNS block"
-            ),
-        );
-        if text.is_some_and(|t| block_lines(t).is_some()) {
-            c = c.evidence(
-                "its Corefile holds an ouroboros block, which the controller does not update \
-                 while --node-local-dns is off",
-            );
-        }
-        let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
-                       controller writes the same template block into its `.:53` server block, \
-                       or use --mode external-dns";
-        return c.action(match want.map(Expected::form) {
-            Some("rewrite") => {
-                format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
-            }
-            _ => turn_on.to_string(),
-        });
+        return bypassed(ID, target, text.map(String::as_str), want);
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
@@ -123,6 +101,40 @@ pub fn node_local_dns(
     }
 }
 
+/// node-local-dns is installed and --node-local-dns is off: its cache bypasses the CoreDNS
+/// block (`text`: its Corefile, when it has one).
+fn bypassed(
+    id: &'static str,
+    target: &ConfigMapKey,
+    text: Option<&str>,
+    want: Option<&Expected<'_>>,
+) -> Check {
+    let (ns, name) = (&target.namespace, &target.name);
+    let mut c = Check::warn(
+        id,
+        format!(
+            "node-local-dns is installed (ConfigMap {ns}/{name}) and --node-local-dns is off: \
+             pods resolving through it send external names upstream and never see the \
+             CoreDNS block"
+        ),
+    );
+    if text.is_some_and(|t| block_lines(t).is_some()) {
+        c = c.evidence(
+            "its Corefile holds an ouroboros block, which the controller does not update \
+             while --node-local-dns is off",
+        );
+    }
+    let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
+                   controller writes the same template block into its `.:53` server block, \
+                   or use --mode external-dns";
+    c.action(match want.map(Expected::form) {
+        Some("rewrite") => {
+            format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
+        }
+        _ => turn_on.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,16 +142,29 @@ mod tests {
     use crate::doctor::report::Status;
     use serde_json::json;
 
+    /// node-local-dns's Corefile as kubespray and the upstream manifest write it.
+    const NL: &str = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
+
+    fn corefile(text: &str) -> Got<ConfigMap> {
+        Ok(Some(cm(json!({ "Corefile": text }))))
+    }
+
+    /// [`NL`] with our block for `names`.
+    fn spliced(names: &[&str]) -> String {
+        corefile::splice(NL, &hosts(names), &proxy()).unwrap().text
+    }
+
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: mode, flag and ConfigMap, and the verdict"
+    )]
     fn node_local_verdicts() {
         let t = ConfigMapKey::node_local_dns_default();
         let h = hosts(&["a.example.com"]);
-        let nl = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
-        let corefile = |text: &str| Ok(Some(cm(json!({ "Corefile": text }))));
-        let current = corefile::splice(nl, &h, &proxy()).unwrap().text;
-        let stale = corefile::splice(nl, &hosts(&["old.example.com"]), &proxy())
-            .unwrap()
-            .text;
+        let nl = NL;
+        let current = spliced(&["a.example.com"]);
+        let stale = spliced(&["old.example.com"]);
         // (mode, --node-local-dns, ConfigMap, want, summary starts with)
         let cases: Vec<(Mode, bool, Got<ConfigMap>, Status, &str)> = vec![
             (
@@ -245,6 +270,15 @@ mod tests {
             assert_eq!(c.status, want, "{mode:?} {on} {c:?}");
             assert!(c.summary.starts_with(summary), "{c:?}");
         }
+    }
+
+    #[test]
+    fn node_local_actions_and_evidence() {
+        let t = ConfigMapKey::node_local_dns_default();
+        let h = hosts(&["a.example.com"]);
+        let nl = NL;
+        let current = spliced(&["a.example.com"]);
+        let stale = spliced(&["old.example.com"]);
         // Off: the action names the option; with rewrite, the answer form it needs first.
         let c = node_local_dns(
             Mode::Coredns,
