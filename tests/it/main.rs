@@ -20,6 +20,12 @@ mod support;
 /// The only `unsafe` code of the tests.
 mod sys;
 
+// chart.rs is being rewritten as tables (issue #29, the other half of the step): its long
+// functions are left to that change, which removes this allow.
+#[allow(
+    clippy::too_many_lines,
+    reason = "chart.rs's tests are being rewritten as tables"
+)]
 mod chart;
 mod chart_monitoring;
 mod cleanup_cli;

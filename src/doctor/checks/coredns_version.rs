@@ -212,6 +212,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: image, hosts and answer form, and the verdict"
+    )]
     fn version_verdicts() {
         let exact = hosts(&["a.example.com"]);
         let wild = hosts(&["a.example.com", "*.apps.example.com"]);

@@ -177,6 +177,10 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: mode, Corefile and import ConfigMap, and the verdict"
+    )]
     fn shadowing_verdicts() {
         let t = ConfigMapKey::import_default();
         let h = hosts(&["a.example.com", "*.b.example.org"]);
