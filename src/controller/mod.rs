@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
-use self::hostnames::{Desired, HostnameArgs, TargetRule};
+use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
@@ -40,6 +40,7 @@ use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
+use crate::target::TargetRule;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
 /// proxy.
@@ -141,10 +142,9 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
-    let target_services: Vec<_> = filters.targets.iter().map(TargetRule::proxy).collect();
     let sink = args
         .dns
-        .sink(client.clone(), &cluster_domain, &target_services)
+        .sink(client.clone(), &cluster_domain, &filters.targets)
         .await?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -184,7 +184,6 @@ pub async fn run_with(
             client: &client,
             args: &args,
             targets: &filters.targets,
-            target_services: &target_services,
             metrics: &metrics,
             notifier: &notifier,
             forced: &forced_tx,
@@ -306,7 +305,6 @@ struct SideStart<'a> {
     client: &'a Client,
     args: &'a ControllerArgs,
     targets: &'a [TargetRule],
-    target_services: &'a [crate::dns::args::TargetService],
     metrics: &'a Metrics,
     notifier: &'a Notifier,
     /// Bumped to make the engine write again whatever its change detection says.
@@ -408,7 +406,7 @@ impl SideStart<'_> {
         let dns = &self.args.dns;
         let services = dns.proxy_service_read().into_iter();
         services
-            .chain(dns.target_services_read(self.target_services))
+            .chain(dns.target_services_read(self.targets))
             .map(|(namespace, name)| {
                 tokio::spawn(proxy_watch::watch(
                     self.client.clone(),
@@ -427,11 +425,7 @@ impl SideStart<'_> {
             .ipmode
             .watched(targets)
             .into_iter()
-            .map(|(index, service)| {
-                let target = match index {
-                    0 => hostnames::DEFAULT_TARGET.to_string(),
-                    i => targets[i - 1].name.clone(),
-                };
+            .map(|(target, service)| {
                 let report = ipmode::Report {
                     skipped: self.skipped.clone(),
                     forced: self.forced.clone(),
@@ -441,7 +435,7 @@ impl SideStart<'_> {
                 tokio::spawn(ipmode::watch(
                     self.client.clone(),
                     service,
-                    (index, target),
+                    (target, target.name(targets).to_string()),
                     report,
                     self.stop.clone(),
                 ))

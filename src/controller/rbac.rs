@@ -4,7 +4,7 @@
 //! same change that adds a call.
 
 use super::args::{ElectionArgs, IpModeArgs};
-use super::hostnames::{HostnameArgs, Kind, TargetRule};
+use super::hostnames::{HostnameArgs, Kind};
 use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
 use std::collections::BTreeMap;
 
@@ -84,13 +84,7 @@ impl Needs {
             namespace: election.lease_namespace_or(namespace),
             lease_name: election.lease_name.clone(),
             proxy_service: dns.proxy_service_read(),
-            target_services: dns.target_services_read(
-                &hostnames
-                    .targets
-                    .iter()
-                    .map(TargetRule::proxy)
-                    .collect::<Vec<_>>(),
-            ),
+            target_services: dns.target_services_read(&hostnames.targets),
             ingress_controller_services: ipmode
                 .watched(&hostnames.targets)
                 .into_iter()

@@ -18,6 +18,7 @@ use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
 use crate::flags::UsageError;
+use crate::target::TargetRule;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -321,16 +322,6 @@ pub struct RecordArgs {
     pub instance: String,
 }
 
-/// A named proxy target's Service as `--target ...,service=[NAMESPACE/]NAME` gives it, and its
-/// addresses when `proxy-ip=` gives them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TargetService {
-    /// `None`: in --proxy-service-namespace.
-    pub namespace: Option<String>,
-    pub name: String,
-    pub ips: Vec<IpAddr>,
-}
-
 /// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
 /// on whether its Corefile holds our block.
 #[derive(Args, Clone, Debug)]
@@ -459,7 +450,7 @@ impl DnsArgs {
         &self,
         client: Option<kube::Client>,
         cluster_domain: &str,
-        targets: &[TargetService],
+        targets: &[TargetRule],
     ) -> Result<Vec<AnswerSource>, UsageError> {
         let default = match self.coredns_answer {
             form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
@@ -480,7 +471,13 @@ impl DnsArgs {
         for (t, (ns, name)) in targets.iter().zip(self.target_services(targets)) {
             out.push(match self.coredns_answer {
                 form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
-                    ProxyIps::new(client.clone(), &t.ips, &ns, &name, "--target ...,proxy-ip="),
+                    ProxyIps::new(
+                        client.clone(),
+                        &t.proxy_ips,
+                        &ns,
+                        &name,
+                        "--target ...,proxy-ip=",
+                    ),
                     form == AnswerForm::View,
                 ),
                 AnswerForm::Rewrite => AnswerSource::Rewrite(
@@ -493,15 +490,15 @@ impl DnsArgs {
 
     /// (namespace, name) of each named target's proxy Service; without a namespace, in
     /// --proxy-service-namespace.
-    pub fn target_services(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+    pub fn target_services(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
         targets
             .iter()
             .map(|t| {
-                let ns = t
-                    .namespace
+                let (namespace, name) = &t.service;
+                let ns = namespace
                     .clone()
                     .unwrap_or_else(|| self.proxy_service_namespace());
-                (ns, t.name.clone())
+                (ns, name.clone())
             })
             .collect()
     }
@@ -509,7 +506,7 @@ impl DnsArgs {
     /// The named targets' Services this mode reads for their ClusterIPs (as
     /// [`proxy_service_read`](Self::proxy_service_read) for the default one): none for rewrite
     /// answers, none for a target given its `proxy-ip=`.
-    pub fn target_services_read(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+    pub fn target_services_read(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
         let reads = match self.mode {
             Mode::Coredns | Mode::CorednsImport => self.template_answers(),
             Mode::EtcHosts | Mode::ExternalDns => true,
@@ -517,24 +514,20 @@ impl DnsArgs {
         targets
             .iter()
             .zip(self.target_services(targets))
-            .filter(|(t, _)| reads && t.ips.is_empty())
+            .filter(|(t, _)| reads && t.proxy_ips.is_empty())
             .map(|(_, s)| s)
             .collect()
     }
 
     /// The named targets' addresses: given, else their proxy Services' ClusterIPs.
-    fn target_ips(
-        &self,
-        client: Option<&kube::Client>,
-        targets: &[TargetService],
-    ) -> Vec<ProxyIps> {
+    fn target_ips(&self, client: Option<&kube::Client>, targets: &[TargetRule]) -> Vec<ProxyIps> {
         targets
             .iter()
             .zip(self.target_services(targets))
             .map(|(t, (ns, name))| {
                 ProxyIps::new(
                     client.cloned(),
-                    &t.ips,
+                    &t.proxy_ips,
                     &ns,
                     &name,
                     "--target ...,proxy-ip=",
@@ -549,7 +542,7 @@ impl DnsArgs {
         &self,
         client: kube::Client,
         cluster_domain: &str,
-        targets: &[TargetService],
+        targets: &[TargetRule],
     ) -> Result<AnySink, UsageError> {
         self.check()?;
         let coredns = |target| -> Result<AnySink, UsageError> {

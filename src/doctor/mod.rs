@@ -28,6 +28,7 @@ use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::args::{AnswerForm, DnsArgs, Mode};
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::flags::UsageError;
+use crate::target::{Target, TargetRule};
 use checks::{ControllerKind, Dial, Dials, Got};
 use report::{Check, Report};
 
@@ -290,18 +291,14 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // controller writes them (default target first, then --target order).
     // Each --target's proxy Service, read once (its ClusterIPs answer for its names; checked
     // in 5).
-    let proxies: Vec<_> = filters
-        .targets
-        .iter()
-        .map(hostnames::TargetRule::proxy)
-        .collect();
-    let target_services = d.target_services(&proxies);
+    let proxies = &filters.targets;
+    let target_services = d.target_services(proxies);
     let mut target_svcs: Vec<Got<Service>> = Vec::new();
     for (ns, name) in &target_services {
         target_svcs.push(fetch::get(client, "services", ns, name).await);
     }
     let targets = Targets {
-        proxies: &proxies,
+        proxies,
         services: &target_services,
         got: &target_svcs,
     };
@@ -350,7 +347,7 @@ async fn hostnames_section(
     args: &DoctorArgs,
     needs: &Needs,
     (filters, policy): (&hostnames::Filters, &crate::hostname::HostPolicy),
-    skipped: &BTreeSet<usize>,
+    skipped: &BTreeSet<Target>,
 ) -> (Check, Option<hostnames::Desired>) {
     let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
     match &owned {
@@ -361,7 +358,7 @@ async fn hostnames_section(
             let left_out: Vec<(String, usize)> = desired
                 .by_target()
                 .into_iter()
-                .filter(|(t, _)| skipped.contains(&t.index()))
+                .filter(|(t, _)| skipped.contains(t))
                 .map(|(t, hosts)| (t.name(&filters.targets).to_string(), hosts.len()))
                 .collect();
             desired.skip_targets(skipped);
@@ -398,7 +395,7 @@ async fn proxy_section(
     client: &Client,
     args: &DoctorArgs,
     (p_ns, p_name, proxy): (&str, &str, &Got<Service>),
-    rules: &[hostnames::TargetRule],
+    rules: &[TargetRule],
     targets: &Targets<'_>,
 ) -> Vec<Check> {
     let mut out = Vec::new();
@@ -449,7 +446,7 @@ async fn ingress_section(
     args: &DoctorArgs,
     filters: &hostnames::Filters,
     out: &mut Vec<Check>,
-) -> anyhow::Result<BTreeSet<usize>> {
+) -> anyhow::Result<BTreeSet<Target>> {
     let flag = args.ingress_controller_service.as_ref();
     let (first, unreachable, default_svc) =
         ingress_checks(client, flag, "--ingress-controller-service").await;
@@ -466,10 +463,13 @@ async fn ingress_section(
         && flag.is_some()
         && crate::controller::ipmode::proxied(default_svc.as_ref())
     {
-        skipped.insert(0);
+        skipped.insert(Target::Default);
     }
     // Each --target's ingress controller (`ingress-controller=`), the same checks.
-    for (i, t) in filters.targets.iter().enumerate() {
+    for (target, t) in Target::all(filters.targets.len())
+        .skip(1)
+        .zip(&filters.targets)
+    {
         if let Some((namespace, name)) = &t.ingress_controller {
             let ns_name = NsName {
                 namespace: namespace.clone(),
@@ -479,7 +479,7 @@ async fn ingress_section(
             let (checks, _, svc) = ingress_checks(client, Some(&ns_name), &by).await;
             out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
             if args.skip_proxy_ipmode && crate::controller::ipmode::proxied(svc.as_ref()) {
-                skipped.insert(i + 1);
+                skipped.insert(target);
             }
         }
     }
@@ -727,7 +727,7 @@ async fn ingress_checks(
 /// The named targets as doctor sees them: their proxies (flags), Services (namespace, name) and
 /// what reading each Service gave.
 struct Targets<'a> {
-    proxies: &'a [crate::dns::args::TargetService],
+    proxies: &'a [TargetRule],
     services: &'a [(String, String)],
     got: &'a [Got<Service>],
 }
@@ -743,19 +743,21 @@ fn target_rules(
     cluster_domain: &str,
 ) -> Option<crate::dns::answer::Rules> {
     let mut by_target: Vec<_> = desired.by_target().into_iter().collect();
-    by_target.sort_by_key(|(t, _)| t.index());
+    // The order the controller writes them in: the default target's first.
+    by_target.sort_by_key(|(t, _)| t.position());
     let mut rules = Vec::new();
     for (target, hosts) in by_target {
-        let answer = match target.index().checked_sub(1) {
-            None => default.clone(),
-            Some(i) => {
+        let answer = match target {
+            Target::Default => default.clone(),
+            Target::Named(i) => {
+                let i = usize::from(i);
                 let (ns, name) = &targets.services[i];
                 match d.coredns_answer {
                     AnswerForm::Rewrite => Answer::Rewrite(
                         crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain).ok()?,
                     ),
-                    form if !targets.proxies[i].ips.is_empty() => {
-                        form.with_addrs(ProxyAddrs::new(&targets.proxies[i].ips)?)?
+                    form if !targets.proxies[i].proxy_ips.is_empty() => {
+                        form.with_addrs(ProxyAddrs::new(&targets.proxies[i].proxy_ips)?)?
                     }
                     form => {
                         let svc = targets.got[i].as_ref().ok()?.as_ref()?;

@@ -11,7 +11,7 @@
 //! | `collect` | the builder that gathers accepted names and sorts them once |
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
 //! | `args` | the flags ([`HostnameArgs`]) that become the filters and the hostname policy |
-//! | `targets` | named proxy targets ([`TargetRule`], `--target`) and conflict priorities |
+//! | `targets` | `--target` parsed into [`TargetRule`]s, which rule takes an object, conflict priorities |
 
 mod args;
 mod class;
@@ -30,16 +30,14 @@ pub use model::{
     Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
     OPT_OUT_ANNOTATION,
 };
-pub use targets::{
-    check_targets, parse_namespaced, parse_target, Target, TargetRule, DEFAULT_TARGET,
-    PRIORITY_ANNOTATION,
-};
+pub use targets::{check_targets, parse_namespaced, parse_target, PRIORITY_ANNOTATION};
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::hostname::HostPolicy;
+use crate::target::{Target, TargetRule};
 use collect::Collector;
 
 /// API group of Gateway-API objects; a `parentRef` without a group means this one.

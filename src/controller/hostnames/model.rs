@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::kinds::{Kind, Objects};
 use super::namespace;
-use super::targets::{Target, TargetRule};
 use crate::dns::write::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
+use crate::target::{Target, TargetRule};
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -194,31 +194,27 @@ pub struct Conflict {
 }
 
 impl Desired {
-    /// Leaves out the hosts of the targets with these indexes (0: the default target's): their
-    /// load balancers reach in-cluster clients themselves.
-    pub fn skip_targets(&mut self, skipped: &BTreeSet<usize>) {
+    /// Leaves out the hosts of these targets: their load balancers reach in-cluster clients
+    /// themselves.
+    pub fn skip_targets(&mut self, skipped: &BTreeSet<Target>) {
         if skipped.is_empty() {
             return;
         }
         let placed = &self.placed;
         let keep = |h: &Hostname| {
-            let index = placed.get(h).map_or(0, |t| t.index());
-            !skipped.contains(&index)
+            let target = placed.get(h).copied().unwrap_or(Target::Default);
+            !skipped.contains(&target)
         };
         self.hosts.retain(|h| keep(h));
         self.origins.retain(|h, _| keep(h));
-        self.placed.retain(|_, t| !skipped.contains(&t.index()));
+        self.placed.retain(|_, t| !skipped.contains(t));
     }
 
-    /// What a sink writes: the hosts, each with its target's index.
+    /// What a sink writes: the hosts, each named target's with its target.
     pub fn into_plan(self) -> Plan {
         Plan {
             hosts: self.hosts,
-            placed: self
-                .placed
-                .into_iter()
-                .map(|(h, t)| (h, t.index()))
-                .collect(),
+            placed: self.placed,
         }
     }
 
