@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::controller::args::Selection;
-use crate::controller::hostnames::{self, HostnameArgs};
+use crate::controller::hostnames::{self, HostnameArgs, Kind};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
 use crate::dns::args::{AnswerForm, RecordArgs, VIEW_NEEDS_COREFILE};
 use crate::dns::etc_hosts::HostsGroup;
@@ -396,8 +396,11 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
         files = manifests.files,
         ingresses = manifests.ingresses.len(),
         gateways = manifests.gateways.len(),
-        routes =
-            manifests.http_routes.len() + manifests.grpc_routes.len() + manifests.tls_routes.len(),
+        routes = Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_route())
+            .map(|k| manifests.count(k))
+            .sum::<usize>(),
         other_objects = manifests.skipped,
         cluster_domain = policy.cluster_domain(),
         "manifests read"

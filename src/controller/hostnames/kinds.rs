@@ -106,6 +106,12 @@ impl Kind {
         }
     }
 
+    /// Whether objects of this kind are Gateway-API routes (attached to Gateways by
+    /// `parentRefs`, read through [`Route`]).
+    pub fn is_route(self) -> bool {
+        self.read_when() == ReadWhen::GatewayApi && self != Kind::Gateway
+    }
+
     /// Whether a configuration reads this kind.
     pub fn is_read(self, gateway_api: bool, ingress_class_filter: bool) -> bool {
         match self.read_when() {
@@ -134,13 +140,27 @@ pub struct Objects {
     pub tls_routes: Vec<TlsRoute>,
 }
 
-/// A typed source object: its kind and its list in [`Objects`].
+/// The objects to read, by kind, borrowed: so the controller can pass its cache entries and
+/// `render` its parsed manifests without copying. The same fields as [`Objects`].
+#[derive(Clone, Debug, Default)]
+pub struct Sources<'a> {
+    pub ingresses: Vec<&'a Ingress>,
+    pub ingress_classes: Vec<&'a IngressClass>,
+    pub gateways: Vec<&'a Gateway>,
+    pub http_routes: Vec<&'a HttpRoute>,
+    pub grpc_routes: Vec<&'a GrpcRoute>,
+    pub tls_routes: Vec<&'a TlsRoute>,
+}
+
+/// A typed source object: its kind and its lists in [`Objects`] and [`Sources`].
 pub trait SourceObject:
     kube::Resource<DynamicType = ()> + DeserializeOwned + Clone + Sized
 {
     const KIND: Kind;
     fn list(objects: &Objects) -> &Vec<Self>;
     fn list_mut(objects: &mut Objects) -> &mut Vec<Self>;
+    fn borrowed<'s, 'a>(sources: &'s Sources<'a>) -> &'s Vec<&'a Self>;
+    fn borrowed_mut<'s, 'a>(sources: &'s mut Sources<'a>) -> &'s mut Vec<&'a Self>;
 }
 
 macro_rules! source_object {
@@ -152,6 +172,12 @@ macro_rules! source_object {
             }
             fn list_mut(objects: &mut Objects) -> &mut Vec<Self> {
                 &mut objects.$field
+            }
+            fn borrowed<'s, 'a>(sources: &'s Sources<'a>) -> &'s Vec<&'a Self> {
+                &sources.$field
+            }
+            fn borrowed_mut<'s, 'a>(sources: &'s mut Sources<'a>) -> &'s mut Vec<&'a Self> {
+                &mut sources.$field
             }
         }
     )*};
@@ -240,6 +266,15 @@ macro_rules! by_kind {
 pub(crate) use by_kind;
 
 impl Objects {
+    /// Borrowed, as [`desired`](super::desired) takes them.
+    pub fn sources(&self) -> Sources<'_> {
+        let mut s = Sources::default();
+        for kind in Kind::ALL {
+            by_kind!(kind, T => *T::borrowed_mut(&mut s) = T::list(self).iter().collect());
+        }
+        s
+    }
+
     pub fn append(&mut self, other: &mut Objects) {
         for kind in Kind::ALL {
             by_kind!(kind, T => T::list_mut(self).append(T::list_mut(other)));

@@ -25,9 +25,9 @@ pub use class::{
     default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION,
 };
 pub(crate) use kinds::by_kind;
-pub use kinds::{Kind, Objects, ReadWhen, Route, SourceObject};
+pub use kinds::{Kind, Objects, ReadWhen, Route, SourceObject, Sources};
 pub use model::{
-    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
+    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected,
     OPT_OUT_ANNOTATION,
 };
 pub use targets::{check_targets, parse_namespaced, parse_target, PRIORITY_ANNOTATION};

@@ -1,4 +1,4 @@
-//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`]),
+//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`](super::Sources)),
 //! the filters ([`Filters`]), and the result ([`Desired`]) with the records that name an object
 //! ([`ObjectRef`]), a rejected name ([`Rejected`]) or a skipped object ([`Excluded`]). Separate:
 //! the controller, `render` and `doctor` all read these, none needs the computation's insides.
@@ -6,14 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::kinds::{Kind, Objects};
+use super::kinds::Kind;
 use super::namespace;
 use crate::dns::write::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
@@ -99,33 +94,6 @@ impl fmt::Display for Exclusion {
 pub struct Excluded {
     pub object: ObjectRef,
     pub why: Exclusion,
-}
-
-/// The objects to read. References, so the controller can pass its cache entries and `render`
-/// its parsed manifests without copying.
-#[derive(Clone, Debug, Default)]
-pub struct Sources<'a> {
-    pub ingresses: Vec<&'a Ingress>,
-    pub ingress_classes: Vec<&'a IngressClass>,
-    pub gateways: Vec<&'a Gateway>,
-    pub http_routes: Vec<&'a HttpRoute>,
-    pub grpc_routes: Vec<&'a GrpcRoute>,
-    pub tls_routes: Vec<&'a TlsRoute>,
-}
-
-/// Here rather than beside [`Objects`] so that `kinds` (the table) imports nothing of `model`.
-impl Objects {
-    /// Borrowed, as [`desired`](super::desired) takes them.
-    pub fn sources(&self) -> Sources<'_> {
-        Sources {
-            ingresses: self.ingresses.iter().collect(),
-            ingress_classes: self.ingress_classes.iter().collect(),
-            gateways: self.gateways.iter().collect(),
-            http_routes: self.http_routes.iter().collect(),
-            grpc_routes: self.grpc_routes.iter().collect(),
-            tls_routes: self.tls_routes.iter().collect(),
-        }
-    }
 }
 
 /// The annotation that leaves an Ingress, Gateway or route out when `"false"`.
