@@ -1,9 +1,11 @@
 //! The source kinds, listed once: what each one is on the API (group, version, resource), when
-//! the controller reads it, and the owned container every reader fills (`render` from manifest
-//! files, `doctor` from list calls). The watches (`controller::sources`), RBAC rules
-//! (`controller::rbac`), CRD checks and manifest recognition all iterate [`Kind::ALL`], so a new
-//! kind is added here, in the hostname rules that read it, and in the watch cache's projection
-//! (`controller::projection`).
+//! the controller reads it, and the owned ([`Objects`]) and borrowed ([`Sources`]) containers
+//! every reader fills (`render` from manifest files, `doctor` from list calls). The watches
+//! (`controller::sources`), RBAC rules (`controller::rbac`), CRD checks, manifest recognition
+//! and the counts `render` logs all iterate [`Kind::ALL`]. A new kind is a row here, plus the
+//! hostname rules that read it (`hostnames::compute`), the watch cache's projection
+//! (`controller::projection`) and store (`controller::sources`), and the chart's RBAC:
+//! docs/architecture.md lists them.
 
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;

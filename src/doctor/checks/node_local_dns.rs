@@ -140,7 +140,9 @@ mod tests {
     use super::*;
     use crate::doctor::checks::fixtures::{cm, expect, forbidden, hosts, proxy, rewrite};
     use crate::doctor::report::Status;
+    use crate::hostname::Hostname;
     use serde_json::json;
+    use std::collections::BTreeSet;
 
     /// node-local-dns's Corefile as kubespray and the upstream manifest write it.
     const NL: &str = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
@@ -154,17 +156,22 @@ mod tests {
         corefile::splice(NL, &hosts(names), &proxy()).unwrap().text
     }
 
+    /// The ConfigMap, the hosts, and [`NL`] with our block for them and with a stale one.
+    fn fixture() -> (ConfigMapKey, BTreeSet<Hostname>, String, String) {
+        let current = spliced(&["a.example.com"]);
+        let stale = spliced(&["old.example.com"]);
+        let h = hosts(&["a.example.com"]);
+        (ConfigMapKey::node_local_dns_default(), h, current, stale)
+    }
+
     #[test]
     #[allow(
         clippy::too_many_lines,
         reason = "a table of cases: mode, flag and ConfigMap, and the verdict"
     )]
     fn node_local_verdicts() {
-        let t = ConfigMapKey::node_local_dns_default();
-        let h = hosts(&["a.example.com"]);
+        let (t, h, current, stale) = fixture();
         let nl = NL;
-        let current = spliced(&["a.example.com"]);
-        let stale = spliced(&["old.example.com"]);
         // (mode, --node-local-dns, ConfigMap, want, summary starts with)
         let cases: Vec<(Mode, bool, Got<ConfigMap>, Status, &str)> = vec![
             (
@@ -274,11 +281,8 @@ mod tests {
 
     #[test]
     fn node_local_actions_and_evidence() {
-        let t = ConfigMapKey::node_local_dns_default();
-        let h = hosts(&["a.example.com"]);
+        let (t, h, current, stale) = fixture();
         let nl = NL;
-        let current = spliced(&["a.example.com"]);
-        let stale = spliced(&["old.example.com"]);
         // Off: the action names the option; with rewrite, the answer form it needs first.
         let c = node_local_dns(
             Mode::Coredns,
