@@ -1,5 +1,6 @@
 //! The controller's metrics (`ouroboros_controller_*`).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -173,10 +174,15 @@ impl Metrics {
     /// The desired set's figures; `targets` names the `--target`s (each is set, even at 0).
     pub fn desired(&self, d: &Desired, targets: &[TargetRule]) {
         self.desired.set(d.hosts.len() as i64);
+        // One pass over the placed hosts, however many targets there are.
+        let mut placed: BTreeMap<Target, usize> = BTreeMap::new();
+        for t in d.placed.values() {
+            *placed.entry(*t).or_default() += 1;
+        }
         for target in Target::all(targets.len()) {
             let n = match target {
                 Target::Default => d.hosts.len() - d.placed.len(),
-                named => d.placed.values().filter(|t| **t == named).count(),
+                named => placed.get(&named).copied().unwrap_or(0),
             };
             self.target_hostnames
                 .get_or_create(&TargetLabel {

@@ -466,10 +466,9 @@ async fn ingress_section(
         skipped.insert(Target::Default);
     }
     // Each --target's ingress controller (`ingress-controller=`), the same checks.
-    for (target, t) in Target::all(filters.targets.len())
-        .skip(1)
-        .zip(&filters.targets)
-    {
+    let named = Target::all(filters.targets.len())
+        .filter_map(|target| Some((target, target.rule(&filters.targets)?)));
+    for (target, t) in named {
         if let Some((namespace, name)) = &t.ingress_controller {
             let ns_name = NsName {
                 namespace: namespace.clone(),
