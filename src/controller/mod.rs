@@ -340,7 +340,7 @@ const SIDE_TASKS: &[SideTask] = &[
     // The proxy's and the targets' Service addresses are what the Corefile blocks answer.
     SideTask {
         name: "proxy-watch",
-        when: |args| matches!(args.dns.mode, Mode::Coredns | Mode::CorednsImport),
+        when: |args| args.dns.mode.edits_coredns(),
         spawn: |s| s.proxy_watches(),
     },
     // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.

@@ -124,7 +124,7 @@ impl Needs {
             // Removing a CoreDNS block needs no answer, so no Service read.
             proxy_service: dns
                 .proxy_service_read()
-                .filter(|_| !matches!(dns.mode, Mode::Coredns | Mode::CorednsImport)),
+                .filter(|_| !dns.mode.edits_coredns()),
             // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
@@ -230,7 +230,7 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
     for (ns, name) in n.proxy_service.iter().chain(&n.target_services) {
         services.entry(ns).or_default().push(name);
     }
-    let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
+    let coredns = n.mode.edits_coredns();
     for (ns, names) in services {
         rules.push(rule(
             Scope::Namespace(ns.clone()),
@@ -269,8 +269,7 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
 /// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.
 fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
     let mut rules = Vec::new();
-    let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
-    if coredns_modes && n.node_local_dns {
+    if n.mode.edits_coredns() && n.node_local_dns {
         rules.push(rule(
             Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
@@ -358,6 +357,45 @@ fn mode_rules(n: &Needs) -> Vec<Rule> {
         }
     }
     rules
+}
+
+/// What removing the mode's writes needs (`ouroboros cleanup`, the chart's uninstall hook):
+/// beside [`mode_rules`], so a mode's RBAC is in one place. Empty for etc-hosts (a file on the
+/// node, no API call).
+fn mode_cleanup_rules(n: &Needs) -> Vec<Rule> {
+    match n.mode {
+        Mode::Coredns => vec![rule(
+            Scope::Namespace(n.coredns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.coredns_configmap],
+            &["get", "update"],
+            "remove the block from the Corefile",
+        )],
+        Mode::CorednsImport => vec![rule(
+            Scope::Namespace(n.import_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.import_configmap],
+            &["get", "update", "delete"],
+            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
+        )],
+        Mode::EtcHosts => vec![],
+        Mode::ExternalDns => {
+            let (group, resource) = match n.external_dns_output {
+                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
+                ExternalDnsOutput::Service => ("", "services"),
+            };
+            vec![rule(
+                Scope::Namespace(n.external_dns_namespace.clone()),
+                group,
+                resource,
+                &[],
+                &["list", "delete"],
+                "delete this instance's objects",
+            )]
+        }
+    }
 }
 
 #[cfg(test)]

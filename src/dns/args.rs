@@ -43,6 +43,23 @@ impl Mode {
             Mode::ExternalDns => "external-dns",
         }
     }
+
+    /// Whether the mode writes CoreDNS's configuration (a Corefile block or an imported
+    /// snippet): node-local-dns, the proxy watches, the Services' `list`/`watch` and doctor's
+    /// CoreDNS checks follow it.
+    pub fn edits_coredns(self) -> bool {
+        matches!(self, Mode::Coredns | Mode::CorednsImport)
+    }
+
+    /// The CRD whose objects the mode writes, when it needs one.
+    pub fn crd(self, output: ExternalDnsOutput) -> Option<&'static str> {
+        match (self, output) {
+            (Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint) => {
+                Some("dnsendpoints.externaldns.k8s.io")
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How the CoreDNS block answers (coredns and coredns-import modes).
@@ -420,12 +437,12 @@ impl DnsArgs {
 
     /// Whether the block is also written into node-local-dns (coredns modes, opted in).
     pub fn writes_node_local_dns(&self) -> bool {
-        self.node_local_dns.enabled && matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+        self.node_local_dns.enabled && self.mode.edits_coredns()
     }
 
     /// Whether the CoreDNS modes answer with the proxy's addresses.
     fn template_answers(&self) -> bool {
-        matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+        self.mode.edits_coredns()
             && matches!(self.coredns_answer, AnswerForm::Template | AnswerForm::View)
     }
 

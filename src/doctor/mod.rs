@@ -494,7 +494,7 @@ async fn coredns_section(
 ) -> Vec<Check> {
     let mode = d.mode;
     let mut out = Vec::new();
-    if checks::uses_coredns(mode) {
+    if mode.edits_coredns() {
         let target = d.coredns_target();
         let got: Got<ConfigMap> =
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;

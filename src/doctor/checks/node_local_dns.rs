@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
-use super::{uses_coredns, Got, UNKNOWN};
+use super::{Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
@@ -22,7 +22,7 @@ pub fn node_local_dns(
 ) -> Check {
     const ID: &str = "node-local-dns";
     let (ns, name) = (&target.namespace, &target.name);
-    let writes = enabled && uses_coredns(mode);
+    let writes = enabled && mode.edits_coredns();
     let cm = match got {
         Err(e) => return e.check(ID),
         Ok(None) if writes => {
@@ -45,7 +45,7 @@ pub fn node_local_dns(
         }
         Ok(Some(cm)) => cm,
     };
-    if !uses_coredns(mode) {
+    if !mode.edits_coredns() {
         return Check::ok(
             ID,
             format!(

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
-use super::{cut, uses_coredns, Got, UNKNOWN};
+use super::{cut, Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
@@ -26,7 +26,7 @@ pub fn coredns_shadowing(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-shadowing";
-    if !uses_coredns(mode) {
+    if !mode.edits_coredns() {
         return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
     }
     let Some(want) = want else {
