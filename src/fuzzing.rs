@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::controller::hostnames::{self, Filters};
+use crate::controller::hostnames::{self, Filters, Kind};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
@@ -380,17 +380,13 @@ pub fn etc_hosts_edit(data: &[u8]) {
     removal_restores(input, &removed.text, &stripped.text, stripped.changed);
 }
 
-/// Every object kind's count, for comparing two reads.
-fn counts(m: &Manifests) -> [usize; 7] {
-    [
-        m.ingresses.len(),
-        m.ingress_classes.len(),
-        m.gateways.len(),
-        m.http_routes.len(),
-        m.grpc_routes.len(),
-        m.tls_routes.len(),
-        m.skipped,
-    ]
+/// Every object kind's count and the skipped objects', for comparing two reads.
+fn counts(m: &Manifests) -> Vec<usize> {
+    Kind::ALL
+        .into_iter()
+        .map(|k| m.count(k))
+        .chain([m.skipped])
+        .collect()
 }
 
 /// The manifest reader (`Manifests::add_text`, no file system) on arbitrary text as YAML and as
@@ -410,7 +406,11 @@ pub fn manifest(data: &[u8]) {
         let b = twice.add_text(text, format);
         match (&first, &a, &b) {
             (Ok(()), Ok(()), Ok(())) => {
-                assert_eq!(counts(&twice), counts(&once).map(|c| c * 2), "{format:?}");
+                assert_eq!(
+                    counts(&twice),
+                    counts(&once).iter().map(|c| c * 2).collect::<Vec<_>>(),
+                    "{format:?}"
+                );
             }
             (Err(e1), Err(e2), _) => {
                 assert_eq!(format!("{e1:#}"), format!("{e2:#}"));

@@ -9,6 +9,7 @@
 //! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
 //! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
+//! | `target` | PURE: proxy targets, one type from `--target` to the metric label (`Target`, `TargetRule`) |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode, and decode (`decode`: `header`, `error`, `v1`, `v2`, `tlv`) |
 //! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
 //! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy (`mode`: `--copy-mode`; `sockmap`, the kernel relay, only with the cargo feature `kernel-relay`) |
@@ -60,6 +61,7 @@ pub mod shutdown;
 mod sys;
 #[cfg(test)]
 mod table;
+pub mod target;
 pub mod telemetry;
 #[cfg(test)]
 mod test_api;

@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::controller::args::Selection;
-use crate::controller::hostnames::{self, HostnameArgs, TargetRule};
+use crate::controller::hostnames::{self, HostnameArgs, Kind};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
 use crate::dns::args::{AnswerForm, RecordArgs, VIEW_NEEDS_COREFILE};
 use crate::dns::etc_hosts::HostsGroup;
@@ -24,6 +24,7 @@ use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::flags::{parse_answer_ip, UsageError};
 use crate::hostname::Hostname;
 use crate::manifests::Manifests;
+use crate::target::{self, TargetRule};
 
 /// `render --help`: the long description (the subcommand's doc comment in cli.rs is the short one).
 pub const LONG_ABOUT: &str =
@@ -414,8 +415,11 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
         files = manifests.files,
         ingresses = manifests.ingresses.len(),
         gateways = manifests.gateways.len(),
-        routes =
-            manifests.http_routes.len() + manifests.grpc_routes.len() + manifests.tls_routes.len(),
+        routes = Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_route())
+            .map(|k| manifests.count(k))
+            .sum::<usize>(),
         other_objects = manifests.skipped,
         cluster_domain = policy.cluster_domain(),
         "manifests read"
@@ -426,10 +430,7 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
     let mut desired = desired;
     let plan = Plan {
         hosts: std::mem::take(&mut desired.hosts),
-        placed: std::mem::take(&mut desired.placed)
-            .into_iter()
-            .map(|(h, t)| (h, t.index()))
-            .collect(),
+        placed: std::mem::take(&mut desired.placed),
     };
     // `render` is a one-shot process: freeing every parsed object and origin one by one costs
     // about as much as selecting them (tens of milliseconds at 10k objects), and the process
@@ -460,10 +461,9 @@ impl Placed {
     /// any (with its rule).
     fn groups(&self) -> anyhow::Result<Vec<TargetNames<'_>>> {
         let groups = self.plan.groups(1 + self.targets.len())?;
-        Ok(groups
-            .into_iter()
-            .enumerate()
-            .map(|(i, hosts)| (i.checked_sub(1).map(|n| &self.targets[n]), hosts))
+        Ok(target::Target::all(self.targets.len())
+            .zip(groups)
+            .map(|(t, hosts)| (t.rule(&self.targets), hosts))
             .filter(|(t, hosts)| t.is_none() || !hosts.is_empty())
             .collect())
     }

@@ -9,6 +9,7 @@ use clap::{ArgAction, Args};
 use super::hostnames::{Filters, HostnameArgs};
 use crate::flags::UsageError;
 use crate::hostname::HostPolicy;
+use crate::target::{Target, TargetRule};
 
 pub const DEFAULT_LEASE_NAME: &str = "ouroboros-controller";
 
@@ -86,21 +87,22 @@ pub struct IpModeArgs {
 }
 
 impl IpModeArgs {
-    /// The ingress controller Services to watch, by target index (0: the default target's),
-    /// when skipping is on.
-    pub fn watched(
-        &self,
-        targets: &[super::hostnames::TargetRule],
-    ) -> Vec<(usize, (String, String))> {
+    /// The ingress controller Services to watch, each with its target, when skipping is on:
+    /// --ingress-controller-service for the default target, `ingress-controller=` for a named
+    /// one.
+    pub fn watched(&self, targets: &[TargetRule]) -> Vec<(Target, (String, String))> {
         if !self.skip_proxy_ipmode {
             return Vec::new();
         }
-        let default = self.ingress_controller_service.clone().map(|s| (0, s));
-        let named = targets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.ingress_controller.clone().map(|s| (i + 1, s)));
-        default.into_iter().chain(named).collect()
+        Target::all(targets.len())
+            .filter_map(|target| {
+                let service = match target.rule(targets) {
+                    None => self.ingress_controller_service.clone(),
+                    Some(rule) => rule.ingress_controller.clone(),
+                };
+                Some((target, service?))
+            })
+            .collect()
     }
 }
 

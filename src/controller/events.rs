@@ -13,8 +13,9 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hostnames::{Conflict, ObjectRef, Rejected, TargetRule};
+use super::hostnames::{Conflict, ObjectRef, Rejected};
 use crate::dns::write::error::ObjectKey;
+use crate::target::TargetRule;
 
 pub const REPORTER: &str = "ouroboros-controller";
 pub const HOSTNAME_REJECTED: &str = "HostnameRejected";
@@ -278,7 +279,8 @@ mod tests {
 
     #[test]
     fn one_conflict_notice_per_losing_object_naming_the_winner() {
-        use crate::controller::hostnames::{parse_target, Target};
+        use crate::controller::hostnames::parse_target;
+        use crate::target::Target;
         let rules = [parse_target("name=traefik,service=p,ingress-class=traefik").unwrap()];
         let obj = |name: &str| ObjectRef {
             kind: Kind::Ingress,

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{self, Notifier};
 use super::metrics::TargetLabel;
 use super::proxy_watch::{self, Watched};
+use crate::target::Target;
 
 /// Whether every load-balancer address of the Service reports `ipMode: Proxy` (a LoadBalancer
 /// Service with at least one address). Anything else, a deleted Service included, keeps the
@@ -46,21 +47,21 @@ pub fn load_balancer_ingress(svc: &Service) -> &[LoadBalancerIngress] {
         .unwrap_or_default()
 }
 
-/// The targets (by index: 0 the default one) whose names are left out now.
+/// The targets whose names are left out now.
 #[derive(Clone, Debug, Default)]
-pub struct Skipped(Arc<Mutex<BTreeSet<usize>>>);
+pub struct Skipped(Arc<Mutex<BTreeSet<Target>>>);
 
 impl Skipped {
-    pub fn get(&self) -> BTreeSet<usize> {
+    pub fn get(&self) -> BTreeSet<Target> {
         self.0.lock().expect("skipped lock").clone()
     }
 
-    fn set(&self, index: usize, on: bool) {
+    fn set(&self, target: Target, on: bool) {
         let mut s = self.0.lock().expect("skipped lock");
         if on {
-            s.insert(index);
+            s.insert(target);
         } else {
-            s.remove(&index);
+            s.remove(&target);
         }
     }
 }
@@ -73,12 +74,12 @@ pub struct Report {
     pub gauge: Family<TargetLabel, Gauge>,
 }
 
-/// Watches target `index`'s (`target`) ingress controller Service until `stop`: leaves the
+/// Watches target `which`'s (named `target`) ingress controller Service until `stop`: leaves the
 /// target's names out while [`proxied`] holds, and makes the engine write again at each change.
 pub async fn watch(
     client: Client,
     (namespace, name): (String, String),
-    (index, target): (usize, String),
+    (which, target): (Target, String),
     report: Report,
     stop: CancellationToken,
 ) {
@@ -109,7 +110,7 @@ pub async fn watch(
         if before.is_none() && !now {
             return;
         }
-        report.skipped.set(index, *now);
+        report.skipped.set(which, *now);
         gauge.set(i64::from(*now));
         let note = if *now {
             tracing::info!(

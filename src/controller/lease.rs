@@ -218,29 +218,29 @@ impl Leadership {
     }
 }
 
-async fn campaign(
-    client: Client,
-    namespace: String,
-    name: String,
-    identity: String,
-    tx: watch::Sender<bool>,
-    stop: CancellationToken,
-) {
+/// The lease manager, once it could be set up (it reads the Lease): retried with backoff, the
+/// failure logged with what to grant; `None` when `stop` comes first.
+async fn build_manager(
+    client: &Client,
+    (namespace, name): (&str, &str),
+    identity: &str,
+    stop: &CancellationToken,
+) -> Option<LeaseManager> {
     let lease = format!("{namespace}/{name}");
     let mut delay = Duration::from_secs(1);
-    let manager: LeaseManager = loop {
-        let built = LeaseManagerBuilder::new(client.clone(), &name)
-            .with_namespace(&namespace)
-            .with_identity(&identity)
+    loop {
+        let built = LeaseManagerBuilder::new(client.clone(), name)
+            .with_namespace(namespace)
+            .with_identity(identity)
             .with_duration(DURATION_SECONDS)
             .with_grace(GRACE_SECONDS)
             .build();
         let result = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return None,
             r = built => r,
         };
         match result {
-            Ok(m) => break m,
+            Ok(m) => return Some(m),
             Err(e) => {
                 let cause = match &e {
                     kube_lease_manager::LeaseManagerError::KubeError(k) => Cause::of(k),
@@ -259,12 +259,26 @@ async fn campaign(
                     cause.hint(&grant)
                 );
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return None,
                     _ = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(Duration::from_secs(60));
             }
         }
+    }
+}
+
+async fn campaign(
+    client: Client,
+    namespace: String,
+    name: String,
+    identity: String,
+    tx: watch::Sender<bool>,
+    stop: CancellationToken,
+) {
+    let lease = format!("{namespace}/{name}");
+    let Some(manager) = build_manager(&client, (&namespace, &name), &identity, &stop).await else {
+        return;
     };
     tracing::info!(%lease, %identity, "campaigning for the lease");
     let (mut lm_rx, handle) = manager.watch().await;

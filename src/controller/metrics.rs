@@ -1,5 +1,6 @@
 //! The controller's metrics (`ouroboros_controller_*`).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -10,8 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use super::hostnames::{Desired, TargetRule, DEFAULT_TARGET};
+use super::hostnames::Desired;
 use crate::hostname::Rejection;
+use crate::target::{Target, TargetRule};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SyncLabels {
@@ -172,20 +174,21 @@ impl Metrics {
     /// The desired set's figures; `targets` names the `--target`s (each is set, even at 0).
     pub fn desired(&self, d: &Desired, targets: &[TargetRule]) {
         self.desired.set(d.hosts.len() as i64);
-        let mut per = vec![0i64; 1 + targets.len()];
-        per[0] = (d.hosts.len() - d.placed.len()) as i64;
+        // One pass over the placed hosts, however many targets there are.
+        let mut placed: BTreeMap<Target, usize> = BTreeMap::new();
         for t in d.placed.values() {
-            if let Some(n) = per.get_mut(t.index()) {
-                *n += 1;
-            }
+            *placed.entry(*t).or_default() += 1;
         }
-        let names = std::iter::once(DEFAULT_TARGET).chain(targets.iter().map(|t| t.name.as_str()));
-        for (name, n) in names.zip(per) {
+        for target in Target::all(targets.len()) {
+            let n = match target {
+                Target::Default => d.hosts.len() - d.placed.len(),
+                named => placed.get(&named).copied().unwrap_or(0),
+            };
             self.target_hostnames
                 .get_or_create(&TargetLabel {
-                    target: name.to_string(),
+                    target: target.name(targets).to_string(),
                 })
-                .set(n);
+                .set(n as i64);
         }
         self.hostname_conflicts.set(d.conflicts.len() as i64);
         for reason in Rejection::ALL {

@@ -24,11 +24,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
-use self::hostnames::{Desired, HostnameArgs, TargetRule};
+use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
@@ -39,6 +40,7 @@ use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
+use crate::target::TargetRule;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
 /// proxy.
@@ -140,10 +142,9 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
-    let target_services: Vec<_> = filters.targets.iter().map(TargetRule::proxy).collect();
     let sink = args
         .dns
-        .sink(client.clone(), &cluster_domain, &target_services)
+        .sink(client.clone(), &cluster_domain, &filters.targets)
         .await?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -169,124 +170,39 @@ pub async fn run_with(
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
     let watches = sources::start(&client, &filters, &notifier, idle, &stop);
-    let ready_check: ReadyCheck = {
-        let (status, synced) = (status.clone(), watches.synced.clone());
-        let relisting = watches.relisting.clone();
-        Arc::new(move || {
-            let r = ready(*synced.borrow(), &status.lock().expect("status lock"))
-                .and_then(|()| relisting.check());
-            Box::pin(async move { r })
-        })
-    };
-    let admin = crate::admin::start(
-        args.listen_health.0.as_ref(),
-        AdminState::new(Arc::new(registry), ready_check),
-        stop.clone(),
-    )
-    .await?;
+    let admin = start_admin(&args, registry, &status, &watches, &stop).await?;
 
     // The lease outlives `stop` until the write in flight is finished.
     let lease_stop = CancellationToken::new();
-    let leadership = if args.elects() {
-        Leadership::elect(
-            client.clone(),
-            args.lease_namespace(),
-            args.election.lease_name.clone(),
-            identity.clone(),
-            lease_stop.clone(),
-        )
-    } else {
-        Leadership::always()
-    };
+    let leadership = start_leadership(&client, &args, &identity, &lease_stop);
 
     let (forced_tx, forced_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(None);
-    let mut side_tasks = Vec::new();
-    let coredns_modes = matches!(args.dns.mode, Mode::Coredns | Mode::CorednsImport);
-    if !args.dns.dry_run {
-        // Our own Corefile blocks: restored within seconds when another writer drops them.
-        let mut corefiles = Vec::new();
-        if args.dns.mode == Mode::Coredns {
-            corefiles.push(args.dns.coredns_target());
-        }
-        if args.dns.writes_node_local_dns() {
-            corefiles.push(args.dns.node_local_dns_target());
-        }
-        for target in corefiles {
-            let on_revert = revert_reporter(&target, metrics.clone(), notifier.clone());
-            side_tasks.push(tokio::spawn(revert::watch(
-                client.clone(),
-                target,
-                applied_rx.clone(),
-                forced_tx.clone(),
-                on_revert,
-                stop.clone(),
-            )));
-        }
-    }
-    // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
-    if args.dns.mode == Mode::Coredns && !args.dns.node_local_dns.enabled {
-        side_tasks.push(tokio::spawn(check_node_local_dns(
-            client.clone(),
-            args.dns.node_local_dns_target(),
-        )));
-    }
-    if coredns_modes {
-        let services = args.dns.proxy_service_read().into_iter();
-        for (namespace, name) in services.chain(args.dns.target_services_read(&target_services)) {
-            side_tasks.push(tokio::spawn(proxy_watch::watch(
-                client.clone(),
-                namespace,
-                name,
-                forced_tx.clone(),
-                stop.clone(),
-            )));
-        }
-    }
-    // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
     let skipped = ipmode::Skipped::default();
-    for (index, service) in args.ipmode.watched(&filters.targets) {
-        let target = match index {
-            0 => hostnames::DEFAULT_TARGET.to_string(),
-            i => filters.targets[i - 1].name.clone(),
+    let side_tasks = {
+        let start = SideStart {
+            client: &client,
+            args: &args,
+            targets: &filters.targets,
+            metrics: &metrics,
+            notifier: &notifier,
+            forced: &forced_tx,
+            applied: &applied_rx,
+            skipped: &skipped,
+            stop: &stop,
         };
-        let report = ipmode::Report {
-            skipped: skipped.clone(),
-            forced: forced_tx.clone(),
-            notifier: notifier.clone(),
-            gauge: metrics.target_skipped.clone(),
-        };
-        side_tasks.push(tokio::spawn(ipmode::watch(
-            client.clone(),
-            service,
-            (index, target),
-            report,
-            stop.clone(),
-        )));
-    }
-    drop(applied_rx);
-    // Keep the channel open (a closed one is simply ignored by the engine).
-    side_tasks.push(tokio::spawn(async move {
-        let _keep = forced_tx;
-        std::future::pending::<()>().await
-    }));
-
-    let mut hooks = ControllerHooks {
-        mode,
-        metrics,
-        status,
-        notifier,
-        reported: events::Reported::default(),
-        conflicts_reported: events::Reported::default(),
-        targets: filters.targets.clone(),
-        applied_tx,
-        reload_warned: false,
-        target: (args.dns.mode == Mode::Coredns)
-            .then(|| configmap_object(&args.dns.coredns_target())),
-        shadows_warned: BTreeSet::new(),
-        last_notice: None,
-        kept_reported: BTreeSet::new(),
+        start.spawn_all()
     };
+    drop((applied_rx, forced_tx));
+
+    let mut hooks = ControllerHooks::new(
+        &args,
+        mode,
+        (metrics, notifier),
+        status,
+        filters.targets.clone(),
+        applied_tx,
+    );
     let inputs = sync::Inputs {
         changes: watches.changes.clone(),
         forced: forced_rx,
@@ -314,18 +230,226 @@ pub async fn run_with(
     for t in side_tasks {
         t.abort();
     }
-    for t in watches.tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
-    }
     drop(hooks);
-    if let Some(t) = events_task {
-        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
-    }
-    if let Some(a) = admin {
-        let _ = tokio::time::timeout(Duration::from_secs(2), a).await;
-    }
+    wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Waits, a little each, for the tasks that end on `stop` by themselves: the watches, the
+/// Events task (it ends once the last Notifier is dropped) and the admin endpoint.
+async fn wait_stopped(
+    watches: Vec<JoinHandle<()>>,
+    events_task: Option<JoinHandle<()>>,
+    admin: Option<JoinHandle<std::io::Result<()>>>,
+) {
+    let grace = Duration::from_secs(2);
+    for t in watches {
+        let _ = tokio::time::timeout(grace, t).await;
+    }
+    if let Some(t) = events_task {
+        let _ = tokio::time::timeout(grace, t).await;
+    }
+    if let Some(a) = admin {
+        let _ = tokio::time::timeout(grace, a).await;
+    }
+}
+
+/// The admin endpoint: metrics from `registry`, readiness from the watches and the last write.
+async fn start_admin(
+    args: &ControllerArgs,
+    registry: Registry,
+    status: &Arc<Mutex<Status>>,
+    watches: &sources::Watches,
+    stop: &CancellationToken,
+) -> Result<Option<JoinHandle<std::io::Result<()>>>, crate::admin::BindError> {
+    let ready_check: ReadyCheck = {
+        let (status, synced) = (status.clone(), watches.synced.clone());
+        let relisting = watches.relisting.clone();
+        Arc::new(move || {
+            let r = ready(*synced.borrow(), &status.lock().expect("status lock"))
+                .and_then(|()| relisting.check());
+            Box::pin(async move { r })
+        })
+    };
+    crate::admin::start(
+        args.listen_health.0.as_ref(),
+        AdminState::new(Arc::new(registry), ready_check),
+        stop.clone(),
+    )
+    .await
+}
+
+/// The Lease when the flags elect a leader, else leadership from the start.
+fn start_leadership(
+    client: &Client,
+    args: &ControllerArgs,
+    identity: &str,
+    lease_stop: &CancellationToken,
+) -> Leadership {
+    if args.elects() {
+        Leadership::elect(
+            client.clone(),
+            args.lease_namespace(),
+            args.election.lease_name.clone(),
+            identity.to_owned(),
+            lease_stop.clone(),
+        )
+    } else {
+        Leadership::always()
+    }
+}
+
+/// What the side tasks are started from: the controller's flags and the channels to the engine.
+struct SideStart<'a> {
+    client: &'a Client,
+    args: &'a ControllerArgs,
+    targets: &'a [TargetRule],
+    metrics: &'a Metrics,
+    notifier: &'a Notifier,
+    /// Bumped to make the engine write again whatever its change detection says.
+    forced: &'a watch::Sender<u64>,
+    /// The set last written, for the revert watches.
+    applied: &'a watch::Receiver<Option<revert::Written>>,
+    skipped: &'a ipmode::Skipped,
+    stop: &'a CancellationToken,
+}
+
+/// One kind of task the controller runs beside the sync engine: when it runs (on the flags)
+/// and how it is started (none, one or one per object).
+struct SideTask {
+    name: &'static str,
+    when: fn(&ControllerArgs) -> bool,
+    spawn: fn(&SideStart<'_>) -> Vec<JoinHandle<()>>,
+}
+
+/// The controller's start-up beside the engine, in order. A new side task is one row here.
+const SIDE_TASKS: &[SideTask] = &[
+    // Our own Corefile blocks: restored within seconds when another writer drops them.
+    SideTask {
+        name: "revert-watch",
+        when: |args| !args.dns.dry_run,
+        spawn: |s| s.revert_watches(),
+    },
+    // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
+    SideTask {
+        name: "node-local-dns-check",
+        when: |args| args.dns.mode == Mode::Coredns && !args.dns.node_local_dns.enabled,
+        spawn: |s| s.node_local_dns_check(),
+    },
+    // The proxy's and the targets' Service addresses are what the Corefile blocks answer.
+    SideTask {
+        name: "proxy-watch",
+        when: |args| args.dns.mode.edits_coredns(),
+        spawn: |s| s.proxy_watches(),
+    },
+    // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
+    SideTask {
+        name: "ipmode-watch",
+        when: |_| true,
+        spawn: |s| s.ipmode_watches(),
+    },
+    // Keeps the forced channel open (a closed one is simply ignored by the engine).
+    SideTask {
+        name: "forced-keepalive",
+        when: |_| true,
+        spawn: |s| s.keep_forced_open(),
+    },
+];
+
+impl SideStart<'_> {
+    /// Starts every task of [`SIDE_TASKS`] whose condition holds.
+    fn spawn_all(&self) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        for task in SIDE_TASKS.iter().filter(|t| (t.when)(self.args)) {
+            let started = (task.spawn)(self);
+            tracing::debug!(task = task.name, count = started.len(), "started side task");
+            tasks.extend(started);
+        }
+        tasks
+    }
+
+    fn revert_watches(&self) -> Vec<JoinHandle<()>> {
+        let dns = &self.args.dns;
+        let mut corefiles = Vec::new();
+        if dns.mode == Mode::Coredns {
+            corefiles.push(dns.coredns_target());
+        }
+        if dns.writes_node_local_dns() {
+            corefiles.push(dns.node_local_dns_target());
+        }
+        corefiles
+            .into_iter()
+            .map(|target| {
+                let on_revert =
+                    revert_reporter(&target, self.metrics.clone(), self.notifier.clone());
+                tokio::spawn(revert::watch(
+                    self.client.clone(),
+                    target,
+                    self.applied.clone(),
+                    self.forced.clone(),
+                    on_revert,
+                    self.stop.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    fn node_local_dns_check(&self) -> Vec<JoinHandle<()>> {
+        vec![tokio::spawn(check_node_local_dns(
+            self.client.clone(),
+            self.args.dns.node_local_dns_target(),
+        ))]
+    }
+
+    fn proxy_watches(&self) -> Vec<JoinHandle<()>> {
+        let dns = &self.args.dns;
+        let services = dns.proxy_service_read().into_iter();
+        services
+            .chain(dns.target_services_read(self.targets))
+            .map(|(namespace, name)| {
+                tokio::spawn(proxy_watch::watch(
+                    self.client.clone(),
+                    namespace,
+                    name,
+                    self.forced.clone(),
+                    self.stop.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    fn ipmode_watches(&self) -> Vec<JoinHandle<()>> {
+        let targets = self.targets;
+        self.args
+            .ipmode
+            .watched(targets)
+            .into_iter()
+            .map(|(target, service)| {
+                let report = ipmode::Report {
+                    skipped: self.skipped.clone(),
+                    forced: self.forced.clone(),
+                    notifier: self.notifier.clone(),
+                    gauge: self.metrics.target_skipped.clone(),
+                };
+                tokio::spawn(ipmode::watch(
+                    self.client.clone(),
+                    service,
+                    (target, target.name(targets).to_string()),
+                    report,
+                    self.stop.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    fn keep_forced_open(&self) -> Vec<JoinHandle<()>> {
+        let keep = self.forced.clone();
+        vec![tokio::spawn(async move {
+            let _keep = keep;
+            std::future::pending::<()>().await;
+        })]
+    }
 }
 
 /// The revert watch's report for one ConfigMap: counted always, logged, and from the
@@ -421,6 +545,34 @@ struct ControllerHooks {
     /// (object, note) of the kept external-dns objects already reported, so each gets one log
     /// line and one Event while it stays kept for the same reason.
     kept_reported: BTreeSet<(String, String)>,
+}
+
+impl ControllerHooks {
+    fn new(
+        args: &ControllerArgs,
+        mode: &'static str,
+        (metrics, notifier): (Metrics, Notifier),
+        status: Arc<Mutex<Status>>,
+        targets: Vec<TargetRule>,
+        applied_tx: watch::Sender<Option<revert::Written>>,
+    ) -> Self {
+        Self {
+            mode,
+            metrics,
+            status,
+            notifier,
+            reported: events::Reported::default(),
+            conflicts_reported: events::Reported::default(),
+            targets,
+            applied_tx,
+            reload_warned: false,
+            target: (args.dns.mode == Mode::Coredns)
+                .then(|| configmap_object(&args.dns.coredns_target())),
+            shadows_warned: BTreeSet::new(),
+            last_notice: None,
+            kept_reported: BTreeSet::new(),
+        }
+    }
 }
 
 impl sync::Hooks for ControllerHooks {

@@ -4,7 +4,7 @@
 //! same change that adds a call.
 
 use super::args::{ElectionArgs, IpModeArgs};
-use super::hostnames::{HostnameArgs, Kind, TargetRule};
+use super::hostnames::{HostnameArgs, Kind};
 use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
 use std::collections::BTreeMap;
 
@@ -83,13 +83,7 @@ impl Needs {
             namespace: election.lease_namespace_or(namespace),
             lease_name: election.lease_name.clone(),
             proxy_service: dns.proxy_service_read(),
-            target_services: dns.target_services_read(
-                &hostnames
-                    .targets
-                    .iter()
-                    .map(TargetRule::proxy)
-                    .collect::<Vec<_>>(),
-            ),
+            target_services: dns.target_services_read(&hostnames.targets),
             ingress_controller_services: ipmode
                 .watched(&hostnames.targets)
                 .into_iter()
@@ -129,7 +123,7 @@ impl Needs {
             // Removing a CoreDNS block needs no answer, so no Service read.
             proxy_service: dns
                 .proxy_service_read()
-                .filter(|_| !matches!(dns.mode, Mode::Coredns | Mode::CorednsImport)),
+                .filter(|_| !dns.mode.edits_coredns()),
             // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
@@ -161,19 +155,30 @@ fn rule(
 
 /// The rules for one configuration, sorted.
 pub fn required(n: &Needs) -> Vec<Rule> {
-    use Scope::{Cluster, Namespace};
     let mut rules = vec![rule(
-        Cluster,
+        Scope::Cluster,
         "events.k8s.io",
         "events",
         &[],
         &["create", "patch"],
         "Warning Events on Ingresses, routes and the ConfigMap",
     )];
+    rules.extend(source_rules(n));
+    rules.extend(lease_rules(n));
+    rules.extend(service_rules(n));
+    rules.extend(node_local_dns_rules(n));
+    rules.extend(mode_rules(n));
+    rules.sort();
+    rules
+}
+
+/// List and watch on each source kind the controller reads.
+fn source_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     for kind in Kind::ALL {
         if kind.is_read(n.gateway_api, n.ingress_class_filter) {
             rules.push(rule(
-                Cluster,
+                Scope::Cluster,
                 kind.group(),
                 kind.plural(),
                 &[],
@@ -182,8 +187,14 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             ));
         }
     }
+    rules
+}
+
+/// The Lease, when a leader is elected.
+fn lease_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     if n.leader_elect && n.mode != Mode::EtcHosts {
-        let ns = Namespace(n.namespace.clone());
+        let ns = Scope::Namespace(n.namespace.clone());
         rules.push(rule(
             ns.clone(),
             "coordination.k8s.io",
@@ -204,6 +215,13 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "leader election (first start)",
         ));
     }
+    rules
+}
+
+/// The Services read: the proxies' (for their ClusterIPs) and the ingress controllers' (for
+/// their ipMode).
+fn service_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
     // The proxy Services read for their ClusterIPs (the default target's and the named ones'),
     // by namespace. The CoreDNS modes also watch them (field selector metadata.name=<name>), to
     // follow a changed Service at once.
@@ -211,10 +229,10 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     for (ns, name) in n.proxy_service.iter().chain(&n.target_services) {
         services.entry(ns).or_default().push(name);
     }
-    let coredns = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
+    let coredns = n.mode.edits_coredns();
     for (ns, names) in services {
         rules.push(rule(
-            Namespace(ns.clone()),
+            Scope::Namespace(ns.clone()),
             "",
             "services",
             &names,
@@ -236,7 +254,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     }
     for (ns, names) in controllers {
         rules.push(rule(
-            Namespace(ns.clone()),
+            Scope::Namespace(ns.clone()),
             "",
             "services",
             &names,
@@ -244,10 +262,15 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "watch the ingress controller's load-balancer ipMode (KEP-1860)",
         ));
     }
-    let coredns_modes = matches!(n.mode, Mode::Coredns | Mode::CorednsImport);
-    if coredns_modes && n.node_local_dns {
+    rules
+}
+
+/// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.
+fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
+    let mut rules = Vec::new();
+    if n.mode.edits_coredns() && n.node_local_dns {
         rules.push(rule(
-            Namespace(n.node_local_dns_namespace.clone()),
+            Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
             "configmaps",
             &[&n.node_local_dns_configmap],
@@ -257,7 +280,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
         ));
     } else if n.mode == Mode::Coredns && !n.node_local_dns_configmap.is_empty() {
         rules.push(rule(
-            Namespace(n.node_local_dns_namespace.clone()),
+            Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
             "configmaps",
             &[&n.node_local_dns_configmap],
@@ -265,6 +288,13 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             "warn when node-local-dns bypasses CoreDNS (--node-local-dns is off)",
         ));
     }
+    rules
+}
+
+/// What the DNS mode writes.
+fn mode_rules(n: &Needs) -> Vec<Rule> {
+    use Scope::Namespace;
+    let mut rules = Vec::new();
     match n.mode {
         Mode::Coredns => {
             let ns = Namespace(n.coredns_namespace.clone());
@@ -325,8 +355,46 @@ pub fn required(n: &Needs) -> Vec<Rule> {
             }
         }
     }
-    rules.sort();
     rules
+}
+
+/// What removing the mode's writes needs (`ouroboros cleanup`, the chart's uninstall hook):
+/// beside [`mode_rules`], so a mode's RBAC is in one place. Empty for etc-hosts (a file on the
+/// node, no API call).
+fn mode_cleanup_rules(n: &Needs) -> Vec<Rule> {
+    match n.mode {
+        Mode::Coredns => vec![rule(
+            Scope::Namespace(n.coredns_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.coredns_configmap],
+            &["get", "update"],
+            "remove the block from the Corefile",
+        )],
+        Mode::CorednsImport => vec![rule(
+            Scope::Namespace(n.import_namespace.clone()),
+            "",
+            "configmaps",
+            &[&n.import_configmap],
+            &["get", "update", "delete"],
+            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
+        )],
+        Mode::EtcHosts => vec![],
+        Mode::ExternalDns => {
+            let (group, resource) = match n.external_dns_output {
+                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
+                ExternalDnsOutput::Service => ("", "services"),
+            };
+            vec![rule(
+                Scope::Namespace(n.external_dns_namespace.clone()),
+                group,
+                resource,
+                &[],
+                &["list", "delete"],
+                "delete this instance's objects",
+            )]
+        }
+    }
 }
 
 #[cfg(test)]
@@ -494,7 +562,7 @@ mod needs_tests {
     }
 
     #[test]
-    fn needs_follow_the_flags() {
+    fn needs_default_and_for_cleanup() {
         let (c, cleanup) = of(&[]);
         assert_eq!(
             c,
@@ -532,8 +600,15 @@ mod needs_tests {
                 ..c
             }
         );
+    }
 
-        // Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
+    /// Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
+    #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases, one flag set and its expected field each"
+    )]
+    fn each_flag_lands_in_its_field() {
         type Case = (&'static [&'static str], fn(&Needs) -> bool);
         let table: &[Case] = &[
             (&["--gateway-api"], |n| n.gateway_api),

@@ -298,25 +298,28 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, mut writer) = reflector::store();
-    let slot = progress.slot();
-    let (progress, idle, stop) = (progress.clone(), idle.clone(), stop.clone());
     let dt = K::DynamicType::default();
-    let kind = K::kind(&dt).to_string();
-    let resource = K::plural(&dt).to_string();
-    let group = K::group(&dt).to_string();
+    let mut kind = WatchedKind {
+        kind: K::kind(&dt).to_string(),
+        resource: K::plural(&dt).to_string(),
+        group: K::group(&dt).to_string(),
+        optional,
+        missing: false,
+        // A failure repeating every retry is logged once per doubling, not every time.
+        repeats: Repeats::default(),
+        slot: progress.slot(),
+        progress: progress.clone(),
+        idle: idle.clone(),
+    };
+    let stop = stop.clone();
     // Exported at 0 from the start, so an alert on its increase sees the first restart.
-    if idle.timeout.is_some() {
-        let _ = idle
-            .restarts
-            .get_or_create(&KindLabel { kind: kind.clone() });
+    if kind.idle.timeout.is_some() {
+        let _ = kind.restarts();
     }
     // Kept across restarts, so a relist does not report the same unreadable object again.
     let mut unreadable = Unreadable::new(notifier.clone());
     let store = reader.clone();
     let task = tokio::spawn(async move {
-        let mut missing = false;
-        // A failure repeating every retry is logged once per doubling, not every time.
-        let mut repeats = Repeats::default();
         // One pass per list: the first, then one after each idle restart.
         'pass: loop {
             let mut stream = Box::pin(list_watch(api.clone()).default_backoff());
@@ -327,25 +330,8 @@ where
             loop {
                 let item = tokio::select! {
                     _ = stop.cancelled() => break 'pass,
-                    () = idle.expired(alive_at) => {
-                        // Whole seconds: `10m`, not `10m 1ms` of timer granularity.
-                        let quiet = Duration::from_secs(alive_at.elapsed().as_secs());
-                        let quiet = humantime::format_duration(quiet);
-                        let restarts = idle.restarts.get_or_create(&KindLabel { kind: kind.clone() });
-                        restarts.inc();
-                        tracing::warn!(
-                            %kind,
-                            quiet = %quiet,
-                            restarts = restarts.get(),
-                            "the {kind} watch delivered neither an event nor a bookmark for \
-                             {quiet}: restarting it with a fresh list. Watches through a tunnel \
-                             or proxy that drops idle streams (konnectivity, an HTTP proxy or load \
-                             balancer in front of the API server) stop like this without an \
-                             error; check its idle timeout"
-                        );
-                        progress
-                            .relisting
-                            .start(slot, format!("relisting {kind} after {quiet} without events"));
+                    () = kind.idle.expired(alive_at) => {
+                        kind.restart_idle(alive_at);
                         continue 'pass;
                     }
                     item = stream.next() => item,
@@ -362,54 +348,112 @@ where
                         let event = event.modify(|k| k.narrow(ingress_hosts));
                         writer.apply_watcher_event(&event);
                         match event {
-                            Event::InitDone => {
-                                repeats.reset();
-                                if missing {
-                                    tracing::info!(%kind, "the CRD is installed now; watching it");
-                                    missing = false;
-                                }
-                                tracing::debug!(%kind, objects = store.len(), "list received");
-                                progress.relisting.done(slot);
-                                progress.mark_synced(slot);
-                                progress.bump();
-                            }
-                            Event::Apply(_) | Event::Delete(_) => progress.bump(),
+                            Event::InitDone => kind.listed(store.len()),
+                            Event::Apply(_) | Event::Delete(_) => kind.progress.bump(),
                             Event::Init | Event::InitApply(_) => {}
                         }
                     }
-                    Some(Err(e)) => {
-                        let cause = Cause::of_watch(&e);
-                        if cause == Cause::NotFound && optional {
-                            if !missing {
-                                tracing::warn!(
-                                    %kind,
-                                    "{group}/{resource} is not served (CRD not installed): \
-                                     skipping {kind} objects; checking again periodically"
-                                );
-                                missing = true;
-                            }
-                            progress.relisting.done(slot);
-                            progress.mark_synced(slot);
-                        } else if let Some(failures) = repeats.failed(cause) {
-                            let grant = format!(
-                                "grant the controller's ServiceAccount `list` and `watch` on \
-                                 {resource} (apiGroup {group:?}) cluster-wide"
-                            );
-                            tracing::warn!(
-                                %kind,
-                                error = %e,
-                                failures,
-                                "cannot list/watch {kind}: {}; retrying with backoff",
-                                cause.hint(&grant)
-                            );
-                        }
-                    }
+                    Some(Err(e)) => kind.failed(&e),
                 }
             }
         }
     });
     tasks.push(task);
     reader
+}
+
+/// One watched kind as its task reports on it: logs, the restart counter, readiness.
+struct WatchedKind {
+    kind: String,
+    resource: String,
+    group: String,
+    /// A 404 (CRD not installed) counts as an empty, synced list.
+    optional: bool,
+    /// The CRD was found missing (logged once until it is installed).
+    missing: bool,
+    repeats: Repeats,
+    /// This kind's place in `progress`.
+    slot: usize,
+    progress: Progress,
+    idle: Idle,
+}
+
+impl WatchedKind {
+    fn restarts(&self) -> Counter {
+        self.idle.restarts.get_or_create_owned(&KindLabel {
+            kind: self.kind.clone(),
+        })
+    }
+
+    /// The watch has been quiet since `alive_at` past the idle timeout: counted, logged, and
+    /// the kind marked relisting until the fresh list is in.
+    fn restart_idle(&self, alive_at: Instant) {
+        let kind = &self.kind;
+        // Whole seconds: `10m`, not `10m 1ms` of timer granularity.
+        let quiet = Duration::from_secs(alive_at.elapsed().as_secs());
+        let quiet = humantime::format_duration(quiet);
+        let restarts = self.restarts();
+        restarts.inc();
+        tracing::warn!(
+            %kind,
+            quiet = %quiet,
+            restarts = restarts.get(),
+            "the {kind} watch delivered neither an event nor a bookmark for \
+             {quiet}: restarting it with a fresh list. Watches through a tunnel \
+             or proxy that drops idle streams (konnectivity, an HTTP proxy or load \
+             balancer in front of the API server) stop like this without an \
+             error; check its idle timeout"
+        );
+        self.progress.relisting.start(
+            self.slot,
+            format!("relisting {kind} after {quiet} without events"),
+        );
+    }
+
+    /// A complete list of `objects` is in the store.
+    fn listed(&mut self, objects: usize) {
+        let kind = &self.kind;
+        self.repeats.reset();
+        if self.missing {
+            tracing::info!(%kind, "the CRD is installed now; watching it");
+            self.missing = false;
+        }
+        tracing::debug!(%kind, objects, "list received");
+        self.progress.relisting.done(self.slot);
+        self.progress.mark_synced(self.slot);
+        self.progress.bump();
+    }
+
+    /// The list or watch failed (it retries with backoff): a missing optional CRD counts as
+    /// an empty list; anything else is logged, once per doubling of a repeating failure.
+    fn failed(&mut self, e: &watcher::Error) {
+        let (kind, group, resource) = (&self.kind, &self.group, &self.resource);
+        let cause = Cause::of_watch(e);
+        if cause == Cause::NotFound && self.optional {
+            if !self.missing {
+                tracing::warn!(
+                    %kind,
+                    "{group}/{resource} is not served (CRD not installed): \
+                     skipping {kind} objects; checking again periodically"
+                );
+                self.missing = true;
+            }
+            self.progress.relisting.done(self.slot);
+            self.progress.mark_synced(self.slot);
+        } else if let Some(failures) = self.repeats.failed(cause) {
+            let grant = format!(
+                "grant the controller's ServiceAccount `list` and `watch` on \
+                 {resource} (apiGroup {group:?}) cluster-wide"
+            );
+            tracing::warn!(
+                %kind,
+                error = %e,
+                failures,
+                "cannot list/watch {kind}: {}; retrying with backoff",
+                cause.hint(&grant)
+            );
+        }
+    }
 }
 
 /// Objects of a watched kind that do not deserialize (a field of the wrong type, an enum value
@@ -644,52 +688,62 @@ where
                         }
                     }
                 }
-                Phase::Watching {
-                    version,
-                    mut stream,
-                } => {
-                    let next = tokio::time::timeout(WATCH_SILENCE, stream.next()).await;
-                    let event = match next {
-                        Ok(Some(Ok(event))) => event,
-                        Ok(Some(Err(e))) => {
-                            // A broken body ends the stream at the next poll.
-                            self.phase = Phase::Watching { version, stream };
-                            return Err(E::WatchFailed(e));
-                        }
-                        // Ended (the server-side timeout, a closed connection) or silent past
-                        // it: resume from where it was.
-                        Ok(None) | Err(_) => {
-                            tracing::debug!(%version, "watch ended; resuming it");
-                            self.phase = Phase::Open { version };
-                            continue;
-                        }
-                    };
-                    let (seen, version) = match event {
-                        WatchEvent::Added(k) | WatchEvent::Modified(k) => {
-                            let v = k.resource_version().unwrap_or_default();
-                            (Seen::Event(Event::Apply(k)), v)
-                        }
-                        WatchEvent::Deleted(k) => {
-                            let v = k.resource_version().unwrap_or_default();
-                            (Seen::Event(Event::Delete(k)), v)
-                        }
-                        WatchEvent::Bookmark(b) => (Seen::Bookmark, b.metadata.resource_version),
-                        WatchEvent::Error(status) => {
-                            // 410 Gone: `version` is too old to resume from; list again.
-                            if status.code != 410 {
-                                self.phase = Phase::Watching { version, stream };
-                            }
-                            return Err(E::WatchError(status));
-                        }
-                    };
-                    if version.is_empty() {
-                        return Err(E::NoResourceVersion);
+                Phase::Watching { version, stream } => {
+                    if let Some(item) = self.watched(version, stream).await {
+                        return item;
                     }
-                    self.phase = Phase::Watching { version, stream };
-                    return Ok(seen);
                 }
             }
         }
+    }
+
+    /// The watch's next event, in phase `Watching` from `version`; `None` when the watch
+    /// ended and is to be opened again (the phase says from where).
+    async fn watched(
+        &mut self,
+        version: String,
+        mut stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
+    ) -> Option<Result<Seen<K>, watcher::Error>> {
+        use watcher::Error as E;
+        let next = tokio::time::timeout(WATCH_SILENCE, stream.next()).await;
+        let event = match next {
+            Ok(Some(Ok(event))) => event,
+            Ok(Some(Err(e))) => {
+                // A broken body ends the stream at the next poll.
+                self.phase = Phase::Watching { version, stream };
+                return Some(Err(E::WatchFailed(e)));
+            }
+            // Ended (the server-side timeout, a closed connection) or silent past it: resume
+            // from where it was.
+            Ok(None) | Err(_) => {
+                tracing::debug!(%version, "watch ended; resuming it");
+                self.phase = Phase::Open { version };
+                return None;
+            }
+        };
+        let (seen, version) = match event {
+            WatchEvent::Added(k) | WatchEvent::Modified(k) => {
+                let v = k.resource_version().unwrap_or_default();
+                (Seen::Event(Event::Apply(k)), v)
+            }
+            WatchEvent::Deleted(k) => {
+                let v = k.resource_version().unwrap_or_default();
+                (Seen::Event(Event::Delete(k)), v)
+            }
+            WatchEvent::Bookmark(b) => (Seen::Bookmark, b.metadata.resource_version),
+            WatchEvent::Error(status) => {
+                // 410 Gone: `version` is too old to resume from; list again.
+                if status.code != 410 {
+                    self.phase = Phase::Watching { version, stream };
+                }
+                return Some(Err(E::WatchError(status)));
+            }
+        };
+        if version.is_empty() {
+            return Some(Err(E::NoResourceVersion));
+        }
+        self.phase = Phase::Watching { version, stream };
+        Some(Ok(seen))
     }
 }
 

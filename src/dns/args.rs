@@ -18,6 +18,7 @@ use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
 use crate::flags::{parse_answer_ip, UsageError};
+use crate::target::TargetRule;
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -40,6 +41,23 @@ impl Mode {
             Mode::CorednsImport => "coredns-import",
             Mode::EtcHosts => "etc-hosts",
             Mode::ExternalDns => "external-dns",
+        }
+    }
+
+    /// Whether the mode writes CoreDNS's configuration (a Corefile block or an imported
+    /// snippet): node-local-dns, the proxy watches, the Services' `list`/`watch` and doctor's
+    /// CoreDNS checks follow it.
+    pub fn edits_coredns(self) -> bool {
+        matches!(self, Mode::Coredns | Mode::CorednsImport)
+    }
+
+    /// The CRD whose objects the mode writes, when it needs one.
+    pub fn crd(self, output: ExternalDnsOutput) -> Option<&'static str> {
+        match (self, output) {
+            (Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint) => {
+                Some("dnsendpoints.externaldns.k8s.io")
+            }
+            _ => None,
         }
     }
 }
@@ -337,16 +355,6 @@ pub struct RecordArgs {
     pub instance: String,
 }
 
-/// A named proxy target's Service as `--target ...,service=[NAMESPACE/]NAME` gives it, and its
-/// addresses when `proxy-ip=` gives them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TargetService {
-    /// `None`: in --proxy-service-namespace.
-    pub namespace: Option<String>,
-    pub name: String,
-    pub ips: Vec<IpAddr>,
-}
-
 /// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
 /// on whether its Corefile holds our block.
 #[derive(Args, Clone, Debug)]
@@ -447,12 +455,12 @@ impl DnsArgs {
 
     /// Whether the block is also written into node-local-dns (coredns modes, opted in).
     pub fn writes_node_local_dns(&self) -> bool {
-        self.node_local_dns.enabled && matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+        self.node_local_dns.enabled && self.mode.edits_coredns()
     }
 
     /// Whether the CoreDNS modes answer with the proxy's addresses.
     fn template_answers(&self) -> bool {
-        matches!(self.mode, Mode::Coredns | Mode::CorednsImport)
+        self.mode.edits_coredns()
             && matches!(self.coredns_answer, AnswerForm::Template | AnswerForm::View)
     }
 
@@ -477,7 +485,7 @@ impl DnsArgs {
         &self,
         client: Option<kube::Client>,
         cluster_domain: &str,
-        targets: &[TargetService],
+        targets: &[TargetRule],
     ) -> Result<Vec<AnswerSource>, UsageError> {
         let default = match self.coredns_answer {
             form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
@@ -498,7 +506,13 @@ impl DnsArgs {
         for (t, (ns, name)) in targets.iter().zip(self.target_services(targets)) {
             out.push(match self.coredns_answer {
                 form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
-                    ProxyIps::new(client.clone(), &t.ips, &ns, &name, "--target ...,proxy-ip="),
+                    ProxyIps::new(
+                        client.clone(),
+                        &t.proxy_ips,
+                        &ns,
+                        &name,
+                        "--target ...,proxy-ip=",
+                    ),
                     form == AnswerForm::View,
                 ),
                 AnswerForm::Rewrite => AnswerSource::Rewrite(
@@ -511,15 +525,15 @@ impl DnsArgs {
 
     /// (namespace, name) of each named target's proxy Service; without a namespace, in
     /// --proxy-service-namespace.
-    pub fn target_services(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+    pub fn target_services(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
         targets
             .iter()
             .map(|t| {
-                let ns = t
-                    .namespace
+                let (namespace, name) = &t.service;
+                let ns = namespace
                     .clone()
                     .unwrap_or_else(|| self.proxy_service_namespace());
-                (ns, t.name.clone())
+                (ns, name.clone())
             })
             .collect()
     }
@@ -527,7 +541,7 @@ impl DnsArgs {
     /// The named targets' Services this mode reads for their ClusterIPs (as
     /// [`proxy_service_read`](Self::proxy_service_read) for the default one): none for rewrite
     /// answers, none for a target given its `proxy-ip=`.
-    pub fn target_services_read(&self, targets: &[TargetService]) -> Vec<(String, String)> {
+    pub fn target_services_read(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
         let reads = match self.mode {
             Mode::Coredns | Mode::CorednsImport => self.template_answers(),
             Mode::EtcHosts | Mode::ExternalDns => true,
@@ -535,24 +549,20 @@ impl DnsArgs {
         targets
             .iter()
             .zip(self.target_services(targets))
-            .filter(|(t, _)| reads && t.ips.is_empty())
+            .filter(|(t, _)| reads && t.proxy_ips.is_empty())
             .map(|(_, s)| s)
             .collect()
     }
 
     /// The named targets' addresses: given, else their proxy Services' ClusterIPs.
-    fn target_ips(
-        &self,
-        client: Option<&kube::Client>,
-        targets: &[TargetService],
-    ) -> Vec<ProxyIps> {
+    fn target_ips(&self, client: Option<&kube::Client>, targets: &[TargetRule]) -> Vec<ProxyIps> {
         targets
             .iter()
             .zip(self.target_services(targets))
             .map(|(t, (ns, name))| {
                 ProxyIps::new(
                     client.cloned(),
-                    &t.ips,
+                    &t.proxy_ips,
                     &ns,
                     &name,
                     "--target ...,proxy-ip=",
@@ -567,7 +577,7 @@ impl DnsArgs {
         &self,
         client: kube::Client,
         cluster_domain: &str,
-        targets: &[TargetService],
+        targets: &[TargetRule],
     ) -> Result<AnySink, UsageError> {
         self.check()?;
         let coredns = |target| -> Result<AnySink, UsageError> {

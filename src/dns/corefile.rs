@@ -142,21 +142,8 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
     };
     let root = &parsed.blocks[root_idx];
     // Every name of the block, for the shadowing check (one group: its set as it is).
-    let union: BTreeSet<Hostname>;
-    let hosts = match groups {
-        [] => {
-            union = BTreeSet::new();
-            &union
-        }
-        [one] => one.hosts,
-        _ => {
-            union = groups
-                .iter()
-                .flat_map(|g| g.hosts.iter().cloned())
-                .collect();
-            &union
-        }
-    };
+    let hosts = all_hosts(groups);
+    let hosts = hosts.as_ref();
     let findings = Findings {
         has_reload: root.has_reload,
         imports_custom_override: root.imports_override,
@@ -164,41 +151,10 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
     };
 
     let text = if views {
-        let eol = block::eol(&base, span.as_ref());
-        let indent = root
-            .first_directive
-            .map_or("    ", |off| &base[block::line_start(&base, off)..off]);
-        let listen = Listen {
-            ports: root
-                .zones
-                .iter()
-                .filter(|(zone, _)| zone == ".")
-                .map(|(_, port)| port.as_str())
-                .collect(),
-            copied: root.copied.iter().map(|&(a, b)| &base[a..b]).collect(),
-        };
-        let (prefix, suffix) = match (top_in_place, &span) {
-            (true, Some(s)) => (&corefile[..s.start], &corefile[s.end..]),
-            _ => base.split_at(block::line_start(&base, root.keys_start)),
-        };
-        let mut w = Writer::new(
-            &[prefix],
-            "",
-            eol,
-            answer::size_hint(groups) + suffix.len() + 128,
-        );
-        answer::write_views(&mut w, groups, &listen, unit_indent(indent));
-        w.finish(true, suffix)
+        view_text(corefile, &base, span.as_ref(), root, top_in_place, groups)
     } else if !hosts.is_empty() {
         let eol = block::eol(&base, span.as_ref());
-        let indent: Cow<str> = match (root.first_directive, in_place, &span) {
-            (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(&base, off)..off]),
-            (None, Some(_), Some(s)) => Cow::Borrowed(s.indent(corefile)),
-            _ => {
-                let ls = block::line_start(&base, root.close);
-                Cow::Owned(format!("{}    ", &base[ls..root.close]))
-            }
-        };
+        let indent = plugin_indent(corefile, &base, span.as_ref(), root, in_place);
         match (in_place, span) {
             (Some(_), Some(s)) => write(
                 &corefile[..s.start],
@@ -230,6 +186,77 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
         text,
         findings,
     })
+}
+
+/// Every name of the block: one group's set as it is, several groups' joined.
+fn all_hosts<'g>(groups: &[Group<'g>]) -> Cow<'g, BTreeSet<Hostname>> {
+    match groups {
+        [] => Cow::Owned(BTreeSet::new()),
+        [one] => Cow::Borrowed(one.hosts),
+        _ => Cow::Owned(
+            groups
+                .iter()
+                .flat_map(|g| g.hosts.iter().cloned())
+                .collect(),
+        ),
+    }
+}
+
+/// The Corefile with the `view` form: server blocks of its own, listening as the root block
+/// does, before it (or where the existing block stands at the top level, `top_in_place`).
+/// `base` is the Corefile without our block, `span` where it was.
+fn view_text(
+    corefile: &str,
+    base: &str,
+    span: Option<&block::Span>,
+    root: &ServerBlock,
+    top_in_place: bool,
+    groups: &[Group<'_>],
+) -> String {
+    let eol = block::eol(base, span);
+    let indent = root
+        .first_directive
+        .map_or("    ", |off| &base[block::line_start(base, off)..off]);
+    let listen = Listen {
+        ports: root
+            .zones
+            .iter()
+            .filter(|(zone, _)| zone == ".")
+            .map(|(_, port)| port.as_str())
+            .collect(),
+        copied: root.copied.iter().map(|&(a, b)| &base[a..b]).collect(),
+    };
+    let (prefix, suffix) = match (top_in_place, span) {
+        (true, Some(s)) => (&corefile[..s.start], &corefile[s.end..]),
+        _ => base.split_at(block::line_start(base, root.keys_start)),
+    };
+    let mut w = Writer::new(
+        &[prefix],
+        "",
+        eol,
+        answer::size_hint(groups) + suffix.len() + 128,
+    );
+    answer::write_views(&mut w, groups, &listen, unit_indent(indent));
+    w.finish(true, suffix)
+}
+
+/// The indent of our plugin lines in the root block: its first directive's, else the existing
+/// block's (kept in place), else the closing brace's plus four spaces.
+fn plugin_indent<'a>(
+    corefile: &'a str,
+    base: &'a str,
+    span: Option<&block::Span>,
+    root: &ServerBlock,
+    in_place: Option<usize>,
+) -> Cow<'a, str> {
+    match (root.first_directive, in_place, span) {
+        (Some(off), _, _) => Cow::Borrowed(&base[block::line_start(base, off)..off]),
+        (None, Some(_), Some(s)) => Cow::Borrowed(s.indent(corefile)),
+        _ => {
+            let ls = block::line_start(base, root.close);
+            Cow::Owned(format!("{}    ", &base[ls..root.close]))
+        }
+    }
 }
 
 fn write(prefix: &str, suffix: &str, indent: &str, eol: &str, groups: &[Group<'_>]) -> String {
@@ -444,6 +471,65 @@ struct ServerBlock {
     copied: Vec<(usize, usize)>,
 }
 
+impl ServerBlock {
+    /// A server block opened by the `{` at `open`, with the keys before it.
+    fn open(s: &str, keys: &[Tok], open: &Tok) -> ServerBlock {
+        let texts: Vec<&str> = keys.iter().map(|k| k.text(s)).collect();
+        ServerBlock {
+            root: texts.iter().any(|k| is_root_key(k)),
+            keys: if texts.is_empty() {
+                "a block without keys".into()
+            } else {
+                texts.join(" ")
+            },
+            open: open.start,
+            close: open.start,
+            close_line_first: false,
+            first_directive: None,
+            has_reload: false,
+            imports_override: false,
+            zones: texts.iter().filter_map(|k| key_zone(k)).collect(),
+            keys_start: keys.first().map_or(open.start, |k| k.start),
+            copied: Vec::new(),
+        }
+    }
+
+    /// Notes what the directive starting a line at token `k` (directly in this block) tells:
+    /// `reload`, a one-line `bind` or `prometheus` to copy, an import of the override files.
+    fn directive(&mut self, s: &str, toks: &[Tok], k: usize) {
+        let t = &toks[k];
+        self.first_directive.get_or_insert(t.start);
+        match t.text(s) {
+            "reload" => self.has_reload = true,
+            "bind" | "prometheus" | "cache" => {
+                let mut end = Some(t.end);
+                for a in toks[k + 1..].iter().take_while(|a| !a.line_first) {
+                    end = match (end, a.kind) {
+                        (Some(_), Kind::Word) => Some(a.end),
+                        _ => None,
+                    };
+                }
+                // One with a block of options (`prometheus { … }`, `cache 30 { … }`) is not
+                // copied: its options may name zones or plugins of this block.
+                if let Some(end) = end {
+                    self.copied.push((t.start, end));
+                }
+            }
+            "import" => {
+                if let Some(arg) = toks.get(k + 1) {
+                    if arg.kind == Kind::Word
+                        && !arg.line_first
+                        && CUSTOM_OVERRIDE_IMPORTS.contains(&arg.text(s))
+                    {
+                        self.imports_override = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Nesting at the probed offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum At {
@@ -490,24 +576,7 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
         match t.kind {
             Kind::Open => {
                 if stack.is_empty() {
-                    let keys: Vec<&str> = pending.iter().map(|k| k.text(s)).collect();
-                    blocks.push(ServerBlock {
-                        root: keys.iter().any(|k| is_root_key(k)),
-                        keys: if keys.is_empty() {
-                            "a block without keys".into()
-                        } else {
-                            keys.join(" ")
-                        },
-                        open: t.start,
-                        close: t.start,
-                        close_line_first: false,
-                        first_directive: None,
-                        has_reload: false,
-                        imports_override: false,
-                        zones: keys.iter().filter_map(|k| key_zone(k)).collect(),
-                        keys_start: pending.first().map_or(t.start, |k| k.start),
-                        copied: Vec::new(),
-                    });
+                    blocks.push(ServerBlock::open(s, &pending, t));
                     cur = Some(blocks.len() - 1);
                     pending.clear();
                 }
@@ -536,35 +605,7 @@ fn parse(s: &str, probe: Option<usize>) -> Result<Parsed, (usize, String)> {
                     pending.push(*t);
                 } else if stack.len() == 1 && t.line_first {
                     if let Some(b) = cur.map(|i| &mut blocks[i]) {
-                        b.first_directive.get_or_insert(t.start);
-                        match t.text(s) {
-                            "reload" => b.has_reload = true,
-                            "bind" | "prometheus" | "cache" => {
-                                let mut end = Some(t.end);
-                                for a in toks[k + 1..].iter().take_while(|a| !a.line_first) {
-                                    end = match (end, a.kind) {
-                                        (Some(_), Kind::Word) => Some(a.end),
-                                        _ => None,
-                                    };
-                                }
-                                // One with a block of options (`prometheus { … }`, `cache 30 { … }`) is not
-                                // copied: its options may name zones or plugins of this block.
-                                if let Some(end) = end {
-                                    b.copied.push((t.start, end));
-                                }
-                            }
-                            "import" => {
-                                if let Some(arg) = toks.get(k + 1) {
-                                    if arg.kind == Kind::Word
-                                        && !arg.line_first
-                                        && CUSTOM_OVERRIDE_IMPORTS.contains(&arg.text(s))
-                                    {
-                                        b.imports_override = true;
-                                    }
-                                }
-                            }
-                            _ => {}
-                        }
+                        b.directive(s, &toks, k);
                     }
                 }
             }

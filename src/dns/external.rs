@@ -699,6 +699,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: one bad option each and the field its error names"
+    )]
     fn option_errors() {
         let ip = ips(&["192.0.2.1"]);
         let kv = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];

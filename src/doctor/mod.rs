@@ -28,6 +28,7 @@ use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::args::{AnswerForm, DnsArgs, Mode};
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::flags::UsageError;
+use crate::target::{Target, TargetRule};
 use checks::{ControllerKind, Dial, Dials, Got};
 use report::{Check, Report};
 
@@ -274,6 +275,180 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     let mut out: Vec<Check> = Vec::new();
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
+    let skipped = ingress_section(client, args, &filters, &mut out).await?;
+
+    // 2. The hostnames the controller would hairpin.
+    let needs = args.needs();
+    let (check, desired) =
+        hostnames_section(client, args, &needs, (&filters, &policy), &skipped).await;
+    out.push(check);
+    let hosts = desired.as_ref().map(|d| &d.hosts);
+
+    // The proxy Service: its ClusterIPs are the template answers (checked in 5).
+    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
+    let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
+    let answer = default_answer(d, &fqdn, &proxy);
+
+    // With --target, each named target's names are answered by its own proxy, as the
+    // controller writes them (default target first, then --target order).
+    // Each --target's proxy Service, read once (its ClusterIPs answer for its names; checked
+    // in 5).
+    let proxies = &filters.targets;
+    let target_services = d.target_services(proxies);
+    let mut target_svcs: Vec<Got<Service>> = Vec::new();
+    for (ns, name) in &target_services {
+        target_svcs.push(fetch::get(client, "services", ns, name).await);
+    }
+    let targets = Targets {
+        proxies,
+        services: &target_services,
+        got: &target_svcs,
+    };
+    let per_target = match (&desired, &answer) {
+        (Some(desired), Some(default)) if !filters.targets.is_empty() => {
+            target_rules(d, desired, default, &targets, &cluster_domain)
+        }
+        _ => None,
+    };
+    // 3. CoreDNS. The checks of our block need both the hostnames and the answers.
+    let expected = match (hosts, &answer, &per_target) {
+        (Some(h), _, Some(rules)) => Some(checks::Expected::per_target(h, rules)),
+        (Some(h), Some(a), None) if filters.targets.is_empty() => Some(checks::Expected::one(h, a)),
+        _ => None,
+    };
+    let known = expected.as_ref();
+    out.extend(coredns_section(client, d, known).await);
+
+    // 4. node-local-dns.
+    let nl = d.node_local_dns_target();
+    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &nl.namespace, &nl.name).await;
+    out.push(checks::node_local_dns(
+        mode,
+        d.node_local_dns.enabled,
+        &nl,
+        &got,
+        known,
+    ));
+
+    // 5. The proxy: Service, ready endpoints, answers.
+    let default = (p_ns.as_str(), p_name.as_str(), &proxy);
+    out.extend(proxy_section(client, args, default, &filters.targets, &targets).await);
+
+    // 6. CRDs for the mode.
+    out.push(crds_check(client, args).await);
+    // 7. The controller's ServiceAccount and its permissions.
+    out.extend(permission_checks(client, args, &needs).await);
+
+    Ok(Report::new(mode.as_str(), out))
+}
+
+/// Section 2: the hostnames the controller would hairpin, less the targets it leaves out
+/// (`skipped`); the check and the hostnames when the sources could be read.
+async fn hostnames_section(
+    client: &Client,
+    args: &DoctorArgs,
+    needs: &Needs,
+    (filters, policy): (&hostnames::Filters, &crate::hostname::HostPolicy),
+    skipped: &BTreeSet<Target>,
+) -> (Check, Option<hostnames::Desired>) {
+    let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
+    match &owned {
+        Err(e) => (e.check("hostnames"), None),
+        Ok(o) => {
+            let o = o.as_ref().expect("sources always returns Some");
+            let mut desired = hostnames::desired(&o.sources(), filters, policy);
+            let left_out: Vec<(String, usize)> = desired
+                .by_target()
+                .into_iter()
+                .filter(|(t, _)| skipped.contains(t))
+                .map(|(t, hosts)| (t.name(&filters.targets).to_string(), hosts.len()))
+                .collect();
+            desired.skip_targets(skipped);
+            (checks::hostnames(&desired, &left_out), Some(desired))
+        }
+    }
+}
+
+/// The default target's answer as the controller writes it: the proxy's name in the rewrite
+/// form, else --proxy-ip, else the proxy Service's ClusterIPs (`None` when unknown).
+fn default_answer(
+    d: &DnsArgs,
+    fqdn: &crate::dns::ProxyFqdn,
+    proxy: &Got<Service>,
+) -> Option<Answer> {
+    match d.coredns_answer {
+        AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
+        form if !d.proxy_ips.is_empty() => {
+            ProxyAddrs::new(&d.proxy_ips).and_then(|a| form.with_addrs(a))
+        }
+        form => proxy
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|s| cluster_ips(s).ok())
+            .and_then(|ips| ProxyAddrs::new(&ips))
+            .and_then(|a| form.with_addrs(a)),
+    }
+}
+
+/// Section 5: the proxies, the default one's and each --target's: Service, ready endpoints, and
+/// (the default one's) whether its ClusterIPs answer.
+async fn proxy_section(
+    client: &Client,
+    args: &DoctorArgs,
+    (p_ns, p_name, proxy): (&str, &str, &Got<Service>),
+    rules: &[TargetRule],
+    targets: &Targets<'_>,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(checks::proxy_service(p_ns, p_name, proxy));
+    let proxy_obj = proxy.as_ref().ok().and_then(Option::as_ref);
+    if proxy_obj.is_some() {
+        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={p_name}"));
+        let slices: Got<Vec<EndpointSlice>> =
+            fetch::list(client, "endpointslices.discovery.k8s.io", Some(p_ns), &lp).await;
+        out.push(checks::proxy_endpoints(p_ns, p_name, &slices));
+    } else {
+        out.push(Check::skip("proxy-endpoints", "no proxy Service"));
+    }
+    // Each --target's proxy: its Service and its ready endpoints, likewise.
+    for ((t, (ns, name)), got) in rules.iter().zip(targets.services).zip(targets.got) {
+        out.push(checks::proxy_service(ns, name, got).for_target(&t.name));
+        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+        let endpoints = match got {
+            Ok(Some(_)) => {
+                let slices: Got<Vec<EndpointSlice>> =
+                    fetch::list(client, "endpointslices.discovery.k8s.io", Some(ns), &lp).await;
+                checks::proxy_endpoints(ns, name, &slices)
+            }
+            _ => Check::skip("proxy-endpoints", "no proxy Service"),
+        };
+        out.push(endpoints.for_target(&t.name));
+    }
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let dials = match (proxy_obj, args.dial) {
+        (None, _) => Dials::Skipped("no proxy Service".into()),
+        (_, DialMode::Never) => Dials::Skipped("--dial never".into()),
+        (Some(_), DialMode::Auto) if !in_cluster => Dials::Skipped(
+            "not running inside the cluster, where ClusterIPs are reachable (run doctor in a \
+             pod, or pass --dial always when this host routes to ClusterIPs)"
+                .into(),
+        ),
+        (Some(s), _) => Dials::Done(dial(dial_targets(s), args.dial_timeout).await),
+    };
+    out.push(checks::proxy_answers(&dials));
+    out
+}
+
+/// Section 1: the ingress controllers' checks, the default one's and each --target's, pushed to
+/// `out`; returns the targets the controller leaves out (KEP-1860). Fails when the API server
+/// cannot be reached at all.
+async fn ingress_section(
+    client: &Client,
+    args: &DoctorArgs,
+    filters: &hostnames::Filters,
+    out: &mut Vec<Check>,
+) -> anyhow::Result<BTreeSet<Target>> {
     let flag = args.ingress_controller_service.as_ref();
     let (first, unreachable, default_svc) =
         ingress_checks(client, flag, "--ingress-controller-service").await;
@@ -290,10 +465,12 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         && flag.is_some()
         && crate::controller::ipmode::proxied(default_svc.as_ref())
     {
-        skipped.insert(0);
+        skipped.insert(Target::Default);
     }
     // Each --target's ingress controller (`ingress-controller=`), the same checks.
-    for (i, t) in filters.targets.iter().enumerate() {
+    let named = Target::all(filters.targets.len())
+        .filter_map(|target| Some((target, target.rule(&filters.targets)?)));
+    for (target, t) in named {
         if let Some((namespace, name)) = &t.ingress_controller {
             let ns_name = NsName {
                 namespace: namespace.clone(),
@@ -303,85 +480,23 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             let (checks, _, svc) = ingress_checks(client, Some(&ns_name), &by).await;
             out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
             if args.skip_proxy_ipmode && crate::controller::ipmode::proxied(svc.as_ref()) {
-                skipped.insert(i + 1);
+                skipped.insert(target);
             }
         }
     }
+    Ok(skipped)
+}
 
-    // 2. The hostnames the controller would hairpin.
-    let needs = args.needs();
-    let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
-    let desired = match &owned {
-        Err(e) => {
-            out.push(e.check("hostnames"));
-            None
-        }
-        Ok(o) => {
-            let o = o.as_ref().expect("sources always returns Some");
-            let mut desired = hostnames::desired(&o.sources(), &filters, &policy);
-            let left_out: Vec<(String, usize)> = desired
-                .by_target()
-                .into_iter()
-                .filter(|(t, _)| skipped.contains(&t.index()))
-                .map(|(t, hosts)| (t.name(&filters.targets).to_string(), hosts.len()))
-                .collect();
-            desired.skip_targets(&skipped);
-            out.push(checks::hostnames(&desired, &left_out));
-            Some(desired)
-        }
-    };
-    let hosts = desired.as_ref().map(|d| &d.hosts);
-
-    // The proxy Service: its ClusterIPs are the template answers (checked in 5).
-    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
-    let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
-    let answer = match d.coredns_answer {
-        AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
-        form if !d.proxy_ips.is_empty() => {
-            ProxyAddrs::new(&d.proxy_ips).and_then(|a| form.with_addrs(a))
-        }
-        form => proxy
-            .as_ref()
-            .ok()
-            .and_then(Option::as_ref)
-            .and_then(|s| cluster_ips(s).ok())
-            .and_then(|ips| ProxyAddrs::new(&ips))
-            .and_then(|a| form.with_addrs(a)),
-    };
-
-    // With --target, each named target's names are answered by its own proxy, as the
-    // controller writes them (default target first, then --target order).
-    // Each --target's proxy Service, read once (its ClusterIPs answer for its names; checked
-    // in 5).
-    let proxies: Vec<_> = filters
-        .targets
-        .iter()
-        .map(hostnames::TargetRule::proxy)
-        .collect();
-    let target_services = d.target_services(&proxies);
-    let mut target_svcs: Vec<Got<Service>> = Vec::new();
-    for (ns, name) in &target_services {
-        target_svcs.push(fetch::get(client, "services", ns, name).await);
-    }
-    let per_target = match (&desired, &answer) {
-        (Some(desired), Some(default)) if !filters.targets.is_empty() => {
-            let t = Targets {
-                proxies: &proxies,
-                services: &target_services,
-                got: &target_svcs,
-            };
-            target_rules(d, desired, default, &t, &cluster_domain)
-        }
-        _ => None,
-    };
-    // 3. CoreDNS. The checks of our block need both the hostnames and the answers.
-    let expected = match (hosts, &answer, &per_target) {
-        (Some(h), _, Some(rules)) => Some(checks::Expected::per_target(h, rules)),
-        (Some(h), Some(a), None) if filters.targets.is_empty() => Some(checks::Expected::one(h, a)),
-        _ => None,
-    };
-    let known = expected.as_ref();
-    if checks::uses_coredns(mode) {
+/// Section 3: CoreDNS, the Corefile (our block, shadowing server blocks), the import ConfigMap,
+/// reverts and the version; `known` is what our block should hold, when that can be known.
+async fn coredns_section(
+    client: &Client,
+    d: &DnsArgs,
+    known: Option<&checks::Expected<'_>>,
+) -> Vec<Check> {
+    let mode = d.mode;
+    let mut out = Vec::new();
+    if mode.edits_coredns() {
         let target = d.coredns_target();
         let got: Got<ConfigMap> =
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;
@@ -447,66 +562,17 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             format!("mode {} does not edit CoreDNS", mode.as_str()),
         ));
     }
+    out
+}
 
-    // 4. node-local-dns.
-    let nl = d.node_local_dns_target();
-    let got: Got<ConfigMap> = fetch::get(client, "configmaps", &nl.namespace, &nl.name).await;
-    out.push(checks::node_local_dns(
-        mode,
-        d.node_local_dns.enabled,
-        &nl,
-        &got,
-        known,
-    ));
-
-    // 5. The proxy: Service, ready endpoints, answers.
-    out.push(checks::proxy_service(&p_ns, &p_name, &proxy));
-    let proxy_obj = proxy.as_ref().ok().and_then(Option::as_ref);
-    if proxy_obj.is_some() {
-        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={p_name}"));
-        let slices: Got<Vec<EndpointSlice>> =
-            fetch::list(client, "endpointslices.discovery.k8s.io", Some(&p_ns), &lp).await;
-        out.push(checks::proxy_endpoints(&p_ns, &p_name, &slices));
-    } else {
-        out.push(Check::skip("proxy-endpoints", "no proxy Service"));
-    }
-    // Each --target's proxy: its Service and its ready endpoints, likewise.
-    for ((t, (ns, name)), got) in filters
-        .targets
-        .iter()
-        .zip(&target_services)
-        .zip(&target_svcs)
-    {
-        out.push(checks::proxy_service(ns, name, got).for_target(&t.name));
-        let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
-        let endpoints = match got {
-            Ok(Some(_)) => {
-                let slices: Got<Vec<EndpointSlice>> =
-                    fetch::list(client, "endpointslices.discovery.k8s.io", Some(ns), &lp).await;
-                checks::proxy_endpoints(ns, name, &slices)
-            }
-            _ => Check::skip("proxy-endpoints", "no proxy Service"),
-        };
-        out.push(endpoints.for_target(&t.name));
-    }
-    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let dials = match (proxy_obj, args.dial) {
-        (None, _) => Dials::Skipped("no proxy Service".into()),
-        (_, DialMode::Never) => Dials::Skipped("--dial never".into()),
-        (Some(_), DialMode::Auto) if !in_cluster => Dials::Skipped(
-            "not running inside the cluster, where ClusterIPs are reachable (run doctor in a \
-             pod, or pass --dial always when this host routes to ClusterIPs)"
-                .into(),
-        ),
-        (Some(s), _) => Dials::Done(dial(dial_targets(s), args.dial_timeout).await),
-    };
-    out.push(checks::proxy_answers(&dials));
-
-    // 6. CRDs for the mode.
+/// Section 6: the CRDs the mode and the sources need.
+async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     let mut crds = Vec::new();
-    for (name, required) in
-        checks::needed_crds(mode, d.external_dns_output, args.hostnames.gateway_api)
-    {
+    for (name, required) in checks::needed_crds(
+        args.dns.mode,
+        args.dns.external_dns_output,
+        args.hostnames.gateway_api,
+    ) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,
             "customresourcedefinitions.apiextensions.k8s.io",
@@ -515,14 +581,16 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         .await;
         crds.push((name, required, got));
     }
-    out.push(checks::crds(&crds));
+    checks::crds(&crds)
+}
 
-    // 7. The controller's ServiceAccount and its permissions.
+/// Section 7: the controller's ServiceAccount, and whether it may do what the flags need.
+async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) -> Vec<Check> {
     let sa = args.service_account();
     let got: Got<ServiceAccount> =
         fetch::get(client, "serviceaccounts", &sa.namespace, &sa.name).await;
-    out.push(checks::service_account(&sa.namespace, &sa.name, &got));
-    let rules = rbac::required(&needs);
+    let account = checks::service_account(&sa.namespace, &sa.name, &got);
+    let rules = rbac::required(needs);
     let (user, groups) = fetch::service_account_subject(&sa.namespace, &sa.name);
     let mut answers = Vec::new();
     for q in checks::questions(&rules) {
@@ -533,9 +601,10 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             break; // one failure explains them all (usually doctor may not create reviews)
         }
     }
-    out.push(checks::rbac(&format!("ServiceAccount {sa}"), &answers));
-
-    Ok(Report::new(mode.as_str(), out))
+    vec![
+        account,
+        checks::rbac(&format!("ServiceAccount {sa}"), &answers),
+    ]
 }
 
 /// `ouroboros doctor`.
@@ -652,7 +721,7 @@ async fn ingress_checks(
 /// The named targets as doctor sees them: their proxies (flags), Services (namespace, name) and
 /// what reading each Service gave.
 struct Targets<'a> {
-    proxies: &'a [crate::dns::args::TargetService],
+    proxies: &'a [TargetRule],
     services: &'a [(String, String)],
     got: &'a [Got<Service>],
 }
@@ -668,19 +737,21 @@ fn target_rules(
     cluster_domain: &str,
 ) -> Option<crate::dns::answer::Rules> {
     let mut by_target: Vec<_> = desired.by_target().into_iter().collect();
-    by_target.sort_by_key(|(t, _)| t.index());
+    // The order the controller writes them in: the default target's first.
+    by_target.sort_by_key(|(t, _)| t.position());
     let mut rules = Vec::new();
     for (target, hosts) in by_target {
-        let answer = match target.index().checked_sub(1) {
-            None => default.clone(),
-            Some(i) => {
+        let answer = match target {
+            Target::Default => default.clone(),
+            Target::Named(i) => {
+                let i = usize::from(i);
                 let (ns, name) = &targets.services[i];
                 match d.coredns_answer {
                     AnswerForm::Rewrite => Answer::Rewrite(
                         crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain).ok()?,
                     ),
-                    form if !targets.proxies[i].ips.is_empty() => {
-                        form.with_addrs(ProxyAddrs::new(&targets.proxies[i].ips)?)?
+                    form if !targets.proxies[i].proxy_ips.is_empty() => {
+                        form.with_addrs(ProxyAddrs::new(&targets.proxies[i].proxy_ips)?)?
                     }
                     form => {
                         let svc = targets.got[i].as_ref().ok()?.as_ref()?;

@@ -313,6 +313,40 @@ impl Readiness {
     }
 }
 
+/// Follows the Service's endpoints into each listener's balancer (the listeners with a port).
+async fn follow_service(
+    args: &EdgeArgs,
+    svc: &ServiceRef,
+    balancers: &[Arc<Balancer>],
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    let client = crate::kube_client::client(args.kubeconfig.as_deref()).await?;
+    let targets = args
+        .listen
+        .iter()
+        .zip(balancers)
+        .filter_map(|(l, b)| Some((l.port.clone()?, b.clone())))
+        .collect();
+    tokio::spawn(watch::follow(client, svc.clone(), targets, stop.clone()));
+    Ok(())
+}
+
+/// Checks every backend of every balancer each --health-interval, until `stop`.
+fn spawn_health_checks(args: &EdgeArgs, balancers: Vec<Arc<Balancer>>, stop: CancellationToken) {
+    let (every, version) = (args.health_interval, args.proxy_protocol);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            futures::future::join_all(balancers.iter().map(|b| b.check_all(version))).await;
+        }
+    });
+}
+
 /// Runs the balancer on this (single-threaded) runtime and `loops` (see `crate::runtime`).
 pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result<ExitCode> {
     let source = source(&args).map_err(UsageError::err)?;
@@ -376,38 +410,10 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
 
     let background = CancellationToken::new();
     if let Source::Service(svc) = &source {
-        let client = crate::kube_client::client(args.kubeconfig.as_deref()).await?;
-        let targets = args
-            .listen
-            .iter()
-            .zip(&balancers)
-            .filter_map(|(l, b)| Some((l.port.clone()?, b.clone())))
-            .collect();
-        tokio::spawn(watch::follow(
-            client,
-            svc.clone(),
-            targets,
-            background.clone(),
-        ));
+        follow_service(&args, svc, &balancers, &background).await?;
     }
     if !args.health_interval.is_zero() {
-        let bs = balancers.clone();
-        let (every, version, stop) = (
-            args.health_interval,
-            args.proxy_protocol,
-            background.clone(),
-        );
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                futures::future::join_all(bs.iter().map(|b| b.check_all(version))).await;
-            }
-        });
+        spawn_health_checks(&args, balancers.clone(), background.clone());
     }
 
     let server = lifecycle.serve(listeners)?;

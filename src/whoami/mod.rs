@@ -156,33 +156,8 @@ async fn serve_connection(ctx: Arc<Context>, mut stream: TcpStream, peer: Socket
     let _ = stream.set_nodelay(true);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
 
-    let proxy = if ctx.mode == ProxyMode::Off {
-        None
-    } else {
-        let read = read_proxy_header(&mut stream, &mut buf, ctx.mode);
-        match tokio::time::timeout(ctx.read_timeout, read).await {
-            Ok(Ok(header)) => header,
-            Ok(Err(HeaderFailure::ClosedEmpty)) => {
-                debug!(%peer, "connection closed before sending anything");
-                return;
-            }
-            Ok(Err(HeaderFailure::Broken(reason))) => {
-                warn!(%peer, reason = %reason, "closing connection: bad PROXY header");
-                return;
-            }
-            Err(_) if buf.is_empty() => {
-                debug!(%peer, timeout = ?ctx.read_timeout, "closing silent connection");
-                return;
-            }
-            Err(_) => {
-                warn!(
-                    %peer,
-                    reason = %format!("incomplete PROXY header after {:?} ({} bytes received)", ctx.read_timeout, buf.len()),
-                    "closing connection: bad PROXY header"
-                );
-                return;
-            }
-        }
+    let Ok(proxy) = proxy_header(&ctx, &mut stream, &mut buf, peer).await else {
+        return;
     };
     if let Some(h) = &proxy {
         debug!(%peer, header = %h, "PROXY header");
@@ -258,6 +233,43 @@ async fn serve_connection(ctx: Arc<Context>, mut stream: TcpStream, peer: Socket
         if !keep_alive {
             linger_close(&mut stream).await;
             return;
+        }
+    }
+}
+
+/// The connection's PROXY header as --proxy-protocol asks for it (`None`: off, or optional and
+/// absent); `Err` when the connection is to be closed (already logged).
+async fn proxy_header(
+    ctx: &Context,
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    peer: SocketAddr,
+) -> Result<Option<Header>, ()> {
+    if ctx.mode == ProxyMode::Off {
+        return Ok(None);
+    }
+    let read = read_proxy_header(stream, buf, ctx.mode);
+    match tokio::time::timeout(ctx.read_timeout, read).await {
+        Ok(Ok(header)) => Ok(header),
+        Ok(Err(HeaderFailure::ClosedEmpty)) => {
+            debug!(%peer, "connection closed before sending anything");
+            Err(())
+        }
+        Ok(Err(HeaderFailure::Broken(reason))) => {
+            warn!(%peer, reason = %reason, "closing connection: bad PROXY header");
+            Err(())
+        }
+        Err(_) if buf.is_empty() => {
+            debug!(%peer, timeout = ?ctx.read_timeout, "closing silent connection");
+            Err(())
+        }
+        Err(_) => {
+            warn!(
+                %peer,
+                reason = %format!("incomplete PROXY header after {:?} ({} bytes received)", ctx.read_timeout, buf.len()),
+                "closing connection: bad PROXY header"
+            );
+            Err(())
         }
     }
 }

@@ -136,6 +136,10 @@ struct State {
 
 type Shared = Arc<Mutex<State>>;
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the fake API server's route table: one arm a request"
+)]
 fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
     move |s| {
         let mut st = state.lock().unwrap();

@@ -359,6 +359,10 @@ fn etc_hosts_errors() {
 /// The template block's regex for `good.example.com` and `*.wild.example.com`.
 const GOOD_MATCH: &str = r"match ^(?:[a-z0-9-]+\.wil|goo)d\.example\.com\.$";
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of hostile names, each run through every output"
+)]
 #[test]
 fn hostile_names_never_reach_an_output() {
     let policy = HostPolicy::new("cluster.local", &[], &[]);

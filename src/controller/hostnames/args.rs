@@ -1,9 +1,10 @@
 //! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
-use super::targets::{check_targets, parse_target, TargetRule};
+use super::targets::{check_targets, parse_target};
 use super::{non_empty, Filters, IngressHosts};
 use crate::hostname::HostPolicy;
+use crate::target::TargetRule;
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve
 /// `controller` and `render`, so `render` shows exactly what the controller would pick.

@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::targets::Target;
 use super::{Conflict, Desired, Excluded, Exclusion, ObjectRef, Rejected};
 use crate::hostname::{HostPolicy, Hostname};
+use crate::target::Target;
 
 /// Who claims a name: the object, the target its hostnames go to, its priority annotation.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,9 +1,11 @@
 //! The source kinds, listed once: what each one is on the API (group, version, resource), when
-//! the controller reads it, and the owned container every reader fills (`render` from manifest
-//! files, `doctor` from list calls). The watches (`controller::sources`), RBAC rules
-//! (`controller::rbac`), CRD checks and manifest recognition all iterate [`Kind::ALL`], so a new
-//! kind is added here, in the hostname rules that read it, and in the watch cache's projection
-//! (`controller::projection`).
+//! the controller reads it, and the owned ([`Objects`]) and borrowed ([`Sources`]) containers
+//! every reader fills (`render` from manifest files, `doctor` from list calls). The watches
+//! (`controller::sources`), RBAC rules (`controller::rbac`), CRD checks, manifest recognition
+//! and the counts `render` logs all iterate [`Kind::ALL`]. A new kind is a row here, plus the
+//! hostname rules that read it (`hostnames::compute`), the watch cache's projection
+//! (`controller::projection`) and store (`controller::sources`), and the chart's RBAC:
+//! docs/architecture.md lists them.
 
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
@@ -106,6 +108,12 @@ impl Kind {
         }
     }
 
+    /// Whether objects of this kind are Gateway-API routes (attached to Gateways by
+    /// `parentRefs`, read through [`Route`]).
+    pub fn is_route(self) -> bool {
+        self.read_when() == ReadWhen::GatewayApi && self != Kind::Gateway
+    }
+
     /// Whether a configuration reads this kind.
     pub fn is_read(self, gateway_api: bool, ingress_class_filter: bool) -> bool {
         match self.read_when() {
@@ -134,13 +142,27 @@ pub struct Objects {
     pub tls_routes: Vec<TlsRoute>,
 }
 
-/// A typed source object: its kind and its list in [`Objects`].
+/// The objects to read, by kind, borrowed: so the controller can pass its cache entries and
+/// `render` its parsed manifests without copying. The same fields as [`Objects`].
+#[derive(Clone, Debug, Default)]
+pub struct Sources<'a> {
+    pub ingresses: Vec<&'a Ingress>,
+    pub ingress_classes: Vec<&'a IngressClass>,
+    pub gateways: Vec<&'a Gateway>,
+    pub http_routes: Vec<&'a HttpRoute>,
+    pub grpc_routes: Vec<&'a GrpcRoute>,
+    pub tls_routes: Vec<&'a TlsRoute>,
+}
+
+/// A typed source object: its kind and its lists in [`Objects`] and [`Sources`].
 pub trait SourceObject:
     kube::Resource<DynamicType = ()> + DeserializeOwned + Clone + Sized
 {
     const KIND: Kind;
     fn list(objects: &Objects) -> &Vec<Self>;
     fn list_mut(objects: &mut Objects) -> &mut Vec<Self>;
+    fn borrowed<'s, 'a>(sources: &'s Sources<'a>) -> &'s Vec<&'a Self>;
+    fn borrowed_mut<'s, 'a>(sources: &'s mut Sources<'a>) -> &'s mut Vec<&'a Self>;
 }
 
 macro_rules! source_object {
@@ -153,6 +175,12 @@ macro_rules! source_object {
             fn list_mut(objects: &mut Objects) -> &mut Vec<Self> {
                 &mut objects.$field
             }
+            fn borrowed<'s, 'a>(sources: &'s Sources<'a>) -> &'s Vec<&'a Self> {
+                &sources.$field
+            }
+            fn borrowed_mut<'s, 'a>(sources: &'s mut Sources<'a>) -> &'s mut Vec<&'a Self> {
+                &mut sources.$field
+            }
         }
     )*};
 }
@@ -164,6 +192,43 @@ source_object! {
     HttpRoute => HttpRoute, http_routes;
     GrpcRoute => GrpcRoute, grpc_routes;
     TlsRoute => TlsRoute, tls_routes;
+}
+
+/// A Gateway-API route kind as the attachment rule reads it: its `parentRefs` (group, kind,
+/// namespace, name) and its hostnames. The generated types differ only by name, so one row
+/// each below.
+pub trait Route: SourceObject {
+    fn parents(&self) -> impl Iterator<Item = (Option<&str>, Option<&str>, Option<&str>, &str)>;
+    fn hostnames(&self) -> impl Iterator<Item = &String>;
+}
+
+macro_rules! route {
+    ($($ty:ty => |$spec:ident| $hostnames:expr;)*) => {$(
+        impl Route for $ty {
+            fn parents(
+                &self,
+            ) -> impl Iterator<Item = (Option<&str>, Option<&str>, Option<&str>, &str)> {
+                self.spec.parent_refs.iter().flatten().map(|p| {
+                    (
+                        p.group.as_deref(),
+                        p.kind.as_deref(),
+                        p.namespace.as_deref(),
+                        p.name.as_str(),
+                    )
+                })
+            }
+            fn hostnames(&self) -> impl Iterator<Item = &String> {
+                let $spec = &self.spec;
+                $hostnames
+            }
+        }
+    )*};
+}
+
+route! {
+    HttpRoute => |s| s.hostnames.iter().flatten();
+    GrpcRoute => |s| s.hostnames.iter().flatten();
+    TlsRoute => |s| s.hostnames.iter();
 }
 
 /// Runs `$body` with the type alias `$t` set to the Rust type of the runtime kind `$kind`: the
@@ -203,6 +268,15 @@ macro_rules! by_kind {
 pub(crate) use by_kind;
 
 impl Objects {
+    /// Borrowed, as [`desired`](super::desired) takes them.
+    pub fn sources(&self) -> Sources<'_> {
+        let mut s = Sources::default();
+        for kind in Kind::ALL {
+            by_kind!(kind, T => *T::borrowed_mut(&mut s) = T::list(self).iter().collect());
+        }
+        s
+    }
+
     pub fn append(&mut self, other: &mut Objects) {
         for kind in Kind::ALL {
             by_kind!(kind, T => T::list_mut(self).append(T::list_mut(other)));

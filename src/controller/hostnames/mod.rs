@@ -11,7 +11,7 @@
 //! | `collect` | the builder that gathers accepted names and sorts them once |
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
 //! | `args` | the flags ([`HostnameArgs`]) that become the filters and the hostname policy |
-//! | `targets` | named proxy targets ([`TargetRule`], `--target`) and conflict priorities |
+//! | `targets` | `--target` parsed into [`TargetRule`]s, which rule takes an object, conflict priorities |
 
 mod args;
 mod class;
@@ -25,21 +25,19 @@ pub use class::{
     default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION,
 };
 pub(crate) use kinds::by_kind;
-pub use kinds::{Kind, Objects, ReadWhen, SourceObject};
+pub use kinds::{Kind, Objects, ReadWhen, Route, SourceObject, Sources};
 pub use model::{
-    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected, Sources,
+    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected,
     OPT_OUT_ANNOTATION,
 };
-pub use targets::{
-    check_targets, parse_namespaced, parse_target, Target, TargetRule, DEFAULT_TARGET,
-    PRIORITY_ANNOTATION,
-};
+pub use targets::{check_targets, parse_namespaced, parse_target, PRIORITY_ANNOTATION};
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::hostname::HostPolicy;
+use crate::target::{Target, TargetRule};
 use collect::Collector;
 
 /// API group of Gateway-API objects; a `parentRef` without a group means this one.
@@ -134,141 +132,151 @@ fn compute(
     policy: &HostPolicy,
     origins: bool,
 ) -> Desired {
-    let rules = &filters.targets;
     let mut out = Collector::new(origins);
-    let ingress_filter = non_empty(filters.ingress_class.as_deref());
-    let default_class = default_ingress_class(&sources.ingress_classes);
-
-    for ing in &sources.ingresses {
-        let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
-        if let Some(why) = skipped(&ing.metadata, filters) {
-            out.exclude(object, why);
-            continue;
-        }
-        let class = ingress_class(ing, default_class);
-        let target = targets::for_ingress_class(rules, class);
-        if let (None, Some(want)) = (target, ingress_filter) {
-            if class != Some(want) {
-                out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
-                continue;
-            }
-        }
-        let target = (
-            target.unwrap_or(Target::Default),
-            targets::priority(&ing.metadata),
-        );
-        let spec = ing.spec.as_ref();
-        let tls = spec
-            .into_iter()
-            .flat_map(|s| s.tls.iter().flatten())
-            .flat_map(|t| t.hosts.iter().flatten());
-        let rule_hosts = spec
-            .filter(|_| filters.ingress_hosts == IngressHosts::All)
-            .into_iter()
-            .flat_map(|s| s.rules.iter().flatten())
-            .filter_map(|r| r.host.as_ref());
-        out.add(policy, object, target, tls.chain(rule_hosts));
-    }
-
+    let names = Names {
+        filters,
+        policy,
+        rules: &filters.targets,
+    };
+    names.ingresses(sources, &mut out);
     if !filters.gateway_api {
         return out.finish();
     }
-    let gateway_filter = non_empty(filters.gateway_class.as_deref());
+    let gateways = names.gateways(sources, &mut out);
+    names.routes(&sources.http_routes, &gateways, &mut out);
+    names.routes(&sources.grpc_routes, &gateways, &mut out);
+    names.routes(&sources.tls_routes, &gateways, &mut out);
+    out.finish()
+}
 
-    // (namespace, name) of the Gateways that survive deletion and the class filter, and of
-    // those opted out (a route attached only to them is out too: its traffic enters through
-    // them).
-    let mut surviving = Gateways::new();
-    let mut opted = Gateways::new();
-    for gw in &sources.gateways {
-        let object = ObjectRef::new(Kind::Gateway, &gw.metadata);
-        if let Some(why) = skipped(&gw.metadata, filters) {
-            if why == Exclusion::OptedOut {
-                if let Some(name) = gw.metadata.name.as_deref() {
-                    opted.insert((namespace(&gw.metadata), name), Target::Default);
-                }
-            }
-            out.exclude(object, why);
-            continue;
-        }
-        let (ns, name) = (
-            namespace(&gw.metadata),
-            gw.metadata.name.as_deref().unwrap_or_default(),
-        );
-        let class = gw.spec.gateway_class_name.as_str();
-        let target = targets::for_gateway(rules, ns, name, class);
-        if let (None, Some(want)) = (target, gateway_filter) {
-            if class != want {
-                out.exclude(object, Exclusion::GatewayClass(class.to_string()));
+/// What decides where an object's names go: the filters, the hostname policy, the targets.
+struct Names<'f> {
+    filters: &'f Filters,
+    policy: &'f HostPolicy,
+    rules: &'f [TargetRule],
+}
+
+/// The Gateways routes attach to: (namespace, name) of those that survive deletion and the
+/// class filter, each with its target, and of those opted out (a route attached only to them
+/// is out too: its traffic enters through them).
+struct Attachable<'a> {
+    surviving: Gateways<'a>,
+    opted: Gateways<'a>,
+}
+
+impl Names<'_> {
+    /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to its class's
+    /// target.
+    fn ingresses(&self, sources: &Sources<'_>, out: &mut Collector) {
+        let filters = self.filters;
+        let ingress_filter = non_empty(filters.ingress_class.as_deref());
+        let default_class = default_ingress_class(&sources.ingress_classes);
+        for ing in &sources.ingresses {
+            let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
+            if let Some(why) = skipped(&ing.metadata, filters) {
+                out.exclude(object, why);
                 continue;
             }
+            let class = ingress_class(ing, default_class);
+            let target = targets::for_ingress_class(self.rules, class);
+            if let (None, Some(want)) = (target, ingress_filter) {
+                if class != Some(want) {
+                    out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
+                    continue;
+                }
+            }
+            let target = (
+                target.unwrap_or(Target::Default),
+                targets::priority(&ing.metadata),
+            );
+            let spec = ing.spec.as_ref();
+            let tls = spec
+                .into_iter()
+                .flat_map(|s| s.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten());
+            let rule_hosts = spec
+                .filter(|_| filters.ingress_hosts == IngressHosts::All)
+                .into_iter()
+                .flat_map(|s| s.rules.iter().flatten())
+                .filter_map(|r| r.host.as_ref());
+            out.add(self.policy, object, target, tls.chain(rule_hosts));
         }
-        let target = target.unwrap_or(Target::Default);
-        if !name.is_empty() {
-            surviving.insert((ns, name), target);
-        }
-        let names = gw.spec.listeners.iter().filter_map(|l| l.hostname.as_ref());
-        out.add(
-            policy,
-            object,
-            (target, targets::priority(&gw.metadata)),
-            names,
-        );
     }
 
-    // One pass per route kind; the generated parentRef types differ only by name.
-    macro_rules! routes {
-        ($list:expr, $kind:expr, |$spec:ident| $hostnames:expr) => {
-            for route in &$list {
-                let object = ObjectRef::new($kind, &route.metadata);
-                if let Some(why) = skipped(&route.metadata, filters) {
-                    out.exclude(object, why);
-                    continue;
+    /// Each Gateway's listener hostnames, to its target; returns the Gateways routes may
+    /// attach to.
+    fn gateways<'s>(&self, sources: &'s Sources<'_>, out: &mut Collector) -> Attachable<'s> {
+        let filters = self.filters;
+        let gateway_filter = non_empty(filters.gateway_class.as_deref());
+        let mut surviving = Gateways::new();
+        let mut opted = Gateways::new();
+        for gw in &sources.gateways {
+            let object = ObjectRef::new(Kind::Gateway, &gw.metadata);
+            if let Some(why) = skipped(&gw.metadata, filters) {
+                if why == Exclusion::OptedOut {
+                    if let Some(name) = gw.metadata.name.as_deref() {
+                        opted.insert((namespace(&gw.metadata), name), Target::Default);
+                    }
                 }
-                let route_ns = namespace(&route.metadata);
-                let parents = || {
-                    route.spec.parent_refs.iter().flatten().map(|p| {
-                        (
-                            p.group.as_deref(),
-                            p.kind.as_deref(),
-                            p.namespace.as_deref(),
-                            &p.name,
-                        )
-                    })
-                };
-                // The target of the first Gateway the route is attached to.
-                let to = |gateways: &Gateways<'_>| {
-                    parents()
-                        .find_map(|(g, k, ns, name)| attached(g, k, ns, name, route_ns, gateways))
-                };
-                let target = to(&surviving);
-                if target.is_none() && !opted.is_empty() && to(&opted).is_some() {
-                    out.exclude(object, Exclusion::OptedOut);
-                    continue;
-                }
-                if target.is_none() && gateway_filter.is_some() {
-                    out.exclude(object, Exclusion::NotAttached);
-                    continue;
-                }
-                let target = (
-                    target.unwrap_or(Target::Default),
-                    targets::priority(&route.metadata),
-                );
-                let $spec = &route.spec;
-                out.add(policy, object, target, $hostnames);
+                out.exclude(object, why);
+                continue;
             }
-        };
+            let (ns, name) = (
+                namespace(&gw.metadata),
+                gw.metadata.name.as_deref().unwrap_or_default(),
+            );
+            let class = gw.spec.gateway_class_name.as_str();
+            let target = targets::for_gateway(self.rules, ns, name, class);
+            if let (None, Some(want)) = (target, gateway_filter) {
+                if class != want {
+                    out.exclude(object, Exclusion::GatewayClass(class.to_string()));
+                    continue;
+                }
+            }
+            let target = target.unwrap_or(Target::Default);
+            if !name.is_empty() {
+                surviving.insert((ns, name), target);
+            }
+            let names = gw.spec.listeners.iter().filter_map(|l| l.hostname.as_ref());
+            out.add(
+                self.policy,
+                object,
+                (target, targets::priority(&gw.metadata)),
+                names,
+            );
+        }
+        Attachable { surviving, opted }
     }
-    routes!(sources.http_routes, Kind::HttpRoute, |s| s
-        .hostnames
-        .iter()
-        .flatten());
-    routes!(sources.grpc_routes, Kind::GrpcRoute, |s| s
-        .hostnames
-        .iter()
-        .flatten());
-    routes!(sources.tls_routes, Kind::TlsRoute, |s| s.hostnames.iter());
-    out.finish()
+
+    /// Each route's hostnames, to the target of the first Gateway it is attached to.
+    fn routes<R: Route>(&self, routes: &[&R], gateways: &Attachable<'_>, out: &mut Collector) {
+        let gateway_filter = non_empty(self.filters.gateway_class.as_deref());
+        for route in routes {
+            let meta = route.meta();
+            let object = ObjectRef::new(R::KIND, meta);
+            if let Some(why) = skipped(meta, self.filters) {
+                out.exclude(object, why);
+                continue;
+            }
+            let route_ns = namespace(meta);
+            let to = |gateways: &Gateways<'_>| {
+                route
+                    .parents()
+                    .find_map(|(g, k, ns, name)| attached(g, k, ns, name, route_ns, gateways))
+            };
+            let target = to(&gateways.surviving);
+            if target.is_none() && !gateways.opted.is_empty() && to(&gateways.opted).is_some() {
+                out.exclude(object, Exclusion::OptedOut);
+                continue;
+            }
+            if target.is_none() && gateway_filter.is_some() {
+                out.exclude(object, Exclusion::NotAttached);
+                continue;
+            }
+            let target = (target.unwrap_or(Target::Default), targets::priority(meta));
+            out.add(self.policy, object, target, route.hostnames());
+        }
+    }
 }
 
 #[cfg(test)]

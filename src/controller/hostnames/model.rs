@@ -1,4 +1,4 @@
-//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`]),
+//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`](super::Sources)),
 //! the filters ([`Filters`]), and the result ([`Desired`]) with the records that name an object
 //! ([`ObjectRef`]), a rejected name ([`Rejected`]) or a skipped object ([`Excluded`]). Separate:
 //! the controller, `render` and `doctor` all read these, none needs the computation's insides.
@@ -6,18 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use gateway_api::apis::standard::gateways::Gateway;
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
-use gateway_api::apis::standard::tlsroutes::TlsRoute;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::kinds::{Kind, Objects};
+use super::kinds::Kind;
 use super::namespace;
-use super::targets::{Target, TargetRule};
 use crate::dns::write::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
+use crate::target::{Target, TargetRule};
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -101,33 +96,6 @@ pub struct Excluded {
     pub why: Exclusion,
 }
 
-/// The objects to read. References, so the controller can pass its cache entries and `render`
-/// its parsed manifests without copying.
-#[derive(Clone, Debug, Default)]
-pub struct Sources<'a> {
-    pub ingresses: Vec<&'a Ingress>,
-    pub ingress_classes: Vec<&'a IngressClass>,
-    pub gateways: Vec<&'a Gateway>,
-    pub http_routes: Vec<&'a HttpRoute>,
-    pub grpc_routes: Vec<&'a GrpcRoute>,
-    pub tls_routes: Vec<&'a TlsRoute>,
-}
-
-/// Here rather than beside [`Objects`] so that `kinds` (the table) imports nothing of `model`.
-impl Objects {
-    /// Borrowed, as [`desired`](super::desired) takes them.
-    pub fn sources(&self) -> Sources<'_> {
-        Sources {
-            ingresses: self.ingresses.iter().collect(),
-            ingress_classes: self.ingress_classes.iter().collect(),
-            gateways: self.gateways.iter().collect(),
-            http_routes: self.http_routes.iter().collect(),
-            grpc_routes: self.grpc_routes.iter().collect(),
-            tls_routes: self.tls_routes.iter().collect(),
-        }
-    }
-}
-
 /// The annotation that leaves an Ingress, Gateway or route out when `"false"`.
 pub const OPT_OUT_ANNOTATION: &str = "ouroboros.io/hairpin";
 
@@ -194,31 +162,27 @@ pub struct Conflict {
 }
 
 impl Desired {
-    /// Leaves out the hosts of the targets with these indexes (0: the default target's): their
-    /// load balancers reach in-cluster clients themselves.
-    pub fn skip_targets(&mut self, skipped: &BTreeSet<usize>) {
+    /// Leaves out the hosts of these targets: their load balancers reach in-cluster clients
+    /// themselves.
+    pub fn skip_targets(&mut self, skipped: &BTreeSet<Target>) {
         if skipped.is_empty() {
             return;
         }
         let placed = &self.placed;
         let keep = |h: &Hostname| {
-            let index = placed.get(h).map_or(0, |t| t.index());
-            !skipped.contains(&index)
+            let target = placed.get(h).copied().unwrap_or(Target::Default);
+            !skipped.contains(&target)
         };
         self.hosts.retain(|h| keep(h));
         self.origins.retain(|h, _| keep(h));
-        self.placed.retain(|_, t| !skipped.contains(&t.index()));
+        self.placed.retain(|_, t| !skipped.contains(t));
     }
 
-    /// What a sink writes: the hosts, each with its target's index.
+    /// What a sink writes: the hosts, each named target's with its target.
     pub fn into_plan(self) -> Plan {
         Plan {
             hosts: self.hosts,
-            placed: self
-                .placed
-                .into_iter()
-                .map(|(h, t)| (h, t.index()))
-                .collect(),
+            placed: self.placed,
         }
     }
 

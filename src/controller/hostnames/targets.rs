@@ -6,78 +6,16 @@
 //! `--proxy-service-name`), under the `--ingress-class` and `--gateway-class` filters as before.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::dns::args::TargetService;
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
+use crate::target::{Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).
 pub const PRIORITY_ANNOTATION: &str = "ouroboros.io/priority";
-
-/// The name the default target goes by in logs, metrics and Events; no `--target` may take it.
-pub const DEFAULT_TARGET: &str = "default";
-
-/// A named target and the sources it takes, as `--target` gives it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TargetRule {
-    /// A DNS-1123 label, unique among targets.
-    pub name: String,
-    /// The proxy Service (`namespace`, `name`) whose ClusterIPs answer for its hosts.
-    pub service: (Option<String>, String),
-    pub ingress_classes: BTreeSet<String>,
-    pub gateway_classes: BTreeSet<String>,
-    /// Gateways (`namespace`, `name`); a Gateway named here is taken before any class rule.
-    pub gateways: BTreeSet<(String, String)>,
-    /// The proxy's addresses when given (`proxy-ip=`, as --proxy-ip for the default target;
-    /// `render` needs them): no Service lookup then.
-    pub proxy_ips: Vec<IpAddr>,
-    /// Its ingress controller's Service (`ingress-controller=NAMESPACE/NAME`), watched for
-    /// `ipMode: Proxy` (as --ingress-controller-service for the default target).
-    pub ingress_controller: Option<(String, String)>,
-}
-
-impl TargetRule {
-    /// Its proxy as the DNS writers take it.
-    pub fn proxy(&self) -> TargetService {
-        TargetService {
-            namespace: self.service.0.clone(),
-            name: self.service.1.clone(),
-            ips: self.proxy_ips.clone(),
-        }
-    }
-}
-
-/// Where an object's hostnames go: a named target (its index in `--target` order) or the
-/// default one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Target {
-    /// Sorts before the default: on equal priority, named targets win in flag order.
-    Named(u16),
-    Default,
-}
-
-impl Target {
-    /// The index a sink's per-target lists use: 0 for the default target, then `--target`
-    /// order from 1.
-    pub fn index(self) -> usize {
-        match self {
-            Target::Named(i) => usize::from(i) + 1,
-            Target::Default => 0,
-        }
-    }
-
-    /// The target's name among `rules`.
-    pub fn name<'a>(&self, rules: &'a [TargetRule]) -> &'a str {
-        match self {
-            Target::Named(i) => rules.get(usize::from(*i)).map_or("?", |r| r.name.as_str()),
-            Target::Default => DEFAULT_TARGET,
-        }
-    }
-}
 
 /// The first rule taking IngressClass `class`.
 pub(super) fn for_ingress_class(rules: &[TargetRule], class: Option<&str>) -> Option<Target> {
@@ -289,7 +227,7 @@ mod tests {
         assert_eq!(
             r.proxy_ips,
             [
-                "10.0.0.7".parse::<IpAddr>().unwrap(),
+                "10.0.0.7".parse::<std::net::IpAddr>().unwrap(),
                 "fd00::7".parse().unwrap()
             ]
         );

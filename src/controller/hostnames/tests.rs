@@ -271,45 +271,50 @@ fn ingress_class_resolution_and_filter() {
         let default = default_ingress_class(&class_refs);
         assert_eq!(ingress_class(&ing, default), *want, "case {i}");
 
-        // The filter keeps exactly the Ingresses whose resolved class it names.
-        for filter in [None, Some(""), Some("a"), Some("b"), Some("d"), Some("x")] {
-            let d = desired(
-                &Sources {
-                    ingresses: vec![&ing],
-                    ingress_classes: class_refs.clone(),
-                    ..Default::default()
-                },
-                &Filters {
-                    ingress_class: filter.map(str::to_string),
-                    ..Default::default()
-                },
-                &policy(),
-            );
-            let kept = match filter {
-                None | Some("") => true,
-                Some(f) => *want == Some(f),
-            };
+        assert_class_filter(i, &ing, &class_refs, *want);
+    }
+}
+
+/// The --ingress-class filter keeps exactly the Ingresses whose resolved class (`want`) it
+/// names, and says why it left the others out.
+fn assert_class_filter(i: usize, ing: &Ingress, class_refs: &[&IngressClass], want: Option<&str>) {
+    for filter in [None, Some(""), Some("a"), Some("b"), Some("d"), Some("x")] {
+        let d = desired(
+            &Sources {
+                ingresses: vec![ing],
+                ingress_classes: class_refs.to_vec(),
+                ..Default::default()
+            },
+            &Filters {
+                ingress_class: filter.map(str::to_string),
+                ..Default::default()
+            },
+            &policy(),
+        );
+        let kept = match filter {
+            None | Some("") => true,
+            Some(f) => want == Some(f),
+        };
+        assert_eq!(
+            d.hosts.len(),
+            usize::from(kept),
+            "case {i} filter {filter:?}"
+        );
+        if kept {
+            assert!(d.excluded.is_empty(), "case {i} filter {filter:?}");
+        } else {
             assert_eq!(
-                d.hosts.len(),
-                usize::from(kept),
+                d.excluded,
+                [Excluded {
+                    object: ObjectRef {
+                        kind: Kind::Ingress,
+                        namespace: "web".into(),
+                        name: "i".into()
+                    },
+                    why: Exclusion::IngressClass(want.map(str::to_string)),
+                }],
                 "case {i} filter {filter:?}"
             );
-            if kept {
-                assert!(d.excluded.is_empty(), "case {i} filter {filter:?}");
-            } else {
-                assert_eq!(
-                    d.excluded,
-                    [Excluded {
-                        object: ObjectRef {
-                            kind: Kind::Ingress,
-                            namespace: "web".into(),
-                            name: "i".into()
-                        },
-                        why: Exclusion::IngressClass(want.map(str::to_string)),
-                    }],
-                    "case {i} filter {filter:?}"
-                );
-            }
         }
     }
 }
@@ -373,6 +378,10 @@ fn every_route_kind_contributes() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of parentRefs, each with whether it attaches the route"
+)]
 fn gateway_class_filter_and_parent_refs() {
     // Gateways: gw/public (class "pp", kept), gw/internal (class "other"), gw/dying (class
     // "pp", being deleted), and web/local (class "pp") in the routes' own namespace.

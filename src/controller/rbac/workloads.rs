@@ -1,46 +1,14 @@
 //! Rules of the other pods the chart runs: the uninstall hook (`ouroboros cleanup`) and
 //! `ouroboros edge`. Same shape and same promise as `required`: equal to the calls made.
 
-use super::{rule, ExternalDnsOutput, Mode, Needs, Rule, Scope, LIST_WATCH};
+use super::{mode_cleanup_rules, rule, Needs, Rule, Scope, LIST_WATCH};
 
 /// The rules of `ouroboros cleanup` (the chart's uninstall hook) with the same flags: read and
 /// edit what `controller` wrote, or delete it; nothing is watched, created or read elsewhere.
 /// Empty for etc-hosts (a file on the node, no API call).
 pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
-    let mut rules = match n.mode {
-        Mode::Coredns => vec![rule(
-            Scope::Namespace(n.coredns_namespace.clone()),
-            "",
-            "configmaps",
-            &[&n.coredns_configmap],
-            &["get", "update"],
-            "remove the block from the Corefile",
-        )],
-        Mode::CorednsImport => vec![rule(
-            Scope::Namespace(n.import_namespace.clone()),
-            "",
-            "configmaps",
-            &[&n.import_configmap],
-            &["get", "update", "delete"],
-            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
-        )],
-        Mode::EtcHosts => vec![],
-        Mode::ExternalDns => {
-            let (group, resource) = match n.external_dns_output {
-                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
-                ExternalDnsOutput::Service => ("", "services"),
-            };
-            vec![rule(
-                Scope::Namespace(n.external_dns_namespace.clone()),
-                group,
-                resource,
-                &[],
-                &["list", "delete"],
-                "delete this instance's objects",
-            )]
-        }
-    };
-    if n.node_local_dns && matches!(n.mode, Mode::Coredns | Mode::CorednsImport) {
+    let mut rules = mode_cleanup_rules(n);
+    if n.node_local_dns && n.mode.edits_coredns() {
         rules.push(rule(
             Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
@@ -93,6 +61,7 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
 mod tests {
     use super::super::required;
     use super::*;
+    use crate::dns::args::{ExternalDnsOutput, Mode};
 
     fn needs(mode: Mode, output: ExternalDnsOutput) -> Needs {
         Needs {

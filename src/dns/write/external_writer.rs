@@ -520,38 +520,7 @@ impl ExternalWriter {
         };
         let known = |n: &String| ours.contains_key(n) || adopted.contains_key(n);
 
-        let mut errors: Vec<SinkError> = Vec::new();
-        let mut foreign = BTreeSet::new();
-        if want.keys().any(|n| !known(n)) {
-            let all = self
-                .api
-                .list_metadata(&ListParams::default())
-                .await
-                .map_err(|e| self.api_error("list", None, e))?;
-            for o in all.items {
-                let Some(name) = o.metadata.name.clone() else {
-                    continue;
-                };
-                if want.contains_key(&name) && !known(&name) {
-                    let host = self.host_of(&want[&name]);
-                    errors.push(SinkError::new(
-                        Reason::ForeignObject,
-                        Some(self.key(&name)),
-                        format!(
-                            "{} {}/{name} already exists without the labels {}={} and {}={instance}: \
-                             it is left untouched and {host} is not published; delete it, or label \
-                             it to hand it over to this instance",
-                            self.output.kind(),
-                            self.settings.namespace,
-                            external::MANAGED_BY_LABEL,
-                            external::MANAGED_BY,
-                            external::INSTANCE_LABEL,
-                        ),
-                    ));
-                    foreign.insert(name);
-                }
-            }
-        }
+        let (foreign, mut errors) = self.foreign_objects(&want, known).await?;
 
         let to_apply: Vec<(&String, &Value)> = want
             .iter()
@@ -586,91 +555,19 @@ impl ExternalWriter {
             );
         }
 
-        let mut kept = Vec::new();
-        let outcome = if change.is_none() {
-            Outcome::Unchanged
+        let (outcome, kept) = if change.is_none() {
+            (Outcome::Unchanged, Vec::new())
         } else if self.dry_run {
-            Outcome::DryRun
+            (Outcome::DryRun, Vec::new())
         } else {
-            let pp = PatchParams::apply(FIELD_MANAGER).force();
-            // Futures built up front (not through a stream closure), so the whole future
-            // stays `Send` for the controller's spawned sync task.
-            let applies: Vec<_> = to_apply
-                .iter()
-                .map(|(name, body)| self.apply_one(&pp, name, body, adopted.contains_key(*name)))
-                .collect();
-            let mut written = BTreeSet::new();
-            for (name, result) in self.run_all(applies).await {
-                match result {
-                    Ok(()) => {
-                        written.insert(name);
-                    }
-                    Err((applied, e)) => {
-                        if applied {
-                            written.insert(name);
-                        }
-                        errors.push(e);
-                    }
-                }
-            }
-            // A desired object is confirmed when it needed no write or its write went
-            // through; an old object goes only once those publishing its names are.
-            let to_write: BTreeSet<&str> = to_apply.iter().map(|(n, _)| n.as_str()).collect();
-            let confirmed =
-                |n: &str| !foreign.contains(n) && (!to_write.contains(n) || written.contains(n));
-            let ours_now: BTreeMap<String, Ours> = want
-                .iter()
-                .map(|(n, body)| {
-                    let o = Ours {
-                        records: match self.publishes_body(body) {
-                            Publishes::Records(r) => r,
-                            Publishes::Unknown => BTreeSet::new(),
-                        },
-                        confirmed: confirmed(n),
-                    };
-                    (n.clone(), o)
-                })
-                .collect();
-            let old: BTreeMap<String, Publishes> = stale
-                .iter()
-                .map(|(n, o)| ((*n).clone(), self.publishes_live(o)))
-                .collect();
-            let mut deletes = Vec::new();
-            for (name, verdict) in replace::deletions(&ours_now, &old) {
-                match verdict {
-                    Verdict::Delete => deletes.push(self.delete_one(stale[&name])),
-                    Verdict::Keep { waiting_for } => {
-                        let k = self.kept(&name, &old[&name], &waiting_for);
-                        tracing::debug!(object = %k.object, "{}", k.note);
-                        kept.push(k);
-                    }
-                }
-            }
-            errors.extend(
-                self.run_all(deletes)
-                    .await
-                    .into_iter()
-                    .filter_map(Result::err),
-            );
-            Outcome::Written
+            let (failed, kept) = self
+                .write(&want, &to_apply, (&adopted, &foreign), &stale)
+                .await;
+            errors.extend(failed);
+            (Outcome::Written, kept)
         };
-        if let Some(mut e) = combine(errors) {
-            if !kept.is_empty() {
-                let names: Vec<String> =
-                    kept.iter().take(5).map(|k| k.object.to_string()).collect();
-                let more = kept.len().saturating_sub(5);
-                e.message.push_str(&format!(
-                    "; kept until ours are written, so their names stay published: {}{}",
-                    names.join(", "),
-                    if more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    }
-                ));
-            }
-            e.kept = Box::new(KeptObjects(kept));
-            return Err(e);
+        if let Some(e) = combine(errors) {
+            return Err(with_kept(e, kept));
         }
         Ok(Applied {
             rules: None,
@@ -680,6 +577,125 @@ impl ExternalWriter {
             conflicts: 0,
             change,
         })
+    }
+
+    /// Objects with a name we want that are not ours nor adopted: each left untouched, its
+    /// name not published, and an error saying so. Listed only when some name is not known.
+    async fn foreign_objects(
+        &self,
+        want: &BTreeMap<String, Value>,
+        known: impl Fn(&String) -> bool,
+    ) -> Result<(BTreeSet<String>, Vec<SinkError>), SinkError> {
+        let instance = &self.settings.instance;
+        let mut errors: Vec<SinkError> = Vec::new();
+        let mut foreign = BTreeSet::new();
+        if !want.keys().any(|n| !known(n)) {
+            return Ok((foreign, errors));
+        }
+        let all = self
+            .api
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(|e| self.api_error("list", None, e))?;
+        for o in all.items {
+            let Some(name) = o.metadata.name.clone() else {
+                continue;
+            };
+            if want.contains_key(&name) && !known(&name) {
+                let host = self.host_of(&want[&name]);
+                errors.push(SinkError::new(
+                    Reason::ForeignObject,
+                    Some(self.key(&name)),
+                    format!(
+                        "{} {}/{name} already exists without the labels {}={} and {}={instance}: \
+                         it is left untouched and {host} is not published; delete it, or label \
+                         it to hand it over to this instance",
+                        self.output.kind(),
+                        self.settings.namespace,
+                        external::MANAGED_BY_LABEL,
+                        external::MANAGED_BY,
+                        external::INSTANCE_LABEL,
+                    ),
+                ));
+                foreign.insert(name);
+            }
+        }
+        Ok((foreign, errors))
+    }
+
+    /// Writes `to_apply` (server-side apply; an adopted object is rewritten in place), then
+    /// deletes each `stale` object whose names are all published by confirmed objects of ours;
+    /// the others are kept. Returns the failures and the kept objects.
+    async fn write(
+        &self,
+        want: &BTreeMap<String, Value>,
+        to_apply: &[(&String, &Value)],
+        (adopted, foreign): (&BTreeMap<String, DynamicObject>, &BTreeSet<String>),
+        stale: &BTreeMap<&String, &DynamicObject>,
+    ) -> (Vec<SinkError>, Vec<Kept>) {
+        let mut errors = Vec::new();
+        let mut kept = Vec::new();
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        // Futures built up front (not through a stream closure), so the whole future
+        // stays `Send` for the controller's spawned sync task.
+        let applies: Vec<_> = to_apply
+            .iter()
+            .map(|(name, body)| self.apply_one(&pp, name, body, adopted.contains_key(*name)))
+            .collect();
+        let mut written = BTreeSet::new();
+        for (name, result) in self.run_all(applies).await {
+            match result {
+                Ok(()) => {
+                    written.insert(name);
+                }
+                Err((applied, e)) => {
+                    if applied {
+                        written.insert(name);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        // A desired object is confirmed when it needed no write or its write went
+        // through; an old object goes only once those publishing its names are.
+        let to_write: BTreeSet<&str> = to_apply.iter().map(|(n, _)| n.as_str()).collect();
+        let confirmed =
+            |n: &str| !foreign.contains(n) && (!to_write.contains(n) || written.contains(n));
+        let ours_now: BTreeMap<String, Ours> = want
+            .iter()
+            .map(|(n, body)| {
+                let o = Ours {
+                    records: match self.publishes_body(body) {
+                        Publishes::Records(r) => r,
+                        Publishes::Unknown => BTreeSet::new(),
+                    },
+                    confirmed: confirmed(n),
+                };
+                (n.clone(), o)
+            })
+            .collect();
+        let old: BTreeMap<String, Publishes> = stale
+            .iter()
+            .map(|(n, o)| ((*n).clone(), self.publishes_live(o)))
+            .collect();
+        let mut deletes = Vec::new();
+        for (name, verdict) in replace::deletions(&ours_now, &old) {
+            match verdict {
+                Verdict::Delete => deletes.push(self.delete_one(stale[&name])),
+                Verdict::Keep { waiting_for } => {
+                    let k = self.kept(&name, &old[&name], &waiting_for);
+                    tracing::debug!(object = %k.object, "{}", k.note);
+                    kept.push(k);
+                }
+            }
+        }
+        errors.extend(
+            self.run_all(deletes)
+                .await
+                .into_iter()
+                .filter_map(Result::err),
+        );
+        (errors, kept)
     }
 
     /// What a desired body publishes.
@@ -876,6 +892,26 @@ fn combine(mut errors: Vec<SinkError>) -> Option<SinkError> {
             Some(SinkError::new(first.reason, first.object, message))
         }
     }
+}
+
+/// `e` with the objects kept because their names are not yet published elsewhere (the first
+/// five named in its message).
+fn with_kept(mut e: SinkError, kept: Vec<Kept>) -> SinkError {
+    if !kept.is_empty() {
+        let names: Vec<String> = kept.iter().take(5).map(|k| k.object.to_string()).collect();
+        let more = kept.len().saturating_sub(5);
+        e.message.push_str(&format!(
+            "; kept until ours are written, so their names stay published: {}{}",
+            names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    e.kept = Box::new(KeptObjects(kept));
+    e
 }
 
 #[cfg(test)]

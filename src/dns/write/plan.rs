@@ -6,14 +6,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::error::{Reason, SinkError};
 use crate::hostname::Hostname;
+use crate::target::Target;
 
 /// The names to answer and, with several proxy targets, which one each goes to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     pub hosts: BTreeSet<Hostname>,
-    /// The hosts of named targets, by the target's index (1 = the first `--target`); every
-    /// other host is the default target's (0). Empty without `--target`.
-    pub placed: BTreeMap<Hostname, usize>,
+    /// The hosts of named targets, each with its target; every other host is the default
+    /// target's. Empty without `--target`.
+    pub placed: BTreeMap<Hostname, Target>,
 }
 
 impl Plan {
@@ -25,7 +26,7 @@ impl Plan {
         }
     }
 
-    /// The hosts of each of `targets` targets, by index; the default target's set is borrowed
+    /// The hosts of each of `targets` targets, by [`Target::position`]; the default target's set is borrowed
     /// when nothing is placed elsewhere. A host placed on a target the sink does not have is
     /// an error rather than an answer from the wrong proxy.
     pub fn groups(&self, targets: usize) -> Result<Vec<Cow<'_, BTreeSet<Hostname>>>, SinkError> {
@@ -37,7 +38,8 @@ impl Plan {
         }
         let mut v = vec![BTreeSet::new(); targets];
         for h in &self.hosts {
-            let i = self.placed.get(h).copied().unwrap_or(0);
+            let target = self.placed.get(h).copied().unwrap_or(Target::Default);
+            let i = target.position();
             let Some(group) = v.get_mut(i) else {
                 return Err(SinkError {
                     reason: Reason::Invalid,

@@ -17,11 +17,6 @@ use crate::dns::{
 use crate::doctor::report::Check;
 use crate::hostname::Hostname;
 
-/// Modes that edit CoreDNS's configuration.
-pub fn uses_coredns(mode: Mode) -> bool {
-    matches!(mode, Mode::Coredns | Mode::CorednsImport)
-}
-
 /// The Corefile text, or the check that explains why there is none.
 pub fn corefile_text<'a>(
     mode: Mode,
@@ -33,7 +28,7 @@ pub fn corefile_text<'a>(
         Err(e) => return Err(e.check(ID)),
         Ok(None) => {
             let c = format!("ConfigMap {}/{} not found", target.namespace, target.name);
-            return Err(if uses_coredns(mode) {
+            return Err(if mode.edits_coredns() {
                 Check::fail(ID, c).action(
                     "check --coredns-namespace and --coredns-configmap (kubectl get configmaps \
                      -A | grep -i coredns)",
@@ -54,7 +49,7 @@ pub fn corefile_text<'a>(
                 .collect();
             let c = Check::new(
                 ID,
-                if uses_coredns(mode) {
+                if mode.edits_coredns() {
                     crate::doctor::report::Status::Fail
                 } else {
                     crate::doctor::report::Status::Skip

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::coredns::Expected;
-use super::{uses_coredns, Got, Workload, UNKNOWN};
+use super::{Got, Workload, UNKNOWN};
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
 use crate::dns::args::Mode;
 use crate::doctor::report::Check;
@@ -60,7 +60,7 @@ pub fn coredns_version(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-version";
-    if !uses_coredns(mode) {
+    if !mode.edits_coredns() {
         return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
     }
     let Some(want) = want else {
@@ -257,6 +257,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: image, hosts and answer form, and the verdict"
+    )]
     fn version_verdicts() {
         let exact = hosts(&["a.example.com"]);
         let wild = hosts(&["a.example.com", "*.apps.example.com"]);

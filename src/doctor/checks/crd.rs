@@ -19,9 +19,7 @@ pub fn needed_crds(
         .filter(|k| gateway_api && k.read_when() == ReadWhen::GatewayApi)
         .map(|k| (k.resource(), false))
         .collect();
-    if mode == Mode::ExternalDns && output == ExternalDnsOutput::Dnsendpoint {
-        v.push(("dnsendpoints.externaldns.k8s.io", true));
-    }
+    v.extend(mode.crd(output).map(|crd| (crd, true)));
     v
 }
 

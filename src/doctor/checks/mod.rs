@@ -32,7 +32,7 @@ mod shadowing;
 mod sources;
 
 pub use coredns::{
-    block_reverted, corefile_checks, corefile_text, import_snippet, uses_coredns, Expected, UNKNOWN,
+    block_reverted, corefile_checks, corefile_text, import_snippet, Expected, UNKNOWN,
 };
 pub use coredns_version::{
     coredns_image, coredns_version, image_tag, pick_coredns_workload, COREDNS_DEPLOYMENT,

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
-use super::{uses_coredns, Got, UNKNOWN};
+use super::{Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
@@ -22,7 +22,7 @@ pub fn node_local_dns(
 ) -> Check {
     const ID: &str = "node-local-dns";
     let (ns, name) = (&target.namespace, &target.name);
-    let writes = enabled && uses_coredns(mode);
+    let writes = enabled && mode.edits_coredns();
     let cm = match got {
         Err(e) => return e.check(ID),
         Ok(None) if writes => {
@@ -45,7 +45,7 @@ pub fn node_local_dns(
         }
         Ok(Some(cm)) => cm,
     };
-    if !uses_coredns(mode) {
+    if !mode.edits_coredns() {
         return Check::ok(
             ID,
             format!(
@@ -56,29 +56,7 @@ pub fn node_local_dns(
     }
     let text = cm.data.as_ref().and_then(|d| d.get(&target.key));
     if !enabled {
-        let mut c = Check::warn(
-            ID,
-            format!(
-                "node-local-dns is installed (ConfigMap {ns}/{name}) and --node-local-dns is off: \
-                 pods resolving through it send external names upstream and never see the \
-                 CoreDNS block"
-            ),
-        );
-        if text.is_some_and(|t| block_lines(t).is_some()) {
-            c = c.evidence(
-                "its Corefile holds an ouroboros block, which the controller does not update \
-                 while --node-local-dns is off",
-            );
-        }
-        let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
-                       controller writes the same template block into its `.:53` server block, \
-                       or use --mode external-dns";
-        return c.action(match want.map(Expected::form) {
-            Some("rewrite") => {
-                format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
-            }
-            _ => turn_on.to_string(),
-        });
+        return bypassed(ID, target, text.map(String::as_str), want);
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
@@ -123,23 +101,77 @@ pub fn node_local_dns(
     }
 }
 
+/// node-local-dns is installed and --node-local-dns is off: its cache bypasses the CoreDNS
+/// block (`text`: its Corefile, when it has one).
+fn bypassed(
+    id: &'static str,
+    target: &ConfigMapKey,
+    text: Option<&str>,
+    want: Option<&Expected<'_>>,
+) -> Check {
+    let (ns, name) = (&target.namespace, &target.name);
+    let mut c = Check::warn(
+        id,
+        format!(
+            "node-local-dns is installed (ConfigMap {ns}/{name}) and --node-local-dns is off: \
+             pods resolving through it send external names upstream and never see the \
+             CoreDNS block"
+        ),
+    );
+    if text.is_some_and(|t| block_lines(t).is_some()) {
+        c = c.evidence(
+            "its Corefile holds an ouroboros block, which the controller does not update \
+             while --node-local-dns is off",
+        );
+    }
+    let turn_on = "turn on --node-local-dns (chart: controller.nodeLocalDns.enabled) so the \
+                   controller writes the same template block into its `.:53` server block, \
+                   or use --mode external-dns";
+    c.action(match want.map(Expected::form) {
+        Some("rewrite") => {
+            format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
+        }
+        _ => turn_on.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::doctor::checks::fixtures::{cm, expect, forbidden, hosts, proxy, rewrite};
     use crate::doctor::report::Status;
+    use crate::hostname::Hostname;
     use serde_json::json;
+    use std::collections::BTreeSet;
+
+    /// node-local-dns's Corefile as kubespray and the upstream manifest write it.
+    const NL: &str = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
+
+    fn corefile(text: &str) -> Got<ConfigMap> {
+        Ok(Some(cm(json!({ "Corefile": text }))))
+    }
+
+    /// [`NL`] with our block for `names`.
+    fn spliced(names: &[&str]) -> String {
+        corefile::splice(NL, &hosts(names), &proxy()).unwrap().text
+    }
+
+    /// The ConfigMap, the hosts, and [`NL`] with our block for them and with a stale one.
+    fn fixture() -> (ConfigMapKey, BTreeSet<Hostname>, String, String) {
+        let current = spliced(&["a.example.com"]);
+        let stale = spliced(&["old.example.com"]);
+        let h = hosts(&["a.example.com"]);
+        (ConfigMapKey::node_local_dns_default(), h, current, stale)
+    }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: mode, flag and ConfigMap, and the verdict"
+    )]
     fn node_local_verdicts() {
-        let t = ConfigMapKey::node_local_dns_default();
-        let h = hosts(&["a.example.com"]);
-        let nl = ".:53 {\n    bind 169.254.20.10\n    forward . 10.96.0.10\n}\n";
-        let corefile = |text: &str| Ok(Some(cm(json!({ "Corefile": text }))));
-        let current = corefile::splice(nl, &h, &proxy()).unwrap().text;
-        let stale = corefile::splice(nl, &hosts(&["old.example.com"]), &proxy())
-            .unwrap()
-            .text;
+        let (t, h, current, stale) = fixture();
+        let nl = NL;
         // (mode, --node-local-dns, ConfigMap, want, summary starts with)
         let cases: Vec<(Mode, bool, Got<ConfigMap>, Status, &str)> = vec![
             (
@@ -245,6 +277,12 @@ mod tests {
             assert_eq!(c.status, want, "{mode:?} {on} {c:?}");
             assert!(c.summary.starts_with(summary), "{c:?}");
         }
+    }
+
+    #[test]
+    fn node_local_actions_and_evidence() {
+        let (t, h, current, stale) = fixture();
+        let nl = NL;
         // Off: the action names the option; with rewrite, the answer form it needs first.
         let c = node_local_dns(
             Mode::Coredns,

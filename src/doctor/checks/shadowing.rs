@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
-use super::{cut, uses_coredns, Got, UNKNOWN};
+use super::{cut, Got, UNKNOWN};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
@@ -26,7 +26,7 @@ pub fn coredns_shadowing(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-shadowing";
-    if !uses_coredns(mode) {
+    if !mode.edits_coredns() {
         return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
     }
     let Some(want) = want else {
@@ -42,50 +42,13 @@ pub fn coredns_shadowing(
             )
         })
         .collect();
-    // What kept doctor from looking everywhere, and the action for it.
-    let mut problems: Vec<String> = Vec::new();
-    let mut problem_action = None;
-    let cm = format!("ConfigMap {}/{}", import.namespace, import.name);
-    let searched = match import_got {
-        Err(e) => {
-            problems.push(e.to_string());
-            problem_action = Some(e.action());
-            format!("{cm} (could not be read)")
-        }
-        Ok(None) => format!("{cm} (not found)"),
-        Ok(Some(c)) => {
-            let servers: Vec<(&String, &String)> = c
-                .data
-                .iter()
-                .flatten()
-                .filter(|(k, _)| k.ends_with(".server"))
-                .collect();
-            for (key, text) in &servers {
-                match fragment_shadowing(text, want) {
-                    Ok(found) => shadows.extend(found.into_iter().map(|s| {
-                        let line = format!(
-                            "{}: server block '{}' in {cm} key {key:?} (line {})",
-                            s.host, s.block, s.line
-                        );
-                        (s.host, line)
-                    })),
-                    Err(e) => {
-                        problems.push(format!("{cm} key {key:?} cannot be parsed: {e}"));
-                        problem_action.get_or_insert_with(|| {
-                            "fix that key: CoreDNS does not load a Corefile it cannot parse"
-                                .to_string()
-                        });
-                    }
-                }
-            }
-            let keys: Vec<&str> = servers.iter().map(|(k, _)| k.as_str()).collect();
-            if keys.is_empty() {
-                format!("{cm} (no *.server key)")
-            } else {
-                format!("{cm} ({})", keys.join(", "))
-            }
-        }
-    };
+    let Fragments {
+        shadows: found,
+        problems,
+        problem_action,
+        searched,
+    } = fragments(import, import_got, want);
+    shadows.extend(found);
     if !shadows.is_empty() {
         let names: BTreeSet<&str> = shadows.iter().map(|(h, _)| h.as_str()).collect();
         return Check::warn(
@@ -142,6 +105,70 @@ fn fragment_shadowing(
     corefile::splice_groups(&text, &want.groups).map(|e| e.findings.shadowing)
 }
 
+/// What the `*.server` fragments of the import ConfigMap gave: the names their blocks take
+/// (host, evidence line), what kept doctor from reading them all and the action for it, and
+/// what was searched.
+struct Fragments {
+    shadows: Vec<(String, String)>,
+    problems: Vec<String>,
+    problem_action: Option<String>,
+    searched: String,
+}
+
+fn fragments(import: &ConfigMapKey, import_got: &Got<ConfigMap>, want: &Expected<'_>) -> Fragments {
+    let mut shadows: Vec<(String, String)> = Vec::new();
+    // What kept doctor from looking everywhere, and the action for it.
+    let mut problems: Vec<String> = Vec::new();
+    let mut problem_action = None;
+    let cm = format!("ConfigMap {}/{}", import.namespace, import.name);
+    let searched = match import_got {
+        Err(e) => {
+            problems.push(e.to_string());
+            problem_action = Some(e.action());
+            format!("{cm} (could not be read)")
+        }
+        Ok(None) => format!("{cm} (not found)"),
+        Ok(Some(c)) => {
+            let servers: Vec<(&String, &String)> = c
+                .data
+                .iter()
+                .flatten()
+                .filter(|(k, _)| k.ends_with(".server"))
+                .collect();
+            for (key, text) in &servers {
+                match fragment_shadowing(text, want) {
+                    Ok(found) => shadows.extend(found.into_iter().map(|s| {
+                        let line = format!(
+                            "{}: server block '{}' in {cm} key {key:?} (line {})",
+                            s.host, s.block, s.line
+                        );
+                        (s.host, line)
+                    })),
+                    Err(e) => {
+                        problems.push(format!("{cm} key {key:?} cannot be parsed: {e}"));
+                        problem_action.get_or_insert_with(|| {
+                            "fix that key: CoreDNS does not load a Corefile it cannot parse"
+                                .to_string()
+                        });
+                    }
+                }
+            }
+            let keys: Vec<&str> = servers.iter().map(|(k, _)| k.as_str()).collect();
+            if keys.is_empty() {
+                format!("{cm} (no *.server key)")
+            } else {
+                format!("{cm} ({})", keys.join(", "))
+            }
+        }
+    };
+    Fragments {
+        shadows,
+        problems,
+        problem_action,
+        searched,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +177,10 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases: mode, Corefile and import ConfigMap, and the verdict"
+    )]
     fn shadowing_verdicts() {
         let t = ConfigMapKey::import_default();
         let h = hosts(&["a.example.com", "*.b.example.org"]);

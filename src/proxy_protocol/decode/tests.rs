@@ -58,6 +58,10 @@ fn with_crc(mut h: Vec<u8>) -> Vec<u8> {
     h
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of cases: header bytes and the header they decode to"
+)]
 fn valid_cases() -> Vec<(&'static str, Vec<u8>, Header)> {
     let unknown = hdr(Version::V1, Command::Proxy, Transport::Unspec, None, vec![]);
     let mut longest_unknown = b"PROXY UNKNOWN ".to_vec();
@@ -300,6 +304,10 @@ fn every_haproxy_capture_decodes_to_its_addresses() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of cases: header bytes and the error they give"
+)]
 fn invalid_headers() {
     let mut no_crlf = b"PROXY UNKNOWN ".to_vec();
     no_crlf.resize(V1_MAX_LEN, b'x');

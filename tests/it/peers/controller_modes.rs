@@ -88,6 +88,33 @@ impl Install {
         self.args("Job", &format!("{}-cleanup", self.fullname()))
     }
 
+    /// The objects `helm upgrade` applies: all but the post-delete hook's Job, which Helm
+    /// leaves alone (its template is immutable).
+    pub(super) fn upgrade_yaml(&self) -> String {
+        let docs: Vec<&str> = self
+            .yaml
+            .split("\n---")
+            .filter(|doc| !doc.contains("\nkind: Job\n"))
+            .collect();
+        docs.join("\n---")
+    }
+
+    /// The uninstall hook's command, run with `kubeconfig` (its ServiceAccount's).
+    fn cleanup(&self, kubeconfig: &Path) -> crate::common::Output {
+        let mut cmd = crate::common::command("cleanup");
+        cmd.args(self.cleanup_args())
+            .arg("--kubeconfig")
+            .arg(kubeconfig);
+        crate::common::run(&mut cmd, None)
+    }
+
+    /// A kubeconfig of the uninstall hook's ServiceAccount (bound to the hook's Role only).
+    async fn cleanup_kubeconfig(&self, cluster: &Cluster, dir: &Path) -> PathBuf {
+        cluster
+            .service_account_kubeconfig(&self.release, &format!("{}-cleanup", self.fullname()), dir)
+            .await
+    }
+
     /// Creates the release namespace and applies every object (the server validates each).
     pub(super) async fn apply(&self, cluster: &Cluster) {
         cluster.ensure_namespace(&self.release).await;
@@ -241,6 +268,10 @@ async fn external_objects(
         .collect()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario whose steps depend on each other; to be split into steps (issue #29)"
+)]
 fn external_dns_mode(output: &str) {
     let Some(cluster) = cluster::shared() else {
         return;
@@ -423,6 +454,10 @@ fn user_view(cm: &ConfigMap) -> Value {
     })
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario whose steps depend on each other; to be split into steps (issue #29)"
+)]
 #[test]
 fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
     let Some(cluster) = cluster::shared() else {
@@ -499,19 +534,8 @@ fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
     drop(controller);
 
     // The hook's command, as its own ServiceAccount (bound to the hook's Role only).
-    let kubeconfig = rt.block_on(cluster.service_account_kubeconfig(
-        release,
-        &format!("{}-cleanup", install.fullname()),
-        dir.path(),
-    ));
-    let cleanup = |kubeconfig: &Path| {
-        let mut cmd = crate::common::command("cleanup");
-        cmd.args(install.cleanup_args())
-            .arg("--kubeconfig")
-            .arg(kubeconfig);
-        crate::common::run(&mut cmd, None)
-    };
-    let out = cleanup(&kubeconfig);
+    let kubeconfig = rt.block_on(install.cleanup_kubeconfig(cluster, dir.path()));
+    let out = install.cleanup(&kubeconfig);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let after = rt.block_on(async {
         Api::<ConfigMap>::namespaced(cluster.admin().await, &dns)
@@ -526,7 +550,7 @@ fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
     );
 
     // Run again (a retried hook): nothing to remove, and no write at all.
-    let out = cleanup(&kubeconfig);
+    let out = install.cleanup(&kubeconfig);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(
         format!("{}{}", out.stdout, out.stderr).contains("nothing to remove"),
@@ -563,6 +587,10 @@ async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Option<St
 const ACQUIRED: &str = "acquired the lease";
 const WROTE: &str = "wrote DNS configuration";
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario whose steps depend on each other; to be split into steps (issue #29)"
+)]
 #[test]
 fn two_replicas_on_one_lease_one_writes_and_the_other_takes_over() {
     let Some(cluster) = cluster::shared() else {
@@ -701,6 +729,10 @@ fn gateway_crds() -> Option<PathBuf> {
     binary("crds/gateway-api-standard")
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario whose steps depend on each other; to be split into steps (issue #29)"
+)]
 #[test]
 fn gateway_api_crds_installed_while_the_controller_runs_are_picked_up() {
     let Some(cluster) = cluster::shared() else {
@@ -889,43 +921,16 @@ fn switching_to_the_view_form_moves_the_block_and_cleanup_still_restores_the_cor
         template.proxy_ip(cluster).await
     });
 
-    // The block each form writes, as the real server stores it, loaded into real CoreDNS.
-    let run = |install: &Install, form: &str, marker: &str| {
-        let (mut controller, _) = rt.block_on(run_controller(
-            cluster,
-            install,
-            &install.controller_args(),
-            dir.path(),
-            form,
-        ));
-        let written = wait_for(
-            &format!("writing the {form} block"),
-            &mut controller,
-            Duration::from_secs(60),
-            || {
-                rt.block_on(async {
-                    let client = cluster.admin().await;
-                    let text = configmap_text(&client, &dns, "coredns-view", "Corefile").await?;
-                    text.contains(marker).then_some(text)
-                })
-            },
-        );
-        assert_eq!(written.matches(BEGIN).count(), 1, "one block:\n{written}");
-        assert_no_refusal(&controller);
-        let server = scene.coredns(&coredns, form, &written);
-        for name in ["shop.view.example.com.", "x.apps.view.example.org."] {
-            let a = server.ask(name, simple_dns::TYPE::A, false);
-            assert_eq!(a.answers, vec![format!("A {proxy_ip}")], "{form}: {name}");
-            // The proxy Service is IPv4-only: NODATA, not the public address.
-            let aaaa = server.ask(name, simple_dns::TYPE::AAAA, true);
-            assert_eq!(
-                (aaaa.rcode, aaaa.answers.len()),
-                (simple_dns::RCODE::NoError, 0),
-                "{form}: {name} AAAA"
-            );
-        }
-        written
+    let forms = Forms {
+        cluster,
+        rt: &rt,
+        scene: &scene,
+        coredns: &coredns,
+        dir: dir.path(),
+        dns: &dns,
+        proxy_ip: &proxy_ip,
     };
+    let run = |install: &Install, form: &str, marker: &str| forms.run(install, form, marker);
     let pair = run(&template, "template", "template IN A");
     let root = pair.find(".:53 {").expect("kubeadm's root block");
     assert!(
@@ -933,14 +938,8 @@ fn switching_to_the_view_form_moves_the_block_and_cleanup_still_restores_the_cor
         "the pair sits in the root block:\n{pair}"
     );
 
-    // `helm upgrade` leaves the post-delete hook's Job alone (its template is immutable).
     let view = install("view");
-    let upgrade: Vec<&str> = view
-        .yaml
-        .split("\n---")
-        .filter(|doc| !doc.contains("\nkind: Job\n"))
-        .collect();
-    rt.block_on(cluster.apply_yaml(&upgrade.join("\n---")));
+    rt.block_on(cluster.apply_yaml(&view.upgrade_yaml()));
     let views = run(&view, "view", "view ouroboros");
     let root = views.find(".:53 {").expect("kubeadm's root block");
     assert!(
@@ -953,19 +952,68 @@ fn switching_to_the_view_form_moves_the_block_and_cleanup_still_restores_the_cor
     );
 
     // Uninstalled: the hook's command, as its own ServiceAccount, restores kubeadm's Corefile.
-    let kubeconfig = rt.block_on(cluster.service_account_kubeconfig(
-        release,
-        &format!("{}-cleanup", view.fullname()),
-        dir.path(),
-    ));
-    let mut cmd = crate::common::command("cleanup");
-    cmd.args(view.cleanup_args())
-        .arg("--kubeconfig")
-        .arg(&kubeconfig);
-    let out = crate::common::run(&mut cmd, None);
+    let kubeconfig = rt.block_on(view.cleanup_kubeconfig(cluster, dir.path()));
+    let out = view.cleanup(&kubeconfig);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let after = rt.block_on(async {
         configmap_text(&cluster.admin().await, &dns, "coredns-view", "Corefile").await
     });
     assert_eq!(after.as_deref(), Some(kubeadm.as_str()));
+}
+
+/// What the view-form test loads each form's block into.
+struct Forms<'a> {
+    cluster: &'a Cluster,
+    rt: &'a tokio::runtime::Runtime,
+    scene: &'a super::coredns::Scene,
+    coredns: &'a Path,
+    dir: &'a Path,
+    dns: &'a str,
+    proxy_ip: &'a str,
+}
+
+impl Forms<'_> {
+    /// Runs the controller of `install` until the block holding `marker` is in the real
+    /// ConfigMap, then loads that Corefile into real CoreDNS: the hairpinned names answer the
+    /// proxy (A) and NODATA (AAAA: the proxy Service is IPv4-only). Returns the Corefile.
+    fn run(&self, install: &Install, form: &str, marker: &str) -> String {
+        let (mut controller, _) = self.rt.block_on(run_controller(
+            self.cluster,
+            install,
+            &install.controller_args(),
+            self.dir,
+            form,
+        ));
+        let written = wait_for(
+            &format!("writing the {form} block"),
+            &mut controller,
+            Duration::from_secs(60),
+            || {
+                self.rt.block_on(async {
+                    let client = self.cluster.admin().await;
+                    let text =
+                        configmap_text(&client, self.dns, "coredns-view", "Corefile").await?;
+                    text.contains(marker).then_some(text)
+                })
+            },
+        );
+        assert_eq!(written.matches(BEGIN).count(), 1, "one block:\n{written}");
+        assert_no_refusal(&controller);
+        let server = self.scene.coredns(self.coredns, form, &written);
+        for name in ["shop.view.example.com.", "x.apps.view.example.org."] {
+            let a = server.ask(name, simple_dns::TYPE::A, false);
+            assert_eq!(
+                a.answers,
+                vec![format!("A {}", self.proxy_ip)],
+                "{form}: {name}"
+            );
+            let aaaa = server.ask(name, simple_dns::TYPE::AAAA, true);
+            assert_eq!(
+                (aaaa.rcode, aaaa.answers.len()),
+                (simple_dns::RCODE::NoError, 0),
+                "{form}: {name} AAAA"
+            );
+        }
+        written
+    }
 }

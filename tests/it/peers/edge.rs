@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -15,7 +16,7 @@ use serde_json::json;
 use super::cluster::{self, Cluster};
 use super::controller_modes::{assert_no_refusal, runtime, Install};
 use super::netns::{self, veth, Netns};
-use super::{spawn, wait_for};
+use super::{spawn, wait_for, Process};
 use crate::support::temp_dir;
 
 const RELEASE: &str = "edge-real";
@@ -109,6 +110,69 @@ fn eventually_reaches(ns: &Netns, addrs: &[SocketAddr], want: &[&str], what: &st
     }
 }
 
+async fn delete_slice(cluster: &Cluster, name: &str) {
+    Api::<EndpointSlice>::namespaced(cluster.admin().await, APPS)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A node namespace (edge's, at EDGE_IP) and a pods namespace (every address of PODS, each
+/// with a backend) on one veth; the API server reachable from the node at its own address.
+fn wire(cluster: &Cluster) -> (Netns, Netns) {
+    let tag = format!("ed{}", std::process::id() % 100_000);
+    let [node, pods] = ["node", "pods"].map(|n| Netns::new(&format!("{tag}-{n}")));
+    veth(
+        &node,
+        "eth0",
+        &format!("{EDGE_IP}/24"),
+        &pods,
+        "eth0",
+        &format!("{}/24", PODS[0]),
+    );
+    for ip in &PODS[1..] {
+        pods.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+    }
+    for ip in PODS {
+        backend(&pods, ip);
+    }
+    let api: SocketAddr = cluster
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    netns::forward(node.run(|| TcpListener::bind(api).unwrap()), api);
+    (node, pods)
+}
+
+/// `edge` in `node` with the chart's DaemonSet arguments (health on the node's loopback) and
+/// `kubeconfig`, once every listener accepts.
+fn spawn_edge(
+    node: &Netns,
+    install: &Install,
+    kubeconfig: &Path,
+    dir: &Path,
+    listeners: &[SocketAddr],
+) -> Process {
+    let args = install.args("DaemonSet", &format!("{}-edge", install.fullname()));
+    let mut cmd = node.command(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("edge");
+    for a in &args {
+        if a.starts_with("--listen-health=") {
+            cmd.arg("--listen-health=127.0.0.1:18081");
+        } else {
+            cmd.arg(a);
+        }
+    }
+    cmd.arg("--kubeconfig").arg(kubeconfig);
+    let mut edge = spawn("edge", cmd, &dir.join("edge.log"));
+    wait_for("listening", &mut edge, Duration::from_secs(30), || {
+        node.run(|| listeners.iter().all(|a| TcpStream::connect(a).is_ok()))
+            .then_some(())
+    });
+    edge
+}
+
 #[test]
 fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
     if !netns::available() {
@@ -138,29 +202,8 @@ fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
     let dir = temp_dir("edge-real-api");
     let rt = runtime();
 
-    let tag = format!("ed{}", std::process::id() % 100_000);
-    let [node, pods] = ["node", "pods"].map(|n| Netns::new(&format!("{tag}-{n}")));
-    veth(
-        &node,
-        "eth0",
-        &format!("{EDGE_IP}/24"),
-        &pods,
-        "eth0",
-        &format!("{}/24", PODS[0]),
-    );
-    for ip in &PODS[1..] {
-        pods.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
-    }
-    for ip in PODS {
-        backend(&pods, ip);
-    }
-    // The API server, reachable from the node at the address the kubeconfig names.
-    let api: SocketAddr = cluster
-        .server
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    netns::forward(node.run(|| TcpListener::bind(api).unwrap()), api);
+    // Both namespaces live until the end of the test (dropped, they are deleted).
+    let (node, _pods) = wire(cluster);
 
     let kubeconfig = rt.block_on(async {
         cluster.ensure_namespace(APPS).await;
@@ -190,23 +233,8 @@ fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
             .await
     });
 
-    let args = install.args("DaemonSet", &format!("{}-edge", install.fullname()));
-    let mut cmd = node.command(env!("CARGO_BIN_EXE_ouroboros"));
-    cmd.arg("edge");
-    for a in &args {
-        if a.starts_with("--listen-health=") {
-            cmd.arg("--listen-health=127.0.0.1:18081");
-        } else {
-            cmd.arg(a);
-        }
-    }
-    cmd.arg("--kubeconfig").arg(&kubeconfig);
-    let mut edge = spawn("edge", cmd, &dir.path().join("edge.log"));
     let listeners = [named, numbered];
-    wait_for("listening", &mut edge, Duration::from_secs(30), || {
-        node.run(|| listeners.iter().all(|a| TcpStream::connect(a).is_ok()))
-            .then_some(())
-    });
+    let edge = spawn_edge(&node, &install, &kubeconfig, dir.path(), &listeners);
 
     // The slice as written: both ready pods, on both listeners; the header names the client
     // (the node's own address here) and the listener it came in on.
@@ -232,21 +260,11 @@ fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
     // A second slice of the same Service adds its endpoints; deleting one slice drops its own.
     rt.block_on(slice(cluster, "web-b", &[(PODS[0], true, false)]));
     eventually_reaches(&node, &listeners, &PODS, "a second slice");
-    rt.block_on(async {
-        Api::<EndpointSlice>::namespaced(cluster.admin().await, APPS)
-            .delete("web-a", &DeleteParams::default())
-            .await
-            .unwrap();
-    });
+    rt.block_on(delete_slice(cluster, "web-a"));
     eventually_reaches(&node, &listeners, &PODS[..1], "the first slice deleted");
 
     // No slice left: a connection is closed without a backend's reply.
-    rt.block_on(async {
-        Api::<EndpointSlice>::namespaced(cluster.admin().await, APPS)
-            .delete("web-b", &DeleteParams::default())
-            .await
-            .unwrap();
-    });
+    rt.block_on(delete_slice(cluster, "web-b"));
     eventually_reaches(&node, &listeners, &[], "every slice deleted");
     assert_no_refusal(&edge);
 }
