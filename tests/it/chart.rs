@@ -3735,9 +3735,23 @@ const CONFLICTS: &[(&[&str], Refusal)] = &[
         Message(&["controller.externalDns.proxyIps", "etcHosts.proxyIps"]),
     ),
     (&["proxy.target.host="], Message(&["proxy.target.host"])),
+    // Reported at the values check, which Helm renders first, not at some other template.
     (
         &["image.repository=ghcr.io/lexfrei/ouroboros"],
-        Message(&["image.repository", "reference"]),
+        Message(&[
+            "templates/values-check.yaml",
+            "image.repository",
+            "reference",
+        ]),
+    ),
+    // Each half of a target Service names the other half, not the host already set.
+    (
+        &["proxy.target.serviceName=traefik"],
+        Message(&["proxy.target.serviceName needs proxy.target.serviceNamespace"]),
+    ),
+    (
+        &["proxy.target.serviceNamespace=traefik"],
+        Message(&["proxy.target.serviceNamespace needs proxy.target.serviceName"]),
     ),
     // Entries of proxies (with a target and the Gateway API on, unless said).
     (

@@ -97,8 +97,11 @@ target's ingress controller Service as NAMESPACE/NAME when the controller watche
 {{- $host := get $t "host" | default "" -}}
 {{- $svc := get $t "serviceName" | default "" -}}
 {{- $svcNs := get $t "serviceNamespace" | default "" -}}
-{{- if ne (empty $svc) (empty $svcNs) -}}
-{{- fail (printf "%s.target.serviceName and %s.target.serviceNamespace go together (or set %s.target.host)" $key $key $key) -}}
+{{- if and $svc (not $svcNs) -}}
+{{- fail (printf "%s.target.serviceName needs %s.target.serviceNamespace; or leave serviceName out to forward to %s.target.host" $key $key $key) -}}
+{{- end -}}
+{{- if and $svcNs (not $svc) -}}
+{{- fail (printf "%s.target.serviceNamespace needs %s.target.serviceName; or leave serviceNamespace out to forward to %s.target.host" $key $key $key) -}}
 {{- end -}}
 {{- if not (or $host $svc) -}}
 {{- fail (printf "%s.target is empty: set host, or serviceName and serviceNamespace (the ingress controller %s forwards to)" $key $n) -}}
