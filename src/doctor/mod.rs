@@ -78,9 +78,13 @@ fn parse_ns_name(s: &str) -> Result<NsName, String> {
 
 pub const DEFAULT_CONTROLLER_SERVICE_ACCOUNT: &str = "ouroboros-controller";
 
-// The shared flags describe the controller's view; two defaults differ here.
+// The shared flags describe the controller's view; two defaults differ here. Doctor writes
+// nothing: --dry-run and --etc-hosts (the node's file a DaemonSet writes) are accepted, so the
+// controller's flags can be passed as they are, but not offered in --help.
 #[derive(Args, Clone, Debug)]
 #[command(
+    mut_arg("dry_run", |a| a.hide(true)),
+    mut_arg("etc_hosts", |a| a.hide(true)),
     mut_arg("leader_elect", |a| a.help(
         "Whether the controller runs with leader election (decides the Lease permissions checked)"
     )),

@@ -171,3 +171,21 @@ fn unreachable_api_server_is_named_in_the_error_line() {
         );
     }
 }
+
+/// Doctor writes nothing: its help does not offer the write-side flags, which it still accepts
+/// so the controller's arguments can be passed as they are.
+#[test]
+fn help_offers_no_write_side_flags_yet_accepts_them() {
+    let (code, help, _) = doctor(&["--help"]);
+    assert_eq!(code, 0);
+    for flag in ["--dry-run", "--etc-hosts "] {
+        assert!(!help.contains(flag), "{flag} in doctor --help:\n{help}");
+    }
+    // Accepted: the run fails later, for the bad flag after them, not for them.
+    let (code, _, err) = doctor(&["--dry-run", "--etc-hosts", "/host/etc/hosts", "--bogus"]);
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("'--bogus'") && !err.contains("'--dry-run'"),
+        "{err}"
+    );
+}
