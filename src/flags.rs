@@ -7,6 +7,15 @@
 
 use crate::listen::{parse_listen, ListenAddr};
 
+// Boolean flags: every one takes `--flag`, `--flag=true|false` (and 1/0, yes/no in its
+// variable), as users of the reference tool (Go's flag package) type them. Clap's derive has no
+// way to name a set of argument settings, so each boolean field repeats them:
+//     num_args = 0..=1, require_equals = true,
+//     value_parser = clap::builder::BoolishValueParser::new(),
+//     default_missing_value = "true", action = ArgAction::Set
+// and `cli`'s test every_boolean_flag_takes_flag_and_flag_equals_bool walks every subcommand to
+// keep them so.
+
 /// Exit code for bad flags or flag combinations (sysexits.h EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
 
