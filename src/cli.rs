@@ -78,23 +78,7 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::from(EXIT_USAGE);
     }
-    {
-        use clap::CommandFactory;
-        let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        for (variable, instead) in unread_variables(&Cli::command(), set) {
-            match instead {
-                Some(instead) => tracing::warn!(
-                    variable,
-                    instead,
-                    "an OUROBOROS_ variable nothing reads is set: set the one named `instead`"
-                ),
-                None => tracing::warn!(
-                    variable,
-                    "an OUROBOROS_ variable nothing reads is set (a typo, or a flag's old name?)"
-                ),
-            }
-        }
-    }
+    warn_unread_variables();
     // A one-shot command run by hand ends with a plain `error:` line, as its usage errors do;
     // the long-running ones (and any asked for JSON logs) end with a structured log line.
     let plain = cli.log.log_format == telemetry::LogFormat::Text
@@ -186,6 +170,25 @@ fn doctor_json(argv: &[String], variable: Option<&str>) -> bool {
         }
     }
     flag.or(variable) == Some("json")
+}
+
+/// Logs each set `OUROBOROS_*` variable that nothing reads (see [`unread_variables`]).
+fn warn_unread_variables() {
+    use clap::CommandFactory;
+    let set = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+    for (variable, instead) in unread_variables(&Cli::command(), set) {
+        match instead {
+            Some(instead) => tracing::warn!(
+                variable,
+                instead,
+                "an OUROBOROS_ variable nothing reads is set: set the one named `instead`"
+            ),
+            None => tracing::warn!(
+                variable,
+                "an OUROBOROS_ variable nothing reads is set (a typo, or a flag's old name?)"
+            ),
+        }
+    }
 }
 
 /// Variables of the test and benchmark tooling, which the binary does not read either.
