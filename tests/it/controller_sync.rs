@@ -1127,19 +1127,18 @@ async fn template_answers_without_a_proxy_address_write_nothing_and_tell_once() 
     assert_eq!(ev["regarding"]["name"], "ouroboros-proxy");
 }
 
-/// Opted in, node-local-dns's Corefile gets the same block in the same sync, its `__PILLAR__`
-/// tokens untouched, and a revert there is restored like one in CoreDNS's.
-#[tokio::test]
-async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
-    const NODE_LOCAL_COREFILE: &str = ".:53 {\n    errors\n    cache 30\n    reload\n    bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
+/// The controller with `--coredns-answer form`, `--proxy-ip 10.96.0.53` and `--node-local-dns`
+/// over one Ingress for shop.example.com and node-local-dns's `corefile`, once it has written
+/// both: the run, CoreDNS's Corefile and node-local-dns's.
+async fn with_node_local_dns(form: &str, corefile: &str) -> (Running, String, String) {
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
-    st.node_local = Some((NODE_LOCAL_COREFILE.to_string(), 7));
+    st.node_local = Some((corefile.to_string(), 7));
     let r = start(
         st,
         &[
             "--leader-elect=false",
             "--coredns-answer",
-            "template",
+            form,
             "--proxy-ip",
             "10.96.0.53",
             "--node-local-dns",
@@ -1157,6 +1156,15 @@ async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
         let st = r.state.lock().unwrap();
         (st.corefile.clone(), st.node_local.clone().unwrap().0)
     };
+    (r, coredns, node_local)
+}
+
+/// Opted in, node-local-dns's Corefile gets the same block in the same sync, its `__PILLAR__`
+/// tokens untouched, and a revert there is restored like one in CoreDNS's.
+#[tokio::test]
+async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
+    const NODE_LOCAL_COREFILE: &str = ".:53 {\n    errors\n    cache 30\n    reload\n    bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
+    let (r, coredns, node_local) = with_node_local_dns("template", NODE_LOCAL_COREFILE).await;
     let block = |t: &str| {
         let start = t.find(BEGIN_MARKER).unwrap();
         t[start..]
@@ -1204,31 +1212,7 @@ async fn node_local_dns_gets_the_same_block_and_it_is_restored() {
 async fn view_answers_go_before_the_root_block_and_node_local_dns_gets_the_pair() {
     const NODE_LOCAL_COREFILE: &str =
         ".:53 {\n    bind __PILLAR__LOCAL__DNS__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n";
-    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
-    st.node_local = Some((NODE_LOCAL_COREFILE.to_string(), 7));
-    let r = start(
-        st,
-        &[
-            "--leader-elect=false",
-            "--coredns-answer",
-            "view",
-            "--proxy-ip",
-            "10.96.0.53",
-            "--node-local-dns",
-        ],
-    );
-    assert!(
-        r.api
-            .wait_for(10, |a| a.count("PUT", COREDNS) >= 1
-                && a.count("PUT", NODE_LOCAL) >= 1)
-            .await,
-        "{:#?}",
-        r.api.calls()
-    );
-    let (coredns, node_local) = {
-        let st = r.state.lock().unwrap();
-        (st.corefile.clone(), st.node_local.clone().unwrap().0)
-    };
+    let (r, coredns, node_local) = with_node_local_dns("view", NODE_LOCAL_COREFILE).await;
     let view = "com:53 {\n    cache 30\n    view ouroboros {\n        expr type() in ['A','AAAA'] && name() in ['shop.example.com.']\n    }\n    template IN A {\n        answer \"{{ .Name }} 30 IN A 10.96.0.53\"\n    }\n    template IN AAAA\n}\n";
     let at = coredns.find(view).unwrap_or_else(|| panic!("{coredns}"));
     assert!(at < coredns.find(".:53 {").unwrap(), "{coredns}");

@@ -63,6 +63,20 @@ impl Install {
         }
     }
 
+    /// A coredns-mode release whose CoreDNS ConfigMap `configmap` (and node-local-dns's) is in
+    /// `<release>-dns` and which reads only `<release>-apps`, with `extra` values.
+    fn with_own_coredns(release: &str, configmap: &str, extra: &[String]) -> Install {
+        let (dns, apps) = (format!("{release}-dns"), format!("{release}-apps"));
+        let mut sets = extra.to_vec();
+        sets.extend([
+            format!("controller.coredns.namespace={dns}"),
+            format!("controller.coredns.configmap={configmap}"),
+            format!("controller.nodeLocalDns.namespace={dns}"),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ]);
+        Install::render(release, &sets)
+    }
+
     pub(super) fn fullname(&self) -> String {
         format!("{}-ouroboros", self.release)
     }
@@ -466,15 +480,7 @@ fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
     let release = "modes-cleanup";
     let dns = format!("{release}-dns");
     let apps = format!("{release}-apps");
-    let install = Install::render(
-        release,
-        &[
-            format!("controller.coredns.namespace={dns}"),
-            "controller.coredns.configmap=coredns-cleanup".into(),
-            format!("controller.nodeLocalDns.namespace={dns}"),
-            format!("controller.includeNamespaces={{{apps}}}"),
-        ],
-    );
+    let install = Install::with_own_coredns(release, "coredns-cleanup", &[]);
     let dir = temp_dir("controller-cleanup");
     let rt = runtime();
     // CRLF line ends, a label, an annotation and a second key: what a byte-level editor could
@@ -599,16 +605,8 @@ fn two_replicas_on_one_lease_one_writes_and_the_other_takes_over() {
     let release = "modes-ha";
     let dns = format!("{release}-dns");
     let apps = format!("{release}-apps");
-    let install = Install::render(
-        release,
-        &[
-            "controller.replicas=2".into(),
-            format!("controller.coredns.namespace={dns}"),
-            "controller.coredns.configmap=coredns-ha".into(),
-            format!("controller.nodeLocalDns.namespace={dns}"),
-            format!("controller.includeNamespaces={{{apps}}}"),
-        ],
-    );
+    let install =
+        Install::with_own_coredns(release, "coredns-ha", &["controller.replicas=2".into()]);
     let lease = format!("{}-controller", install.fullname());
     let args = install.controller_args();
     assert!(args.contains(&format!("--lease-name={lease}")), "{args:?}");
@@ -881,15 +879,10 @@ fn switching_to_the_view_form_moves_the_block_and_cleanup_still_restores_the_cor
     let dns = format!("{release}-dns");
     let apps = format!("{release}-apps");
     let install = |form: &str| {
-        Install::render(
+        Install::with_own_coredns(
             release,
-            &[
-                format!("controller.corednsAnswer={form}"),
-                format!("controller.coredns.namespace={dns}"),
-                "controller.coredns.configmap=coredns-view".into(),
-                format!("controller.nodeLocalDns.namespace={dns}"),
-                format!("controller.includeNamespaces={{{apps}}}"),
-            ],
+            "coredns-view",
+            &[format!("controller.corednsAnswer={form}")],
         )
     };
     let dir = temp_dir("controller-view");
