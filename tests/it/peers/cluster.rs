@@ -115,11 +115,43 @@ fn pki(dir: &Path) {
     openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
 }
 
+const DIR_TAG: &str = "control-plane";
+/// The pid of the test process that owns a control plane's directory.
+const OWNER_FILE: &str = "owner.pid";
+
+/// Removes the directories of control planes whose test process has exited: a leftover is
+/// one whose owner's pid is no longer running, or one that names none and is over a minute
+/// old (a run killed before writing it; a younger one may be another run's, starting now).
+fn remove_stale_dirs() {
+    let prefix = format!("ouroboros-{DIR_TAG}-");
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let stale = match std::fs::read_to_string(entry.path().join(OWNER_FILE)) {
+            Ok(pid) => !Path::new("/proc").join(pid.trim()).exists(),
+            Err(_) => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(60))),
+        };
+        if stale {
+            // Best effort: a directory another user owns stays, and costs only disk.
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl Cluster {
     fn start(etcd: &Path, apiserver: &Path) -> Cluster {
-        // Kept for the whole run (the processes write into it); removed by nobody, like any
-        // peer's scratch space under the temp dir.
-        let dir = temp_dir("control-plane").keep();
+        // Kept for the whole run (the processes write into it, and a static is never dropped);
+        // the next run removes it once its test process is gone (126 MiB of etcd each).
+        remove_stale_dirs();
+        let dir = temp_dir(DIR_TAG).keep();
+        std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string()).unwrap();
         pki(&dir);
         std::fs::write(
             dir.join("tokens.csv"),
