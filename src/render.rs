@@ -247,6 +247,15 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
                     "this hostname's queries go to a more specific server block, not to the root block holding the ouroboros block; add the same block there or remove that server block"
                 );
             }
+            for r in &edit.findings.rewritten {
+                tracing::warn!(
+                    corefile = %a.corefile.display(),
+                    hostname = %r.host,
+                    rule = %r.rule,
+                    line = r.line,
+                    "a `rewrite` rule outside the ouroboros block takes this hostname's queries before the block can answer them with the proxy; remove that rule (another tool's, such as hairpin-proxy's?)"
+                );
+            }
             if !hosts.is_empty() && !edit.findings.has_reload {
                 tracing::warn!(
                     corefile = %a.corefile.display(),

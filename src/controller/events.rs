@@ -26,6 +26,7 @@ pub const BLOCK_REVERTED: &str = "BlockReverted";
 pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
 pub const PROXY_ADDRESS_MISSING: &str = "ProxyAddressMissing";
 pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
+pub const HOSTNAME_REWRITTEN: &str = "HostnameRewritten";
 pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
 pub const RECORD_KEPT: &str = "RecordKept";
 pub const WRITE_FORBIDDEN: &str = "WriteForbidden";

@@ -34,6 +34,7 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::args::{DnsArgs, Mode};
+use crate::dns::corefile::Findings;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::sink::Sink;
@@ -538,7 +539,7 @@ struct ControllerHooks {
     reload_warned: bool,
     /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
     target: Option<ObjectKey>,
-    /// (host, server block) pairs already warned about.
+    /// (host, server block or rewrite rule) pairs already warned about.
     shadows_warned: BTreeSet<(String, String)>,
     /// The message of the last failure that was given an Event (one per distinct failure).
     last_notice: Option<String>,
@@ -571,6 +572,54 @@ impl ControllerHooks {
             shadows_warned: BTreeSet::new(),
             last_notice: None,
             kept_reported: BTreeSet::new(),
+        }
+    }
+
+    /// Warns once (a log line and an Event on the Corefile's ConfigMap) for each hairpinned
+    /// name another server block or a foreign `rewrite` rule takes, and once for a missing
+    /// `reload`.
+    fn report_findings(&mut self, f: &Findings) {
+        let shadowed = f.shadowing.iter().map(|s| {
+            let note = format!(
+                "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) is \
+                 more specific for it, so CoreDNS sends its queries there and never to the root \
+                 block that holds the ouroboros block. Add the same ouroboros block to that \
+                 server block, or remove it",
+                s.host, s.block, s.line
+            );
+            (&s.host, &s.block, events::HOSTNAME_SHADOWED, note)
+        });
+        let rewritten = f.rewritten.iter().map(|r| {
+            let note = format!(
+                "hostname {} is not hairpinned: the Corefile's rule 'rewrite {}' (line {}), \
+                 outside the ouroboros block, takes its queries first. Remove that rule (another \
+                 tool's, such as hairpin-proxy's?)",
+                r.host, r.rule, r.line
+            );
+            (&r.host, &r.rule, events::HOSTNAME_REWRITTEN, note)
+        });
+        for (host, by, reason, note) in shadowed.chain(rewritten) {
+            if !self.shadows_warned.insert((host.clone(), by.clone())) {
+                continue;
+            }
+            tracing::warn!(mode = self.mode, hostname = %host, by = %by, "{note}");
+            if let Some(o) = &self.target {
+                self.notifier.send(events::Notice {
+                    regarding: events::key_reference(o),
+                    reason,
+                    action: "Edit",
+                    note,
+                });
+            }
+        }
+        if !f.has_reload && !self.reload_warned {
+            tracing::warn!(
+                mode = self.mode,
+                "the Corefile's root server block has no `reload` plugin: CoreDNS picks up \
+                 the change only after a restart (kubectl -n kube-system rollout restart \
+                 deployment coredns), or add `reload` to the Corefile"
+            );
+            self.reload_warned = true;
         }
     }
 }
@@ -656,39 +705,7 @@ impl sync::Hooks for ControllerHooks {
             _ => tracing::debug!(mode = self.mode, hosts = hosts.len(), result, "synced"),
         }
         if let Some(f) = &a.findings {
-            for s in &f.shadowing {
-                if !self
-                    .shadows_warned
-                    .insert((s.host.clone(), s.block.clone()))
-                {
-                    continue;
-                }
-                let note = format!(
-                    "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) \
-                     is more specific for it, so CoreDNS sends its queries there and never to \
-                     the root block that holds the ouroboros block. Add the same ouroboros \
-                     block to that server block, or remove it",
-                    s.host, s.block, s.line
-                );
-                tracing::warn!(mode = self.mode, hostname = %s.host, block = %s.block, "{note}");
-                if let Some(o) = &self.target {
-                    self.notifier.send(events::Notice {
-                        regarding: events::key_reference(o),
-                        reason: events::HOSTNAME_SHADOWED,
-                        action: "Edit",
-                        note,
-                    });
-                }
-            }
-            if !f.has_reload && !self.reload_warned {
-                tracing::warn!(
-                    mode = self.mode,
-                    "the Corefile's root server block has no `reload` plugin: CoreDNS picks up \
-                     the change only after a restart (kubectl -n kube-system rollout restart \
-                     deployment coredns), or add `reload` to the Corefile"
-                );
-                self.reload_warned = true;
-            }
+            self.report_findings(f);
         }
         if a.outcome != Outcome::DryRun {
             let texts = a.texts;

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 
 use super::answer::{self, Answer, Group, Listen};
 use super::block::{self, Writer};
+use super::rewrite_rule::NameRule;
 use crate::hostname::Hostname;
 
 /// What the Corefile tells us beyond the edit (for warnings and `doctor`).
@@ -29,6 +30,18 @@ pub struct Findings {
     /// on the root block's port (a user's `example.com:53 { … }`). CoreDNS routes each query to
     /// the block with the longest matching zone, so our block never sees these names.
     pub shadowing: Vec<Shadow>,
+    /// Hairpinned names that a `rewrite` rule outside our block takes, in every form but
+    /// `view` (whose blocks the root block's plugins never see): see [`super::rewrite_rule`].
+    pub rewritten: Vec<Rewritten>,
+}
+
+/// A hairpinned name that a `rewrite` rule outside our block takes (see [`Findings::rewritten`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewritten {
+    pub host: String,
+    /// The rule as written, after `rewrite` (and `continue`/`stop`), and its line in the input.
+    pub rule: String,
+    pub line: usize,
 }
 
 /// A hairpinned name that a more specific server block takes (see [`Findings::shadowing`]).
@@ -148,6 +161,20 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
         has_reload: root.has_reload,
         imports_custom_override: root.imports_override,
         shadowing: shadowing(&parsed.blocks, root, hosts, &line_in_input),
+        rewritten: if views {
+            Vec::new()
+        } else {
+            // Our own rewrite rules: the first matching rule wins, so only a rule before ours
+            // takes a name (ours go where the block was, or last in the root block).
+            let ours = groups
+                .iter()
+                .any(|g| matches!(g.answer, Answer::Rewrite(_)))
+                .then_some(match (in_place, &span) {
+                    (Some(_), Some(s)) => s.removal_start,
+                    _ => root.close,
+                });
+            rewritten(root, ours, hosts, &line_in_input)
+        },
     };
 
     let text = if views {
@@ -313,6 +340,33 @@ fn shadowing(
     out
 }
 
+/// The hairpinned names the root block's own `rewrite` name rules take (`base` is without our
+/// block, so our rewrite form's rules are not among them). With `template`, every rule does:
+/// CoreDNS runs `rewrite` before `template` whatever the order of lines. With our own `rewrite`
+/// rules at offset `ours`, only the rules before them do.
+fn rewritten(
+    root: &ServerBlock,
+    ours: Option<usize>,
+    hosts: &BTreeSet<Hostname>,
+    line_in_input: &dyn Fn(usize) -> usize,
+) -> Vec<Rewritten> {
+    let mut out = Vec::new();
+    let before_ours = |at: usize| ours.is_none_or(|o| at < o);
+    for (at, rule) in root.rewrites.iter().filter(|(at, _)| before_ours(*at)) {
+        for h in hosts {
+            let host = h.to_string();
+            if rule.matches(&host) {
+                out.push(Rewritten {
+                    host,
+                    rule: rule.text.clone(),
+                    line: line_in_input(*at),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// A server block key's zone (lower-case, no trailing dot; `.` for the root) and port, for
 /// plain DNS (`dns://` or no scheme); `None` for other transports (`tls://`, `https://`, …),
 /// which listen elsewhere.
@@ -469,6 +523,8 @@ struct ServerBlock {
     /// `cache`, every hairpinned query would run the template where the pair's answers are
     /// served from the root block's cache: bench/coredns measured 1.9x CPU a warm hit).
     copied: Vec<(usize, usize)>,
+    /// The `name` rules of its `rewrite` directives, each with its offset.
+    rewrites: Vec<(usize, NameRule)>,
 }
 
 impl ServerBlock {
@@ -491,6 +547,7 @@ impl ServerBlock {
             zones: texts.iter().filter_map(|k| key_zone(k)).collect(),
             keys_start: keys.first().map_or(open.start, |k| k.start),
             copied: Vec::new(),
+            rewrites: Vec::new(),
         }
     }
 
@@ -515,6 +572,7 @@ impl ServerBlock {
                     self.copied.push((t.start, end));
                 }
             }
+            "rewrite" => self.rewrites.extend(rewrite_rules(s, toks, k)),
             "import" => {
                 if let Some(arg) = toks.get(k + 1) {
                     if arg.kind == Kind::Word
@@ -528,6 +586,42 @@ impl ServerBlock {
             _ => {}
         }
     }
+}
+
+/// The `name` rules of the `rewrite` directive at token `k`, each with its offset: the one-line
+/// form `rewrite [continue|stop] name ...`, or each `name ...` line of the block form
+/// `rewrite [continue|stop] { ... }`.
+fn rewrite_rules(s: &str, toks: &[Tok], k: usize) -> Vec<(usize, NameRule)> {
+    let line: Vec<&Tok> = toks[k + 1..].iter().take_while(|t| !t.line_first).collect();
+    let words = |ts: &[&Tok]| -> Vec<&str> { ts.iter().map(|t| t.text(s)).collect() };
+    let Some(open) = line.iter().position(|t| t.kind == Kind::Open) else {
+        return NameRule::parse(&words(&line))
+            .map(|r| (toks[k].start, r))
+            .into_iter()
+            .collect();
+    };
+    let mut rules = Vec::new();
+    let mut current: Vec<&Tok> = Vec::new();
+    let mut depth = 0usize;
+    for t in &toks[k + 1 + open + 1..] {
+        match t.kind {
+            Kind::Close if depth == 0 => break,
+            Kind::Close => depth -= 1,
+            Kind::Open => depth += 1,
+            Kind::Word if depth == 0 => {
+                if t.line_first && !current.is_empty() {
+                    rules.extend(NameRule::parse(&words(&current)).map(|r| (current[0].start, r)));
+                    current.clear();
+                }
+                current.push(t);
+            }
+            Kind::Word => {}
+        }
+    }
+    if !current.is_empty() {
+        rules.extend(NameRule::parse(&words(&current)).map(|r| (current[0].start, r)));
+    }
+    rules
 }
 
 /// Nesting at the probed offset.
@@ -677,6 +771,7 @@ mod tests {
                 has_reload: true,
                 imports_custom_override: false,
                 shadowing: Vec::new(),
+                rewritten: Vec::new(),
             }
         );
         let again = splice_ok(&e.text, &["a.example.com", "b.example.com"]);
@@ -834,6 +929,64 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    #[test]
+    fn rewrite_rules_outside_the_block_that_take_hairpinned_names() {
+        // hairpin-proxy's line, a block-form rule, and a rule for another domain.
+        let t = "\
+.:53 {
+    rewrite name www.example.com hairpin-proxy.hairpin-proxy.svc.cluster.local
+    rewrite stop {
+        name suffix .shop.example.com .svc.cluster.local
+        answer name (.*)\\.svc\\.cluster\\.local {1}.shop.example.com
+    }
+    rewrite name exact other.example.org x.svc.cluster.local
+    forward . /etc/resolv.conf
+}
+";
+        let names = hosts(&["www.example.com", "a.shop.example.com", "api.example.com"]);
+        let found = |answer: &Answer, text: &str| -> Vec<(String, String, usize)> {
+            splice(text, &names, answer)
+                .unwrap()
+                .findings
+                .rewritten
+                .into_iter()
+                .map(|r| (r.host, r.rule, r.line))
+                .collect()
+        };
+        let ips: Vec<std::net::IpAddr> = vec!["10.0.0.1".parse().unwrap()];
+        let template = Answer::Template(ProxyAddrs::new(&ips).unwrap());
+        let want = vec![
+            (
+                "www.example.com".to_string(),
+                "name www.example.com hairpin-proxy.hairpin-proxy.svc.cluster.local".to_string(),
+                2,
+            ),
+            (
+                "a.shop.example.com".to_string(),
+                "name suffix .shop.example.com .svc.cluster.local".to_string(),
+                4,
+            ),
+        ];
+        assert_eq!(found(&template, t), want);
+        // Our rewrite rules go last in the root block: the rules before them still win.
+        assert_eq!(found(&proxy(), t), want);
+        // In place, ours come before a rule written after the block: that one never matches.
+        let with_ours = splice(t, &names, &proxy()).unwrap().text;
+        let end = with_ours.find(END_MARKER).unwrap();
+        let eol = end + with_ours[end..].find('\n').unwrap() + 1;
+        let after = format!(
+            "{}    rewrite name api.example.com y.svc.cluster.local\n{}",
+            &with_ours[..eol],
+            &with_ours[eol..]
+        );
+        assert_eq!(found(&proxy(), &after), want);
+        assert!(found(&template, &after)
+            .iter()
+            .any(|(h, _, _)| h == "api.example.com"));
+        // The view form's blocks never pass through the root block's plugins.
+        assert_eq!(found(&view(&["10.0.0.1"]), t), vec![]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
 mod name_regex;
+pub mod rewrite_rule;
 pub mod write;
 
 use std::fmt;

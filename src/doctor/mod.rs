@@ -506,13 +506,14 @@ async fn coredns_section(
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;
         let mut imports = None;
         let mut shadows = None;
+        let mut rewritten = None;
         match checks::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
                 let (cs, findings) = checks::corefile_checks(mode, text, known);
                 imports = findings.as_ref().map(|f| f.imports_custom_override);
-                shadows = findings.map(|f| f.shadowing);
+                (shadows, rewritten) = findings.map(|f| (f.shadowing, f.rewritten)).unzip();
                 out.extend(cs);
             }
         }
@@ -550,6 +551,7 @@ async fn coredns_section(
             &import_cm,
             known,
         ));
+        out.push(checks::coredns_rewrites(mode, rewritten.as_deref()));
         let deployment = match known {
             Some(_) => fetch::coredns_deployment(client, &d.coredns_namespace).await,
             None => Ok(None),

@@ -275,6 +275,28 @@ fn corefile_findings_are_warned() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("coredns-import"), "{}", out.stderr);
     assert!(!out.stderr.contains("restart"), "{}", out.stderr);
+    // hairpin-proxy's leftover line takes a listed name; one for another name does not warn.
+    let leftover = tmp.file(
+        "leftover",
+        ".:53 {\n    rewrite name LISTED hairpin-proxy.hairpin-proxy.svc.cluster.local\n    \
+         rewrite name unlisted.example.net x.svc.cluster.local\n    forward . /etc/resolv.conf\n    \
+         reload\n}\n"
+            .replace("LISTED", "list-one.example.com")
+            .as_str(),
+    );
+    let out = render(&["coredns", "--corefile", &leftover, &fixture("list.yaml")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let warned: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("`rewrite` rule outside the ouroboros block"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", out.stderr);
+    assert!(
+        warned[0].contains("list-one.example.com") && warned[0].contains("line=2"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

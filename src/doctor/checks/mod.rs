@@ -48,7 +48,7 @@ pub use inputs::{ApiFailure, Got, Workload};
 pub use node_local_dns::node_local_dns;
 pub use permissions::{questions, rbac, service_account, Question};
 pub use proxy::{proxy_answers, proxy_endpoints, proxy_service, Dial, Dials};
-pub use shadowing::coredns_shadowing;
+pub use shadowing::{coredns_rewrites, coredns_shadowing};
 pub use sources::hostnames;
 
 /// Evidence lists longer than this are cut, with a count of the rest.

@@ -1,6 +1,7 @@
 //! coredns-shadowing: server blocks for a more specific zone (in the Corefile or in the `*.server`
 //! fragments k3s and AKS import) that take hairpinned names, so our block never answers them.
 //! Separate from `coredns`: it reads a second ConfigMap and parses its fragments.
+//! coredns-rewrites: other tools' `rewrite` rules in the root block that take them first.
 
 use std::collections::BTreeSet;
 
@@ -92,6 +93,43 @@ pub fn coredns_shadowing(
     .evidence(format!("searched: the Corefile; {searched}"))
 }
 
+/// coredns-rewrites: hairpinned names that a `rewrite` rule outside our block takes before our
+/// answer (hairpin-proxy's `rewrite name HOST its-service` lines, left behind). `found` is the
+/// Corefile's [`corefile::Findings::rewritten`] (None when the Corefile could not be read or
+/// parsed, or the desired hostnames are unknown).
+pub fn coredns_rewrites(mode: Mode, found: Option<&[corefile::Rewritten]>) -> Check {
+    const ID: &str = "coredns-rewrites";
+    if !mode.edits_coredns() {
+        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    }
+    let Some(found) = found else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    if found.is_empty() {
+        return Check::ok(
+            ID,
+            "no `rewrite` rule outside the ouroboros block takes a hairpinned name",
+        );
+    }
+    let names: BTreeSet<&str> = found.iter().map(|r| r.host.as_str()).collect();
+    Check::warn(
+        ID,
+        format!(
+            "{} hairpinned name(s) are taken by a `rewrite` rule outside the ouroboros block, \
+             which changes their queries before the block can answer them",
+            names.len()
+        ),
+    )
+    .evidence_all(cut(found
+        .iter()
+        .map(|r| format!("{}: rewrite {} (line {})", r.host, r.rule, r.line))
+        .collect()))
+    .action(
+        "remove those rules from the Corefile (another tool's, such as hairpin-proxy's, left \
+         behind; `kubectl -n kube-system edit configmap coredns`)",
+    )
+}
+
 /// The shadowing in a `*.server` fragment. `corefile::splice` reports shadowing relative to a
 /// root server block, which a fragment does not have (CoreDNS imports it beside the Corefile's
 /// own `.:53`): an empty `.:53 {}` is appended so the parse has one, and the fragment's blocks
@@ -175,6 +213,44 @@ mod tests {
     use crate::doctor::checks::fixtures::{cm, expect, forbidden, hosts, proxy, PLAIN};
     use crate::doctor::report::Status;
     use serde_json::json;
+
+    #[test]
+    fn rewrite_verdicts() {
+        let h = hosts(&["www.example.com", "api.example.com"]);
+        let left = PLAIN.replacen(
+            "{\n",
+            "{\n    rewrite name www.example.com hairpin-proxy.hairpin-proxy.svc.cluster.local\n",
+            1,
+        );
+        let found = corefile::splice(&left, &h, &proxy())
+            .unwrap()
+            .findings
+            .rewritten;
+        let c = coredns_rewrites(Mode::Coredns, Some(&found));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.summary.starts_with("1 hairpinned name(s)"),
+            "{}",
+            c.summary
+        );
+        assert_eq!(
+            c.evidence,
+            ["www.example.com: rewrite name www.example.com \
+              hairpin-proxy.hairpin-proxy.svc.cluster.local (line 2)"]
+        );
+        let clean = corefile::splice(PLAIN, &h, &proxy())
+            .unwrap()
+            .findings
+            .rewritten;
+        let cases = [
+            (Mode::Coredns, Some(clean.as_slice()), Status::Ok),
+            (Mode::Coredns, None, Status::Skip),
+            (Mode::EtcHosts, Some(found.as_slice()), Status::Skip),
+        ];
+        for (mode, found, want) in cases {
+            assert_eq!(coredns_rewrites(mode, found).status, want, "{mode:?}");
+        }
+    }
 
     #[test]
     #[allow(

@@ -412,6 +412,56 @@ fn view_blocks_before_the_root_block_answer_a_and_aaaa_only() {
     }
 }
 
+/// Another tool's `rewrite name` line left in the root block (hairpin-proxy's form) takes the
+/// name before the template pair whatever the order of lines, as `render` warns; the `view`
+/// form's blocks never see it, and `render` says nothing then. Checked in real CoreDNS, since
+/// the warning rests on its plugin order.
+#[test]
+fn a_leftover_rewrite_line_takes_the_name_from_the_pair_but_not_from_view() {
+    let Some(scene) = Scene::new("coredns-leftover") else {
+        return;
+    };
+    let manifests = ingress(scene.dir.path(), &hosts());
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let left = kubeadm.replacen(
+        "    errors\n",
+        "    errors\n    rewrite name shop.example.com gone.example.net\n",
+        1,
+    );
+    assert_ne!(left, kubeadm, "the fixture has an `errors` line");
+    let path = scene.dir.path().join("leftover.Corefile");
+    std::fs::write(&path, &left).unwrap();
+    let proxy = vec![format!("A {PROXY_V4}")];
+    for version in VERSIONS {
+        let Some(bin) = binary(version) else { return };
+        for form in FORMS {
+            let out = render_block(&path, form, false, &manifests);
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            let warned = out
+                .stderr
+                .contains("`rewrite` rule outside the ouroboros block");
+            let dns = scene.coredns(&bin, &format!("{version}-{form}"), &out.stdout);
+            let what = format!("{version} {form}");
+            assert_eq!(
+                dns.ask("api.example.com.", TYPE::A, false).answers,
+                proxy,
+                "{what}"
+            );
+            let shop = dns.ask("shop.example.com.", TYPE::A, false).answers;
+            // The pair: CoreDNS rewrote the query to the other name and forwarded it.
+            let taken = form == "template";
+            assert_eq!(shop != proxy, taken, "{what}: {shop:?}");
+            assert_eq!(warned, taken, "{what}: {}", out.stderr);
+            if taken {
+                assert!(
+                    scene.upstream.was_asked("gone.example.net", TYPE::A),
+                    "{what}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn import_snippet_loaded_through_the_import_glob_answers_the_same() {
     let Some(scene) = Scene::new("coredns-import") else {
