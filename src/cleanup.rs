@@ -55,7 +55,12 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
         // A hosts block is removed without the API (and without the proxy IPs).
         Mode::EtcHosts => AnySink::EtcHosts(dns.hosts_writer(None)),
         _ => {
-            let client = crate::kube_client::client(dns.kubeconfig.as_deref()).await?;
+            let client = crate::kube_client::client(
+                dns.kubeconfig.as_deref(),
+                dns.api_timeout,
+                crate::kube_client::Calls::Requests,
+            )
+            .await?;
             // The rewrite target does not matter for removal; the domain only has to be valid.
             let domain = crate::cluster_domain::resolve(None);
             // Removal needs no answer, so no named target's Service either.

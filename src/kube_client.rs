@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use kube::Client;
 
@@ -42,10 +43,27 @@ fn read_reason(error: &kube::config::KubeconfigError) -> String {
     }
 }
 
-/// `--kubeconfig` when given, else in-cluster, else $KUBECONFIG or ~/.kube/config.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+/// The calls a subcommand makes, which decide what `--api-timeout` bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calls {
+    /// Requests only (doctor, cleanup): the connection and each response are bounded.
+    Requests,
+    /// Watches too (controller, edge): only the connection (TCP and TLS) is bounded, since a
+    /// watch's response is open for minutes; kube's watcher has an idle timeout of its own.
+    Watches,
+}
+
+/// `--kubeconfig` when given, else in-cluster, else $KUBECONFIG or ~/.kube/config; `timeout`
+/// (`--api-timeout`) bounds what `calls` says. kube's defaults (30 s to connect, no bound on a
+/// response) let a server that accepts TCP and never answers keep a command silent for
+/// minutes.
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    timeout: Duration,
+    calls: Calls,
+) -> Result<Client, ClientError> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc =
                 kube::config::Kubeconfig::read_from(path).map_err(|error| ClientError::Read {
@@ -88,10 +106,23 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     };
     // One line that says which API server every later error is about, and the same words in
     // each connection error's hint, so the line that fails names it too.
-    tracing::info!(server = %config.cluster_url, from = %from, "Kubernetes API server");
+    tracing::info!(
+        server = %config.cluster_url,
+        from = %from,
+        timeout = %humantime::format_duration(timeout),
+        "Kubernetes API server"
+    );
     let _ = SERVER.set(format!("{} (from {from})", config.cluster_url));
+    let _ = TIMEOUT.set(timeout);
+    config.connect_timeout = Some(timeout);
+    if calls == Calls::Requests {
+        config.read_timeout = Some(timeout);
+    }
     Client::try_from(config).map_err(ClientError::Build)
 }
+
+/// `--api-timeout` of the process's client, for the hint of a call that ran out of it.
+static TIMEOUT: OnceLock<Duration> = OnceLock::new();
 
 /// The API server [`client`] connected to and where its address came from; a process talks to
 /// one API server.
@@ -128,8 +159,12 @@ pub fn describe(e: &kube::Error) -> String {
 /// connection is not an RBAC problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
-    /// No connection: refused, reset, timed out, no route, name not resolved.
+    /// No connection: refused, reset, no route, name not resolved.
     Unreachable,
+    /// No answer in time (`--api-timeout`): the TCP connection, its TLS handshake or the
+    /// response never came. A server that accepts and stays silent (a load balancer without a
+    /// healthy backend) is not refusing, so it gets its own hint.
+    Timeout,
     /// The TLS handshake failed (certificate authority, server name).
     Tls,
     /// 401: the credentials were rejected.
@@ -158,12 +193,14 @@ impl Cause {
         while let Some(l) = layer {
             if let Some(io) = l.downcast_ref::<std::io::Error>() {
                 use std::io::ErrorKind as K;
+                if io.kind() == K::TimedOut {
+                    return Cause::Timeout;
+                }
                 if matches!(
                     io.kind(),
                     K::ConnectionRefused
                         | K::ConnectionReset
                         | K::ConnectionAborted
-                        | K::TimedOut
                         | K::HostUnreachable
                         | K::NetworkUnreachable
                         | K::AddrNotAvailable
@@ -179,10 +216,9 @@ impl Cause {
         // eof") is a connection problem, not a trust one.
         if text.contains("certificate") || text.contains("alert") {
             Cause::Tls
-        } else if text.contains("connect")
-            || text.contains("dns error")
-            || text.contains("timed out")
-        {
+        } else if text.contains("timed out") || text.contains("deadline has elapsed") {
+            Cause::Timeout
+        } else if text.contains("connect") || text.contains("dns error") {
             Cause::Unreachable
         } else {
             Cause::Other
@@ -206,6 +242,18 @@ impl Cause {
                 "{} is unreachable; check the address and the network path to it",
                 the_server()
             ),
+            Cause::Timeout => {
+                format!(
+                    "{} did not answer within {} (--api-timeout): the connection, its TLS \
+                 handshake or the response never came; check that this is the API server's \
+                 address (a load balancer without a healthy backend accepts connections and \
+                 stays silent) and the network path to it",
+                    the_server(),
+                    TIMEOUT.get().map_or("the timeout".to_string(), |t| {
+                        humantime::format_duration(*t).to_string()
+                    })
+                )
+            }
             Cause::Tls => format!(
                 "TLS with {} failed; check the kubeconfig's certificate authority and server name",
                 the_server()
@@ -269,6 +317,12 @@ mod tests {
             Cause::of(&kube::Error::Service(Box::new(refused))),
             Cause::Unreachable
         );
+        let silent = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(
+            Cause::of(&kube::Error::Service(Box::new(silent))),
+            Cause::Timeout
+        );
+        assert!(Cause::Timeout.hint("").contains("did not answer within"));
         let tls = std::io::Error::other("invalid peer certificate: UnknownIssuer");
         assert_eq!(Cause::of(&kube::Error::Service(Box::new(tls))), Cause::Tls);
         assert!(Cause::Forbidden.hint("grant list").contains("grant list"));

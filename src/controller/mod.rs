@@ -104,7 +104,12 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     // Bad flags exit 64 before anything talks to the cluster.
     args.validate()?;
     let stop = crate::shutdown::on_signal()?;
-    let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
+    let client = crate::kube_client::client(
+        args.dns.kubeconfig.as_deref(),
+        args.dns.api_timeout,
+        crate::kube_client::Calls::Watches,
+    )
+    .await?;
     run_with(client, args, stop).await?;
     Ok(ExitCode::SUCCESS)
 }

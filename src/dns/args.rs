@@ -124,6 +124,17 @@ pub struct DnsArgs {
     #[arg(long, env = "OUROBOROS_CONTROLLER_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// How long to wait for the API server to connect (TCP and TLS) and, in doctor and
+    /// cleanup, to answer each request; then the call fails with a hint that says so.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_API_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = crate::flags::parse_duration
+    )]
+    pub api_timeout: std::time::Duration,
+
     /// Write nothing: log the change each sync would make.
     #[arg(
         long,

@@ -17,15 +17,19 @@ use super::checks::{
     pick_coredns_workload, ApiFailure, Got, Question, Workload, COREDNS_DEPLOYMENT,
     KUBE_DNS_SELECTOR,
 };
+use crate::kube_client::Cause;
 
 const ATTEMPTS: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
+/// Worth another attempt: a server error, throttling, or a failed connection, but not a call
+/// that already waited out `--api-timeout` (three of them would keep doctor silent 3 times as
+/// long for the same answer).
 fn transient(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code >= 500 || s.code == 429,
         kube::Error::SerdeError(_) => false,
-        _ => true,
+        other => Cause::of(other) != Cause::Timeout,
     }
 }
 
@@ -61,9 +65,9 @@ pub struct Target<'a> {
 
 impl Target<'_> {
     fn failure(&self, e: kube::Error) -> ApiFailure {
-        let (code, message) = match &e {
-            kube::Error::Api(s) => (Some(s.code), s.message.clone()),
-            other => (None, other.to_string()),
+        let (code, transport, message) = match &e {
+            kube::Error::Api(s) => (Some(s.code), None, s.message.clone()),
+            other => (None, Some(Cause::of(other)), other.to_string()),
         };
         ApiFailure {
             verb: self.verb,
@@ -71,6 +75,7 @@ impl Target<'_> {
             namespace: self.namespace.map(str::to_string),
             name: self.name.map(str::to_string),
             code,
+            transport,
             message,
         }
     }

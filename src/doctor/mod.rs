@@ -459,7 +459,10 @@ async fn ingress_section(
     // The first call tells whether the API server is reachable at all: a report of a dozen
     // identical transport failures would help nobody.
     if let Some(e) = unreachable {
-        anyhow::bail!("{} ({e})", crate::kube_client::Cause::Unreachable.hint(""));
+        let cause = e
+            .transport
+            .unwrap_or(crate::kube_client::Cause::Unreachable);
+        anyhow::bail!("{} ({e})", cause.hint(""));
     }
     out.extend(first);
     // The targets the controller leaves out (KEP-1860): it watches only the Services it is
@@ -617,7 +620,12 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = async {
         args.validate()?; // bad flags exit 64 before any cluster access
-        let client = crate::kube_client::client(args.dns.kubeconfig.as_deref()).await?;
+        let client = crate::kube_client::client(
+            args.dns.kubeconfig.as_deref(),
+            args.dns.api_timeout,
+            crate::kube_client::Calls::Requests,
+        )
+        .await?;
         diagnose(&client, &args).await
     }
     .await;
@@ -642,16 +650,14 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The ingress controller checks: its Service (`flag`, else auto-detected), KEP-1860 `ipMode`,
-/// whether it expects the PROXY protocol. The error text instead when the API server cannot be
-/// reached at all.
-/// `given_by` is the flag that names `flag` (for the summary and the action).
-/// The ingress controller's checks, the API server's transport error if it could not be
-/// reached, and the Service itself when it was read.
+/// whether it expects the PROXY protocol; the API server's transport failure instead when it
+/// could not be reached at all; and the Service itself when it was read. `given_by` is the flag
+/// that names `flag` (for the summary and the action).
 async fn ingress_checks(
     client: &Client,
     flag: Option<&NsName>,
     given_by: &str,
-) -> (Vec<Check>, Option<String>, Option<Service>) {
+) -> (Vec<Check>, Option<checks::ApiFailure>, Option<Service>) {
     let (svc, others): (Got<Service>, Vec<String>) = match flag {
         Some(t) => (
             fetch::get(client, "services", &t.namespace, &t.name).await,
@@ -672,7 +678,7 @@ async fn ingress_checks(
     // A transport failure (no status code): the API server is unreachable.
     if let Err(e) = &svc {
         if e.code.is_none() {
-            return (Vec::new(), Some(e.to_string()), None);
+            return (Vec::new(), Some(e.clone()), None);
         }
     }
     let mut out = Vec::new();

@@ -134,6 +134,17 @@ pub struct EdgeArgs {
     #[arg(long, env = "OUROBOROS_EDGE_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
 
+    /// How long to wait for the API server to connect (TCP and TLS); then the call fails with
+    /// a hint that says so.
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_API_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = crate::flags::parse_duration
+    )]
+    pub api_timeout: Duration,
+
     /// Balancing algorithm: round-robin, least-conn (fewest open connections) or source-hash
     /// (Maglev consistent hashing of the client IP).
     #[arg(long, env = "OUROBOROS_EDGE_BALANCE", value_enum, default_value_t = Algorithm::RoundRobin)]
@@ -320,7 +331,12 @@ async fn follow_service(
     balancers: &[Arc<Balancer>],
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let client = crate::kube_client::client(args.kubeconfig.as_deref()).await?;
+    let client = crate::kube_client::client(
+        args.kubeconfig.as_deref(),
+        args.api_timeout,
+        crate::kube_client::Calls::Watches,
+    )
+    .await?;
     let targets = args
         .listen
         .iter()

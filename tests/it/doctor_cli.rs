@@ -172,6 +172,109 @@ fn unreachable_api_server_is_named_in_the_error_line() {
     }
 }
 
+/// A kubeconfig in `dir` for the API server at `https://127.0.0.1:PORT`, not verifying its
+/// certificate.
+fn kubeconfig_for(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+             clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}', \
+             insecure-skip-tls-verify: true}}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n"
+        ),
+    )
+    .unwrap();
+    kc
+}
+
+/// An address that accepts TCP and never answers (a load balancer without a healthy backend),
+/// and a TLS server that completes the handshake and never answers the request: doctor gives
+/// up after one `--api-timeout` (not three attempts of kube's 30 s connect timeout, and not
+/// never) and says that the server did not answer in time, not that it refused.
+#[test]
+fn a_silent_api_server_is_a_timeout_said_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    // Accepts, then holds every connection open without a byte.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_tcp = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    // TLS completes (openssl s_server), then nothing answers the HTTP request.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "k.pem",
+        "-out",
+        "c.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    let silent_tls = crate::support::free_port(crate::support::V4);
+    let mut server = std::process::Command::new("openssl")
+        .args([
+            "s_server", "-quiet", "-cert", "c.pem", "-key", "k.pem", "-accept",
+        ])
+        .arg(silent_tls.to_string())
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", silent_tls)).is_err() {
+        assert!(
+            up.elapsed() < std::time::Duration::from_secs(10),
+            "openssl s_server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for port in [silent_tcp, silent_tls] {
+        let kc = kubeconfig_for(dir.path(), port);
+        let kc = kc.to_str().unwrap();
+        let (code, _, err) = doctor(&["--kubeconfig", kc, "--api-timeout", "1s"]);
+        assert_eq!(code, 1, "{err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        assert!(
+            errors[0].contains(&format!(
+                "the API server https://127.0.0.1:{port}/ (from --kubeconfig {kc}) did not \
+                 answer within 1s (--api-timeout)"
+            )),
+            "{err}"
+        );
+        // The start-up line says where doctor is waiting, and for how long.
+        assert!(err.contains("timeout=1s"), "{err}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// Doctor writes nothing: its help does not offer the write-side flags, which it still accepts
 /// so the controller's arguments can be passed as they are.
 #[test]

@@ -45,6 +45,7 @@ pub(super) fn forbidden(resource: &str, name: &str) -> ApiFailure {
         namespace: Some("kube-system".into()),
         name: Some(name.into()),
         code: Some(403),
+        transport: None,
         message: "forbidden".into(),
     }
 }

@@ -538,6 +538,7 @@ mod tests {
                     namespace: Some("ingress-nginx".into()),
                     name: Some("ingress-nginx-controller".into()),
                     code: Some(403),
+                    transport: None,
                     message: "forbidden".into(),
                 }),
                 Status::Fail,

@@ -19,6 +19,8 @@ pub struct ApiFailure {
     pub name: Option<String>,
     /// HTTP status, None for transport errors.
     pub code: Option<u16>,
+    /// What a transport error ran into (None with an HTTP status), for its hint.
+    pub transport: Option<crate::kube_client::Cause>,
     pub message: String,
 }
 

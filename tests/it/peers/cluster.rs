@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Client;
+use ouroboros::kube_client::Calls;
 
 use super::{binary, spawn, wait_for, Process};
 use crate::support::{free_ports, temp_dir, V4};
@@ -417,7 +418,9 @@ fn write_kubeconfig(dir: &Path, server: &str, token: &str, user: &str) -> PathBu
 }
 
 pub async fn client_from(kubeconfig: &Path) -> Client {
-    ouroboros::kube_client::client(Some(kubeconfig))
+    // The test's own reads and watches; kube's connect timeout.
+    let timeout = Duration::from_secs(30);
+    ouroboros::kube_client::client(Some(kubeconfig), timeout, Calls::Watches)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
