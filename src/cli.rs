@@ -33,19 +33,19 @@ pub struct Cli {
 pub enum Command {
     /// Accept TCP, prepend a PROXY-protocol header with the real client address, relay to the ingress controller.
     Proxy(crate::proxy::ProxyArgs),
-    /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
-    Whoami(crate::whoami::WhoamiArgs),
+    /// Keep in-cluster DNS for Ingress/Gateway hostnames pointing at the proxy (CoreDNS, hosts file or external-dns).
+    Controller(crate::controller::ControllerArgs),
     /// Print the CoreDNS, hosts-file or external-dns configuration for the hostnames in manifest files, offline.
     #[command(long_about = crate::render::LONG_ABOUT)]
     Render(crate::render::RenderArgs),
+    /// PROXY-aware HTTP echo server: shows the client address a backend really sees.
+    Whoami(crate::whoami::WhoamiArgs),
     /// Load-balance TCP over a Service's ready endpoints (or static backends), with a PROXY-protocol header.
     Edge(crate::edge::EdgeArgs),
     /// Check a live cluster for the ways client IPs get lost: one OK/WARN/FAIL/SKIP verdict per check, exit 1 on any FAIL.
     Doctor(crate::doctor::DoctorArgs),
     /// Remove what `controller` wrote with the same flags: the Corefile block, the import key, the hosts block or this instance's external-dns objects.
     Cleanup(crate::cleanup::CleanupArgs),
-    /// Keep in-cluster DNS for Ingress/Gateway hostnames pointing at the proxy (CoreDNS, hosts file or external-dns).
-    Controller(crate::controller::ControllerArgs),
 }
 
 /// Entry point behind `main.rs`.

@@ -162,14 +162,14 @@ impl AnswerArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ProxyIpArg {
     /// The proxy Service's IP address (repeatable, IPv4 and IPv6; comma-separated in the
-    /// environment variable).
+    /// environment variable). Needed once there are hostnames for the default target: with no
+    /// manifest (removing the block) there is nothing to answer.
     #[arg(
         long = "proxy-ip",
         env = "OUROBOROS_CONTROLLER_PROXY_IP",
         value_name = "IP",
         value_delimiter = ',',
-        value_parser = parse_answer_ip,
-        required = true
+        value_parser = parse_answer_ip
     )]
     pub proxy_ips: Vec<IpAddr>,
 }
@@ -328,12 +328,15 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
                 )
                 .map_err(UsageError::err)
             };
-            // Checked before reading the manifests, as without targets.
-            options(&a.proxy.proxy_ips)?;
+            // Checked before reading the manifests, as without targets (the addresses once
+            // there are names for them).
+            if !a.proxy.proxy_ips.is_empty() {
+                options(&a.proxy.proxy_ips)?;
+            }
             let placed = desired_hosts(&a.input, &[])?;
             let mut objects = Vec::new();
             let groups = placed.with_ips(&a.proxy.proxy_ips)?;
-            for (hosts, ips) in &groups {
+            for (hosts, ips) in groups.iter().filter(|(hosts, _)| !hosts.is_empty()) {
                 objects.extend(external::endpoints(hosts, &options(ips)?));
             }
             if groups.len() > 1 {
@@ -484,6 +487,14 @@ impl Placed {
             .into_iter()
             .map(|(t, hosts)| {
                 let ips = match t {
+                    None if default.is_empty() && !hosts.is_empty() => {
+                        return Err(UsageError::err(format!(
+                            "--proxy-ip is required for {} hostname(s): pass the proxy \
+                             Service's ClusterIPs (kubectl -n ouroboros get service \
+                             ouroboros-proxy -o jsonpath='{{.spec.clusterIPs}}')",
+                            hosts.len()
+                        )))
+                    }
                     None => default,
                     Some(t) => proxy_ips(t, hosts.len())?,
                 };

@@ -14,8 +14,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Logging flags shared by every subcommand.
+/// Logging flags shared by every subcommand, under a heading of their own so that a
+/// subcommand's help lists its own options first.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Global options")]
 pub struct LogArgs {
     /// Log format: text or json.
     #[arg(long, env = "OUROBOROS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]

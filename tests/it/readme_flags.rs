@@ -61,3 +61,47 @@ fn option_lines_are_told_from_prose() {
     assert_eq!(flags, ["--listen", "--threads"]);
     assert_eq!(envs, ["OUROBOROS_X_LISTEN", "OUROBOROS_X_THREADS"]);
 }
+
+/// `ouroboros --help` lists the subcommands in the order of the README's table, so the two
+/// front doors read alike.
+#[test]
+fn subcommands_are_listed_in_the_readmes_order() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| subcommand | what it does |"))
+        .skip(2)
+        .map_while(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(name, _)| name))
+        .collect();
+    let top = help(&[]);
+    let listed: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .map_while(|l| l.strip_prefix("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert_eq!(listed, table, "{top}");
+}
+
+/// Each subcommand's help lists its own options first; the global `--log-*` ones come last,
+/// under a heading of their own.
+#[test]
+fn global_options_come_last_under_their_own_heading() {
+    for sub in SUBCOMMANDS {
+        let help = help(sub);
+        let global = help
+            .find("\nGlobal options:\n")
+            .unwrap_or_else(|| panic!("{sub:?}: no Global options heading:\n{help}"));
+        for flag in ["--log-format", "--log-level"] {
+            assert!(
+                help.find(flag).is_some_and(|at| at > global),
+                "{sub:?}: {flag} is not under Global options:\n{help}"
+            );
+        }
+    }
+}

@@ -450,10 +450,34 @@ fn unparseable_hosts_file_fails_naming_file_and_line() {
         1,
     );
     assert!(stderr.contains("/nonexistent/hosts"), "{stderr}");
-    // --proxy-ip is required.
+    // --proxy-ip is required once there are names to answer, in etc-hosts and external-dns
+    // alike; removing the block (no manifest) needs none, and clap's usage line does not
+    // claim otherwise.
     let good = tmp.file("good", "127.0.0.1 localhost\n");
-    let stderr = fails(render(&["etc-hosts", "--hosts-file", &good]), 64);
-    assert!(stderr.contains("--proxy-ip"), "{stderr}");
+    let list = fixture("list.yaml");
+    for args in [
+        vec!["etc-hosts", "--hosts-file", &good, &list],
+        vec!["external-dns", &list],
+    ] {
+        let stderr = fails(render(&args), 64);
+        assert!(
+            stderr.contains("--proxy-ip is required for 2 hostname(s)"),
+            "{stderr}"
+        );
+    }
+    let out = render(&["etc-hosts", "--hosts-file", &good]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "127.0.0.1 localhost\n"),
+        "{}",
+        out.stderr
+    );
+    let out = render(&["external-dns", "--bogus"]);
+    assert!(
+        !out.stderr.contains("--proxy-ip <IP>") && out.stderr.contains("Usage:"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// The default form from the command line: the template pair with the given ClusterIPs, one
