@@ -128,18 +128,24 @@ fn report(mode: &str, a: &Applied) {
             )
         })
         .unwrap_or_default();
+    // One line of log however many lines went: trimmed, separated by " | ".
+    let one_line = removed
+        .iter()
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" | ");
     match a.outcome {
         Outcome::Unchanged => tracing::info!(mode, "nothing to remove"),
         Outcome::Written => tracing::info!(
             mode,
             lines = removed.len(),
-            removed = %removed.join("\n"),
+            removed = %one_line,
             "removed what ouroboros wrote"
         ),
         Outcome::DryRun => tracing::info!(
             mode,
             lines = removed.len(),
-            would_remove = %removed.join("\n"),
+            would_remove = %one_line,
             "dry run: nothing was removed"
         ),
     }

@@ -38,6 +38,23 @@ impl AsRef<str> for Hostname {
     }
 }
 
+/// A name as written in an object (maybe refused: any bytes), for a log field: control
+/// characters escaped, so a newline cannot forge a log line, and quoted only when it is empty
+/// or holds a space or a quote, where the text format would otherwise misread it. Not
+/// Debug-quoted always, which the JSON format would quote a second time.
+pub struct LogName<'a>(pub &'a str);
+
+impl fmt::Display for LogName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.0;
+        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '"') {
+            write!(f, "{name:?}")
+        } else {
+            write!(f, "{}", name.escape_debug())
+        }
+    }
+}
+
 /// Why a name was refused. `as_str` is a stable token used in logs, Events and metric labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rejection {
@@ -245,6 +262,25 @@ fn syntax(raw: &str) -> Result<String, Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_names_are_escaped_and_quoted_only_where_text_would_misread_them() {
+        for (raw, shown) in [
+            ("shop.example.com", "shop.example.com"),
+            ("shop_admin.example.com", "shop_admin.example.com"),
+            ("brace.example.com}", "brace.example.com}"),
+            ("nul\0byte.example.com", "nul\\0byte.example.com"),
+            (
+                "newline.example.com\nrewrite",
+                "\"newline.example.com\\nrewrite\"",
+            ),
+            ("space inside.example.com", "\"space inside.example.com\""),
+            ("\"quoted\"", "\"\\\"quoted\\\"\""),
+            ("", "\"\""),
+        ] {
+            assert_eq!(LogName(raw).to_string(), shown, "{raw:?}");
+        }
+    }
 
     fn policy() -> HostPolicy {
         HostPolicy::new("cluster.local", &[], &[])

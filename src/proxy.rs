@@ -235,7 +235,8 @@ impl Config {
     }
 }
 
-/// Readiness: both targets answer and no shutdown is under way. Logs changes only.
+/// Readiness: every target (http, and https unless disabled) answers and no shutdown is under
+/// way. Logs changes only.
 struct Readiness {
     targets: Vec<(&'static str, DnsTarget)>,
     version: Version,
@@ -278,10 +279,15 @@ impl Readiness {
             .collect::<Vec<_>>()
             .join("; ");
         let ready = key.is_empty();
+        let names: Vec<&str> = self.targets.iter().map(|(name, _)| *name).collect();
+        let answering = match names.as_slice() {
+            [one] => format!("ready: the {one} target answers"),
+            _ => format!("ready: the {} targets answer", names.join(" and ")),
+        };
         self.state.record(
             key.join(","),
             ready,
-            "ready: both targets answer",
+            &answering,
             "not ready: a target does not answer",
             &reason,
         );
@@ -305,7 +311,7 @@ pub async fn run(args: ProxyArgs, loops: crate::runtime::Loops) -> anyhow::Resul
     let relay_metrics = RelayMetrics::register(sub);
     let ready_state = ReadyState::register(
         sub,
-        "1 when /readyz last found both targets answering, else 0",
+        "1 when /readyz last found every target answering, else 0",
     );
 
     let idle = (!args.idle_timeout.is_zero()).then_some(args.idle_timeout);

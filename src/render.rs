@@ -22,7 +22,7 @@ use crate::dns::write::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::flags::{parse_answer_ip, UsageError};
-use crate::hostname::Hostname;
+use crate::hostname::{Hostname, LogName};
 use crate::manifests::Manifests;
 use crate::target::{self, TargetRule};
 
@@ -231,9 +231,12 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let output = match args.target {
         Target::Coredns(a) => {
+            // The Corefile first: a file that cannot be read fails before any warning about
+            // the manifests' names.
+            one_stdin(&a.input, &[&a.corefile])?;
+            let text = read_input(&a.corefile, "Corefile")?;
             let placed = desired_hosts(&a.input, &[&a.corefile])?;
             let hosts = &placed.plan.hosts;
-            let text = read_input(&a.corefile, "Corefile")?;
             let rules = placed.rules(&a.proxy)?;
             let edit = dns::corefile::splice_groups(&text, &groups(&rules)).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
@@ -291,9 +294,10 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             text
         }
         Target::EtcHosts(a) => {
+            one_stdin(&a.input, &[&a.hosts_file])?;
+            let text = read_input(&a.hosts_file, "hosts file")?;
             let placed = desired_hosts(&a.input, &[&a.hosts_file])?;
             let hosts = &placed.plan.hosts;
-            let text = read_input(&a.hosts_file, "hosts file")?;
             let with_ips = placed.with_ips(&a.proxy.proxy_ips)?;
             let groups: Vec<HostsGroup<'_>> = with_ips
                 .iter()
@@ -364,14 +368,9 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
-/// are the files the target reads besides the manifests (stdin may feed only one of them).
-fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed> {
-    let Selection {
-        filters,
-        policy,
-        cluster_domain,
-    } = Selection::of(&input.hostnames)?;
+/// Refuses `-` (stdin) for more than one of the manifests and `other_inputs` (the Corefile or
+/// hosts file the target reads).
+fn one_stdin(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<()> {
     let stdin_uses = input
         .manifests
         .iter()
@@ -384,6 +383,18 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
             "`-` (stdin) can be given only once across MANIFEST and the --corefile/--hosts-file flags",
         ));
     }
+    Ok(())
+}
+
+/// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
+/// are the files the target reads besides the manifests (stdin may feed only one of them).
+fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed> {
+    let Selection {
+        filters,
+        policy,
+        cluster_domain,
+    } = Selection::of(&input.hostnames)?;
+    one_stdin(input, other_inputs)?;
     let started = Instant::now();
     let manifests = Manifests::read(&input.manifests)?;
     let read = started.elapsed();
@@ -408,7 +419,7 @@ fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed
             kind = %r.object.kind,
             namespace = %r.object.namespace,
             name = %r.object.name,
-            hostname = ?r.raw,
+            hostname = %LogName(&r.raw),
             reason = %r.reason,
             "skipping a hostname: {}",
             r.reason.explain()

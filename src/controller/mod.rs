@@ -40,7 +40,7 @@ use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
-use crate::hostname::Hostname;
+use crate::hostname::{Hostname, LogName};
 use crate::target::TargetRule;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
@@ -645,7 +645,7 @@ impl sync::Hooks for ControllerHooks {
         for r in self.reported.fresh(&d.rejected, events::rejection_key) {
             tracing::warn!(
                 object = %r.object,
-                hostname = ?r.raw,
+                hostname = %LogName(&r.raw),
                 reason = r.reason.as_str(),
                 "hostname not hairpinned: {}",
                 r.reason.explain()

@@ -580,11 +580,14 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
             let (status, body) = proxy.admin("/readyz");
             assert_eq!(status, 200, "{body}");
         }
-        proxy.wait_log(|v| v["message"] == "ready: both targets answer", DEADLINE);
+        proxy.wait_log(
+            |v| v["message"] == "ready: the http and https targets answer",
+            DEADLINE,
+        );
         let ready_lines = proxy
             .logs()
             .iter()
-            .filter(|v| v["message"] == "ready: both targets answer")
+            .filter(|v| v["message"] == "ready: the http and https targets answer")
             .count();
         assert_eq!(ready_lines, 1, "readiness change logged once");
     }
@@ -601,6 +604,21 @@ fn readiness_probe_leaves_nginx_error_log_clean() {
     assert!(
         !log.contains("[error]") || log.matches("[error]").count() == before,
         "{log}"
+    );
+    // With the https listener disabled, readiness speaks of the one target it probes.
+    let mut proxy = Proxy::start(&[
+        "--listen-https",
+        "",
+        "--target-host",
+        "127.0.0.1",
+        "--target-http-port",
+        &http,
+    ]);
+    let (status, body) = proxy.admin("/readyz");
+    assert_eq!(status, 200, "{body}");
+    proxy.wait_log(
+        |v| v["message"] == "ready: the http target answers",
+        DEADLINE,
     );
 }
 

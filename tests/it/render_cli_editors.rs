@@ -546,3 +546,37 @@ fn template_block_from_examples() {
         input
     );
 }
+
+/// JSON logs carry a rejected hostname as the name itself, its control characters escaped (so
+/// a newline cannot forge a log line), not wrapped in a second pair of quotes; only a name the
+/// text format would misread (a space, a quote) is quoted.
+#[test]
+fn json_logs_give_rejected_hostnames_escaped_and_unquoted() {
+    let out = common::run(
+        common::command("--log-format")
+            .args([
+                "json",
+                "render",
+                "coredns-import",
+                "--coredns-answer",
+                "rewrite",
+            ])
+            .arg(fixture("hostile.yaml")),
+        None,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let names: Vec<String> = out
+        .stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["hostname"].as_str().map(str::to_string))
+        .collect();
+    for shown in ["brace.example.com}", "under_score.example.com", "*.com"] {
+        assert!(names.iter().any(|n| n == shown), "{shown}: {names:?}");
+    }
+    assert!(
+        names.iter().any(|n| n == r#""space inside.example.com""#),
+        "{names:?}"
+    );
+    assert!(names.iter().all(|n| !n.contains('\n')), "{names:?}");
+}
