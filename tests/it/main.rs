@@ -41,6 +41,7 @@ mod external_dns_replace;
 mod fuzz_corpus;
 mod haproxy_headers;
 mod hosts_writer;
+mod image_cli_doc;
 mod migration_doc;
 /// Against real CoreDNS, etcd, kube-apiserver and kube-proxy (`.ci/peers/build.sh`).
 mod peers;
