@@ -483,11 +483,13 @@ fn revert_reporter(
             regarding: events::key_reference(&object),
             reason: events::BLOCK_REVERTED,
             action: "Restore",
+            // No running count in the note: each later revert is then a repeat of this
+            // message, counted up on one Event rather than a new Event each time.
             note: format!(
-                "the ouroboros block in the Corefile was reverted {} times within 10 minutes; \
-                 another writer re-renders this ConfigMap. ouroboros keeps restoring it with \
-                 backoff; consider --mode coredns-import",
-                r.count
+                "the ouroboros block in the Corefile was reverted {} or more times within 10 \
+                 minutes; another writer re-renders this ConfigMap. ouroboros keeps restoring \
+                 it with backoff; consider --mode coredns-import",
+                revert::THRESHOLD
             ),
         });
     }

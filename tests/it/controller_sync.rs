@@ -768,7 +768,7 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     .unwrap();
     assert_eq!(ev["reason"], "BlockReverted");
     assert_eq!(ev["regarding"]["name"], "coredns");
-    assert!(ev["note"].as_str().unwrap().contains("3 times"));
+    assert!(ev["note"].as_str().unwrap().contains("3 or more times"));
     // The third restore waits (backoff), so it has not happened yet.
     assert_eq!(api.count("PUT", COREDNS), 3);
 }
@@ -1710,4 +1710,183 @@ async fn opt_out_namespaces_and_rule_hosts_shape_the_block() {
         ["plain.example.com", "shop.example.com"],
         "{corefile}"
     );
+}
+
+/// The Events' bodies, in the order sent, for one method.
+fn event_bodies(api: &Routed, method: &str) -> Vec<(String, Value)> {
+    api.matching(method, EVENTS)
+        .into_iter()
+        .map(|(u, b)| (u, b.expect("an Event request has a body")))
+        .collect()
+}
+
+/// Two conflicts on one Ingress (another host lost, to another winner) are two Events, each
+/// with its own note; the second conflict going away and coming back is a true repeat, counted
+/// up on its own Event (not on the first).
+#[tokio::test]
+async fn each_conflict_message_is_its_own_event_and_a_repeat_counts_up() {
+    const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true";
+    let mut st = state_with(vec![
+        classed("shop", "nginx", None, &["shop.example.com", "www.example.com"]),
+        classed("shop-traefik", "traefik", None, &["shop.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("proxy-traefik", &["10.96.0.60"])];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    let mut www = classed("www-traefik", "traefik", None, &["www.example.com"]);
+    www["metadata"]["resourceVersion"] = json!("11");
+    let puts = |a: &Routed| a.count("PUT", COREDNS);
+    let step = |kind: &'static str, rv: &'static str| {
+        let mut o = www.clone();
+        o["metadata"]["resourceVersion"] = json!(rv);
+        json!({"type": kind, "object": o})
+    };
+    r.api.deliver(INGRESS_WATCH, step("ADDED", "11")).await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 2).await);
+    // Gone (www goes back to nginx's proxy: a write), then back: the same loss again.
+    let before = puts(&r.api);
+    r.api.deliver(INGRESS_WATCH, step("DELETED", "12")).await;
+    assert!(r.api.wait_for(10, |a| puts(a) > before).await);
+    r.api.deliver(INGRESS_WATCH, step("ADDED", "13")).await;
+    assert!(
+        r.api.wait_for(10, |a| a.count("PATCH", EVENTS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let api = r.shutdown().await;
+
+    let created = event_bodies(&api, "POST");
+    assert_eq!(created.len(), 2, "{created:#?}");
+    for (uri, ev) in &created {
+        assert_eq!(uri, "/apis/events.k8s.io/v1/namespaces/web/events?");
+        assert_eq!(ev["reason"], "HostnameConflict");
+        assert_eq!(ev["type"], "Warning");
+        assert_eq!(ev["regarding"]["name"], "shop");
+        assert_eq!(ev["reportingController"], "ouroboros-controller");
+    }
+    let notes: Vec<&str> = created.iter().map(|(_, e)| e["note"].as_str().unwrap()).collect();
+    assert_eq!(
+        notes,
+        [
+            "not hairpinned through target default: shop.example.com goes to target traefik \
+             through Ingress web/shop-traefik; set the ouroboros.io/priority annotation (higher \
+             wins) to choose",
+            "not hairpinned through target default: www.example.com goes to target traefik \
+             through Ingress web/www-traefik; set the ouroboros.io/priority annotation (higher \
+             wins) to choose",
+        ]
+    );
+    let second = created[1].1["metadata"]["name"].as_str().unwrap();
+    let repeats = event_bodies(&api, "PATCH");
+    assert_eq!(repeats.len(), 1, "{repeats:#?}");
+    assert_eq!(
+        repeats[0].0,
+        format!("/apis/events.k8s.io/v1/namespaces/web/events/{second}?")
+    );
+    let series = &repeats[0].1["series"];
+    assert_eq!(series["count"], 2, "{:#?}", repeats[0].1);
+    assert!(series["lastObservedTime"].is_string());
+    assert_eq!(
+        repeats[0].1.as_object().unwrap().len(),
+        1,
+        "only the series changes: the API refuses a changed note"
+    );
+}
+
+/// A target's names coming back after `ipMode: Proxy` went away is a `HairpinRestored` Event
+/// (Normal) of its own, not a repeat of the skip; the skip seen again counts up its own Event.
+#[tokio::test]
+async fn a_target_hairpinned_again_gets_its_own_event() {
+    const TRAEFIK_WATCH: &str = "watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dtraefik";
+    let mut st = state_with(vec![
+        classed("shop", "nginx", None, &["shop.example.com"]),
+        classed("blog", "traefik", None, &["blog.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![
+        service("proxy-traefik", &["10.96.0.60"]),
+        proxied_lb("traefik"),
+    ];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik,\
+             ingress-controller=ouroboros/traefik",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    let mut vip = proxied_lb("traefik");
+    vip["metadata"]["resourceVersion"] = json!("8");
+    vip["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("VIP");
+    r.api
+        .deliver(TRAEFIK_WATCH, json!({"type": "MODIFIED", "object": vip}))
+        .await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 2).await);
+    let mut proxied = proxied_lb("traefik");
+    proxied["metadata"]["resourceVersion"] = json!("9");
+    r.api
+        .deliver(TRAEFIK_WATCH, json!({"type": "MODIFIED", "object": proxied}))
+        .await;
+    assert!(r.api.wait_for(10, |a| a.count("PATCH", EVENTS) >= 1).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let api = r.shutdown().await;
+
+    let created = event_bodies(&api, "POST");
+    let seen: Vec<(&str, &str, &str)> = created
+        .iter()
+        .map(|(u, e)| {
+            assert_eq!(u, "/apis/events.k8s.io/v1/namespaces/ouroboros/events?");
+            assert_eq!(e["regarding"]["name"], "traefik");
+            (
+                e["reason"].as_str().unwrap(),
+                e["type"].as_str().unwrap(),
+                e["note"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "HairpinSkipped",
+                "Warning",
+                "every load-balancer address reports ipMode: Proxy (KEP-1860), so in-cluster \
+                 clients of target traefik go through the load balancer and ouroboros leaves its \
+                 names out (--skip-proxy-ipmode=false keeps them)"
+            ),
+            (
+                "HairpinRestored",
+                "Normal",
+                "not every load-balancer address reports ipMode: Proxy any more: ouroboros \
+                 hairpins the names of target traefik again"
+            ),
+        ]
+    );
+    let first = created[0].1["metadata"]["name"].as_str().unwrap();
+    let repeats = event_bodies(&api, "PATCH");
+    assert_eq!(repeats.len(), 1, "{repeats:#?}");
+    assert_eq!(
+        repeats[0].0,
+        format!("/apis/events.k8s.io/v1/namespaces/ouroboros/events/{first}?")
+    );
+    assert_eq!(repeats[0].1["series"]["count"], 2);
 }
