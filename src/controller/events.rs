@@ -276,7 +276,8 @@ impl Publisher {
     /// The request for `n` at `now` (monotonic, for the series window) and `wall` (the time
     /// written into the Event).
     pub fn request(&mut self, n: &Notice, now: tokio::time::Instant, wall: Timestamp) -> Request {
-        self.sent.retain(|_, s| now.duration_since(s.last) < SERIES_WINDOW);
+        self.sent
+            .retain(|_, s| now.duration_since(s.last) < SERIES_WINDOW);
         let note = cut_note(&n.note);
         let r = &n.regarding;
         let key = SeriesKey {
@@ -519,15 +520,45 @@ mod tests {
         use Want::*;
         let c = |note: &str| Create(note.to_string());
         let steps: &[(&str, &'static str, &str, u64, Want)] = &[
-            ("shop", HOSTNAME_CONFLICT, "lost a to x", 0, c("lost a to x")),
-            ("shop", HOSTNAME_CONFLICT, "lost b to y", 1, c("lost b to y")),
+            (
+                "shop",
+                HOSTNAME_CONFLICT,
+                "lost a to x",
+                0,
+                c("lost a to x"),
+            ),
+            (
+                "shop",
+                HOSTNAME_CONFLICT,
+                "lost b to y",
+                1,
+                c("lost b to y"),
+            ),
             ("shop", HOSTNAME_CONFLICT, "lost a to x", 2, Repeat(0, 2)),
             ("shop", HOSTNAME_CONFLICT, "lost a to x", 3, Repeat(0, 3)),
-            ("blog", HOSTNAME_CONFLICT, "lost a to x", 3, c("lost a to x")),
-            ("shop", HOSTNAME_REJECTED, "lost a to x", 3, c("lost a to x")),
+            (
+                "blog",
+                HOSTNAME_CONFLICT,
+                "lost a to x",
+                3,
+                c("lost a to x"),
+            ),
+            (
+                "shop",
+                HOSTNAME_REJECTED,
+                "lost a to x",
+                3,
+                c("lost a to x"),
+            ),
             ("shop", HOSTNAME_CONFLICT, "lost b to y", 4, Repeat(1, 2)),
             // 30 minutes after it was last seen, a repeat is a new Event.
-            ("shop", HOSTNAME_CONFLICT, "lost a to x", 33, c("lost a to x")),
+            (
+                "shop",
+                HOSTNAME_CONFLICT,
+                "lost a to x",
+                33,
+                c("lost a to x"),
+            ),
         ];
         let t0 = tokio::time::Instant::now();
         let wall = Timestamp::from_second(1_700_000_000).unwrap();
@@ -551,7 +582,10 @@ mod tests {
                 }
                 Request::Repeat { name, series, .. } => {
                     assert_eq!(series.last_observed_time, MicroTime(wall + at));
-                    Repeat(created.iter().position(|c| *c == name).unwrap(), series.count)
+                    Repeat(
+                        created.iter().position(|c| *c == name).unwrap(),
+                        series.count,
+                    )
                 }
             };
             assert_eq!(&got, want, "step {i}");
@@ -563,16 +597,26 @@ mod tests {
         let mut p = Publisher::new(REPORTER, "pod-1");
         let long = "é".repeat(600);
         let now = tokio::time::Instant::now();
-        let Request::Create { event, .. } =
-            p.request(&notice("shop", HAIRPIN_RESTORED, &long), now, Timestamp::now())
-        else {
+        let Request::Create { event, .. } = p.request(
+            &notice("shop", HAIRPIN_RESTORED, &long),
+            now,
+            Timestamp::now(),
+        ) else {
             panic!("a first notice is created");
         };
         let note = event.note.unwrap();
-        assert_eq!(note.len(), 1000, "600 two-byte characters cut at 1000 bytes");
+        assert_eq!(
+            note.len(),
+            1000,
+            "600 two-byte characters cut at 1000 bytes"
+        );
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert!(matches!(
-            p.request(&notice("shop", HAIRPIN_RESTORED, &long), now, Timestamp::now()),
+            p.request(
+                &notice("shop", HAIRPIN_RESTORED, &long),
+                now,
+                Timestamp::now()
+            ),
             Request::Repeat { .. }
         ));
     }

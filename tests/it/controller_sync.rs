@@ -1727,7 +1727,12 @@ fn event_bodies(api: &Routed, method: &str) -> Vec<(String, Value)> {
 async fn each_conflict_message_is_its_own_event_and_a_repeat_counts_up() {
     const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true";
     let mut st = state_with(vec![
-        classed("shop", "nginx", None, &["shop.example.com", "www.example.com"]),
+        classed(
+            "shop",
+            "nginx",
+            None,
+            &["shop.example.com", "www.example.com"],
+        ),
         classed("shop-traefik", "traefik", None, &["shop.example.com"]),
     ]);
     st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
@@ -1777,7 +1782,10 @@ async fn each_conflict_message_is_its_own_event_and_a_repeat_counts_up() {
         assert_eq!(ev["regarding"]["name"], "shop");
         assert_eq!(ev["reportingController"], "ouroboros-controller");
     }
-    let notes: Vec<&str> = created.iter().map(|(_, e)| e["note"].as_str().unwrap()).collect();
+    let notes: Vec<&str> = created
+        .iter()
+        .map(|(_, e)| e["note"].as_str().unwrap())
+        .collect();
     assert_eq!(
         notes,
         [
@@ -1810,7 +1818,8 @@ async fn each_conflict_message_is_its_own_event_and_a_repeat_counts_up() {
 /// (Normal) of its own, not a repeat of the skip; the skip seen again counts up its own Event.
 #[tokio::test]
 async fn a_target_hairpinned_again_gets_its_own_event() {
-    const TRAEFIK_WATCH: &str = "watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dtraefik";
+    const TRAEFIK_WATCH: &str =
+        "watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dtraefik";
     let mut st = state_with(vec![
         classed("shop", "nginx", None, &["shop.example.com"]),
         classed("blog", "traefik", None, &["blog.example.com"]),
@@ -1844,7 +1853,10 @@ async fn a_target_hairpinned_again_gets_its_own_event() {
     let mut proxied = proxied_lb("traefik");
     proxied["metadata"]["resourceVersion"] = json!("9");
     r.api
-        .deliver(TRAEFIK_WATCH, json!({"type": "MODIFIED", "object": proxied}))
+        .deliver(
+            TRAEFIK_WATCH,
+            json!({"type": "MODIFIED", "object": proxied}),
+        )
         .await;
     assert!(r.api.wait_for(10, |a| a.count("PATCH", EVENTS) >= 1).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
