@@ -3,7 +3,8 @@
 //! `HostnameConflict` on an object that lost a hostname to another target's object,
 //! `CorefileUnparseable` and `BlockReverted` on the CoreDNS ConfigMap, `RecordKept` on an
 //! external-dns object kept until the one replacing it is written, `WriteForbidden` on what RBAC
-//! did not let us write. Published from a task so the sync engine never waits on the API.
+//! did not let us write, `RemovalHeld` on the DNS target (or the controller's Pod) when a write
+//! that removes most hostnames is held. Published from a task so the sync engine never waits on the API.
 //!
 //! Each distinct message is an Event of its own; only a repeat of the same message counts up
 //! (`series`) on the Event already sent. kube-runtime's `Recorder` is not used because it counts
@@ -40,6 +41,7 @@ pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
 pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
 pub const RECORD_KEPT: &str = "RecordKept";
 pub const WRITE_FORBIDDEN: &str = "WriteForbidden";
+pub const REMOVAL_HELD: &str = "RemovalHeld";
 /// The API keeps at most 1 kB of an Event's note.
 const MAX_NOTE: usize = 1000;
 
