@@ -1902,3 +1902,136 @@ async fn a_target_hairpinned_again_gets_its_own_event() {
     );
     assert_eq!(repeats[0].1["series"]["count"], 2);
 }
+
+/// One Ingress with `n` hosts h0..h(n-1).example.com.
+fn many(n: usize) -> Value {
+    let hosts: Vec<String> = (0..n).map(|i| format!("h{i}.example.com")).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    ingress("shop", &hosts)
+}
+
+/// The Ingress `shop` now has `n` hosts (on the watch, and for any relist).
+async fn shrink_to(r: &Running, n: usize, rv: u64) {
+    let mut o = many(n);
+    o["metadata"]["resourceVersion"] = json!(rv.to_string());
+    r.state.lock().unwrap().ingresses = vec![o.clone()];
+    r.api
+        .deliver(
+            "/apis/networking.k8s.io/v1/ingresses?&watch=true",
+            json!({"type": "MODIFIED", "object": o}),
+        )
+        .await;
+}
+
+fn hosts_in(corefile: &str) -> usize {
+    corefile.matches(".example.com").count()
+}
+
+/// A change that removes 10 of 12 hosts is held: the block keeps the 12, a RemovalHeld Event on
+/// the ConfigMap, the held-hostnames metric and a /readyz cause say so. Another set meanwhile
+/// starts the hold again; the set written is the one that stayed the same for 5 minutes.
+#[tokio::test(start_paused = true)]
+async fn a_mass_removal_is_held_until_the_same_set_stays_for_the_hold_time() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let flags = [
+        "--leader-elect=false",
+        "--listen-health",
+        &listen,
+        "--resync",
+        "1h",
+        "--watch-idle-timeout",
+        "0",
+    ];
+    let r = start(state_with(vec![many(12)]), &flags);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 12);
+
+    shrink_to(&r, 2, 11).await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "held 4 minutes in");
+    assert_eq!(
+        hosts_in(&r.state.lock().unwrap().corefile),
+        12,
+        "old block kept"
+    );
+    let (code, ready) = http_get(port, "/readyz").await;
+    assert_eq!(
+        (code, ready.as_str()),
+        (
+            503,
+            "removal-held: a write that removes 10 of 12 hostnames is held\n"
+        )
+    );
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_removal_held_hostnames 10",
+        "ouroboros_controller_removal_holds_total 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+
+    // Another set: the hold starts again, so 5 minutes after the first change nothing is written.
+    shrink_to(&r, 1, 12).await;
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "the hold restarted");
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 1);
+    let (code, _) = http_get(port, "/readyz").await;
+    assert_eq!(code, 200);
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_removal_held_hostnames 0",
+        "ouroboros_controller_removal_holds_total 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 2, "{:#?}", api.calls());
+    let created = event_bodies(&api, "POST");
+    let held: Vec<(&str, &str, &str)> = created
+        .iter()
+        .map(|(u, e)| {
+            assert_eq!(u, "/apis/events.k8s.io/v1/namespaces/kube-system/events?");
+            (
+                e["reason"].as_str().unwrap(),
+                e["regarding"]["name"].as_str().unwrap(),
+                e["note"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(held.len(), 2, "one a held set: {created:#?}");
+    assert_eq!(held[0].0, "RemovalHeld");
+    assert_eq!(held[0].1, "coredns");
+    assert!(
+        held[0]
+            .2
+            .starts_with("a write would remove 10 of the 12 hostnames"),
+        "{}",
+        held[0].2
+    );
+    assert!(
+        held[1]
+            .2
+            .starts_with("a write would remove 11 of the 12 hostnames"),
+        "{}",
+        held[1].2
+    );
+}
+
+/// With --removal-guard-hold=0s the same removal is written at once, with no Event.
+#[tokio::test]
+async fn a_zero_hold_writes_a_mass_removal_at_once() {
+    let r = start(
+        state_with(vec![many(12)]),
+        &["--leader-elect=false", "--removal-guard-hold=0s"],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    shrink_to(&r, 2, 11).await;
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 2);
+    let api = r.shutdown().await;
+    assert_eq!(api.count("POST", EVENTS), 0);
+}
