@@ -132,6 +132,8 @@ struct State {
     services: Vec<Value>,
     /// node-local-dns's Corefile and resourceVersion (`None`: 404).
     node_local: Option<(String, u64)>,
+    /// Answers for the next Ingress list requests (any page), before the list of `ingresses`.
+    ingress_lists: Vec<Answer>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -149,6 +151,9 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
         }
         if m == "GET" && st.hold_lists.iter().any(|p| u.starts_with(p)) {
             return Answer::Hold;
+        }
+        if m == "GET" && u.starts_with(INGRESS_LIST) && !st.ingress_lists.is_empty() {
+            return st.ingress_lists.remove(0);
         }
         match m {
             "GET" if u == INGRESS_LIST => Answer::Json(
@@ -2034,4 +2039,118 @@ async fn a_zero_hold_writes_a_mass_removal_at_once() {
     assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 2);
     let api = r.shutdown().await;
     assert_eq!(api.count("POST", EVENTS), 0);
+}
+
+fn list_failed() -> Answer {
+    Answer::Json(
+        500,
+        status(500, "InternalError", "etcdserver: request timed out"),
+    )
+}
+
+/// An initial Ingress list that keeps failing writes nothing, and /readyz says why; the first
+/// list that succeeds is written.
+#[tokio::test(start_paused = true)]
+async fn an_initial_list_that_fails_writes_nothing() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.ingress_lists = (0..4).map(|_| list_failed()).collect();
+    let r = start(st, &["--leader-elect=false", "--listen-health", &listen]);
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", INGRESS_LIST) >= 4)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert_eq!(
+        r.api.count("PUT", COREDNS),
+        0,
+        "nothing written on a failed list"
+    );
+    assert_eq!(r.api.count("GET", COREDNS), 0, "nothing even read");
+    let (code, why) = http_get(port, "/readyz").await;
+    assert_eq!(
+        (code, why.as_str()),
+        (
+            503,
+            "syncing: waiting for the initial list of every watched kind\n"
+        )
+    );
+    assert!(r.api.wait_for(60, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert!(r
+        .state
+        .lock()
+        .unwrap()
+        .corefile
+        .contains("shop.example.com"));
+    r.shutdown().await;
+}
+
+/// A watch that must list again (410 Gone) and whose new list fails, then comes back partial
+/// (the second page fails), never empties the block: the store keeps the last complete list
+/// until a new one is complete, so a sync meanwhile (the resync) writes no host away.
+#[tokio::test(start_paused = true)]
+async fn a_relist_that_fails_or_comes_back_partial_removes_nothing() {
+    const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true";
+    let ingresses = vec![
+        ingress("shop", &["shop.example.com"]),
+        ingress("blog", &["blog.example.com"]),
+    ];
+    let r = start(
+        state_with(ingresses.clone()),
+        &[
+            "--leader-elect=false",
+            "--resync",
+            "1m",
+            "--watch-idle-timeout",
+            "0",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    let mut first_page = list(
+        "networking.k8s.io/v1",
+        "IngressList",
+        "",
+        vec![ingresses[0].clone()],
+    );
+    first_page["metadata"]["continue"] = json!("page-2");
+    r.state.lock().unwrap().ingress_lists = vec![
+        list_failed(),
+        list_failed(),
+        Answer::Json(200, first_page),
+        list_failed(),
+        Answer::Hold,
+    ];
+    let gone =
+        json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")});
+    r.api.deliver(INGRESS_WATCH, gone).await;
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", "&continue=page-2") >= 1)
+            .await,
+        "the partial list was read: {:#?}",
+        r.api.calls()
+    );
+    // The next list hangs, so the store is as the failures left it when the resync (1m)
+    // computes and writes the set: the block must still hold both hosts.
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", INGRESS_LIST) >= 5)
+            .await
+    );
+    let reads = r.api.count("GET", COREDNS);
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(
+        r.api.count("GET", COREDNS) > reads,
+        "the resync read the ConfigMap"
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    let api = r.shutdown().await;
+    assert!(
+        corefile.contains("shop.example.com") && corefile.contains("blog.example.com"),
+        "{corefile}"
+    );
+    assert_eq!(api.count("PUT", COREDNS), 1, "{:#?}", api.calls());
 }
