@@ -230,7 +230,10 @@ struct Sent {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
     /// A new Event (`POST`).
-    Create { namespace: String, event: K8sEvent },
+    Create {
+        namespace: String,
+        event: Box<K8sEvent>,
+    },
     /// A repeat of an Event created earlier: a merge patch of its `series` (`PATCH`).
     Repeat {
         namespace: String,
@@ -337,7 +340,10 @@ impl Publisher {
                 last: now,
             },
         );
-        Request::Create { namespace, event }
+        Request::Create {
+            namespace,
+            event: Box::new(event),
+        }
     }
 
     /// The Event of a repeat is gone (deleted, or expired sooner than the window assumed):
@@ -358,7 +364,7 @@ async fn send(
     match request {
         Request::Create { namespace, event } => {
             let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
-            api.create(&PostParams::default(), &event).await.map(drop)
+            api.create(&PostParams::default(), &*event).await.map(drop)
         }
         Request::Repeat {
             namespace,
