@@ -106,6 +106,43 @@ impl IpModeArgs {
     }
 }
 
+/// The mass removal guard (`removal_guard`): a write that would remove most of the last
+/// write's hostnames waits until the same set has been seen for a while.
+#[derive(Args, Clone, Debug)]
+pub struct RemovalGuardArgs {
+    /// Hold a write that removes more than this share (0 to 1) of the last write's hostnames
+    /// (and at least --removal-guard-min of them): the last write stays in place meanwhile.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_REMOVAL_GUARD_SHARE", value_name = "SHARE", default_value = "0.5", value_parser = parse_share)]
+    pub removal_guard_share: f64,
+
+    /// A write that removes fewer hostnames than this is never held.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_REMOVAL_GUARD_MIN", value_name = "COUNT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub removal_guard_min: u32,
+
+    /// How long a held write's hostname set must stay the same before it is written (another
+    /// set starts the wait again); 0 writes at once, turning the guard off.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_REMOVAL_GUARD_HOLD", value_name = "DURATION", default_value = "5m", value_parser = crate::flags::parse_duration)]
+    pub removal_guard_hold: Duration,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        Ok(_) => Err("must be at least 0 and less than 1 (0.5: more than half)".into()),
+        Err(_) => Err(format!("{s:?} is not a number (0.5: more than half)")),
+    }
+}
+
+impl RemovalGuardArgs {
+    pub fn policy(&self) -> crate::controller::removal_guard::Policy {
+        crate::controller::removal_guard::Policy {
+            share: self.removal_guard_share,
+            min: self.removal_guard_min as usize,
+            hold: self.removal_guard_hold,
+        }
+    }
+}
+
 /// The shortest `--watch-idle-timeout`: the API server sends a bookmark about once a minute
 /// (and one before each watch's 290 s deadline), so a healthy quiet watch can go a minute and a
 /// little more without one; anything shorter would restart healthy watches.
@@ -165,6 +202,35 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removal_guard_flags() {
+        use crate::controller::removal_guard::Policy;
+        let parse = |argv: &[&str]| crate::flags::parse_args::<RemovalGuardArgs>(argv);
+        assert_eq!(parse(&[]).unwrap().policy(), Policy::DEFAULT);
+        let p = parse(&[
+            "--removal-guard-share",
+            "0",
+            "--removal-guard-min",
+            "1",
+            "--removal-guard-hold",
+            "0s",
+        ])
+        .unwrap()
+        .policy();
+        assert_eq!((p.share, p.min, p.hold), (0.0, 1, Duration::ZERO));
+        for (flag, bad, says) in [
+            ("--removal-guard-share", "1", "less than 1"),
+            ("--removal-guard-share=-0.1", "", "at least 0"),
+            ("--removal-guard-share", "half", "not a number"),
+            ("--removal-guard-min", "0", "1.."),
+            ("--removal-guard-hold", "soon", ""),
+        ] {
+            let argv: Vec<&str> = [flag, bad].into_iter().filter(|a| !a.is_empty()).collect();
+            let e = parse(&argv).unwrap_err().to_string();
+            assert!(e.contains(says), "{flag} {bad}: {e}");
+        }
+    }
 
     #[test]
     fn watch_idle_timeout() {

@@ -112,18 +112,19 @@ pub async fn watch(
         }
         report.skipped.set(which, *now);
         gauge.set(i64::from(*now));
-        let note = if *now {
+        let (reason, note) = if *now {
             tracing::info!(
                 %target,
                 service = %service,
                 "every load-balancer address of the ingress controller reports ipMode Proxy: \
                  in-cluster clients reach the load balancer, so this target's names are left out"
             );
-            format!(
+            let note = format!(
                 "every load-balancer address reports ipMode: Proxy (KEP-1860), so in-cluster \
                  clients of target {target} go through the load balancer and ouroboros leaves \
                  its names out (--skip-proxy-ipmode=false keeps them)"
-            )
+            );
+            (events::HAIRPIN_SKIPPED, note)
         } else {
             tracing::info!(
                 %target,
@@ -131,14 +132,15 @@ pub async fn watch(
                 "the ingress controller's load balancer no longer reports ipMode Proxy on every \
                  address: this target's names are hairpinned again"
             );
-            format!(
+            let note = format!(
                 "not every load-balancer address reports ipMode: Proxy any more: ouroboros \
                  hairpins the names of target {target} again"
-            )
+            );
+            (events::HAIRPIN_RESTORED, note)
         };
         report.notifier.send(events::Notice {
             regarding: regarding.clone(),
-            reason: events::HAIRPIN_SKIPPED,
+            reason,
             action: "Hairpin",
             note,
         });

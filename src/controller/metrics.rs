@@ -59,6 +59,10 @@ pub struct Metrics {
     /// Objects the last sync kept although they are to go, because the object of ours that
     /// replaces them is not written yet (external-dns mode).
     pub kept_objects: Gauge,
+    /// The hostnames a write held by the removal guard would remove (0: nothing held).
+    pub removal_held: Gauge,
+    /// Writes the removal guard started holding.
+    pub removal_holds: Counter,
     pub last_success: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -99,6 +103,8 @@ impl Metrics {
             reverts: Counter::default(),
             watch_restarts: Family::default(),
             kept_objects: Gauge::default(),
+            removal_held: Gauge::default(),
+            removal_holds: Counter::default(),
             last_success: Arc::default(),
         };
         let r = r.sub_registry_with_prefix("ouroboros_controller");
@@ -157,6 +163,18 @@ impl Metrics {
              over, renamed or no longer wanted), because the object of ours publishing their \
              names is not written yet; RecordKept Events name them",
             m.kept_objects.clone(),
+        );
+        r.register(
+            "removal_held_hostnames",
+            "Hostnames a held write would remove: it removes more than --removal-guard-share \
+             of the last write's, so the last write stays until the same set has been seen for \
+             --removal-guard-hold (0: nothing held); a RemovalHeld Event says which",
+            m.removal_held.clone(),
+        );
+        r.register(
+            "removal_holds",
+            "Writes the mass removal guard started holding",
+            m.removal_holds.clone(),
         );
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m

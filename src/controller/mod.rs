@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod projection;
 pub mod proxy_watch;
 pub mod rbac;
+pub mod removal_guard;
 pub mod revert;
 pub mod sources;
 pub mod sync;
@@ -32,6 +33,7 @@ use self::events::Notifier;
 use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
+use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::args::{DnsArgs, Mode};
 use crate::dns::corefile::Findings;
@@ -67,6 +69,9 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub ipmode: args::IpModeArgs,
+
+    #[command(flatten)]
+    pub removal_guard: args::RemovalGuardArgs,
 
     /// Leader election (shared with `doctor`).
     #[command(flatten)]
@@ -120,6 +125,8 @@ struct Status {
     leader: bool,
     /// Result of the last sink call while leader (`None`: none yet).
     last: Option<Result<(), String>>,
+    /// Why a write is held by the removal guard (`None`: nothing held).
+    held: Option<String>,
 }
 
 fn ready(synced: bool, status: &Status) -> Result<(), String> {
@@ -128,6 +135,9 @@ fn ready(synced: bool, status: &Status) -> Result<(), String> {
     }
     if !status.leader {
         return Ok(()); // a warm standby
+    }
+    if let Some(why) = &status.held {
+        return Err(format!("removal-held: {why}"));
     }
     match &status.last {
         Some(Ok(())) => Ok(()),
@@ -224,7 +234,10 @@ pub async fn run_with(
             d
         },
         inputs,
-        sync::Timing::new(args.debounce, args.resync),
+        (
+            sync::Timing::new(args.debounce, args.resync),
+            removal_guard::Guard::new(args.removal_guard.policy()),
+        ),
         &mut hooks,
         stop.clone(),
     )
@@ -489,11 +502,13 @@ fn revert_reporter(
             regarding: events::key_reference(&object),
             reason: events::BLOCK_REVERTED,
             action: "Restore",
+            // No running count in the note: each later revert is then a repeat of this
+            // message, counted up on one Event rather than a new Event each time.
             note: format!(
-                "the ouroboros block in the Corefile was reverted {} times within 10 minutes; \
-                 another writer re-renders this ConfigMap. ouroboros keeps restoring it with \
-                 backoff; consider --mode coredns-import",
-                r.count
+                "the ouroboros block in the Corefile was reverted {} or more times within 10 \
+                 minutes; another writer re-renders this ConfigMap. ouroboros keeps restoring \
+                 it with backoff; consider --mode coredns-import",
+                revert::THRESHOLD
             ),
         });
     }
@@ -551,6 +566,37 @@ struct ControllerHooks {
     /// (object, note) of the kept external-dns objects already reported, so each gets one log
     /// line and one Event while it stays kept for the same reason.
     kept_reported: BTreeSet<(String, String)>,
+    /// The removal guard's settings, for its messages.
+    guard: Policy,
+    /// Where a held write's Event goes: the Corefile's ConfigMap, else the controller's Pod.
+    guard_object: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+/// The message of a write held by the removal guard: the same for the same removal, so that
+/// seeing it again counts up one Event.
+fn removal_note(removed: usize, last: usize, p: &Policy) -> String {
+    format!(
+        "a write would remove {removed} of the {last} hostnames written last (more than {}% \
+         and at least {}): held, and the last write kept, until the same hostnames have been \
+         seen for {} (--removal-guard-hold). If the removal is meant, wait, or restart the \
+         controller with --removal-guard-hold=0s to write it at once; if not, check what \
+         changed in the sources (IngressClasses, filters, Gateway-API CRDs, RBAC)",
+        p.share * 100.0,
+        p.min,
+        humantime::format_duration(p.hold)
+    )
+}
+
+/// The controller's own Pod (`$HOSTNAME` in its namespace), for Events about no object of the
+/// cluster's.
+fn own_pod() -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(crate::dns::args::own_namespace()),
+        name: Some(std::env::var("HOSTNAME").unwrap_or_else(|_| "ouroboros-controller".into())),
+        ..Default::default()
+    }
 }
 
 impl ControllerHooks {
@@ -562,7 +608,14 @@ impl ControllerHooks {
         targets: Vec<TargetRule>,
         applied_tx: watch::Sender<Option<revert::Written>>,
     ) -> Self {
+        let target =
+            (args.dns.mode == Mode::Coredns).then(|| configmap_object(&args.dns.coredns_target()));
         Self {
+            guard: args.removal_guard.policy(),
+            guard_object: target
+                .as_ref()
+                .map(events::key_reference)
+                .unwrap_or_else(own_pod),
             mode,
             metrics,
             status,
@@ -572,8 +625,7 @@ impl ControllerHooks {
             targets,
             applied_tx,
             reload_warned: false,
-            target: (args.dns.mode == Mode::Coredns)
-                .then(|| configmap_object(&args.dns.coredns_target())),
+            target,
             shadows_warned: BTreeSet::new(),
             last_notice: None,
             kept_reported: BTreeSet::new(),
@@ -819,6 +871,61 @@ impl sync::Hooks for ControllerHooks {
         let mut s = self.status.lock().expect("status lock");
         s.leader = leader;
         s.last = None;
+        s.held = None;
+        self.metrics.removal_held.set(0);
+    }
+
+    fn guarded(&mut self, verdict: &Verdict) {
+        let (removed, last) = match *verdict {
+            Verdict::Apply => {
+                self.metrics.removal_held.set(0);
+                self.status.lock().expect("status lock").held = None;
+                return;
+            }
+            Verdict::Release { removed, last } => {
+                if self
+                    .status
+                    .lock()
+                    .expect("status lock")
+                    .held
+                    .take()
+                    .is_some()
+                {
+                    self.metrics.removal_held.set(0);
+                    tracing::info!(
+                        mode = self.mode,
+                        removed,
+                        last,
+                        "the held hostname set stayed the same for --removal-guard-hold; \
+                         writing it"
+                    );
+                }
+                return;
+            }
+            Verdict::Hold {
+                removed,
+                last,
+                fresh: false,
+                ..
+            } => {
+                tracing::debug!(mode = self.mode, removed, last, "write still held");
+                return;
+            }
+            Verdict::Hold { removed, last, .. } => (removed, last),
+        };
+        self.metrics.removal_held.set(removed as i64);
+        self.metrics.removal_holds.inc();
+        let note = removal_note(removed, last, &self.guard);
+        tracing::warn!(mode = self.mode, removed, last, "{note}");
+        self.status.lock().expect("status lock").held = Some(format!(
+            "a write that removes {removed} of {last} hostnames is held"
+        ));
+        self.notifier.send(events::Notice {
+            regarding: self.guard_object.clone(),
+            reason: events::REMOVAL_HELD,
+            action: "Write",
+            note,
+        });
     }
 }
 
@@ -872,7 +979,11 @@ mod tests {
 
     #[test]
     fn readiness() {
-        let st = |leader, last: Option<Result<(), String>>| Status { leader, last };
+        let st = |leader, last: Option<Result<(), String>>| Status {
+            leader,
+            last,
+            held: None,
+        };
         assert!(ready(false, &st(false, None))
             .unwrap_err()
             .starts_with("syncing"));
@@ -881,6 +992,37 @@ mod tests {
         assert_eq!(ready(true, &st(true, Some(Ok(())))), Ok(()));
         let e = ready(true, &st(true, Some(Err("403".into())))).unwrap_err();
         assert!(e.starts_with("write-failed: 403"), "{e}");
+        let held = Status {
+            held: Some("a write that removes 12 of 20 hostnames is held".into()),
+            ..st(true, Some(Ok(())))
+        };
+        assert_eq!(
+            ready(true, &held),
+            Err("removal-held: a write that removes 12 of 20 hostnames is held".into())
+        );
+        assert_eq!(
+            ready(
+                true,
+                &Status {
+                    leader: false,
+                    ..held
+                }
+            ),
+            Ok(()),
+            "standby"
+        );
+    }
+
+    #[test]
+    fn removal_note_says_what_and_what_to_do() {
+        assert_eq!(
+            removal_note(12, 20, &Policy::DEFAULT),
+            "a write would remove 12 of the 20 hostnames written last (more than 50% and at \
+             least 10): held, and the last write kept, until the same hostnames have been seen \
+             for 5m (--removal-guard-hold). If the removal is meant, wait, or restart the \
+             controller with --removal-guard-hold=0s to write it at once; if not, check what \
+             changed in the sources (IngressClasses, filters, Gateway-API CRDs, RBAC)"
+        );
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //!   new set, a forced sync or the next resync.
 //! - Only the leader writes: a standby computes (for metrics) but never calls the sink; gaining
 //!   the lease syncs at once; losing it cancels an in-flight write.
+//! - A set that would remove most of the last write's hosts is held by the
+//!   [`removal_guard`](super::removal_guard): the last write stays (a forced sync writes it
+//!   again), and the set is written once it has stayed the same for the hold time.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -24,6 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::hostnames::Desired;
+use super::removal_guard::{Guard, Verdict};
 use crate::dns::write::apply::Applied;
 use crate::dns::write::error::SinkError;
 use crate::dns::write::plan::Plan;
@@ -82,6 +86,8 @@ pub struct Trigger {
     retry_at: Option<Instant>,
     next_backoff: Duration,
     next_resync: Instant,
+    /// A held write is due for release then.
+    wake: Option<Instant>,
 }
 
 impl Trigger {
@@ -95,7 +101,13 @@ impl Trigger {
             retry_at: None,
             next_backoff: timing.backoff,
             next_resync: now + timing.resync,
+            wake: None,
         }
+    }
+
+    /// Look at the set again at `at` (when a held write is due for release).
+    pub fn wake_at(&mut self, at: Instant) {
+        self.wake = Some(at);
     }
 
     /// Whether every watched kind has delivered its initial list. Becoming synced syncs at once.
@@ -146,7 +158,7 @@ impl Trigger {
         let burst = self
             .burst
             .map(|(first, last)| (last + self.timing.debounce).min(first + self.timing.max_wait));
-        [burst, self.retry_at, Some(self.next_resync)]
+        [burst, self.retry_at, self.wake, Some(self.next_resync)]
             .into_iter()
             .flatten()
             .min()
@@ -162,8 +174,12 @@ impl Trigger {
         });
         let retry_due = self.retry_at.is_some_and(|t| now >= t);
         let resync_due = now >= self.next_resync;
-        if !(self.force || burst_due || retry_due || resync_due) {
+        let wake_due = self.wake.is_some_and(|t| now >= t);
+        if !(self.force || burst_due || retry_due || resync_due || wake_due) {
             return None;
+        }
+        if wake_due {
+            self.wake = None;
         }
         let force = self.force || retry_due || resync_due;
         self.force = false;
@@ -210,6 +226,9 @@ pub trait Hooks: Send {
     fn abandoned(&mut self) {}
     /// Leadership as the engine sees it.
     fn leader(&mut self, _leader: bool) {}
+    /// The removal guard's verdict on the set about to be written (every write, so that a hold
+    /// that ended is seen).
+    fn guarded(&mut self, _verdict: &Verdict) {}
 }
 
 /// No-op hooks (tests, benchmarks).
@@ -256,14 +275,95 @@ impl<T: Copy> Signal<T> {
     }
 }
 
-/// Runs until `stop` is cancelled. `snapshot` computes the desired state from the watch stores.
+/// What the engine remembers of its writes while leader.
+struct Writes {
+    /// The plan last applied (written, or found in place) while leader, or refused for good
+    /// (`None`: nothing known): a plain change to the same plan is not written again.
+    applied: Option<Plan>,
+    /// The plan of the last successful write while leader: what the removal guard compares
+    /// with, and what stays written while a set is held.
+    written: Option<Plan>,
+    guard: Guard,
+}
+
+impl Writes {
+    /// The lease was lost: another replica writes now, so what this one wrote is not known to
+    /// be in place any more.
+    fn forget(&mut self) {
+        self.applied = None;
+        self.written = None;
+        self.guard.reset();
+    }
+
+    /// The plan to write for `desired`: itself, or the last write's while the guard holds it.
+    fn guarded<H: Hooks>(&mut self, desired: Plan, trigger: &mut Trigger, hooks: &mut H) -> Plan {
+        let last = self.written.as_ref().map(|p| &p.hosts);
+        let verdict = self.guard.check(last, &desired.hosts, Instant::now());
+        hooks.guarded(&verdict);
+        match (verdict, &self.written) {
+            (Verdict::Hold { until, .. }, Some(written)) => {
+                trigger.wake_at(until);
+                written.clone()
+            }
+            _ => desired,
+        }
+    }
+
+    /// One write of the leader: the guard's verdict, then the sink unless the plan is the one
+    /// applied already (and the write is not forced).
+    async fn write<S: Sink, H: Hooks>(
+        &mut self,
+        sink: &S,
+        desired: Plan,
+        action: Action,
+        (trigger, hooks): (&mut Trigger, &mut H),
+        leader: &mut watch::Receiver<bool>,
+    ) {
+        let plan = self.guarded(desired, trigger, hooks);
+        if !action.force && self.applied.as_ref() == Some(&plan) {
+            hooks.unchanged(&plan.hosts);
+            return;
+        }
+        let result = tokio::select! {
+            r = sink.apply(&plan) => Some(r),
+            _ = lost(leader) => None,
+        };
+        match result {
+            Some(Ok(a)) => {
+                trigger.succeeded(Instant::now());
+                hooks.applied(&plan.hosts, a);
+                self.written = Some(plan.clone());
+                self.applied = Some(plan);
+            }
+            Some(Err(e)) if e.is_permanent() => {
+                // Retrying the same set cannot help: wait for a new one (or a forced sync),
+                // and report the failure as it stands.
+                trigger.succeeded(Instant::now());
+                hooks.failed(&e, Duration::ZERO);
+                self.applied = Some(plan);
+            }
+            Some(Err(e)) => {
+                self.applied = None;
+                let delay = trigger.failed(Instant::now());
+                hooks.failed(&e, delay);
+            }
+            None => {
+                self.applied = None;
+                hooks.abandoned();
+            }
+        }
+    }
+}
+
+/// Runs until `stop` is cancelled. `snapshot` computes the desired state from the watch stores;
+/// `guard` holds writes that would remove most of the last one's hosts.
 /// A sink call in progress when `stop` fires is finished (it is never left half-done); one in
 /// progress when the lease is lost is dropped at once. Returns the last set applied.
 pub async fn run<S, F, H>(
     sink: &S,
     mut snapshot: F,
     inputs: Inputs,
-    timing: Timing,
+    (timing, guard): (Timing, Guard),
     hooks: &mut H,
     stop: CancellationToken,
 ) -> Option<BTreeSet<Hostname>>
@@ -279,8 +379,11 @@ where
     changes.get();
     forced.get();
     let mut trigger = Trigger::new(timing, Instant::now());
-    // The plan last applied successfully while leader (`None`: nothing known).
-    let mut applied: Option<Plan> = None;
+    let mut writes = Writes {
+        applied: None,
+        written: None,
+        guard,
+    };
     let mut was_leader = None;
     loop {
         trigger.set_synced(synced.get());
@@ -289,7 +392,7 @@ where
         if was_leader != Some(is_leader) {
             hooks.leader(is_leader);
             if !is_leader {
-                applied = None;
+                writes.forget();
             }
             was_leader = Some(is_leader);
         }
@@ -299,40 +402,13 @@ where
             hooks.desired(&desired, action.write);
             if action.write {
                 let plan = desired.into_plan();
-                if !action.force && applied.as_ref() == Some(&plan) {
-                    hooks.unchanged(&plan.hosts);
-                } else {
-                    let result = tokio::select! {
-                        r = sink.apply(&plan) => Some(r),
-                        _ = lost(&mut leader.rx) => None,
-                    };
-                    match result {
-                        Some(Ok(a)) => {
-                            trigger.succeeded(Instant::now());
-                            hooks.applied(&plan.hosts, a);
-                            applied = Some(plan);
-                        }
-                        Some(Err(e)) if e.is_permanent() => {
-                            // Retrying the same set cannot help: wait for a new one (or a
-                            // forced sync), and report the failure as it stands.
-                            trigger.succeeded(Instant::now());
-                            hooks.failed(&e, Duration::ZERO);
-                            applied = Some(plan);
-                        }
-                        Some(Err(e)) => {
-                            applied = None;
-                            let delay = trigger.failed(Instant::now());
-                            hooks.failed(&e, delay);
-                        }
-                        None => {
-                            applied = None;
-                            hooks.abandoned();
-                        }
-                    }
-                }
+                let hooks_trigger = (&mut trigger, &mut *hooks);
+                writes
+                    .write(sink, plan, action, hooks_trigger, &mut leader.rx)
+                    .await;
             }
             if stop.is_cancelled() {
-                return applied.map(|p| p.hosts);
+                return writes.applied.map(|p| p.hosts);
             }
             continue;
         }
@@ -340,7 +416,7 @@ where
         let deadline = trigger.deadline();
         tokio::select! {
             biased;
-            _ = stop.cancelled() => return applied.map(|p| p.hosts),
+            _ = stop.cancelled() => return writes.applied.map(|p| p.hosts),
             _ = leader.changed() => {}
             _ = synced.changed() => {}
             _ = forced.changed() => trigger.force(),
@@ -372,6 +448,7 @@ async fn lost(leader: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::removal_guard::Policy;
     use crate::dns::write::apply::Outcome;
     use crate::hostname::HostPolicy;
     use std::sync::{Arc, Mutex};
@@ -599,7 +676,15 @@ mod tests {
                     }
                     d
                 };
-                run(&s, snapshot, inputs, timing(), &mut (), st).await
+                run(
+                    &s,
+                    snapshot,
+                    inputs,
+                    (timing(), Guard::new(Policy::DEFAULT)),
+                    &mut (),
+                    st,
+                )
+                .await
             });
             Rig {
                 sink,

@@ -46,6 +46,7 @@ const ALERTS: &[&str] = &[
     "OuroborosBlockReverted",
     "OuroborosHostnameConflicts",
     "OuroborosWatchRestarts",
+    "OuroborosRemovalHeld",
     "OuroborosBlockTooLarge",
 ];
 /// The alerts about the controller, absent when the controller Deployment is not rendered: the

@@ -132,6 +132,8 @@ struct State {
     services: Vec<Value>,
     /// node-local-dns's Corefile and resourceVersion (`None`: 404).
     node_local: Option<(String, u64)>,
+    /// Answers for the next Ingress list requests (any page), before the list of `ingresses`.
+    ingress_lists: Vec<Answer>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -149,6 +151,9 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
         }
         if m == "GET" && st.hold_lists.iter().any(|p| u.starts_with(p)) {
             return Answer::Hold;
+        }
+        if m == "GET" && u.starts_with(INGRESS_LIST) && !st.ingress_lists.is_empty() {
+            return st.ingress_lists.remove(0);
         }
         match m {
             "GET" if u == INGRESS_LIST => Answer::Json(
@@ -768,7 +773,7 @@ async fn a_reverted_block_is_restored_and_repeated_reverts_are_reported() {
     .unwrap();
     assert_eq!(ev["reason"], "BlockReverted");
     assert_eq!(ev["regarding"]["name"], "coredns");
-    assert!(ev["note"].as_str().unwrap().contains("3 times"));
+    assert!(ev["note"].as_str().unwrap().contains("3 or more times"));
     // The third restore waits (backoff), so it has not happened yet.
     assert_eq!(api.count("PUT", COREDNS), 3);
 }
@@ -1710,4 +1715,442 @@ async fn opt_out_namespaces_and_rule_hosts_shape_the_block() {
         ["plain.example.com", "shop.example.com"],
         "{corefile}"
     );
+}
+
+/// The Events' bodies, in the order sent, for one method.
+fn event_bodies(api: &Routed, method: &str) -> Vec<(String, Value)> {
+    api.matching(method, EVENTS)
+        .into_iter()
+        .map(|(u, b)| (u, b.expect("an Event request has a body")))
+        .collect()
+}
+
+/// Two conflicts on one Ingress (another host lost, to another winner) are two Events, each
+/// with its own note; the second conflict going away and coming back is a true repeat, counted
+/// up on its own Event (not on the first).
+#[tokio::test]
+async fn each_conflict_message_is_its_own_event_and_a_repeat_counts_up() {
+    const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true";
+    let mut st = state_with(vec![
+        classed(
+            "shop",
+            "nginx",
+            None,
+            &["shop.example.com", "www.example.com"],
+        ),
+        classed("shop-traefik", "traefik", None, &["shop.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("proxy-traefik", &["10.96.0.60"])];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    let mut www = classed("www-traefik", "traefik", None, &["www.example.com"]);
+    www["metadata"]["resourceVersion"] = json!("11");
+    let puts = |a: &Routed| a.count("PUT", COREDNS);
+    let step = |kind: &'static str, rv: &'static str| {
+        let mut o = www.clone();
+        o["metadata"]["resourceVersion"] = json!(rv);
+        json!({"type": kind, "object": o})
+    };
+    r.api.deliver(INGRESS_WATCH, step("ADDED", "11")).await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 2).await);
+    // Gone (www goes back to nginx's proxy: a write), then back: the same loss again.
+    let before = puts(&r.api);
+    r.api.deliver(INGRESS_WATCH, step("DELETED", "12")).await;
+    assert!(r.api.wait_for(10, |a| puts(a) > before).await);
+    r.api.deliver(INGRESS_WATCH, step("ADDED", "13")).await;
+    assert!(
+        r.api.wait_for(10, |a| a.count("PATCH", EVENTS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let api = r.shutdown().await;
+
+    let created = event_bodies(&api, "POST");
+    assert_eq!(created.len(), 2, "{created:#?}");
+    for (uri, ev) in &created {
+        assert_eq!(uri, "/apis/events.k8s.io/v1/namespaces/web/events?");
+        assert_eq!(ev["reason"], "HostnameConflict");
+        assert_eq!(ev["type"], "Warning");
+        assert_eq!(ev["regarding"]["name"], "shop");
+        assert_eq!(ev["reportingController"], "ouroboros-controller");
+    }
+    let notes: Vec<&str> = created
+        .iter()
+        .map(|(_, e)| e["note"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "not hairpinned through target default: shop.example.com goes to target traefik \
+             through Ingress web/shop-traefik; set the ouroboros.io/priority annotation (higher \
+             wins) to choose",
+            "not hairpinned through target default: www.example.com goes to target traefik \
+             through Ingress web/www-traefik; set the ouroboros.io/priority annotation (higher \
+             wins) to choose",
+        ]
+    );
+    let second = created[1].1["metadata"]["name"].as_str().unwrap();
+    let repeats = event_bodies(&api, "PATCH");
+    assert_eq!(repeats.len(), 1, "{repeats:#?}");
+    assert_eq!(
+        repeats[0].0,
+        format!("/apis/events.k8s.io/v1/namespaces/web/events/{second}?")
+    );
+    let series = &repeats[0].1["series"];
+    assert_eq!(series["count"], 2, "{:#?}", repeats[0].1);
+    assert!(series["lastObservedTime"].is_string());
+    assert_eq!(
+        repeats[0].1.as_object().unwrap().len(),
+        1,
+        "only the series changes: the API refuses a changed note"
+    );
+}
+
+/// A target's names coming back after `ipMode: Proxy` went away is a `HairpinRestored` Event
+/// (Normal) of its own, not a repeat of the skip; the skip seen again counts up its own Event.
+#[tokio::test]
+async fn a_target_hairpinned_again_gets_its_own_event() {
+    const TRAEFIK_WATCH: &str =
+        "watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dtraefik";
+    let mut st = state_with(vec![
+        classed("shop", "nginx", None, &["shop.example.com"]),
+        classed("blog", "traefik", None, &["blog.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![
+        service("proxy-traefik", &["10.96.0.60"]),
+        proxied_lb("traefik"),
+    ];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik,\
+             ingress-controller=ouroboros/traefik",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    let mut vip = proxied_lb("traefik");
+    vip["metadata"]["resourceVersion"] = json!("8");
+    vip["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("VIP");
+    r.api
+        .deliver(TRAEFIK_WATCH, json!({"type": "MODIFIED", "object": vip}))
+        .await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 2).await);
+    let mut proxied = proxied_lb("traefik");
+    proxied["metadata"]["resourceVersion"] = json!("9");
+    r.api
+        .deliver(
+            TRAEFIK_WATCH,
+            json!({"type": "MODIFIED", "object": proxied}),
+        )
+        .await;
+    assert!(r.api.wait_for(10, |a| a.count("PATCH", EVENTS) >= 1).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let api = r.shutdown().await;
+
+    let created = event_bodies(&api, "POST");
+    let seen: Vec<(&str, &str, &str)> = created
+        .iter()
+        .map(|(u, e)| {
+            assert_eq!(u, "/apis/events.k8s.io/v1/namespaces/ouroboros/events?");
+            assert_eq!(e["regarding"]["name"], "traefik");
+            (
+                e["reason"].as_str().unwrap(),
+                e["type"].as_str().unwrap(),
+                e["note"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "HairpinSkipped",
+                "Warning",
+                "every load-balancer address reports ipMode: Proxy (KEP-1860), so in-cluster \
+                 clients of target traefik go through the load balancer and ouroboros leaves its \
+                 names out (--skip-proxy-ipmode=false keeps them)"
+            ),
+            (
+                "HairpinRestored",
+                "Normal",
+                "not every load-balancer address reports ipMode: Proxy any more: ouroboros \
+                 hairpins the names of target traefik again"
+            ),
+        ]
+    );
+    let first = created[0].1["metadata"]["name"].as_str().unwrap();
+    let repeats = event_bodies(&api, "PATCH");
+    assert_eq!(repeats.len(), 1, "{repeats:#?}");
+    assert_eq!(
+        repeats[0].0,
+        format!("/apis/events.k8s.io/v1/namespaces/ouroboros/events/{first}?")
+    );
+    assert_eq!(repeats[0].1["series"]["count"], 2);
+}
+
+/// One Ingress with `n` hosts h0..h(n-1).example.com.
+fn many(n: usize) -> Value {
+    let hosts: Vec<String> = (0..n).map(|i| format!("h{i}.example.com")).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    ingress("shop", &hosts)
+}
+
+/// The Ingress `shop` now has `n` hosts (on the watch, and for any relist).
+async fn shrink_to(r: &Running, n: usize, rv: u64) {
+    let mut o = many(n);
+    o["metadata"]["resourceVersion"] = json!(rv.to_string());
+    r.state.lock().unwrap().ingresses = vec![o.clone()];
+    r.api
+        .deliver(
+            "/apis/networking.k8s.io/v1/ingresses?&watch=true",
+            json!({"type": "MODIFIED", "object": o}),
+        )
+        .await;
+}
+
+fn hosts_in(corefile: &str) -> usize {
+    corefile.matches(".example.com").count()
+}
+
+/// A change that removes 10 of 12 hosts is held: the block keeps the 12, a RemovalHeld Event on
+/// the ConfigMap, the held-hostnames metric and a /readyz cause say so. Another set meanwhile
+/// starts the hold again; the set written is the one that stayed the same for 5 minutes.
+#[tokio::test(start_paused = true)]
+async fn a_mass_removal_is_held_until_the_same_set_stays_for_the_hold_time() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let flags = [
+        "--leader-elect=false",
+        "--listen-health",
+        &listen,
+        "--resync",
+        "1h",
+        "--watch-idle-timeout",
+        "0",
+    ];
+    let r = start(state_with(vec![many(12)]), &flags);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 12);
+
+    shrink_to(&r, 2, 11).await;
+    assert!(r.api.wait_for(10, |a| a.count("POST", EVENTS) >= 1).await);
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "held 4 minutes in");
+    assert_eq!(
+        hosts_in(&r.state.lock().unwrap().corefile),
+        12,
+        "old block kept"
+    );
+    let (code, ready) = http_get(port, "/readyz").await;
+    assert_eq!(
+        (code, ready.as_str()),
+        (
+            503,
+            "removal-held: a write that removes 10 of 12 hostnames is held\n"
+        )
+    );
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_removal_held_hostnames 10",
+        "ouroboros_controller_removal_holds_total 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+
+    // Another set: the hold starts again, so 5 minutes after the first change nothing is written.
+    shrink_to(&r, 1, 12).await;
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "the hold restarted");
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 1);
+    let (code, _) = http_get(port, "/readyz").await;
+    assert_eq!(code, 200);
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for line in [
+        "ouroboros_controller_removal_held_hostnames 0",
+        "ouroboros_controller_removal_holds_total 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let api = r.shutdown().await;
+    assert_eq!(api.count("PUT", COREDNS), 2, "{:#?}", api.calls());
+    let created = event_bodies(&api, "POST");
+    let held: Vec<(&str, &str, &str)> = created
+        .iter()
+        .map(|(u, e)| {
+            assert_eq!(u, "/apis/events.k8s.io/v1/namespaces/kube-system/events?");
+            (
+                e["reason"].as_str().unwrap(),
+                e["regarding"]["name"].as_str().unwrap(),
+                e["note"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(held.len(), 2, "one a held set: {created:#?}");
+    assert_eq!(held[0].0, "RemovalHeld");
+    assert_eq!(held[0].1, "coredns");
+    assert!(
+        held[0]
+            .2
+            .starts_with("a write would remove 10 of the 12 hostnames"),
+        "{}",
+        held[0].2
+    );
+    assert!(
+        held[1]
+            .2
+            .starts_with("a write would remove 11 of the 12 hostnames"),
+        "{}",
+        held[1].2
+    );
+}
+
+/// With --removal-guard-hold=0s the same removal is written at once, with no Event.
+#[tokio::test]
+async fn a_zero_hold_writes_a_mass_removal_at_once() {
+    let r = start(
+        state_with(vec![many(12)]),
+        &["--leader-elect=false", "--removal-guard-hold=0s"],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    shrink_to(&r, 2, 11).await;
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 2).await);
+    assert_eq!(hosts_in(&r.state.lock().unwrap().corefile), 2);
+    let api = r.shutdown().await;
+    assert_eq!(api.count("POST", EVENTS), 0);
+}
+
+fn list_failed() -> Answer {
+    Answer::Json(
+        500,
+        status(500, "InternalError", "etcdserver: request timed out"),
+    )
+}
+
+/// An initial Ingress list that keeps failing writes nothing, and /readyz says why; the first
+/// list that succeeds is written.
+#[tokio::test(start_paused = true)]
+async fn an_initial_list_that_fails_writes_nothing() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.ingress_lists = (0..4).map(|_| list_failed()).collect();
+    let r = start(st, &["--leader-elect=false", "--listen-health", &listen]);
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", INGRESS_LIST) >= 4)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert_eq!(
+        r.api.count("PUT", COREDNS),
+        0,
+        "nothing written on a failed list"
+    );
+    assert_eq!(r.api.count("GET", COREDNS), 0, "nothing even read");
+    let (code, why) = http_get(port, "/readyz").await;
+    assert_eq!(
+        (code, why.as_str()),
+        (
+            503,
+            "syncing: waiting for the initial list of every watched kind\n"
+        )
+    );
+    assert!(r.api.wait_for(60, |a| a.count("PUT", COREDNS) >= 1).await);
+    assert!(r
+        .state
+        .lock()
+        .unwrap()
+        .corefile
+        .contains("shop.example.com"));
+    r.shutdown().await;
+}
+
+/// A watch that must list again (410 Gone) and whose new list fails, then comes back partial
+/// (the second page fails), never empties the block: the store keeps the last complete list
+/// until a new one is complete, so a sync meanwhile (the resync) writes no host away.
+#[tokio::test(start_paused = true)]
+async fn a_relist_that_fails_or_comes_back_partial_removes_nothing() {
+    const INGRESS_WATCH: &str = "/apis/networking.k8s.io/v1/ingresses?&watch=true";
+    let ingresses = vec![
+        ingress("shop", &["shop.example.com"]),
+        ingress("blog", &["blog.example.com"]),
+    ];
+    let r = start(
+        state_with(ingresses.clone()),
+        &[
+            "--leader-elect=false",
+            "--resync",
+            "1m",
+            "--watch-idle-timeout",
+            "0",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    let mut first_page = list(
+        "networking.k8s.io/v1",
+        "IngressList",
+        "",
+        vec![ingresses[0].clone()],
+    );
+    first_page["metadata"]["continue"] = json!("page-2");
+    r.state.lock().unwrap().ingress_lists = vec![
+        list_failed(),
+        list_failed(),
+        Answer::Json(200, first_page),
+        list_failed(),
+        Answer::Hold,
+    ];
+    let gone =
+        json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")});
+    r.api.deliver(INGRESS_WATCH, gone).await;
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", "&continue=page-2") >= 1)
+            .await,
+        "the partial list was read: {:#?}",
+        r.api.calls()
+    );
+    // The next list hangs, so the store is as the failures left it when the resync (1m)
+    // computes and writes the set: the block must still hold both hosts.
+    assert!(
+        r.api
+            .wait_for(60, |a| a.count("GET", INGRESS_LIST) >= 5)
+            .await
+    );
+    let reads = r.api.count("GET", COREDNS);
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(
+        r.api.count("GET", COREDNS) > reads,
+        "the resync read the ConfigMap"
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    let api = r.shutdown().await;
+    assert!(
+        corefile.contains("shop.example.com") && corefile.contains("blog.example.com"),
+        "{corefile}"
+    );
+    assert_eq!(api.count("PUT", COREDNS), 1, "{:#?}", api.calls());
 }

@@ -508,6 +508,9 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- end }}
 - --resync={{ $v.resync }}
 - --watch-idle-timeout={{ $v.watchIdleTimeout }}
+- --removal-guard-share={{ $v.removalGuard.share }}
+- --removal-guard-min={{ $v.removalGuard.min }}
+- --removal-guard-hold={{ $v.removalGuard.hold }}
 - --debounce={{ $v.debounce }}
 - --listen-health=:{{ $v.healthPort }}
 {{- end -}}

@@ -244,3 +244,66 @@ fn label_keys_and_values_we_accept_are_the_ones_the_server_takes() {
         }
     });
 }
+
+/// The Events the controller sends, as the real server keeps them: two messages on one object
+/// with the same reason are two Events, each with its own note, and a repeat of the first counts
+/// up its series (the server accepts the patch, and keeps the note).
+#[test]
+fn each_event_message_is_kept_by_the_server() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+    use ouroboros::controller::events::{self, Notice};
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    runtime().block_on(async {
+        cluster.ensure_namespace(NAMESPACE).await;
+        let client = cluster.admin().await;
+        // A fresh object name each run, so Events of earlier runs are not counted.
+        let object = format!("shop-{}", std::process::id());
+        let notice = |note: &str| Notice {
+            regarding: ObjectReference {
+                api_version: Some("networking.k8s.io/v1".into()),
+                kind: Some("Ingress".into()),
+                namespace: Some(NAMESPACE.into()),
+                name: Some(object.clone()),
+                ..ObjectReference::default()
+            },
+            reason: events::HOSTNAME_CONFLICT,
+            action: "Hairpin",
+            note: note.into(),
+        };
+        let (notifier, task) = events::spawn(client.clone(), "ouroboros-0".into());
+        for note in [
+            "a.example.com goes to x",
+            "b.example.com goes to y",
+            "a.example.com goes to x",
+        ] {
+            notifier.send(notice(note));
+        }
+        drop(notifier);
+        task.await.unwrap();
+
+        let api: Api<Event> = Api::namespaced(client, NAMESPACE);
+        let selector = format!("regarding.name={object}");
+        let listed = api
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .expect("list Events by regarding.name");
+        let mut kept: Vec<(String, Option<i32>)> = listed
+            .items
+            .iter()
+            .map(|e| (e.note.clone().unwrap(), e.series.as_ref().map(|s| s.count)))
+            .collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                ("a.example.com goes to x".to_string(), Some(2)),
+                ("b.example.com goes to y".to_string(), None),
+            ],
+            "{listed:#?}"
+        );
+    });
+}

@@ -455,6 +455,111 @@ fn external_dns_mode_writes_headless_services_the_real_server_accepts() {
     external_dns_mode("service");
 }
 
+/// The mass removal guard in external-dns mode, with the chart's RBAC: an Ingress losing 3 of
+/// its 4 names (the guard set to 3 names, 20 s) keeps the 4 objects, with a RemovalHeld Event
+/// and a /readyz cause, until the same set has been seen for 20 s; then 3 are deleted.
+#[test]
+fn external_dns_mass_removal_is_held_then_written() {
+    use k8s_openapi::api::events::v1::Event;
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let release = "xdns-guard".to_string();
+    let apps = format!("{release}-apps");
+    let install = Install::render(
+        &release,
+        &[
+            "controller.mode=external-dns".into(),
+            "controller.externalDns.output=service".into(),
+            format!("controller.includeNamespaces={{{apps}}}"),
+            "controller.removalGuard.min=3".into(),
+            "controller.removalGuard.hold=20s".into(),
+        ],
+    );
+    let dir = temp_dir(&format!("controller-{release}"));
+    let rt = runtime();
+    let resource = ApiResource::erase::<Service>(&());
+    let all = [
+        "a.guard.example.com",
+        "b.guard.example.com",
+        "c.guard.example.com",
+        "d.guard.example.com",
+    ];
+    let (mut controller, health) = rt.block_on(async {
+        install.apply(cluster).await;
+        cluster.ensure_namespace(&apps).await;
+        // Outside a pod the controller's own namespace (where its Pod's Events go) is
+        // `ouroboros`.
+        cluster.ensure_namespace("ouroboros").await;
+        ingress(cluster, &apps, "shop", &all).await;
+        run_controller(
+            cluster,
+            &install,
+            &install.controller_args(),
+            dir.path(),
+            "guard-0",
+        )
+        .await
+    });
+    let count = |rt: &tokio::runtime::Runtime| {
+        rt.block_on(async {
+            let client = cluster.admin().await;
+            external_objects(&client, &release, &resource, &release)
+                .await
+                .len()
+        })
+    };
+    wait_for(
+        "writing 4 objects",
+        &mut controller,
+        Duration::from_secs(60),
+        || (count(&rt) == 4).then_some(()),
+    );
+
+    rt.block_on(ingress(cluster, &apps, "shop", &all[..1]));
+    let held_at = std::time::Instant::now();
+    wait_for(
+        "holding the removal",
+        &mut controller,
+        Duration::from_secs(15),
+        || {
+            let (code, body) = crate::support::http_get(health, "/readyz");
+            (code == 503 && body.starts_with("removal-held: a write that removes 3 of 4 hostnames"))
+                .then_some(())
+        },
+    );
+    assert_eq!(count(&rt), 4, "the last write is kept while held");
+    let note = rt.block_on(async {
+        let events: Api<Event> = Api::namespaced(cluster.admin().await, "ouroboros");
+        let listed = events
+            .list(&ListParams::default().fields("reason=RemovalHeld"))
+            .await
+            .unwrap();
+        listed.items.into_iter().find_map(|e| {
+            (e.regarding.as_ref()?.name.as_deref() == Some("guard-0")).then_some(e.note?)
+        })
+    });
+    let note = note.expect("a RemovalHeld Event on the controller's Pod");
+    assert!(
+        note.starts_with("a write would remove 3 of the 4 hostnames"),
+        "{note}"
+    );
+    wait_for(
+        "writing the held set",
+        &mut controller,
+        Duration::from_secs(60),
+        || (count(&rt) == 1).then_some(()),
+    );
+    assert!(
+        held_at.elapsed() >= Duration::from_secs(15),
+        "released only after the hold: {:?}",
+        held_at.elapsed()
+    );
+    let (code, _) = crate::support::http_get(health, "/readyz");
+    assert_eq!(code, 200);
+    assert_no_refusal(&controller);
+}
+
 // ---------------------------------------------------------------------------------------------
 // cleanup
 
