@@ -65,9 +65,9 @@ pub struct Target<'a> {
 
 impl Target<'_> {
     fn failure(&self, e: kube::Error) -> ApiFailure {
-        let (code, transport, message) = match &e {
-            kube::Error::Api(s) => (Some(s.code), None, s.message.clone()),
-            other => (None, Some(Cause::of(other)), other.to_string()),
+        let (code, message) = match &e {
+            kube::Error::Api(s) => (Some(s.code), s.message.clone()),
+            other => (None, other.to_string()),
         };
         ApiFailure {
             verb: self.verb,
@@ -75,7 +75,7 @@ impl Target<'_> {
             namespace: self.namespace.map(str::to_string),
             name: self.name.map(str::to_string),
             code,
-            transport,
+            timed_out: Cause::of(&e) == Cause::Timeout,
             message,
         }
     }

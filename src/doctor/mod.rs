@@ -459,9 +459,12 @@ async fn ingress_section(
     // The first call tells whether the API server is reachable at all: a report of a dozen
     // identical transport failures would help nobody.
     if let Some(e) = unreachable {
-        let cause = e
-            .transport
-            .unwrap_or(crate::kube_client::Cause::Unreachable);
+        use crate::kube_client::Cause;
+        let cause = if e.timed_out {
+            Cause::Timeout
+        } else {
+            Cause::Unreachable
+        };
         anyhow::bail!("{} ({e})", cause.hint(""));
     }
     out.extend(first);

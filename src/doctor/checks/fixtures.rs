@@ -45,7 +45,7 @@ pub(super) fn forbidden(resource: &str, name: &str) -> ApiFailure {
         namespace: Some("kube-system".into()),
         name: Some(name.into()),
         code: Some(403),
-        transport: None,
+        timed_out: false,
         message: "forbidden".into(),
     }
 }

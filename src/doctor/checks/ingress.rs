@@ -538,7 +538,7 @@ mod tests {
                     namespace: Some("ingress-nginx".into()),
                     name: Some("ingress-nginx-controller".into()),
                     code: Some(403),
-                    transport: None,
+                    timed_out: false,
                     message: "forbidden".into(),
                 }),
                 Status::Fail,

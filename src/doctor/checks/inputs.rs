@@ -19,8 +19,9 @@ pub struct ApiFailure {
     pub name: Option<String>,
     /// HTTP status, None for transport errors.
     pub code: Option<u16>,
-    /// What a transport error ran into (None with an HTTP status), for its hint.
-    pub transport: Option<crate::kube_client::Cause>,
+    /// A transport error that ran out of `--api-timeout` (the server accepted and stayed
+    /// silent), which gets its own hint.
+    pub timed_out: bool,
     pub message: String,
 }
 
