@@ -910,7 +910,7 @@ mod tests {
                 "init-done",
                 "bookmark",
                 "apply b",
-                "error unexpected API error",
+                "error its resourceVersion is too old (410 Gone): etcd compacted it or the API server restarted; listing again",
                 "init",
                 "init-apply a",
                 "init-done",
