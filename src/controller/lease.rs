@@ -411,20 +411,12 @@ impl ReadReports {
     ) -> Option<Observed> {
         let failure = match read {
             Ok(observed) => {
-                self.repeats.reset();
-                self.read_before = true;
+                self.succeeded();
                 return Some(observed);
             }
             Err(failure) => failure,
         };
-        let cause = failure.cause();
-        if let Some(failures) = self.repeats.failed(cause) {
-            let grant = format!("grant `get` on leases/{name} (apiGroup coordination.k8s.io)");
-            let hint = if self.read_before {
-                cause.hint_after_success(&grant)
-            } else {
-                cause.hint(&grant)
-            };
+        if let Some((failures, hint)) = self.failed(failure.cause(), name) {
             tracing::warn!(
                 %lease,
                 error = %failure,
@@ -434,6 +426,24 @@ impl ReadReports {
             );
         }
         None
+    }
+
+    fn succeeded(&mut self) {
+        self.repeats.reset();
+        self.read_before = true;
+    }
+
+    /// Counts a failed read of Lease `name`; the consecutive count and the hint when it is
+    /// to be logged.
+    fn failed(&mut self, cause: Cause, name: &str) -> Option<(u64, String)> {
+        let failures = self.repeats.failed(cause)?;
+        let grant = format!("grant `get` on leases/{name} (apiGroup coordination.k8s.io)");
+        let hint = if self.read_before {
+            cause.hint_after_success(&grant)
+        } else {
+            cause.hint(&grant)
+        };
+        Some((failures, hint))
     }
 }
 
@@ -447,6 +457,29 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_reads_are_reported_once_per_doubling_with_the_hint_for_their_history() {
+        let mut r = ReadReports::default();
+        // An outage: a read a second, logged at the 1st, 2nd, 4th, 8th and 16th.
+        let logged: Vec<u64> = (0..20)
+            .filter_map(|_| r.failed(Cause::Unreachable, "l").map(|(n, _)| n))
+            .collect();
+        assert_eq!(logged, [1, 2, 4, 8, 16]);
+        // Refused before any read went through: the grant is what is missing.
+        let (n, hint) = r.failed(Cause::Forbidden, "l").unwrap();
+        assert_eq!(n, 1, "a new cause is logged at once");
+        assert!(
+            hint.starts_with("forbidden (403); grant `get` on leases/l"),
+            "{hint}"
+        );
+        // Refused after a read went through: most likely a server that has just started.
+        r.succeeded();
+        let (n, hint) = r.failed(Cause::Forbidden, "l").unwrap();
+        assert_eq!(n, 1, "a success starts the count again");
+        assert!(hint.contains("though it was allowed before"), "{hint}");
+        assert!(hint.ends_with("grant `get` on leases/l (apiGroup coordination.k8s.io)"));
+    }
 
     const ME: &str = "me-1";
 
