@@ -173,6 +173,10 @@ pub enum Cause {
     Forbidden,
     /// 404: the resource is not served (a CRD not installed) or the object is gone.
     NotFound,
+    /// 410 Gone: a watch's resourceVersion is older than the API server still has (etcd
+    /// compacted it, or the API server restarted with a fresh watch cache); routine, the
+    /// watch lists again.
+    Expired,
     Other,
 }
 
@@ -183,6 +187,7 @@ impl Cause {
                 401 => Cause::Unauthorized,
                 403 => Cause::Forbidden,
                 404 => Cause::NotFound,
+                410 => Cause::Expired,
                 _ => Cause::Other,
             };
         }
@@ -264,7 +269,25 @@ impl Cause {
             ),
             Cause::Forbidden => format!("forbidden (403); {permissions}"),
             Cause::NotFound => "not found (404)".to_string(),
+            Cause::Expired => "its resourceVersion is too old (410 Gone): etcd compacted it or \
+                               the API server restarted; listing again"
+                .to_string(),
             Cause::Other => "unexpected API error".to_string(),
+        }
+    }
+
+    /// The hint for this cause in a call that has succeeded before with the same rights.
+    /// A real kube-apiserver that has just started answers 403 (`RBAC: [clusterrole ... not
+    /// found]`) until its authorizer has loaded the RBAC objects, so a refusal of what was
+    /// allowed a moment ago is most likely that, and is said so before `permissions`.
+    pub fn hint_after_success(self, permissions: &str) -> String {
+        match self {
+            Cause::Forbidden => format!(
+                "forbidden (403), though it was allowed before: an API server that has just \
+                 started refuses until it has loaded the RBAC rules; if it persists, \
+                 {permissions}"
+            ),
+            other => other.hint(permissions),
         }
     }
 }
@@ -311,6 +334,7 @@ mod tests {
         assert_eq!(Cause::of(&api(401)), Cause::Unauthorized);
         assert_eq!(Cause::of(&api(403)), Cause::Forbidden);
         assert_eq!(Cause::of(&api(404)), Cause::NotFound);
+        assert_eq!(Cause::of(&api(410)), Cause::Expired);
         assert_eq!(Cause::of(&api(500)), Cause::Other);
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(
@@ -327,6 +351,15 @@ mod tests {
         assert_eq!(Cause::of(&kube::Error::Service(Box::new(tls))), Cause::Tls);
         assert!(Cause::Forbidden.hint("grant list").contains("grant list"));
         assert!(!Cause::Unreachable.hint("grant list").contains("grant"));
+        let again = Cause::Forbidden.hint_after_success("grant list");
+        assert!(
+            again.contains("just started") && again.ends_with("grant list"),
+            "{again}"
+        );
+        assert_eq!(
+            Cause::Unreachable.hint_after_success("grant list"),
+            Cause::Unreachable.hint("grant list")
+        );
     }
 
     #[test]

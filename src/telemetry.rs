@@ -83,8 +83,22 @@ pub fn init(args: &LogArgs) -> Result<(), LogError> {
 /// installed) with a plain-text `404 page not found`, so every retry of that watch logged one
 /// while the controller's own message says it once. Only this module's own target: TLS
 /// warnings (`kube_client::client::tls`) stay.
+///
+/// Also kube-lease-manager's `LeaseManager watcher error`, logged at ERROR on each retry of its
+/// renewal loop without a word on the cause: through an API-server outage that was one error a
+/// few seconds, while the controller's own reads of the Lease (`controller::lease`) report the
+/// same failure once per doubling with its hint, and a refused renewal is reported at start by
+/// the permission check (`controller::rbac`).
+///
+/// And kube-runtime's watcher warnings: each is a 403 (`watcher error 403: Api(Status {...})`,
+/// a Debug dump) that the watcher also returns, where the controller logs it once per doubling
+/// with what to grant.
 fn kube_warning(target: &str, level: Level) -> bool {
-    target == "kube_client::client" && level == Level::WARN
+    match target {
+        "kube_client::client" | "kube_runtime::watcher" => level == Level::WARN,
+        "kube_lease_manager::manager" => level == Level::ERROR,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -92,10 +106,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_kube_clients_own_warnings_are_dropped() {
+    fn only_library_lines_the_controller_reports_itself_are_dropped() {
         assert!(kube_warning("kube_client::client", Level::WARN));
         assert!(!kube_warning("kube_client::client", Level::ERROR));
         assert!(!kube_warning("kube_client::client::tls", Level::WARN));
         assert!(!kube_warning("ouroboros::controller::sources", Level::WARN));
+        assert!(kube_warning("kube_lease_manager::manager", Level::ERROR));
+        assert!(kube_warning("kube_runtime::watcher", Level::WARN));
+        assert!(!kube_warning("kube_runtime::watcher", Level::ERROR));
+        assert!(!kube_warning("ouroboros::controller::lease", Level::ERROR));
     }
 }

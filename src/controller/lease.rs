@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_client::Cause;
+use crate::kube_client::{Cause, Repeats};
 
 /// Seconds a lease stays valid after its last renewal; a standby takes over within this.
 pub const DURATION_SECONDS: u64 = 15;
@@ -288,6 +288,7 @@ async fn campaign(
     let mut confirmed: Option<Confirmed> = None;
     let mut next_check = Instant::now();
     let mut reading: Option<Reading> = None;
+    let mut reports = ReadReports::default();
     // Why writing stopped, for the log line.
     let mut why: Option<String> = None;
     loop {
@@ -330,6 +331,7 @@ async fn campaign(
             }
             read = async { reading.as_mut().expect("guarded").await }, if reading.is_some() => {
                 reading = None;
+                let read = reports.seen(read, &lease, &name);
                 let d = decide(&identity, confirmed, Instant::now(), SystemTime::now(), read.as_ref());
                 confirmed = d.confirmed;
                 next_check = d.next_check;
@@ -338,7 +340,7 @@ async fn campaign(
                 }
             }
             _ = tokio::time::sleep_until(next_check), if held && reading.is_none() => {
-                reading = Some(Box::pin(read_lease(api.clone(), name.clone(), lease.clone())));
+                reading = Some(Box::pin(read_lease(api.clone(), name.clone())));
             }
             _ = sleep_until(deadline), if deadline.is_some() => {}
         }
@@ -357,29 +359,91 @@ async fn campaign(
 }
 
 /// A read of the Lease in flight.
-type Reading = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Observed>> + Send>>;
+type Reading =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Observed, ReadFailed>> + Send>>;
 
-/// Reads the Lease; `None` (logged) when the read fails or takes longer than the lease duration.
-async fn read_lease(api: Api<Lease>, name: String, lease: String) -> Option<Observed> {
+/// Why a read of the Lease failed.
+#[derive(Debug, thiserror::Error)]
+enum ReadFailed {
+    #[error("{}", crate::kube_client::describe(.0))]
+    Api(kube::Error),
+    #[error("no answer within {DURATION_SECONDS} s")]
+    TimedOut,
+}
+
+impl ReadFailed {
+    fn cause(&self) -> Cause {
+        match self {
+            ReadFailed::Api(e) => Cause::of(e),
+            // A server that does not answer within the Lease's duration is as good as gone.
+            ReadFailed::TimedOut => Cause::Unreachable,
+        }
+    }
+}
+
+/// Reads the Lease; an error when the read fails or takes longer than the lease duration.
+async fn read_lease(api: Api<Lease>, name: String) -> Result<Observed, ReadFailed> {
     let timeout = Duration::from_secs(DURATION_SECONDS);
     match tokio::time::timeout(timeout, api.get(&name)).await {
-        Ok(Ok(l)) => Some(Observed::of(&l)),
-        Ok(Err(kube::Error::Api(s))) if s.code == 403 => {
+        Ok(Ok(l)) => Ok(Observed::of(&l)),
+        Ok(Err(e)) => Err(ReadFailed::Api(e)),
+        Err(_) => Err(ReadFailed::TimedOut),
+    }
+}
+
+/// Reports failed reads of the Lease: they are retried every [`RETRY`] while the manager
+/// reports the Lease held, which it does all through an API-server outage, so a repeating
+/// failure is logged once per doubling (with the hint for its cause), not every second.
+#[derive(Default)]
+struct ReadReports {
+    repeats: Repeats,
+    /// A read has succeeded: the rights were there (a 403 now is likely a starting server's).
+    read_before: bool,
+}
+
+impl ReadReports {
+    /// The observation, or `None` after reporting the failure when it is due.
+    fn seen(
+        &mut self,
+        read: Result<Observed, ReadFailed>,
+        lease: &str,
+        name: &str,
+    ) -> Option<Observed> {
+        let failure = match read {
+            Ok(observed) => {
+                self.succeeded();
+                return Some(observed);
+            }
+            Err(failure) => failure,
+        };
+        if let Some((failures, hint)) = self.failed(failure.cause(), name) {
             tracing::warn!(
                 %lease,
-                "cannot read the Lease to confirm this replica still holds it: grant `get` on \
-                 leases/{name} (apiGroup coordination.k8s.io); not writing until it is confirmed"
+                error = %failure,
+                failures,
+                "cannot read the Lease to confirm this replica still holds it: {hint}; not \
+                 writing once the last confirmation runs out, retrying"
             );
-            None
         }
-        Ok(Err(e)) => {
-            tracing::warn!(%lease, error = %e, "reading the Lease failed; retrying");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(%lease, "reading the Lease timed out; retrying");
-            None
-        }
+        None
+    }
+
+    fn succeeded(&mut self) {
+        self.repeats.reset();
+        self.read_before = true;
+    }
+
+    /// Counts a failed read of Lease `name`; the consecutive count and the hint when it is
+    /// to be logged.
+    fn failed(&mut self, cause: Cause, name: &str) -> Option<(u64, String)> {
+        let failures = self.repeats.failed(cause)?;
+        let grant = format!("grant `get` on leases/{name} (apiGroup coordination.k8s.io)");
+        let hint = if self.read_before {
+            cause.hint_after_success(&grant)
+        } else {
+            cause.hint(&grant)
+        };
+        Some((failures, hint))
     }
 }
 
@@ -393,6 +457,29 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_reads_are_reported_once_per_doubling_with_the_hint_for_their_history() {
+        let mut r = ReadReports::default();
+        // An outage: a read a second, logged at the 1st, 2nd, 4th, 8th and 16th.
+        let logged: Vec<u64> = (0..20)
+            .filter_map(|_| r.failed(Cause::Unreachable, "l").map(|(n, _)| n))
+            .collect();
+        assert_eq!(logged, [1, 2, 4, 8, 16]);
+        // Refused before any read went through: the grant is what is missing.
+        let (n, hint) = r.failed(Cause::Forbidden, "l").unwrap();
+        assert_eq!(n, 1, "a new cause is logged at once");
+        assert!(
+            hint.starts_with("forbidden (403); grant `get` on leases/l"),
+            "{hint}"
+        );
+        // Refused after a read went through: most likely a server that has just started.
+        r.succeeded();
+        let (n, hint) = r.failed(Cause::Forbidden, "l").unwrap();
+        assert_eq!(n, 1, "a success starts the count again");
+        assert!(hint.contains("though it was allowed before"), "{hint}");
+        assert!(hint.ends_with("grant `get` on leases/l (apiGroup coordination.k8s.io)"));
+    }
 
     const ME: &str = "me-1";
 

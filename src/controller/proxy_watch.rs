@@ -109,17 +109,26 @@ pub async fn follow<T: PartialEq>(
                 // The watcher retries with capped backoff; a repeating failure is logged once
                 // per doubling.
                 let cause = Cause::of_watch(&e);
-                if let Some(failures) = failures.failed(cause) {
+                let service = format!("{namespace}/{name}");
+                if cause == Cause::Expired {
+                    // Routine: the watcher lists again.
+                    tracing::info!(%service, error = %e, "cannot resume watching {what}: {}", cause.hint(""));
+                } else if let Some(failures) = failures.failed(cause) {
                     let grant = format!(
                         "grant the controller's ServiceAccount `list` and `watch` on services \
                          (resourceNames: [{name}]) in {namespace}, {alternative}"
                     );
+                    // Seen before: the rights were there (a 403 now is likely a starting server's).
+                    let hint = if seen.is_some() {
+                        cause.hint_after_success(&grant)
+                    } else {
+                        cause.hint(&grant)
+                    };
                     tracing::warn!(
-                        service = %format!("{namespace}/{name}"),
+                        %service,
                         error = %e,
                         failures,
-                        "watching {what} failed: {}; retrying with backoff",
-                        cause.hint(&grant)
+                        "watching {what} failed: {hint}; retrying with backoff"
                     );
                 }
                 continue;

@@ -171,6 +171,8 @@ pub async fn watch(
     let mut reverts = Reverts::default();
     // A failure repeating every retry is logged once per doubling, not every time.
     let mut repeats = Repeats::default();
+    // An event has come in: the rights were there.
+    let mut watched = false;
     // The key's text in the latest event (`None`: gone), and when a drift seen in it settles.
     let mut latest: Option<String> = None;
     let mut settles: Option<Instant> = None;
@@ -202,18 +204,36 @@ pub async fn watch(
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
                 let cause = Cause::of_watch(&e);
-                if let Some(failures) = repeats.failed(cause) {
+                let configmap = format!("{}/{}", target.namespace, target.name);
+                let grant = "grant `list` and `watch` on it";
+                if cause == Cause::Expired {
+                    // Routine: the watcher lists again.
+                    tracing::info!(
+                        %configmap,
+                        error = %e,
+                        "cannot resume watching the Corefile's ConfigMap: {}",
+                        cause.hint(grant)
+                    );
+                } else if let Some(failures) = repeats.failed(cause) {
+                    // Watched before: the rights were there (a 403 now is likely a starting
+                    // server's).
+                    let hint = if watched {
+                        cause.hint_after_success(grant)
+                    } else {
+                        cause.hint(grant)
+                    };
                     tracing::warn!(
-                        configmap = %format!("{}/{}", target.namespace, target.name),
+                        %configmap,
                         error = %e,
                         failures,
-                        "watching the Corefile's ConfigMap failed: {}; retrying with backoff",
-                        cause.hint("grant `list` and `watch` on it")
+                        "watching the Corefile's ConfigMap failed: {hint}; retrying with backoff"
                     );
                 }
                 continue;
             }
         };
+        watched = true;
+        repeats.reset();
         latest = cm
             .and_then(|cm| cm.data)
             .and_then(|mut d| d.remove(&target.key));

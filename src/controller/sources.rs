@@ -305,6 +305,7 @@ where
         group: K::group(&dt).to_string(),
         optional,
         missing: false,
+        listed_before: false,
         // A failure repeating every retry is logged once per doubling, not every time.
         repeats: Repeats::default(),
         slot: progress.slot(),
@@ -371,6 +372,8 @@ struct WatchedKind {
     optional: bool,
     /// The CRD was found missing (logged once until it is installed).
     missing: bool,
+    /// A list has come in: the rights were there (a later 403 is likely a starting server's).
+    listed_before: bool,
     repeats: Repeats,
     /// This kind's place in `progress`.
     slot: usize,
@@ -414,6 +417,7 @@ impl WatchedKind {
     fn listed(&mut self, objects: usize) {
         let kind = &self.kind;
         self.repeats.reset();
+        self.listed_before = true;
         if self.missing {
             tracing::info!(%kind, "the CRD is installed now; watching it");
             self.missing = false;
@@ -440,17 +444,25 @@ impl WatchedKind {
             }
             self.progress.relisting.done(self.slot);
             self.progress.mark_synced(self.slot);
+        } else if cause == Cause::Expired {
+            // Routine (a compaction, a restarted API server): the list that follows is the
+            // recovery, so no failure is counted and nothing is to be done.
+            tracing::info!(%kind, error = %e, "cannot resume the {kind} watch: {}", cause.hint(""));
         } else if let Some(failures) = self.repeats.failed(cause) {
             let grant = format!(
                 "grant the controller's ServiceAccount `list` and `watch` on \
                  {resource} (apiGroup {group:?}) cluster-wide"
             );
+            let hint = if self.listed_before {
+                cause.hint_after_success(&grant)
+            } else {
+                cause.hint(&grant)
+            };
             tracing::warn!(
                 %kind,
                 error = %e,
                 failures,
-                "cannot list/watch {kind}: {}; retrying with backoff",
-                cause.hint(&grant)
+                "cannot list/watch {kind}: {hint}; retrying with backoff"
             );
         }
     }
@@ -898,7 +910,7 @@ mod tests {
                 "init-done",
                 "bookmark",
                 "apply b",
-                "error unexpected API error",
+                "error its resourceVersion is too old (410 Gone): etcd compacted it or the API server restarted; listing again",
                 "init",
                 "init-apply a",
                 "init-done",

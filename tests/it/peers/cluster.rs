@@ -26,21 +26,31 @@ const ADMIN_TOKEN: &str = "admin-token-for-tests";
 pub struct Cluster {
     pub server: String,
     dir: PathBuf,
+    /// etcd's client URL, for the test's own requests to it (revision, compaction).
+    etcd_url: String,
+    apiserver_binary: PathBuf,
+    api_port: u16,
+    /// API server starts so far, numbering their logs.
+    starts: u32,
     _etcd: Process,
-    _apiserver: Process,
+    /// `None` while a test has it stopped.
+    apiserver: Option<Process>,
 }
 
 /// The shared control plane, started on first use; `None` (after saying why) when etcd or
 /// kube-apiserver is not built.
 pub fn shared() -> Option<&'static Cluster> {
     static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
-    CLUSTER
-        .get_or_init(|| {
-            let etcd = binary("etcd")?;
-            let apiserver = binary("kube-apiserver")?;
-            Some(Cluster::start(&etcd, &apiserver))
-        })
-        .as_ref()
+    CLUSTER.get_or_init(|| private("control-plane")).as_ref()
+}
+
+/// A control plane of the caller's own, for a test that stops and restarts its API server or
+/// compacts its etcd (which the shared one's tests would see); `None` (after saying why) when
+/// etcd or kube-apiserver is not built. Stopped when dropped.
+pub fn private(tag: &str) -> Option<Cluster> {
+    let etcd = binary("etcd")?;
+    let apiserver = binary("kube-apiserver")?;
+    Some(Cluster::start(tag, &etcd, &apiserver))
 }
 
 fn run(cmd: &mut Command) {
@@ -116,7 +126,8 @@ fn pki(dir: &Path) {
     openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
 }
 
-const DIR_TAG: &str = "control-plane";
+/// Every control plane's directory starts with this tag (then the test's own).
+const DIR_TAG: &str = "peers";
 /// The pid of the test process that owns a control plane's directory.
 const OWNER_FILE: &str = "owner.pid";
 
@@ -147,11 +158,12 @@ fn remove_stale_dirs() {
 }
 
 impl Cluster {
-    fn start(etcd: &Path, apiserver: &Path) -> Cluster {
-        // Kept for the whole run (the processes write into it, and a static is never dropped);
-        // the next run removes it once its test process is gone (126 MiB of etcd each).
+    fn start(tag: &str, etcd: &Path, apiserver: &Path) -> Cluster {
+        // Kept for the whole run (the processes write into it, and the shared one is a static,
+        // never dropped); a later run removes it once its test process is gone (126 MiB of
+        // etcd each).
         remove_stale_dirs();
-        let dir = temp_dir(DIR_TAG).keep();
+        let dir = temp_dir(&format!("{DIR_TAG}-{tag}")).keep();
         std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string()).unwrap();
         pki(&dir);
         std::fs::write(
@@ -188,13 +200,58 @@ impl Cluster {
             Duration::from_secs(30),
             || std::net::TcpStream::connect(etcd_addr).ok(),
         );
-
         let server = format!("https://127.0.0.1:{api_port}");
+        write_kubeconfig(&dir, &server, ADMIN_TOKEN, "admin");
+        let mut cluster = Cluster {
+            server,
+            dir,
+            etcd_url,
+            apiserver_binary: apiserver.to_path_buf(),
+            api_port,
+            starts: 0,
+            _etcd: etcd,
+            apiserver: None,
+        };
+        cluster.start_apiserver();
+        cluster
+    }
+
+    /// Starts kube-apiserver on the cluster's port (again, after [`Cluster::stop_apiserver`]),
+    /// with the same etcd and keys, and waits until it is ready.
+    pub fn start_apiserver(&mut self) {
+        assert!(
+            self.apiserver.is_none(),
+            "kube-apiserver is running already"
+        );
+        let process = self.spawn_apiserver(self.api_port, &self.admin_kubeconfig());
+        self.apiserver = Some(process);
+    }
+
+    /// Stops kube-apiserver (SIGKILL, as a crashed or evicted one) and waits until it is gone;
+    /// etcd keeps running.
+    pub fn stop_apiserver(&mut self) {
+        let process = self.apiserver.take().expect("kube-apiserver is running");
+        drop(process);
+    }
+
+    /// A second kube-apiserver on another port, on the same etcd, and a kubeconfig of the
+    /// admin for it: writes through it are unseen by clients of the first (stopped) one until
+    /// they list again. Stopped when dropped.
+    pub fn second_apiserver(&mut self) -> (Process, PathBuf) {
+        let port = crate::support::free_port(V4);
+        let server = format!("https://127.0.0.1:{port}");
+        let kubeconfig = write_kubeconfig(&self.dir, &server, ADMIN_TOKEN, "admin-second");
+        (self.spawn_apiserver(port, &kubeconfig), kubeconfig)
+    }
+
+    fn spawn_apiserver(&mut self, port: u16, kubeconfig: &Path) -> Process {
+        self.starts += 1;
+        let dir = &self.dir;
         let path = |f: &str| dir.join(f).display().to_string();
-        let mut cmd = Command::new(apiserver);
+        let mut cmd = Command::new(&self.apiserver_binary);
         cmd.args([
-            &format!("--etcd-servers={etcd_url}"),
-            &format!("--secure-port={api_port}"),
+            &format!("--etcd-servers={}", self.etcd_url),
+            &format!("--secure-port={port}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             &format!("--cert-dir={}", path("pki")),
@@ -203,7 +260,8 @@ impl Cluster {
             &format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--authorization-mode=RBAC",
             &format!("--token-auth-file={}", path("tokens.csv")),
-            &format!("--service-account-issuer={server}"),
+            // One issuer for every instance: the tokens one issued are valid on the others.
+            &format!("--service-account-issuer={}", self.server),
             &format!("--service-account-key-file={}", path("sa.pub")),
             &format!("--service-account-signing-key-file={}", path("sa.key")),
             // No token controller runs, so no default ServiceAccount would ever appear for
@@ -211,9 +269,8 @@ impl Cluster {
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
         ]);
-        let mut apiserver = spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log"));
-        let cluster_dir = dir.clone();
-        let kubeconfig = write_kubeconfig(&cluster_dir, &server, ADMIN_TOKEN, "admin");
+        let log = dir.join(format!("kube-apiserver-{}.log", self.starts));
+        let mut apiserver = spawn("kube-apiserver", cmd, &log);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -224,18 +281,58 @@ impl Cluster {
             Duration::from_secs(90),
             || {
                 rt.block_on(async {
-                    let client = client_from(&kubeconfig).await;
+                    let client = client_from(kubeconfig).await;
                     let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
                     client.request_text(req).await.ok()
                 })
             },
         );
-        Cluster {
-            server,
-            dir,
-            _etcd: etcd,
-            _apiserver: apiserver,
-        }
+        apiserver
+    }
+
+    /// etcd's current revision (through its JSON gateway: a range request's header).
+    pub fn etcd_revision(&self) -> i64 {
+        // Any key: the header carries the store's revision whether or not it exists.
+        let reply = self.etcd_post("/v3/kv/range", &serde_json::json!({"key": "AA=="}));
+        reply["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no revision in etcd's reply {reply}"))
+    }
+
+    /// Compacts etcd's history up to `revision` (physically, so it is gone when this returns):
+    /// a watch from an older resourceVersion then gets 410 Gone, as after the API server's own
+    /// periodic compaction in a long-running cluster.
+    pub fn compact_etcd(&self, revision: i64) {
+        self.etcd_post(
+            "/v3/kv/compaction",
+            &serde_json::json!({"revision": revision.to_string(), "physical": true}),
+        );
+    }
+
+    /// POSTs `body` to etcd's gRPC gateway at `path`; its JSON reply (panics on an error).
+    fn etcd_post(&self, path: &str, body: &serde_json::Value) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let addr = self.etcd_url.trim_start_matches("http://");
+        let body = body.to_string();
+        let mut s = std::net::TcpStream::connect(addr)
+            .unwrap_or_else(|e| panic!("connecting to etcd {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        let (head, json) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+        assert!(
+            head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+            "etcd {path} {body}: {reply}"
+        );
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("etcd {path}: {e}: {json}"))
     }
 
     /// A kubeconfig with the admin's token (`system:masters`).

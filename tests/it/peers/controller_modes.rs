@@ -31,7 +31,7 @@ use crate::chart::{chart_dir, tool};
 use crate::support::{free_port, temp_dir, V4};
 
 /// The begin marker of our Corefile block.
-const BEGIN: &str = "# === BEGIN ouroboros";
+pub(super) const BEGIN: &str = "# === BEGIN ouroboros";
 
 pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -65,7 +65,7 @@ impl Install {
 
     /// A coredns-mode release whose CoreDNS ConfigMap `configmap` (and node-local-dns's) is in
     /// `<release>-dns` and which reads only `<release>-apps`, with `extra` values.
-    fn with_own_coredns(release: &str, configmap: &str, extra: &[String]) -> Install {
+    pub(super) fn with_own_coredns(release: &str, configmap: &str, extra: &[String]) -> Install {
         let (dns, apps) = (format!("{release}-dns"), format!("{release}-apps"));
         let mut sets = extra.to_vec();
         sets.extend([
@@ -94,7 +94,7 @@ impl Install {
         panic!("no {kind} {name} in the chart:\n{}", self.yaml);
     }
 
-    fn controller_args(&self) -> Vec<String> {
+    pub(super) fn controller_args(&self) -> Vec<String> {
         self.args("Deployment", &format!("{}-controller", self.fullname()))
     }
 
@@ -136,7 +136,7 @@ impl Install {
     }
 
     /// The proxy Service's ClusterIP, allocated by the real server.
-    async fn proxy_ip(&self, cluster: &Cluster) -> String {
+    pub(super) async fn proxy_ip(&self, cluster: &Cluster) -> String {
         Api::<Service>::namespaced(cluster.admin().await, &self.release)
             .get(&format!("{}-proxy", self.fullname()))
             .await
@@ -150,7 +150,7 @@ impl Install {
 
 /// The controller with `args` as ServiceAccount `<fullname>-controller`, its Lease identity
 /// starting with `replica` (the pod name, `HOSTNAME`, in a cluster), health on a free port.
-async fn run_controller(
+pub(super) async fn run_controller(
     cluster: &Cluster,
     install: &Install,
     args: &[String],
@@ -180,7 +180,7 @@ async fn run_controller(
 }
 
 /// Server-side applies an Ingress `name` in `namespace` with `hosts` as its TLS hosts.
-async fn ingress(cluster: &Cluster, namespace: &str, name: &str, hosts: &[&str]) {
+pub(super) async fn ingress(cluster: &Cluster, namespace: &str, name: &str, hosts: &[&str]) {
     cluster
         .apply_yaml(
             &json!({
@@ -226,7 +226,12 @@ pub(super) fn assert_no_refusal(process: &Process) {
 }
 
 /// The Corefile (or snippet) under `key` of ConfigMap `namespace/name`, if any.
-async fn configmap_text(client: &Client, namespace: &str, name: &str, key: &str) -> Option<String> {
+pub(super) async fn configmap_text(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Option<String> {
     Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
@@ -238,7 +243,7 @@ async fn configmap_text(client: &Client, namespace: &str, name: &str, key: &str)
 /// Whether the template block in `text` answers `host`: one of its `match` patterns matches
 /// the query name as CoreDNS's template plugin sees it (with the final dot). The patterns merge
 /// names into one alternation, so a plain substring search would not find them.
-fn answers(text: &str, host: &str) -> bool {
+pub(super) fn answers(text: &str, host: &str) -> bool {
     let query = format!("{host}.");
     text.lines()
         .filter_map(|l| l.trim_start().strip_prefix("match "))
@@ -685,7 +690,7 @@ fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
 // two replicas
 
 /// The Lease's holder, if any.
-async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Option<String> {
+pub(super) async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Option<String> {
     Api::<Lease>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
@@ -695,8 +700,8 @@ async fn lease_holder(client: &Client, namespace: &str, name: &str) -> Option<St
         .filter(|h| !h.is_empty())
 }
 
-const ACQUIRED: &str = "acquired the lease";
-const WROTE: &str = "wrote DNS configuration";
+pub(super) const ACQUIRED: &str = "acquired the lease";
+pub(super) const WROTE: &str = "wrote DNS configuration";
 
 #[allow(
     clippy::too_many_lines,

@@ -1,8 +1,9 @@
 //! The hairpin itself, reproduced and fixed with the real programs: network namespaces as a
 //! node, a client pod, the ingress controller's pod, our proxy's pod and an external load
-//! balancer; real kube-proxy (iptables mode) programming the node from the real API server; real
-//! CoreDNS as the cluster DNS behind the kube-dns Service; nginx requiring the PROXY protocol as
-//! the ingress controller; HAProxy as the load balancer that adds the header.
+//! balancer; real kube-proxy programming the node from the real API server, in iptables mode and
+//! (a second test, the same body) in nftables mode; real CoreDNS as the cluster DNS behind the
+//! kube-dns Service; nginx requiring the PROXY protocol as the ingress controller; HAProxy as the
+//! load balancer that adds the header. Each test has a control plane of its own.
 //!
 //! ```text
 //!   pod 10.244.1.2 ──┐                    ┌── ingress (nginx, proxy_protocol) 10.244.2.2:8080
@@ -161,15 +162,45 @@ fn pod_resolves(pod: &Netns) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Whether kube-proxy's rules in `node` send the load balancer's address straight to the
-/// Service's endpoints (the short circuit).
-fn short_circuits(node: &Netns) -> bool {
-    let out = node
-        .command("iptables-save")
-        .args(["-t", "nat"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).contains(&format!("-d {LB_IP}/32"))
+/// Whether kube-proxy's rules (in `mode`) in `node` send the load balancer's address straight
+/// to the Service's endpoints (the short circuit).
+fn short_circuits(node: &Netns, mode: ProxyMode) -> bool {
+    match mode {
+        ProxyMode::Iptables => {
+            let out = node
+                .command("iptables-save")
+                .args(["-t", "nat"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).contains(&format!("-d {LB_IP}/32"))
+        }
+        // kube-proxy's own table; the address is an element of its `service-ips` map (a
+        // missing table, before the first sync, lists nothing).
+        ProxyMode::Nftables => {
+            let out = node
+                .command("nft")
+                .args(["list", "table", "ip", "kube-proxy"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).contains(LB_IP)
+        }
+    }
+}
+
+/// kube-proxy's `--proxy-mode`.
+#[derive(Clone, Copy, Debug)]
+enum ProxyMode {
+    Iptables,
+    Nftables,
+}
+
+impl ProxyMode {
+    fn flag(self) -> &'static str {
+        match self {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+        }
+    }
 }
 
 struct Dns {
@@ -248,13 +279,27 @@ async fn corefile(cluster: &Cluster) -> String {
     cm.data.unwrap().remove("Corefile").unwrap()
 }
 
+#[test]
+fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_with_ip_mode_proxy()
+{
+    hairpin(ProxyMode::Iptables);
+}
+
+/// The same with kube-proxy in nftables mode (GA since Kubernetes 1.33): its rules are sets and
+/// maps in a table of its own, not the iptables chains.
+#[test]
+fn hairpin_with_kube_proxy_in_nftables_mode() {
+    hairpin(ProxyMode::Nftables);
+}
+
+/// The scenario with kube-proxy in `mode`, on a control plane of its own: the cluster's objects
+/// have fixed names and addresses (the Node, kube-dns's ClusterIP), and each variant's
+/// kube-proxy would program the other's Services.
 #[allow(
     clippy::too_many_lines,
     reason = "one end-to-end scenario whose steps depend on each other; to be split into steps (issue #29)"
 )]
-#[test]
-fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_with_ip_mode_proxy()
-{
+fn hairpin(mode: ProxyMode) {
     if !netns::available() {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
@@ -263,13 +308,14 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         eprintln!("SKIPPED: the hairpin test needs root (network namespaces)");
         return;
     }
-    let Some(cluster) = cluster::shared() else {
-        return;
-    };
     let (Some(kube_proxy), Some(coredns)) = (binary("kube-proxy"), binary("coredns")) else {
         return;
     };
-    let dir = temp_dir("hairpin");
+    let Some(cluster) = cluster::private(&format!("hairpin-{}", mode.flag())) else {
+        return;
+    };
+    let cluster = &cluster;
+    let dir = temp_dir(&format!("hairpin-{}", mode.flag()));
     let path = |f: &str| {
         let p = dir.path().join(f);
         std::fs::create_dir_all(&p).unwrap();
@@ -281,7 +327,7 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         .unwrap();
 
     // The hosts and their wiring.
-    let tag = format!("hp{}", std::process::id() % 100_000);
+    let tag = format!("hp{}{}", &mode.flag()[..1], std::process::id() % 100_000);
     let [node, pod, ingress, proxy, lb] =
         ["node", "pod", "ingress", "proxy", "lb"].map(|n| Netns::new(&format!("{tag}-{n}")));
     veth(
@@ -378,7 +424,7 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         .arg(cluster.admin_kubeconfig())
         .args([
             "--hostname-override=hairpin-node",
-            "--proxy-mode=iptables",
+            &format!("--proxy-mode={}", mode.flag()),
             "--cluster-cidr=10.244.0.0/16",
             "--conntrack-max-per-core=0",
             "--metrics-bind-address=127.0.0.1:10249",
@@ -407,8 +453,16 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         "programming the load balancer's address",
         &mut kube_proxy,
         Duration::from_secs(60),
-        || short_circuits(&node).then_some(()),
+        || short_circuits(&node, mode).then_some(()),
     );
+    if let ProxyMode::Nftables = mode {
+        // The short circuit is nft's alone: nothing of kube-proxy's in the iptables tables.
+        assert!(
+            !short_circuits(&node, ProxyMode::Iptables),
+            "kube-proxy in nftables mode wrote iptables rules:\n{}",
+            kube_proxy.tail()
+        );
+    }
     wait_for(
         "answering the public name for the pod",
         &mut coredns,
@@ -511,7 +565,7 @@ fn hairpin_fails_without_ouroboros_works_with_it_and_through_the_load_balancer_w
         "no longer short-circuiting",
         &mut kube_proxy,
         Duration::from_secs(60),
-        || (!short_circuits(&node)).then_some(()),
+        || (!short_circuits(&node, mode)).then_some(()),
     );
     let without = wait_for(
         "leaving the name out",

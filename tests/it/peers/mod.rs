@@ -23,6 +23,7 @@ mod dns;
 mod edge;
 mod hairpin;
 mod netns;
+mod resilience;
 
 pub fn peers_dir() -> PathBuf {
     std::env::var_os("OUROBOROS_PEERS_DIR")
