@@ -4,6 +4,7 @@
 
 pub mod backends;
 pub mod balance;
+pub mod pool;
 pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
