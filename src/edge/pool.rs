@@ -115,7 +115,9 @@ pub fn parse_entry(entry: &str) -> Result<AddrRange, String> {
             return Err("a range cannot go from one IP family to the other".into());
         }
         if to_u128(first) > to_u128(last) {
-            return Err(format!("the range ends ({last}) before it starts ({first})"));
+            return Err(format!(
+                "the range ends ({last}) before it starts ({first})"
+            ));
         }
         return Ok(AddrRange {
             entry: s.to_string(),
@@ -125,7 +127,10 @@ pub fn parse_entry(entry: &str) -> Result<AddrRange, String> {
         });
     }
     let Some((ip, len)) = s.split_once('/') else {
-        return Err("expected a CIDR (192.0.2.0/28, 2001:db8::/124) or a range (192.0.2.10-192.0.2.20)".into());
+        return Err(
+            "expected a CIDR (192.0.2.0/28, 2001:db8::/124) or a range (192.0.2.10-192.0.2.20)"
+                .into(),
+        );
     };
     let ip = parse_ip(ip.trim())?;
     let family = Family::of(ip);
@@ -202,7 +207,9 @@ impl Pool {
 pub enum PoolError {
     #[error("the pool document is not valid YAML for pools: {0} (expected `pools:` with a list of {{name, addresses, namespaces, serviceSelector}})")]
     Yaml(String),
-    #[error("pool {name:?}: the name must be a DNS label (lowercase letters, digits, '-', at most 63)")]
+    #[error(
+        "pool {name:?}: the name must be a DNS label (lowercase letters, digits, '-', at most 63)"
+    )]
     Name { name: String },
     #[error("pool {name:?} is defined twice: give each pool its own name")]
     Duplicate { name: String },
@@ -252,14 +259,19 @@ struct Selector {
 
 /// `matchLabels` with each key once: deserializing into a map keeps the last of two equal keys
 /// silently, and a selector that means something other than what was read is worse than none.
-fn unique_labels<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+fn unique_labels<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
     struct Labels;
     impl<'de> serde::de::Visitor<'de> for Labels {
         type Value = BTreeMap<String, String>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a map of label keys to values")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut out = BTreeMap::new();
             while let Some((k, v)) = m.next_entry::<String, String>()? {
                 if out.contains_key(&k) {
@@ -380,13 +392,22 @@ mod tests {
     #[test]
     fn bad_entries_say_what_is_wrong() {
         let cases = [
-            ("192.0.2.5/28", "host bits are set: the network is 192.0.2.0/28"),
+            (
+                "192.0.2.5/28",
+                "host bits are set: the network is 192.0.2.0/28",
+            ),
             ("2001:db8::1/124", "the network is 2001:db8::/124"),
             ("192.0.2.0/33", "from 0 to 32"),
             ("2001:db8::/129", "from 0 to 128"),
             ("192.0.2.0/x", "from 0 to 32"),
-            ("192.0.2.300/24", "\"192.0.2.300\" is not an IPv4 or IPv6 address"),
-            ("192.0.2.20-192.0.2.10", "ends (192.0.2.10) before it starts (192.0.2.20)"),
+            (
+                "192.0.2.300/24",
+                "\"192.0.2.300\" is not an IPv4 or IPv6 address",
+            ),
+            (
+                "192.0.2.20-192.0.2.10",
+                "ends (192.0.2.10) before it starts (192.0.2.20)",
+            ),
             ("192.0.2.1-2001:db8::1", "one IP family to the other"),
             ("192.0.2.1", "expected a CIDR"),
             ("", "expected a CIDR"),
