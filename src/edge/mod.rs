@@ -2,8 +2,10 @@
 //! relays to the ready endpoints of a Service port (from its EndpointSlices) or to a static
 //! `--backend` set, balanced per connection, with passive (and optional active) health.
 
+pub mod allocate;
 pub mod backends;
 pub mod balance;
+pub mod pool;
 pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
