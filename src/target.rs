@@ -26,8 +26,107 @@ pub struct TargetRule {
     /// `render` needs them): no Service lookup then.
     pub proxy_ips: Vec<IpAddr>,
     /// Its ingress controller's Service (`ingress-controller=NAMESPACE/NAME`), watched for
-    /// `ipMode: Proxy` (as --ingress-controller-service for the default target).
+    /// `ipMode: Proxy` and answered with under `answer=direct` (as
+    /// --ingress-controller-service for the default target).
     pub ingress_controller: Option<(String, String)>,
+    /// How its names are answered (`answer=`, as --answer for the default target).
+    pub answer: AnswerPick,
+    /// Where its ingress controller says whether it takes the PROXY header
+    /// (`ingress-controller-kind=` and `ingress-controller-config=`, as
+    /// --ingress-controller-kind and --ingress-controller-config for the default target).
+    pub controller_config: Option<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Service's ClusterIPs when given (`direct-ip=`; `render` needs them
+    /// for `answer=direct`): no Service lookup then.
+    pub direct_ips: Vec<IpAddr>,
+}
+
+/// One target's answer settings, the default target's from its flags, a named one's from its
+/// `--target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerRule {
+    pub target: Target,
+    pub answer: AnswerPick,
+    /// The object read for the header verdict (`auto`).
+    pub config: Option<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Service (`NAMESPACE`, `NAME`): the direct answer's addresses.
+    pub controller_service: Option<(String, String)>,
+    /// Its addresses when given: no Service lookup then.
+    pub direct_ips: Vec<IpAddr>,
+}
+
+impl AnswerRule {
+    /// The route when it does not depend on what is read: `relay`, `direct`, `skip` as set,
+    /// and `auto` without a configuration to read (`relay`, as before; ipMode Proxy aside).
+    pub fn fixed(&self) -> Option<Route> {
+        match self.answer {
+            AnswerPick::Relay => Some(Route::Relay),
+            AnswerPick::Direct => Some(Route::Direct),
+            AnswerPick::Skip => Some(Route::Skip),
+            AnswerPick::Auto => None,
+        }
+    }
+}
+
+/// How a target's names are answered, as the operator asks (`answer=`, `--answer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AnswerPick {
+    /// Picked from what the ingress controller's configuration says (see
+    /// --ingress-controller-kind): relay when it requires the PROXY header, direct when it
+    /// takes it optionally or not at all, skip when its load balancer reports ipMode Proxy,
+    /// relay when nothing says.
+    #[default]
+    Auto,
+    /// Through the proxy, which adds the PROXY header (the proxy Service's ClusterIPs).
+    Relay,
+    /// Straight to the ingress controller, no header (its Service's ClusterIPs).
+    Direct,
+    /// Leave the names alone: not answered by ouroboros at all.
+    Skip,
+}
+
+impl AnswerPick {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerPick::Auto => "auto",
+            AnswerPick::Relay => "relay",
+            AnswerPick::Direct => "direct",
+            AnswerPick::Skip => "skip",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(AnswerPick::Auto),
+            "relay" => Ok(AnswerPick::Relay),
+            "direct" => Ok(AnswerPick::Direct),
+            "skip" => Ok(AnswerPick::Skip),
+            other => Err(format!(
+                "answer {other:?} is not one of auto, relay, direct, skip"
+            )),
+        }
+    }
+}
+
+/// What a target's names are answered with now: the pick made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// The proxy's addresses.
+    Relay,
+    /// The ingress controller Service's addresses.
+    Direct,
+    /// None: the names are left out.
+    Skip,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Relay => "relay",
+            Route::Direct => "direct",
+            Route::Skip => "skip",
+        }
+    }
 }
 
 /// Where an object's hostnames go: a named target (its place in `--target` order) or the
