@@ -1,6 +1,7 @@
 //! The live controller: flags (`args`), sources to hostnames (`hostnames`, pure, shared with
 //! `render`), the permissions it needs (`rbac`) and the sync engine (`sync`).
 
+pub mod answers;
 pub mod args;
 pub mod events;
 pub mod hostnames;
@@ -33,9 +34,11 @@ use self::hostnames::{Desired, HostnameArgs};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use crate::admin::{AdminState, ReadyCheck};
+use crate::dns::args::Routing;
 use crate::dns::args::{DnsArgs, Mode};
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
+use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
@@ -88,7 +91,15 @@ impl ControllerArgs {
             return Err(UsageError::new("--resync must be longer than 0 (e.g. 10m)"));
         }
         self.dns.check()?;
+        self.answer_rules()?;
         Selection::of(&self.hostnames)
+    }
+
+    /// Every target's answer settings, the default target's first.
+    pub fn answer_rules(&self) -> Result<Vec<crate::target::AnswerRule>, UsageError> {
+        self.hostnames
+            .answer_rules(self.ipmode.ingress_controller_service.clone())
+            .map_err(UsageError)
     }
 
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
@@ -142,9 +153,20 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
+    let rules = args.answer_rules()?;
+    let routes = Routes::default();
+    let routing = Routing {
+        rules: &rules,
+        routes: &routes,
+    };
     let sink = args
         .dns
-        .sink(client.clone(), &cluster_domain, &filters.targets)
+        .sink_routed(
+            client.clone(),
+            &cluster_domain,
+            &filters.targets,
+            Some(routing),
+        )
         .await?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -193,6 +215,15 @@ pub async fn run_with(
         };
         start.spawn_all()
     };
+    // Before the first write: it already answers as picked.
+    let answer_tasks = answers::start(
+        &client,
+        &rules,
+        &filters.targets,
+        &routes,
+        (&forced_tx, &stop),
+    )
+    .await;
     drop((applied_rx, forced_tx));
 
     let mut hooks = ControllerHooks::new(
@@ -214,7 +245,7 @@ pub async fn run_with(
         &sink,
         || {
             let mut d = stores.desired(&policy);
-            d.skip_targets(&skipped.get());
+            d.skip_targets(&answers::skipped(&routes, &rules, &skipped.get()));
             d
         },
         inputs,
@@ -227,7 +258,7 @@ pub async fn run_with(
     // Shutdown: the engine has finished any write in flight; now give up the lease.
     lease_stop.cancel();
     leadership.finish(Duration::from_secs(5)).await;
-    for t in side_tasks {
+    for t in side_tasks.into_iter().chain(answer_tasks) {
         t.abort();
     }
     drop(hooks);
