@@ -153,31 +153,18 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
-    let rules = args.answer_rules()?;
-    let routes = Routes::default();
-    let routing = Routing {
+    let (rules, routes) = (args.answer_rules()?, Routes::default());
+    let routing = Some(Routing {
         rules: &rules,
         routes: &routes,
-    };
-    let sink = args
-        .dns
-        .sink_routed(
-            client.clone(),
-            &cluster_domain,
-            &filters.targets,
-            Some(routing),
-        )
+    });
+    let targets = &filters.targets;
+    let sink = (args.dns)
+        .sink_routed(client.clone(), &cluster_domain, targets, routing)
         .await?;
     let mode = sink.mode();
     let identity = lease::identity();
-    tracing::info!(
-        mode,
-        %identity,
-        dry_run = args.dns.dry_run,
-        gateway_api = filters.gateway_api,
-        cluster_domain = %cluster_domain,
-        "starting controller"
-    );
+    log_start(&args, mode, &identity, filters.gateway_api, &cluster_domain);
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -265,6 +252,23 @@ pub async fn run_with(
     wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+fn log_start(
+    args: &ControllerArgs,
+    mode: &str,
+    identity: &str,
+    gateway_api: bool,
+    cluster_domain: &str,
+) {
+    tracing::info!(
+        mode,
+        %identity,
+        dry_run = args.dns.dry_run,
+        gateway_api,
+        cluster_domain = %cluster_domain,
+        "starting controller"
+    );
 }
 
 /// Waits, a little each, for the tasks that end on `stop` by themselves: the watches, the

@@ -456,6 +456,7 @@ mod tests {
             proxy_service: None,
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
+            controller_configs: Vec::new(),
             external_dns_namespace: "dns".into(),
             external_dns_output: ExternalDnsOutput::Dnsendpoint,
         }
@@ -587,7 +588,7 @@ mod needs_tests {
         ipmode: IpModeArgs,
     }
 
-    fn of(extra: &[&str]) -> (Needs, Needs) {
+    pub(super) fn of(extra: &[&str]) -> (Needs, Needs) {
         let mut argv = vec!["t", "--proxy-service-namespace", "proxy-ns"];
         argv.extend_from_slice(extra);
         let f = Flags::try_parse_from(argv).unwrap();
@@ -619,6 +620,7 @@ mod needs_tests {
                 proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
                 target_services: Vec::new(),
                 ingress_controller_services: Vec::new(),
+                controller_configs: Vec::new(),
                 external_dns_namespace: "own".into(),
                 external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
@@ -760,5 +762,52 @@ mod needs_tests {
             let (n, _) = of(flags);
             assert!(ok(&n), "{flags:?}: {n:#?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::needs_tests::of;
+    use super::*;
+
+    /// `auto` with a configuration object: `get`, `list`, `watch` on that one object; the
+    /// ingress controller Service listed by name even with --skip-proxy-ipmode=false (for a
+    /// direct answer). `relay` reads neither.
+    #[test]
+    fn answers_read_only_the_named_objects() {
+        let (c, _) = of(&[
+            "--skip-proxy-ipmode=false",
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/ingress-nginx-controller",
+        ]);
+        let rules = required(&c);
+        let cm: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| {
+                r.resource == "configmaps" && r.scope == Scope::Namespace("ingress-nginx".into())
+            })
+            .collect();
+        assert_eq!(cm.len(), 1, "{rules:#?}");
+        assert_eq!(cm[0].resource_names, ["ingress-nginx-controller"]);
+        assert_eq!(cm[0].verbs, ["get", "list", "watch"]);
+        assert!(rules.iter().any(|r| r.resource == "services"
+            && r.scope == Scope::Namespace("ingress-nginx".into())
+            && r.verbs == LIST_WATCH));
+        let (c, _) = of(&[
+            "--skip-proxy-ipmode=false",
+            "--answer",
+            "relay",
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/ingress-nginx-controller",
+        ]);
+        assert!(c.controller_configs.is_empty() && c.ingress_controller_services.is_empty());
     }
 }
