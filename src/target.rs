@@ -7,6 +7,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use crate::header_verdict::{AnswerPick, Route};
+
 /// The name the default target goes by in logs, metrics and Events; no `--target` may take it.
 pub const DEFAULT_TARGET: &str = "default";
 
@@ -63,68 +65,6 @@ impl AnswerRule {
             AnswerPick::Direct => Some(Route::Direct),
             AnswerPick::Skip => Some(Route::Skip),
             AnswerPick::Auto => None,
-        }
-    }
-}
-
-/// How a target's names are answered, as the operator asks (`answer=`, `--answer`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum AnswerPick {
-    /// Picked from what the ingress controller's configuration says (see
-    /// --ingress-controller-kind): relay when it requires the PROXY header, direct when it
-    /// takes it optionally or not at all, skip when its load balancer reports ipMode Proxy,
-    /// relay when nothing says.
-    #[default]
-    Auto,
-    /// Through the proxy, which adds the PROXY header (the proxy Service's ClusterIPs).
-    Relay,
-    /// Straight to the ingress controller, no header (its Service's ClusterIPs).
-    Direct,
-    /// Leave the names alone: not answered by ouroboros at all.
-    Skip,
-}
-
-impl AnswerPick {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AnswerPick::Auto => "auto",
-            AnswerPick::Relay => "relay",
-            AnswerPick::Direct => "direct",
-            AnswerPick::Skip => "skip",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "auto" => Ok(AnswerPick::Auto),
-            "relay" => Ok(AnswerPick::Relay),
-            "direct" => Ok(AnswerPick::Direct),
-            "skip" => Ok(AnswerPick::Skip),
-            other => Err(format!(
-                "answer {other:?} is not one of auto, relay, direct, skip"
-            )),
-        }
-    }
-}
-
-/// What a target's names are answered with now: the pick made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Route {
-    /// The proxy's addresses.
-    Relay,
-    /// The ingress controller Service's addresses.
-    Direct,
-    /// None: the names are left out.
-    Skip,
-}
-
-impl Route {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Route::Relay => "relay",
-            Route::Direct => "direct",
-            Route::Skip => "skip",
         }
     }
 }

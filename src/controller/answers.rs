@@ -20,9 +20,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::dns::write::routes::Routes;
+use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{choose, verdict, ConfigRef, Facts, Verdict};
 use crate::kube_client::{describe, Cause, Repeats};
-use crate::target::{AnswerPick, AnswerRule, TargetRule};
+use crate::target::{AnswerRule, TargetRule};
 
 fn api(client: &Client, config: &ConfigRef) -> Api<DynamicObject> {
     let r = config.resource;
@@ -205,7 +206,8 @@ pub fn may_go_direct(rule: &AnswerRule) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{Route, Target};
+    use crate::header_verdict::Route;
+    use crate::target::Target;
 
     #[test]
     fn skipped_takes_ipmode_only_for_auto_targets() {

@@ -110,7 +110,7 @@ impl Needs {
             },
             controller_configs: answers
                 .iter()
-                .filter(|r| r.answer == crate::target::AnswerPick::Auto)
+                .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
                 .filter_map(|r| r.config.clone())
                 .collect(),
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),

@@ -3,10 +3,11 @@
 
 use super::targets::{check_answer, check_targets, controller_config, parse_target};
 use super::{non_empty, Filters, IngressHosts};
+use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
 use crate::hostname::HostPolicy;
 use crate::target::TargetRule;
-use crate::target::{AnswerPick, AnswerRule, Target};
+use crate::target::{AnswerRule, Target};
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve
 /// `controller` and `render`, so `render` shows exactly what the controller would pick.

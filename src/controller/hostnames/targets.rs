@@ -11,8 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
+use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
-use crate::target::{AnswerPick, Target, TargetRule, DEFAULT_TARGET};
+use crate::target::{Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).

@@ -17,7 +17,8 @@ use kube::{Api, Client};
 
 use super::error::{ObjectKey, Reason, SinkError};
 use super::routes::Routes;
-use crate::target::{Route, Target};
+use crate::header_verdict::Route;
+use crate::target::Target;
 
 /// Where the proxy IPs come from.
 pub enum ProxyIps {

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use crate::target::{Route, Target};
+use crate::target::Target;
+
+use crate::header_verdict::Route;
 
 /// The picks, shared by the controller and the writers. A target without one is relayed (what
 /// ouroboros did before picks existed).

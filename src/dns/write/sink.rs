@@ -13,7 +13,8 @@ use super::proxy_ips::ProxyIps;
 use super::routes::Routes;
 use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
 use crate::dns::ProxyFqdn;
-use crate::target::{Route, Target};
+use crate::header_verdict::Route;
+use crate::target::Target;
 
 impl From<ApplyError> for SinkError {
     fn from(e: ApplyError) -> Self {
