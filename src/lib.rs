@@ -9,6 +9,7 @@
 //! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
 //! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
+//! | `header_verdict` | PURE: whether an ingress controller requires, takes or refuses the PROXY header, read from its own configuration object, and the answer a target gets from that (`choose`) |
 //! | `target` | PURE: proxy targets, one type from `--target` to the metric label (`Target`, `TargetRule`) |
 //! | `proxy_protocol` | PURE: PROXY v1/v2 encode, and decode (`decode`: `header`, `error`, `v1`, `v2`, `tlv`) |
 //! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
@@ -46,6 +47,7 @@ pub mod flags;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod header_verdict;
 pub mod hostname;
 pub mod kube_client;
 pub mod listen;

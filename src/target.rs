@@ -7,6 +7,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use crate::header_verdict::{AnswerPick, Route};
+
 /// The name the default target goes by in logs, metrics and Events; no `--target` may take it.
 pub const DEFAULT_TARGET: &str = "default";
 
@@ -26,8 +28,45 @@ pub struct TargetRule {
     /// `render` needs them): no Service lookup then.
     pub proxy_ips: Vec<IpAddr>,
     /// Its ingress controller's Service (`ingress-controller=NAMESPACE/NAME`), watched for
-    /// `ipMode: Proxy` (as --ingress-controller-service for the default target).
+    /// `ipMode: Proxy` and answered with under `answer=direct` (as
+    /// --ingress-controller-service for the default target).
     pub ingress_controller: Option<(String, String)>,
+    /// How its names are answered (`answer=`, as --answer for the default target).
+    pub answer: AnswerPick,
+    /// Where its ingress controller says whether it takes the PROXY header
+    /// (`ingress-controller-kind=` and `ingress-controller-config=`, as
+    /// --ingress-controller-kind and --ingress-controller-config for the default target).
+    pub controller_config: Option<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Service's ClusterIPs when given (`direct-ip=`; `render` needs them
+    /// for `answer=direct`): no Service lookup then.
+    pub direct_ips: Vec<IpAddr>,
+}
+
+/// One target's answer settings, the default target's from its flags, a named one's from its
+/// `--target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerRule {
+    pub target: Target,
+    pub answer: AnswerPick,
+    /// The object read for the header verdict (`auto`).
+    pub config: Option<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Service (`NAMESPACE`, `NAME`): the direct answer's addresses.
+    pub controller_service: Option<(String, String)>,
+    /// Its addresses when given: no Service lookup then.
+    pub direct_ips: Vec<IpAddr>,
+}
+
+impl AnswerRule {
+    /// The route when it does not depend on what is read: `relay`, `direct`, `skip` as set,
+    /// and `auto` without a configuration to read (`relay`, as before; ipMode Proxy aside).
+    pub fn fixed(&self) -> Option<Route> {
+        match self.answer {
+            AnswerPick::Relay => Some(Route::Relay),
+            AnswerPick::Direct => Some(Route::Direct),
+            AnswerPick::Skip => Some(Route::Skip),
+            AnswerPick::Auto => None,
+        }
+    }
 }
 
 /// Where an object's hostnames go: a named target (its place in `--target` order) or the

@@ -1,6 +1,7 @@
 //! The live controller: flags (`args`), sources to hostnames (`hostnames`, pure, shared with
 //! `render`), the permissions it needs (`rbac`) and the sync engine (`sync`).
 
+pub mod answers;
 pub mod args;
 pub mod events;
 pub mod hostnames;
@@ -35,10 +36,12 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
+use crate::dns::args::Routing;
 use crate::dns::args::{DnsArgs, Mode};
 use crate::dns::corefile::Findings;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
+use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
@@ -94,7 +97,15 @@ impl ControllerArgs {
             return Err(UsageError::new("--resync must be longer than 0 (e.g. 10m)"));
         }
         self.dns.check()?;
+        self.answer_rules()?;
         Selection::of(&self.hostnames)
+    }
+
+    /// Every target's answer settings, the default target's first.
+    pub fn answer_rules(&self) -> Result<Vec<crate::target::AnswerRule>, UsageError> {
+        self.hostnames
+            .answer_rules(self.ipmode.ingress_controller_service.clone())
+            .map_err(UsageError)
     }
 
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
@@ -158,20 +169,18 @@ pub async fn run_with(
         cluster_domain,
         policy,
     } = args.validate()?;
-    let sink = args
-        .dns
-        .sink(client.clone(), &cluster_domain, &filters.targets)
+    let (rules, routes) = (args.answer_rules()?, Routes::default());
+    let routing = Some(Routing {
+        rules: &rules,
+        routes: &routes,
+    });
+    let targets = &filters.targets;
+    let sink = (args.dns)
+        .sink_routed(client.clone(), &cluster_domain, targets, routing)
         .await?;
     let mode = sink.mode();
     let identity = lease::identity();
-    tracing::info!(
-        mode,
-        %identity,
-        dry_run = args.dns.dry_run,
-        gateway_api = filters.gateway_api,
-        cluster_domain = %cluster_domain,
-        "starting controller"
-    );
+    log_start(&args, mode, &identity, filters.gateway_api, &cluster_domain);
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -209,6 +218,15 @@ pub async fn run_with(
         };
         start.spawn_all()
     };
+    // Before the first write: it already answers as picked.
+    let answer_tasks = answers::start(
+        &client,
+        &rules,
+        &filters.targets,
+        &routes,
+        (&forced_tx, &stop),
+    )
+    .await;
     drop((applied_rx, forced_tx));
 
     let mut hooks = ControllerHooks::new(
@@ -230,7 +248,7 @@ pub async fn run_with(
         &sink,
         || {
             let mut d = stores.desired(&policy);
-            d.skip_targets(&skipped.get());
+            d.skip_targets(&answers::skipped(&routes, &rules, &skipped.get()));
             d
         },
         inputs,
@@ -246,13 +264,30 @@ pub async fn run_with(
     // Shutdown: the engine has finished any write in flight; now give up the lease.
     lease_stop.cancel();
     leadership.finish(Duration::from_secs(5)).await;
-    for t in side_tasks {
+    for t in side_tasks.into_iter().chain(answer_tasks) {
         t.abort();
     }
     drop(hooks);
     wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+fn log_start(
+    args: &ControllerArgs,
+    mode: &str,
+    identity: &str,
+    gateway_api: bool,
+    cluster_domain: &str,
+) {
+    tracing::info!(
+        mode,
+        %identity,
+        dry_run = args.dns.dry_run,
+        gateway_api,
+        cluster_domain = %cluster_domain,
+        "starting controller"
+    );
 }
 
 /// Waits, a little each, for the tasks that end on `stop` by themselves: the watches, the

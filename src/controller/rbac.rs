@@ -59,8 +59,12 @@ pub struct Needs {
     pub proxy_service: Option<(String, String)>,
     /// The named targets' proxy Services read likewise (`--target`, without `proxy-ip=`).
     pub target_services: Vec<(String, String)>,
-    /// The ingress controller Services watched for `ipMode: Proxy` (--skip-proxy-ipmode).
+    /// The ingress controller Services watched for `ipMode: Proxy` (--skip-proxy-ipmode) or
+    /// listed by name for a direct answer.
     pub ingress_controller_services: Vec<(String, String)>,
+    /// The ingress controllers' configuration objects read for the header verdict
+    /// (`answer=auto` with `ingress-controller-config=`).
+    pub controller_configs: Vec<crate::header_verdict::ConfigRef>,
     pub external_dns_namespace: String,
     pub external_dns_output: ExternalDnsOutput,
 }
@@ -76,6 +80,10 @@ impl Needs {
         ipmode: &IpModeArgs,
         namespace: &str,
     ) -> Needs {
+        // Flags that do not check out start no controller: nothing to grant for them.
+        let answers = hostnames
+            .answer_rules(ipmode.ingress_controller_service.clone())
+            .unwrap_or_default();
         Needs {
             gateway_api: hostnames.gateway_api,
             ingress_class_filter: hostnames.reads_ingress_classes(),
@@ -84,10 +92,26 @@ impl Needs {
             lease_name: election.lease_name.clone(),
             proxy_service: dns.proxy_service_read(),
             target_services: dns.target_services_read(&hostnames.targets),
-            ingress_controller_services: ipmode
-                .watched(&hostnames.targets)
-                .into_iter()
-                .map(|(_, s)| s)
+            ingress_controller_services: {
+                let mut v: Vec<(String, String)> = ipmode
+                    .watched(&hostnames.targets)
+                    .into_iter()
+                    .map(|(_, s)| s)
+                    .collect();
+                v.extend(
+                    answers
+                        .iter()
+                        .filter(|r| super::answers::may_go_direct(r) && r.direct_ips.is_empty())
+                        .filter_map(|r| r.controller_service.clone()),
+                );
+                v.sort();
+                v.dedup();
+                v
+            },
+            controller_configs: answers
+                .iter()
+                .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
+                .filter_map(|r| r.config.clone())
                 .collect(),
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
             node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
@@ -127,6 +151,7 @@ impl Needs {
             // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
+            controller_configs: Vec::new(),
             external_dns_namespace: dns.external_dns_namespace_or(namespace),
             external_dns_output: dns.external_dns_output,
         }
@@ -259,7 +284,18 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             "services",
             &names,
             LIST_WATCH,
-            "watch the ingress controller's load-balancer ipMode (KEP-1860)",
+            "watch the ingress controller's load-balancer ipMode (KEP-1860) and list its \
+             ClusterIPs for direct answers",
+        ));
+    }
+    for c in &n.controller_configs {
+        rules.push(rule(
+            Scope::Namespace(c.namespace.clone()),
+            c.resource.group,
+            c.resource.plural,
+            &[&c.name],
+            &["get", "list", "watch"],
+            "read whether the ingress controller takes the PROXY header (answer=auto)",
         ));
     }
     rules
@@ -420,6 +456,7 @@ mod tests {
             proxy_service: None,
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
+            controller_configs: Vec::new(),
             external_dns_namespace: "dns".into(),
             external_dns_output: ExternalDnsOutput::Dnsendpoint,
         }
@@ -551,7 +588,7 @@ mod needs_tests {
         ipmode: IpModeArgs,
     }
 
-    fn of(extra: &[&str]) -> (Needs, Needs) {
+    pub(super) fn of(extra: &[&str]) -> (Needs, Needs) {
         let mut argv = vec!["t", "--proxy-service-namespace", "proxy-ns"];
         argv.extend_from_slice(extra);
         let f = Flags::try_parse_from(argv).unwrap();
@@ -583,6 +620,7 @@ mod needs_tests {
                 proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
                 target_services: Vec::new(),
                 ingress_controller_services: Vec::new(),
+                controller_configs: Vec::new(),
                 external_dns_namespace: "own".into(),
                 external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
@@ -724,5 +762,52 @@ mod needs_tests {
             let (n, _) = of(flags);
             assert!(ok(&n), "{flags:?}: {n:#?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::needs_tests::of;
+    use super::*;
+
+    /// `auto` with a configuration object: `get`, `list`, `watch` on that one object; the
+    /// ingress controller Service listed by name even with --skip-proxy-ipmode=false (for a
+    /// direct answer). `relay` reads neither.
+    #[test]
+    fn answers_read_only_the_named_objects() {
+        let (c, _) = of(&[
+            "--skip-proxy-ipmode=false",
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/ingress-nginx-controller",
+        ]);
+        let rules = required(&c);
+        let cm: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| {
+                r.resource == "configmaps" && r.scope == Scope::Namespace("ingress-nginx".into())
+            })
+            .collect();
+        assert_eq!(cm.len(), 1, "{rules:#?}");
+        assert_eq!(cm[0].resource_names, ["ingress-nginx-controller"]);
+        assert_eq!(cm[0].verbs, ["get", "list", "watch"]);
+        assert!(rules.iter().any(|r| r.resource == "services"
+            && r.scope == Scope::Namespace("ingress-nginx".into())
+            && r.verbs == LIST_WATCH));
+        let (c, _) = of(&[
+            "--skip-proxy-ipmode=false",
+            "--answer",
+            "relay",
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/ingress-nginx-controller",
+        ]);
+        assert!(c.controller_configs.is_empty() && c.ingress_controller_services.is_empty());
     }
 }

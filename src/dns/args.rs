@@ -13,12 +13,13 @@ use crate::dns::write::apply::{CorefileWriter, ImportWriter, Retry};
 use crate::dns::write::external_writer::{ExternalWriter, Output, Settings};
 use crate::dns::write::hosts_writer::HostsWriter;
 use crate::dns::write::proxy_ips::ProxyIps;
+use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::AnySink;
 use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
 use crate::dns::ConfigMapKey;
 use crate::dns::ProxyFqdn;
 use crate::flags::{parse_answer_ip, UsageError};
-use crate::target::TargetRule;
+use crate::target::{AnswerRule, TargetRule};
 
 /// Where the hairpinned names are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -407,6 +408,43 @@ pub struct NodeLocalDnsArgs {
     pub node_local_dns_configmap: String,
 }
 
+/// Each target's answer settings (the default target's first) and the picks the controller
+/// keeps: a target with an ingress controller Service may be answered with its addresses.
+#[derive(Clone, Copy)]
+pub struct Routing<'a> {
+    pub rules: &'a [AnswerRule],
+    pub routes: &'a Routes,
+}
+
+impl Routing<'_> {
+    /// `relay` answering as `rule`'s pick says; unchanged without an ingress controller
+    /// Service to answer with.
+    fn wrap(&self, relay: ProxyIps, rule: &AnswerRule, client: Option<kube::Client>) -> ProxyIps {
+        let Some((ns, name)) = rule.controller_service.as_ref() else {
+            return relay;
+        };
+        let flag = match rule.target {
+            crate::target::Target::Default => "--direct-ip",
+            crate::target::Target::Named(_) => "--target ...,direct-ip=",
+        };
+        let direct = ProxyIps::ingress_controller(client, &rule.direct_ips, (ns, name), flag);
+        relay.routed(direct, self.routes.clone(), rule.target)
+    }
+}
+
+/// The `i`th target's addresses as `routing` routes them.
+fn route_at(
+    routing: Option<Routing<'_>>,
+    ips: ProxyIps,
+    i: usize,
+    client: &kube::Client,
+) -> ProxyIps {
+    match routing.and_then(|r| r.rules.get(i).map(|rule| (r, rule))) {
+        Some((r, rule)) => r.wrap(ips, rule, Some(client.clone())),
+        None => ips,
+    }
+}
+
 /// This pod's namespace (from its service account), if running in a cluster.
 pub fn pod_namespace() -> Option<String> {
     std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
@@ -493,6 +531,42 @@ impl DnsArgs {
     /// Where the CoreDNS modes' answers come from: the default target's, then each named
     /// target's (`targets`). `client`: `None` only for removal.
     fn answer_sources(
+        &self,
+        client: Option<kube::Client>,
+        cluster_domain: &str,
+        targets: &[TargetRule],
+        routing: Option<Routing<'_>>,
+    ) -> Result<Vec<AnswerSource>, UsageError> {
+        let sources = self.answer_sources_relayed(client.clone(), cluster_domain, targets)?;
+        let Some(routing) = routing else {
+            return Ok(sources);
+        };
+        sources
+            .into_iter()
+            .zip(routing.rules)
+            .map(|(source, rule)| {
+                let Some(service) = rule.controller_service.as_ref() else {
+                    return Ok(source);
+                };
+                Ok(match source {
+                    AnswerSource::Addresses(ips, view) => {
+                        AnswerSource::Addresses(routing.wrap(ips, rule, client.clone()), view)
+                    }
+                    AnswerSource::Rewrite(relay) => AnswerSource::RoutedRewrite {
+                        relay,
+                        direct: ProxyFqdn::for_service(&service.1, &service.0, cluster_domain)
+                            .map_err(UsageError)?,
+                        routes: routing.routes.clone(),
+                        target: rule.target,
+                    },
+                    other => other,
+                })
+            })
+            .collect()
+    }
+
+    /// [`answer_sources`](Self::answer_sources) through the proxies only.
+    fn answer_sources_relayed(
         &self,
         client: Option<kube::Client>,
         cluster_domain: &str,
@@ -590,6 +664,19 @@ impl DnsArgs {
         cluster_domain: &str,
         targets: &[TargetRule],
     ) -> Result<AnySink, UsageError> {
+        self.sink_routed(client, cluster_domain, targets, None)
+            .await
+    }
+
+    /// [`sink`](Self::sink) whose targets answer as their picks in `routing` say (relay or
+    /// direct), each read when it resolves its addresses.
+    pub async fn sink_routed(
+        &self,
+        client: kube::Client,
+        cluster_domain: &str,
+        targets: &[TargetRule],
+        routing: Option<Routing<'_>>,
+    ) -> Result<AnySink, UsageError> {
         self.check()?;
         let coredns = |target| -> Result<AnySink, UsageError> {
             let node_local = self.writes_node_local_dns().then(|| {
@@ -603,7 +690,12 @@ impl DnsArgs {
             Ok(AnySink::Coredns(CorednsSink {
                 target,
                 node_local,
-                answers: self.answer_sources(Some(client.clone()), cluster_domain, targets)?,
+                answers: self.answer_sources(
+                    Some(client.clone()),
+                    cluster_domain,
+                    targets,
+                    routing,
+                )?,
             }))
         };
         Ok(match self.mode {
@@ -617,11 +709,13 @@ impl DnsArgs {
             ))?,
             Mode::EtcHosts => AnySink::EtcHosts(
                 self.hosts_writer(Some(client.clone()))
-                    .targets(self.target_ips(Some(&client), targets)),
+                    .targets(self.target_ips(Some(&client), targets))
+                    .routed(|ips, i| route_at(routing, ips, i, &client)),
             ),
             Mode::ExternalDns => AnySink::ExternalDns(
                 self.external_writer(client.clone())?
-                    .targets(self.target_ips(Some(&client), targets)),
+                    .targets(self.target_ips(Some(&client), targets))
+                    .routed(|ips, i| route_at(routing, ips, i, &client)),
             ),
         })
     }

@@ -32,6 +32,7 @@ const PROXY_SERVICE_WATCH_LIST: &str =
     "/api/v1/namespaces/ouroboros/services?&fieldSelector=metadata.name%3Douroboros-proxy&limit=500";
 const PROXY_SERVICE_WATCH: &str = "/api/v1/namespaces/ouroboros/services?&watch=true";
 const SERVICES: &str = "/api/v1/namespaces/ouroboros/services";
+const CONFIGMAPS: &str = "/api/v1/namespaces/ouroboros/configmaps";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
 
@@ -134,6 +135,8 @@ struct State {
     node_local: Option<(String, u64)>,
     /// Answers for the next Ingress list requests (any page), before the list of `ingresses`.
     ingress_lists: Vec<Answer>,
+    /// Other ConfigMaps in the `ouroboros` namespace (ingress controllers' configuration).
+    configmaps: Vec<Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -273,6 +276,28 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             }
             "GET" if u.contains("/configmaps/node-local-dns") => {
                 not_found("configmaps \"node-local-dns\"")
+            }
+            "GET" if u.starts_with(CONFIGMAPS) => {
+                let named = |name: &str| {
+                    st.configmaps
+                        .iter()
+                        .filter(|c| c["metadata"]["name"] == name)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                };
+                match u[CONFIGMAPS.len()..].strip_prefix("?&fieldSelector=metadata.name%3D") {
+                    Some(rest) => {
+                        let name = rest.split('&').next().unwrap();
+                        Answer::Json(200, list("v1", "ConfigMapList", "100", named(name)))
+                    }
+                    None => {
+                        let name = u[CONFIGMAPS.len()..].trim_start_matches('/');
+                        match named(name).pop() {
+                            Some(c) => Answer::Json(200, c),
+                            None => not_found(&format!("configmaps \"{name}\"")),
+                        }
+                    }
+                }
             }
             "POST" if u.starts_with(EVENTS) => Answer::Json(201, s.body.clone().unwrap()),
             "PATCH" if u.starts_with(EVENTS) => Answer::Json(200, s.body.clone().unwrap()),
@@ -2153,4 +2178,194 @@ async fn a_relist_that_fails_or_comes_back_partial_removes_nothing() {
         "{corefile}"
     );
     assert_eq!(api.count("PUT", COREDNS), 1, "{:#?}", api.calls());
+}
+
+/// ingress-nginx's ConfigMap as its users write it, with `use-proxy-protocol` set to `on`.
+fn nginx_config(on: &str, rv: u64) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "ingress-nginx-controller", "namespace": "ouroboros",
+                     "resourceVersion": rv.to_string()},
+        "data": {"use-proxy-protocol": on, "use-forwarded-headers": "true"}
+    })
+}
+
+/// The last Corefile written.
+fn last_corefile(a: &Routed) -> String {
+    a.matching("PUT", COREDNS)
+        .pop()
+        .and_then(|(_, b)| b)
+        .and_then(|b| b["data"]["Corefile"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// `--answer auto` with ingress-nginx's ConfigMap: the header is required, so the names go to
+/// the proxy, read before the first write (one write); `use-proxy-protocol` flipped to false
+/// answers them with the ingress controller Service's ClusterIPs in exactly one more write,
+/// listed by name (no `get` on it); flipped back, one more.
+#[tokio::test]
+async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
+    const CONFIG_WATCH: &str = "/api/v1/namespaces/ouroboros/configmaps?&watch=true";
+    const CONTROLLER_LIST: &str = "/api/v1/namespaces/ouroboros/services?&fieldSelector=\
+         metadata.name%3Dingress-nginx-controller";
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("ingress-nginx-controller", &["10.96.7.7"])];
+    st.configmaps = vec![nginx_config("true", 3)];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--ingress-controller-service",
+            "ouroboros/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ouroboros/ingress-nginx-controller",
+        ],
+    );
+    let wrote = |n: usize, ip: &'static str| {
+        move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
+    };
+    assert!(
+        r.api.wait_for(10, wrote(1, "10.96.0.53")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let first = r.api.calls();
+    let read_at = first
+        .iter()
+        .position(|(m, u)| m == "GET" && u.ends_with("/configmaps/ingress-nginx-controller"))
+        .expect("the ConfigMap read");
+    let put_at = first.iter().position(|(m, _)| m == "PUT").unwrap();
+    assert!(read_at < put_at, "read before the first write");
+
+    r.api
+        .deliver(
+            CONFIG_WATCH,
+            json!({"type": "MODIFIED", "object": nginx_config("false", 4)}),
+        )
+        .await;
+    assert!(
+        r.api.wait_for(10, wrote(2, "10.96.7.7")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let direct = last_corefile(&r.api);
+    assert!(!direct.contains("10.96.0.53"), "{direct}");
+    assert!(r.api.count("GET", CONTROLLER_LIST) >= 1);
+
+    // An edit that keeps the verdict writes nothing.
+    r.api
+        .deliver(
+            CONFIG_WATCH,
+            json!({"type": "MODIFIED", "object": nginx_config("False", 5)}),
+        )
+        .await;
+    r.api
+        .deliver(
+            CONFIG_WATCH,
+            json!({"type": "MODIFIED", "object": nginx_config("true", 6)}),
+        )
+        .await;
+    assert!(
+        r.api.wait_for(10, wrote(3, "10.96.0.53")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let api = r.shutdown().await;
+    assert_eq!(
+        api.count("PUT", COREDNS),
+        3,
+        "one write per flip: {:#?}",
+        api.calls()
+    );
+    assert_eq!(
+        api.count("GET", "/services/ingress-nginx-controller"),
+        0,
+        "the ingress controller Service is listed by name, never read with get"
+    );
+}
+
+/// `answer=direct` answers a target's names with its ingress controller Service's ClusterIPs
+/// (dual-stack: both); `answer=skip` leaves its names out while the others stay.
+#[tokio::test]
+async fn direct_answers_the_ingress_controller_and_skip_leaves_names_out() {
+    let mut st = state_with(vec![
+        classed("shop", "nginx", None, &["shop.example.com"]),
+        classed("blog", "traefik", None, &["blog.example.com"]),
+        classed("wiki", "internal", None, &["wiki.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![
+        service("proxy-traefik", &["10.96.0.60"]),
+        service("traefik", &["10.96.9.9", "fd00::9"]),
+        service("proxy-internal", &["10.96.0.61"]),
+    ];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik,answer=direct,\
+             ingress-controller=ouroboros/traefik",
+            "--target",
+            "name=internal,service=proxy-internal,ingress-class=internal,answer=skip",
+        ],
+    );
+    assert!(
+        r.api
+            .wait_for(10, |a| last_corefile(a).contains("blog"))
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = last_corefile(&r.api);
+    let api = r.shutdown().await;
+    assert!(
+        corefile.contains("10.96.0.53") && corefile.contains("shop"),
+        "{corefile}"
+    );
+    assert!(
+        corefile.contains("IN A 10.96.9.9") && corefile.contains("IN AAAA fd00::9"),
+        "{corefile}"
+    );
+    assert!(
+        !corefile.contains("10.96.0.60"),
+        "not through the traefik proxy: {corefile}"
+    );
+    assert!(
+        !corefile.contains("wiki") && !corefile.contains("10.96.0.61"),
+        "{corefile}"
+    );
+    assert_eq!(api.count("PUT", COREDNS), 1);
+}
+
+/// `answer=direct` without the ingress controller Service is refused before any request.
+#[tokio::test]
+async fn direct_without_the_ingress_controller_service_is_refused_at_start() {
+    let r = start(
+        state_with(vec![]),
+        &["--leader-elect=false", "--answer", "direct"],
+    );
+    let got = tokio::time::timeout(Duration::from_secs(5), r.task)
+        .await
+        .unwrap()
+        .unwrap();
+    let e = got.unwrap_err().to_string();
+    assert!(
+        e.contains("answer direct") && e.contains("--ingress-controller-service"),
+        "{e}"
+    );
+    assert!(r.api.calls().is_empty(), "{:#?}", r.api.calls());
 }

@@ -1,10 +1,13 @@
 //! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
-use super::targets::{check_targets, parse_target};
+use super::targets::{check_answer, check_targets, controller_config, parse_target};
 use super::{non_empty, Filters, IngressHosts};
+use crate::header_verdict::AnswerPick;
+use crate::header_verdict::{ConfigRef, ControllerKind};
 use crate::hostname::HostPolicy;
 use crate::target::TargetRule;
+use crate::target::{AnswerRule, Target};
 
 /// Source filters and hostname policy flags. The same flags and environment variables serve
 /// `controller` and `render`, so `render` shows exactly what the controller would pick.
@@ -52,6 +55,59 @@ pub struct HostnameArgs {
         value_parser = parse_target
     )]
     pub targets: Vec<TargetRule>,
+
+    /// How the default target's names are answered: `auto` (picked from what
+    /// --ingress-controller-config says: `relay` when the ingress controller requires the PROXY
+    /// header, `direct` when it takes connections without one, `skip` when its load balancer
+    /// reports ipMode Proxy, `relay` when nothing says), `relay` (the proxy's addresses),
+    /// `direct` (the ingress controller Service's ClusterIPs, no relay hop; needs
+    /// --ingress-controller-service or --direct-ip) or `skip` (leave the names alone). A
+    /// --target takes `answer=` likewise.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_ANSWER",
+        value_name = "ANSWER",
+        value_enum,
+        default_value_t = AnswerPick::Auto
+    )]
+    pub answer: AnswerPick,
+
+    /// The default target's ingress controller, for reading whether it takes the PROXY header:
+    /// ingress-nginx, haproxy, traefik, contour, envoy-gateway, nginx-gateway-fabric or cilium.
+    /// Needs --ingress-controller-config. A --target takes `ingress-controller-kind=` likewise.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_INGRESS_CONTROLLER_KIND",
+        value_name = "KIND",
+        value_parser = ControllerKind::parse
+    )]
+    pub ingress_controller_kind: Option<ControllerKind>,
+
+    /// The one object that says whether the default target's ingress controller takes the PROXY
+    /// header, watched by name: NAMESPACE/NAME of ingress-nginx's or HAProxy's ConfigMap,
+    /// Cilium's `cilium-config` ConfigMap, Traefik's or Contour's Deployment
+    /// (`daemonset/NAMESPACE/NAME` for a DaemonSet), an Envoy Gateway ClientTrafficPolicy or an
+    /// NGINX Gateway Fabric NginxProxy (docs/targets.md). A --target takes
+    /// `ingress-controller-config=` likewise.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_INGRESS_CONTROLLER_CONFIG",
+        value_name = "[daemonset/]NAMESPACE/NAME"
+    )]
+    pub ingress_controller_config: Option<String>,
+
+    /// The default target's ingress controller Service's ClusterIPs, for a direct answer
+    /// (repeatable; comma-separated in the environment variable) [default: read from
+    /// --ingress-controller-service]; `render` needs them for `--answer direct`. A --target
+    /// takes `direct-ip=` likewise.
+    #[arg(
+        long = "direct-ip",
+        env = "OUROBOROS_CONTROLLER_DIRECT_IP",
+        value_name = "IP",
+        value_delimiter = ',',
+        value_parser = crate::flags::parse_answer_ip
+    )]
+    pub direct_ips: Vec<std::net::IpAddr>,
 
     /// Which Ingress fields name the hosts: `tls` (`spec.tls[].hosts`, the names served over
     /// TLS) or `all` (also `spec.rules[].host`: plain-HTTP names, e.g. for cert-manager's HTTP-01
@@ -176,6 +232,51 @@ impl HostnameArgs {
                 self.targets.clone()
             },
         })
+    }
+
+    /// The default target's configuration object (--ingress-controller-kind and
+    /// --ingress-controller-config, both or neither).
+    pub fn default_controller_config(&self) -> Result<Option<ConfigRef>, String> {
+        controller_config(
+            self.ingress_controller_kind,
+            self.ingress_controller_config.as_deref(),
+        )
+        .map_err(|e| {
+            e.replace("ingress-controller-kind=", "--ingress-controller-kind ")
+                .replace("ingress-controller-config=", "--ingress-controller-config")
+        })
+    }
+
+    /// Every target's answer settings, in the writers' order (the default target's first);
+    /// `default_service` is the default target's ingress controller Service
+    /// (--ingress-controller-service), which only `controller` and `doctor` take.
+    pub fn answer_rules(
+        &self,
+        default_service: Option<(String, String)>,
+    ) -> Result<Vec<AnswerRule>, String> {
+        let config = self.default_controller_config()?;
+        check_answer(
+            crate::target::DEFAULT_TARGET,
+            self.answer,
+            config.as_ref(),
+            default_service.is_some() || !self.direct_ips.is_empty(),
+            "--ingress-controller-service NAMESPACE/NAME",
+        )?;
+        let default = AnswerRule {
+            target: Target::Default,
+            answer: self.answer,
+            config,
+            controller_service: default_service,
+            direct_ips: self.direct_ips.clone(),
+        };
+        let named = self.targets.iter().enumerate().map(|(i, t)| AnswerRule {
+            target: Target::Named(u16::try_from(i).unwrap_or(u16::MAX)),
+            answer: t.answer,
+            config: t.controller_config.clone(),
+            controller_service: t.ingress_controller.clone(),
+            direct_ips: t.direct_ips.clone(),
+        });
+        Ok(std::iter::once(default).chain(named).collect())
     }
 
     /// Checks the domain flags; `cluster_domain` is the resolved one (see `cluster_domain::resolve`).

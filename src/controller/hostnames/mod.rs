@@ -30,7 +30,10 @@ pub use model::{
     Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected,
     OPT_OUT_ANNOTATION,
 };
-pub use targets::{check_targets, parse_namespaced, parse_target, PRIORITY_ANNOTATION};
+pub use targets::{
+    check_answer, check_targets, controller_config, parse_namespaced, parse_target,
+    PRIORITY_ANNOTATION,
+};
 
 use std::collections::BTreeMap;
 

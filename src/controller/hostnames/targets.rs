@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
+use crate::header_verdict::AnswerPick;
+use crate::header_verdict::{ConfigRef, ControllerKind};
 use crate::target::{Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
@@ -60,6 +62,7 @@ pub(super) fn priority(meta: &ObjectMeta) -> i64 {
 pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     let mut rule = TargetRule::default();
     let mut service = None;
+    let (mut kind, mut config) = (None, None);
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(format!("{pair:?} is not key=value"));
@@ -80,6 +83,18 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
                 return Err("ingress-controller is given twice".into())
             }
             "ingress-controller" => rule.ingress_controller = Some(parse_namespaced(value)?),
+            "answer" => rule.answer = AnswerPick::parse(value)?,
+            "ingress-controller-kind" if kind.is_some() => {
+                return Err("ingress-controller-kind is given twice".into())
+            }
+            "ingress-controller-kind" => kind = Some(ControllerKind::parse(value)?),
+            "ingress-controller-config" if config.is_some() => {
+                return Err("ingress-controller-config is given twice".into())
+            }
+            "ingress-controller-config" => config = Some(value.to_string()),
+            "direct-ip" => rule
+                .direct_ips
+                .push(parse_answer_ip(value).map_err(|e| format!("direct-ip: {e}"))?),
             "proxy-ip" => rule
                 .proxy_ips
                 .push(parse_answer_ip(value).map_err(|e| format!("proxy-ip: {e}"))?),
@@ -92,7 +107,9 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, proxy-ip, ingress-controller)"
+                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, \
+                     proxy-ip, ingress-controller, answer, ingress-controller-kind, \
+                     ingress-controller-config, direct-ip)"
                 ))
             }
         }
@@ -100,6 +117,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     if rule.name.is_empty() {
         return Err("name=NAME is missing".into());
     }
+    rule.controller_config = controller_config(kind, config.as_deref())?;
     if !is_label(&rule.name) {
         return Err(format!(
             "name {:?} is not a DNS label ({LABEL_SYNTAX})",
@@ -126,6 +144,56 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     Ok(rule)
 }
 
+/// The configuration object named by a kind and a `[daemonset/]NAMESPACE/NAME`: both or
+/// neither (`--ingress-controller-kind` and `--ingress-controller-config` likewise).
+pub fn controller_config(
+    kind: Option<ControllerKind>,
+    config: Option<&str>,
+) -> Result<Option<ConfigRef>, String> {
+    match (kind, config) {
+        (None, None) => Ok(None),
+        (Some(kind), Some(c)) => ConfigRef::parse(kind, c).map(Some),
+        (Some(k), None) => Err(format!(
+            "ingress-controller-kind={} needs ingress-controller-config= (the object that says \
+             whether {} takes the PROXY header; see docs/targets.md)",
+            k.as_str(),
+            k.as_str()
+        )),
+        (None, Some(_)) => Err(
+            "ingress-controller-config= needs ingress-controller-kind= (which controller's \
+             configuration it is)"
+                .into(),
+        ),
+    }
+}
+
+/// Checks what an answer needs, for a target named `name` (`flags`: how the operator names
+/// the ingress controller Service there): `direct`, and `auto` with a configuration to read
+/// (which may pick direct), answer with the ingress controller Service's ClusterIPs.
+pub fn check_answer(
+    name: &str,
+    answer: AnswerPick,
+    config: Option<&ConfigRef>,
+    has_controller_service: bool,
+    flag: &str,
+) -> Result<(), String> {
+    if has_controller_service {
+        return Ok(());
+    }
+    match answer {
+        AnswerPick::Direct => Err(format!(
+            "target {name}: answer direct answers with the ingress controller Service's \
+             ClusterIPs: name the Service with {flag}"
+        )),
+        AnswerPick::Auto if config.is_some() => Err(format!(
+            "target {name}: answer auto with an ingress controller configuration may answer \
+             directly with the ingress controller Service's ClusterIPs: name the Service with \
+             {flag}, or set the answer to relay"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `NAMESPACE/NAME` of a Service (both DNS labels), as `--ingress-controller-service` and
 /// `ingress-controller=` take it.
 pub fn parse_namespaced(s: &str) -> Result<(String, String), String> {
@@ -144,6 +212,13 @@ pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
     // "ingress-class=nginx" and the like, with the target that takes it.
     let mut taken: BTreeMap<String, &str> = BTreeMap::new();
     for r in rules {
+        check_answer(
+            &r.name,
+            r.answer,
+            r.controller_config.as_ref(),
+            r.ingress_controller.is_some() || !r.direct_ips.is_empty(),
+            "ingress-controller=NAMESPACE/NAME",
+        )?;
         if !names.insert(r.name.as_str()) {
             return Err(format!("--target name {:?} is given twice", r.name));
         }
@@ -271,9 +346,86 @@ mod tests {
                 "name=a,service=x,ingress-class=a,ingress-controller=traefik",
                 "not NAMESPACE/NAME",
             ),
+            (
+                "name=a,service=x,ingress-class=a,answer=proxy",
+                "not one of auto, relay, direct, skip",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller-kind=traefik",
+                "needs ingress-controller-config=",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller-config=t/t",
+                "needs ingress-controller-kind=",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller-kind=nginx,\
+                 ingress-controller-config=t/t",
+                "is not one of ingress-nginx",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,direct-ip=x",
+                "direct-ip: ",
+            ),
         ] {
             let got = parse_target(spec).unwrap_err();
             assert!(got.contains(err), "{spec}: {got}");
+        }
+    }
+
+    #[test]
+    fn answers_and_what_they_need() {
+        let r = parse_target(
+            "name=t,service=p,ingress-class=traefik,answer=direct,ingress-controller=traefik/traefik,\
+             ingress-controller-kind=traefik,ingress-controller-config=daemonset/traefik/traefik,\
+             direct-ip=10.43.0.9",
+        )
+        .unwrap();
+        assert_eq!(r.answer, AnswerPick::Direct);
+        let c = r.controller_config.as_ref().unwrap();
+        assert_eq!(
+            (c.kind, c.resource.kind),
+            (ControllerKind::Traefik, "DaemonSet")
+        );
+        assert_eq!(
+            r.direct_ips,
+            ["10.43.0.9".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            parse_target("name=t,service=p,ingress-class=x")
+                .unwrap()
+                .answer,
+            AnswerPick::Auto
+        );
+        // direct, and auto that may pick direct, need the ingress controller Service.
+        for (spec, err) in [
+            (
+                "name=t,service=p,ingress-class=x,answer=direct",
+                Some("answer direct"),
+            ),
+            (
+                "name=t,service=p,ingress-class=x,ingress-controller-kind=ingress-nginx,\
+                 ingress-controller-config=ingress-nginx/ingress-nginx-controller",
+                Some("answer auto"),
+            ),
+            (
+                "name=t,service=p,ingress-class=x,answer=direct,direct-ip=10.0.0.1",
+                None,
+            ),
+            ("name=t,service=p,ingress-class=x", None),
+            ("name=t,service=p,ingress-class=x,answer=skip", None),
+        ] {
+            let got = check_targets(&[parse_target(spec).unwrap()]);
+            match err {
+                None => assert_eq!(got, Ok(()), "{spec}"),
+                Some(e) => {
+                    let got = got.unwrap_err();
+                    assert!(
+                        got.contains(e) && got.contains("ingress-controller="),
+                        "{spec}: {got}"
+                    );
+                }
+            }
         }
     }
 

@@ -81,6 +81,7 @@ mod tests {
             proxy_service: Some(("ns".into(), "proxy".into())),
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
+            controller_configs: Vec::new(),
             external_dns_namespace: "records".into(),
             external_dns_output: output,
         }

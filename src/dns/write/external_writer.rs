@@ -326,7 +326,9 @@ impl ExternalWriter {
     ) -> Result<Self, String> {
         let flag_ips = match &ips {
             ProxyIps::Static(v) => v.clone(),
-            ProxyIps::Service { .. } | ProxyIps::Unavailable(_) => Vec::new(),
+            ProxyIps::Service { .. } | ProxyIps::Routed { .. } | ProxyIps::Unavailable(_) => {
+                Vec::new()
+            }
         };
         settings.validate(&flag_ips)?;
         Ok(Self {
@@ -343,6 +345,14 @@ impl ExternalWriter {
     pub fn targets(mut self, ips: Vec<ProxyIps>) -> Self {
         self.ips.truncate(1);
         self.ips.extend(ips);
+        self
+    }
+
+    /// Each target's addresses (index `i`, the default target's 0) passed through `f`: how a
+    /// target answered directly gets its ingress controller's.
+    pub fn routed(mut self, f: impl Fn(ProxyIps, usize) -> ProxyIps) -> Self {
+        let ips = std::mem::take(&mut self.ips);
+        self.ips = ips.into_iter().enumerate().map(|(i, p)| f(p, i)).collect();
         self
     }
 

@@ -448,6 +448,14 @@ impl HostsWriter {
         self
     }
 
+    /// Each target's addresses (index `i`, the default target's 0) passed through `f`: how a
+    /// target answered directly gets its ingress controller's.
+    pub fn routed(mut self, f: impl Fn(ProxyIps, usize) -> ProxyIps) -> Self {
+        let ips = std::mem::take(&mut self.ips);
+        self.ips = ips.into_iter().enumerate().map(|(i, p)| f(p, i)).collect();
+        self
+    }
+
     /// Forces the in-place write (tests; the fallback otherwise chosen on EBUSY and friends).
     pub fn write_method(mut self, m: WriteMethod) -> Self {
         self.method = m;

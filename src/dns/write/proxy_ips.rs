@@ -12,9 +12,13 @@ use crate::kube_client::describe;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
+use kube::api::ListParams;
 use kube::{Api, Client};
 
 use super::error::{ObjectKey, Reason, SinkError};
+use super::routes::Routes;
+use crate::header_verdict::Route;
+use crate::target::Target;
 
 /// Where the proxy IPs come from.
 pub enum ProxyIps {
@@ -27,6 +31,16 @@ pub enum ProxyIps {
         name: String,
         /// The flag that would make the lookup unnecessary, for error messages.
         flag: &'static str,
+        /// Read with `list` (field selector `metadata.name`) rather than `get`: the ingress
+        /// controller's Service, which the controller already may `list` and `watch` by name.
+        listed: bool,
+    },
+    /// A target's proxy or its ingress controller, as its pick in `routes` says at each call.
+    Routed {
+        relay: Box<ProxyIps>,
+        direct: Box<ProxyIps>,
+        routes: Routes,
+        target: Target,
     },
     /// Neither: only usable for removing (`cleanup` without API access); resolving fails.
     Unavailable(String),
@@ -50,6 +64,7 @@ impl ProxyIps {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 flag,
+                listed: false,
             },
             None => ProxyIps::Unavailable(format!(
                 "{flag} is not set and there is no Kubernetes client to read Service \
@@ -58,9 +73,61 @@ impl ProxyIps {
         }
     }
 
+    /// The ingress controller Service's ClusterIPs (`direct-ip=`/--direct-ip when given), for
+    /// a direct answer.
+    pub fn ingress_controller(
+        client: Option<Client>,
+        ips: &[IpAddr],
+        (namespace, name): (&str, &str),
+        flag: &'static str,
+    ) -> Self {
+        match Self::new(client, ips, namespace, name, flag) {
+            ProxyIps::Service {
+                api,
+                namespace,
+                name,
+                flag,
+                ..
+            } => ProxyIps::Service {
+                api,
+                namespace,
+                name,
+                flag,
+                listed: true,
+            },
+            other => other,
+        }
+    }
+
+    /// `relay` or `direct` as `target`'s pick in `routes` says when resolved.
+    pub fn routed(self, direct: ProxyIps, routes: Routes, target: Target) -> Self {
+        ProxyIps::Routed {
+            relay: Box::new(self),
+            direct: Box::new(direct),
+            routes,
+            target,
+        }
+    }
+
     /// The addresses, sorted, IPv4 first, deduplicated; never empty on success.
     pub async fn resolve(&self) -> Result<Vec<IpAddr>, SinkError> {
-        let (api, namespace, name, flag) = match self {
+        match self {
+            ProxyIps::Routed {
+                relay,
+                direct,
+                routes,
+                target,
+            } => match routes.get(*target) {
+                Route::Direct => direct.resolve_one().await,
+                Route::Relay | Route::Skip => relay.resolve_one().await,
+            },
+            other => other.resolve_one().await,
+        }
+    }
+
+    /// One source's addresses (a `Routed` one nested is not: the constructors never nest).
+    async fn resolve_one(&self) -> Result<Vec<IpAddr>, SinkError> {
+        let (api, namespace, name, flag, listed) = match self {
             ProxyIps::Static(ips) => {
                 let mut v = ips.clone();
                 v.sort();
@@ -72,7 +139,16 @@ impl ProxyIps {
                 namespace,
                 name,
                 flag,
-            } => (api, namespace, name, *flag),
+                listed,
+            } => (api, namespace, name, *flag, *listed),
+            ProxyIps::Routed { .. } => {
+                return Err(SinkError {
+                    reason: Reason::Invalid,
+                    object: None,
+                    message: "nested answer routes".into(),
+                    kept: Box::default(),
+                })
+            }
             ProxyIps::Unavailable(why) => {
                 return Err(SinkError {
                     reason: Reason::Invalid,
@@ -90,16 +166,34 @@ impl ProxyIps {
                 name: name.clone(),
             })
         };
-        let svc = match api.get_opt(name).await {
+        let (what, verb) = if listed {
+            ("ingress controller Service", "list")
+        } else {
+            ("proxy Service", "get")
+        };
+        let read = if listed {
+            let lp = ListParams::default().fields(&format!("metadata.name={name}"));
+            api.list(&lp).await.map(|l| l.items.into_iter().next())
+        } else {
+            api.get_opt(name).await
+        };
+        let svc = match read {
             Ok(Some(svc)) => svc,
             Ok(None) => {
                 return Err(SinkError {
                     reason: Reason::NotFound,
                     object: object(),
-                    message: format!(
-                    "proxy Service {namespace}/{name} not found: check --proxy-service-name and \
-                         --proxy-service-namespace, or pass {flag}"
-                ),
+                    message: if listed {
+                        format!(
+                            "ingress controller Service {namespace}/{name} not found: check its \
+                             name (ingress-controller=, --ingress-controller-service), or pass {flag}"
+                        )
+                    } else {
+                        format!(
+                            "proxy Service {namespace}/{name} not found: check --proxy-service-name \
+                             and --proxy-service-namespace, or pass {flag}"
+                        )
+                    },
                     kept: Box::default(),
                 })
             }
@@ -108,9 +202,9 @@ impl ProxyIps {
                     reason: Reason::Forbidden,
                     object: object(),
                     message: format!(
-                    "get services/{name} in {namespace}: forbidden ({}); grant the controller's \
-                         ServiceAccount `get` on services (resourceNames: [{name}]) in namespace \
-                         {namespace}, or pass {flag}",
+                    "{verb} services/{name} in {namespace}: forbidden ({}); grant the \
+                         controller's ServiceAccount `{verb}` on services (resourceNames: [{name}]) \
+                         in namespace {namespace}, or pass {flag}",
                     s.message
                 ),
                     kept: Box::default(),
@@ -120,7 +214,7 @@ impl ProxyIps {
                 return Err(SinkError {
                     reason: Reason::Api,
                     object: object(),
-                    message: format!("get Service {namespace}/{name}: {}", describe(&e)),
+                    message: format!("{verb} Service {namespace}/{name}: {}", describe(&e)),
                     kept: Box::default(),
                 })
             }
@@ -128,7 +222,7 @@ impl ProxyIps {
         cluster_ips(&svc).map_err(|e| SinkError {
             reason: Reason::NoClusterIp,
             object: object(),
-            message: format!("proxy Service {namespace}/{name}: {e}; pass {flag} instead"),
+            message: format!("{what} {namespace}/{name}: {e}; pass {flag} instead"),
             kept: Box::default(),
         })
     }

@@ -10,8 +10,11 @@ use super::external_writer::ExternalWriter;
 use super::hosts_writer::HostsWriter;
 use super::plan::Plan;
 use super::proxy_ips::ProxyIps;
+use super::routes::Routes;
 use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
 use crate::dns::ProxyFqdn;
+use crate::header_verdict::Route;
+use crate::target::Target;
 
 impl From<ApplyError> for SinkError {
     fn from(e: ApplyError) -> Self {
@@ -52,12 +55,29 @@ pub enum AnswerSource {
     Addresses(ProxyIps, bool),
     /// Rewrite lines to the proxy Service's name.
     Rewrite(ProxyFqdn),
+    /// Rewrite lines to the proxy Service's name or, when `target`'s pick is direct, to the
+    /// ingress controller Service's.
+    RoutedRewrite {
+        relay: ProxyFqdn,
+        direct: ProxyFqdn,
+        routes: Routes,
+        target: Target,
+    },
 }
 
 impl AnswerSource {
     pub async fn resolve(&self) -> Result<Answer, SinkError> {
         match self {
             AnswerSource::Rewrite(fqdn) => Ok(Answer::Rewrite(fqdn.clone())),
+            AnswerSource::RoutedRewrite {
+                relay,
+                direct,
+                routes,
+                target,
+            } => Ok(Answer::Rewrite(match routes.get(*target) {
+                Route::Direct => direct.clone(),
+                Route::Relay | Route::Skip => relay.clone(),
+            })),
             AnswerSource::Addresses(ips, view) => {
                 let ips = ips.resolve().await?;
                 // `resolve` never returns an empty list on success.
