@@ -231,32 +231,20 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let output = match args.target {
         Target::Coredns(a) => {
-            // The Corefile first: a file that cannot be read fails before any warning about
-            // the manifests' names.
-            one_stdin(&a.input, &[&a.corefile])?;
-            let text = read_input(&a.corefile, "Corefile")?;
-            let placed = desired_hosts(&a.input, &[&a.corefile])?;
+            let (text, placed) = edited_and_hosts(&a.input, &a.corefile, "Corefile")?;
             let hosts = &placed.plan.hosts;
             let rules = placed.rules(&a.proxy)?;
             let edit = dns::corefile::splice_groups(&text, &groups(&rules)).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (nothing was printed)", a.corefile.display())
             })?;
-            for s in &edit.findings.shadowing {
+            for t in edit.findings.taken() {
                 tracing::warn!(
                     corefile = %a.corefile.display(),
-                    hostname = %s.host,
-                    block = %s.block,
-                    line = s.line,
-                    "this hostname's queries go to a more specific server block, not to the root block holding the ouroboros block; add the same block there or remove that server block"
-                );
-            }
-            for r in &edit.findings.rewritten {
-                tracing::warn!(
-                    corefile = %a.corefile.display(),
-                    hostname = %r.host,
-                    rule = %r.rule,
-                    line = r.line,
-                    "a `rewrite` rule outside the ouroboros block takes this hostname's queries before the block can answer them with the proxy; remove that rule (another tool's, such as hairpin-proxy's?)"
+                    hostname = %t.host,
+                    by = %t.by,
+                    line = t.line,
+                    "{}",
+                    t.note
                 );
             }
             if !hosts.is_empty() && !edit.findings.has_reload {
@@ -284,7 +272,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             if a.proxy.coredns_answer == AnswerForm::View {
                 return Err(UsageError::err(VIEW_NEEDS_COREFILE));
             }
-            let placed = desired_hosts(&a.input, &[])?;
+            let placed = desired_hosts(&a.input)?;
             let text = dns::coredns_import::render_groups(&groups(&placed.rules(&a.proxy)?));
             a.proxy.fits_configmap(&text, "import snippet")?;
             tracing::info!(
@@ -294,9 +282,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             text
         }
         Target::EtcHosts(a) => {
-            one_stdin(&a.input, &[&a.hosts_file])?;
-            let text = read_input(&a.hosts_file, "hosts file")?;
-            let placed = desired_hosts(&a.input, &[&a.hosts_file])?;
+            let (text, placed) = edited_and_hosts(&a.input, &a.hosts_file, "hosts file")?;
             let hosts = &placed.plan.hosts;
             let with_ips = placed.with_ips(&a.proxy.proxy_ips)?;
             let groups: Vec<HostsGroup<'_>> = with_ips
@@ -337,7 +323,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             if !a.proxy.proxy_ips.is_empty() {
                 options(&a.proxy.proxy_ips)?;
             }
-            let placed = desired_hosts(&a.input, &[])?;
+            let placed = desired_hosts(&a.input)?;
             let mut objects = Vec::new();
             let groups = placed.with_ips(&a.proxy.proxy_ips)?;
             for (hosts, ips) in groups.iter().filter(|(hosts, _)| !hosts.is_empty()) {
@@ -386,15 +372,28 @@ fn one_stdin(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads the manifests and computes the host set, logging every rejected name. `other_inputs`
-/// are the files the target reads besides the manifests (stdin may feed only one of them).
-fn desired_hosts(input: &Input, other_inputs: &[&Path]) -> anyhow::Result<Placed> {
+/// The file a target edits (the Corefile or hosts file, `what`) and the host set: the file is
+/// read first, so one that cannot be read fails before any warning about the manifests' names.
+fn edited_and_hosts(input: &Input, file: &Path, what: &str) -> anyhow::Result<(String, Placed)> {
+    one_stdin(input, &[file])?;
+    let text = read_input(file, what)?;
+    Ok((text, select_hosts(input)?))
+}
+
+/// The host set of a target that edits no file.
+fn desired_hosts(input: &Input) -> anyhow::Result<Placed> {
+    one_stdin(input, &[])?;
+    select_hosts(input)
+}
+
+/// Reads the manifests and computes the host set, logging every rejected name (stdin checked
+/// by the caller).
+fn select_hosts(input: &Input) -> anyhow::Result<Placed> {
     let Selection {
         filters,
         policy,
         cluster_domain,
     } = Selection::of(&input.hostnames)?;
-    one_stdin(input, other_inputs)?;
     let started = Instant::now();
     let manifests = Manifests::read(&input.manifests)?;
     let read = started.elapsed();

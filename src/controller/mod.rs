@@ -671,36 +671,24 @@ impl ControllerHooks {
     /// name another server block or a foreign `rewrite` rule takes, and once for a missing
     /// `reload`.
     fn report_findings(&mut self, f: &Findings) {
-        let shadowed = f.shadowing.iter().map(|s| {
-            let note = format!(
-                "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) is \
-                 more specific for it, so CoreDNS sends its queries there and never to the root \
-                 block that holds the ouroboros block. Add the same ouroboros block to that \
-                 server block, or remove it",
-                s.host, s.block, s.line
-            );
-            (&s.host, &s.block, events::HOSTNAME_SHADOWED, note)
-        });
-        let rewritten = f.rewritten.iter().map(|r| {
-            let note = format!(
-                "hostname {} is not hairpinned: the Corefile's rule 'rewrite {}' (line {}), \
-                 outside the ouroboros block, takes its queries first. Remove that rule (another \
-                 tool's, such as hairpin-proxy's?)",
-                r.host, r.rule, r.line
-            );
-            (&r.host, &r.rule, events::HOSTNAME_REWRITTEN, note)
-        });
-        for (host, by, reason, note) in shadowed.chain(rewritten) {
-            if !self.shadows_warned.insert((host.clone(), by.clone())) {
+        for t in f.taken() {
+            if !self
+                .shadows_warned
+                .insert((t.host.to_string(), t.by.to_string()))
+            {
                 continue;
             }
-            tracing::warn!(mode = self.mode, hostname = %host, by = %by, "{note}");
+            tracing::warn!(mode = self.mode, hostname = %t.host, by = %t.by, "{}", t.note);
             if let Some(o) = &self.target {
                 self.notifier.send(events::Notice {
                     regarding: events::key_reference(o),
-                    reason,
+                    reason: if t.rewrite {
+                        events::HOSTNAME_REWRITTEN
+                    } else {
+                        events::HOSTNAME_SHADOWED
+                    },
                     action: "Edit",
-                    note,
+                    note: t.note,
                 });
             }
         }

@@ -35,6 +35,53 @@ pub struct Findings {
     pub rewritten: Vec<Rewritten>,
 }
 
+/// A hairpinned name that another part of the Corefile takes from our block: a more specific
+/// server block or a foreign `rewrite` rule, with the sentence that says so and what to do, for
+/// `render`'s warning and the controller's log line and Event alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken<'a> {
+    pub host: &'a str,
+    /// The server block's keys, or the rewrite rule, as written.
+    pub by: &'a str,
+    pub line: usize,
+    /// A rewrite rule (else a server block).
+    pub rewrite: bool,
+    pub note: String,
+}
+
+impl Findings {
+    /// Every hairpinned name another part of the Corefile takes ([`Findings::shadowing`], then
+    /// [`Findings::rewritten`]).
+    pub fn taken(&self) -> impl Iterator<Item = Taken<'_>> {
+        let shadowed = self.shadowing.iter().map(|s| Taken {
+            host: &s.host,
+            by: &s.block,
+            line: s.line,
+            rewrite: false,
+            note: format!(
+                "hostname {} is not hairpinned: the Corefile's server block '{}' (line {}) is \
+                 more specific for it, so CoreDNS sends its queries there and never to the root \
+                 block that holds the ouroboros block. Add the same ouroboros block to that \
+                 server block, or remove it",
+                s.host, s.block, s.line
+            ),
+        });
+        let rewritten = self.rewritten.iter().map(|r| Taken {
+            host: &r.host,
+            by: &r.rule,
+            line: r.line,
+            rewrite: true,
+            note: format!(
+                "hostname {} is not hairpinned: a `rewrite` rule outside the ouroboros block, \
+                 'rewrite {}' (line {}), takes its queries before the block can answer them. \
+                 Remove that rule (another tool's, such as hairpin-proxy's?)",
+                r.host, r.rule, r.line
+            ),
+        });
+        shadowed.chain(rewritten)
+    }
+}
+
 /// A hairpinned name that a `rewrite` rule outside our block takes (see [`Findings::rewritten`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rewritten {
@@ -970,6 +1017,14 @@ mod tests {
             ),
         ];
         assert_eq!(found(&template, t), want);
+        let findings = splice(t, &names, &template).unwrap().findings;
+        let notes: Vec<(bool, String)> = findings.taken().map(|t| (t.rewrite, t.note)).collect();
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes.iter().all(|(rewrite, note)| *rewrite
+                && note.contains("`rewrite` rule outside the ouroboros block")),
+            "{notes:?}"
+        );
         // Our rewrite rules go last in the root block: the rules before them still win.
         assert_eq!(found(&proxy(), t), want);
         // In place, ours come before a rule written after the block: that one never matches.

@@ -141,6 +141,31 @@ struct State {
 
 type Shared = Arc<Mutex<State>>;
 
+/// A GET under the namespaced collection `base` answered from `objects`: one by the name in
+/// the path (404 without it), or a `kind` list of those a `metadata.name` field selector names.
+fn get_named(u: &str, base: &str, objects: &[Value], kind: &str, plural: &str) -> Answer {
+    let named = |name: &str| {
+        objects
+            .iter()
+            .filter(|o| o["metadata"]["name"] == name)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    match u[base.len()..].strip_prefix("?&fieldSelector=metadata.name%3D") {
+        Some(rest) => {
+            let name = rest.split('&').next().unwrap();
+            Answer::Json(200, list("v1", kind, "100", named(name)))
+        }
+        None => {
+            let name = u[base.len()..].trim_start_matches('/');
+            match named(name).pop() {
+                Some(o) => Answer::Json(200, o),
+                None => not_found(&format!("{plural} \"{name}\"")),
+            }
+        }
+    }
+}
+
 #[allow(
     clippy::too_many_lines,
     reason = "the fake API server's route table: one arm a request"
@@ -236,26 +261,7 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                 ),
             ),
             "GET" if u.starts_with(SERVICES) => {
-                let named = |name: &str| {
-                    st.services
-                        .iter()
-                        .filter(|s| s["metadata"]["name"] == name)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                };
-                match u[SERVICES.len()..].strip_prefix("?&fieldSelector=metadata.name%3D") {
-                    Some(rest) => {
-                        let name = rest.split('&').next().unwrap();
-                        Answer::Json(200, list("v1", "ServiceList", "100", named(name)))
-                    }
-                    None => {
-                        let name = u[SERVICES.len()..].trim_start_matches('/');
-                        match named(name).pop() {
-                            Some(svc) => Answer::Json(200, svc),
-                            None => not_found(&format!("services \"{name}\"")),
-                        }
-                    }
-                }
+                get_named(u, SERVICES, &st.services, "ServiceList", "services")
             }
             "GET" if u == NODE_LOCAL && st.node_local.is_some() => {
                 let (text, rv) = st.node_local.clone().unwrap();
@@ -278,26 +284,7 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                 not_found("configmaps \"node-local-dns\"")
             }
             "GET" if u.starts_with(CONFIGMAPS) => {
-                let named = |name: &str| {
-                    st.configmaps
-                        .iter()
-                        .filter(|c| c["metadata"]["name"] == name)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                };
-                match u[CONFIGMAPS.len()..].strip_prefix("?&fieldSelector=metadata.name%3D") {
-                    Some(rest) => {
-                        let name = rest.split('&').next().unwrap();
-                        Answer::Json(200, list("v1", "ConfigMapList", "100", named(name)))
-                    }
-                    None => {
-                        let name = u[CONFIGMAPS.len()..].trim_start_matches('/');
-                        match named(name).pop() {
-                            Some(c) => Answer::Json(200, c),
-                            None => not_found(&format!("configmaps \"{name}\"")),
-                        }
-                    }
-                }
+                get_named(u, CONFIGMAPS, &st.configmaps, "ConfigMapList", "configmaps")
             }
             "POST" if u.starts_with(EVENTS) => Answer::Json(201, s.body.clone().unwrap()),
             "PATCH" if u.starts_with(EVENTS) => Answer::Json(200, s.body.clone().unwrap()),
@@ -2237,6 +2224,10 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
         "{:#?}",
         r.api.calls()
     );
+    let flip = |on: &'static str, rv: u64| {
+        let event = json!({"type": "MODIFIED", "object": nginx_config(on, rv)});
+        r.api.deliver(CONFIG_WATCH, event)
+    };
     let first = r.api.calls();
     let read_at = first
         .iter()
@@ -2245,12 +2236,7 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     let put_at = first.iter().position(|(m, _)| m == "PUT").unwrap();
     assert!(read_at < put_at, "read before the first write");
 
-    r.api
-        .deliver(
-            CONFIG_WATCH,
-            json!({"type": "MODIFIED", "object": nginx_config("false", 4)}),
-        )
-        .await;
+    flip("false", 4).await;
     assert!(
         r.api.wait_for(10, wrote(2, "10.96.7.7")).await,
         "{:#?}",
@@ -2261,18 +2247,8 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     assert!(r.api.count("GET", CONTROLLER_LIST) >= 1);
 
     // An edit that keeps the verdict writes nothing.
-    r.api
-        .deliver(
-            CONFIG_WATCH,
-            json!({"type": "MODIFIED", "object": nginx_config("False", 5)}),
-        )
-        .await;
-    r.api
-        .deliver(
-            CONFIG_WATCH,
-            json!({"type": "MODIFIED", "object": nginx_config("true", 6)}),
-        )
-        .await;
+    flip("False", 5).await;
+    flip("true", 6).await;
     assert!(
         r.api.wait_for(10, wrote(3, "10.96.0.53")).await,
         "{:#?}",
