@@ -262,7 +262,7 @@ fn event_type(reason: &str) -> &'static str {
 }
 
 /// Turns notices into Event requests: each distinct message is created once, and a repeat of
-/// the same message within [`SERIES_WINDOW`] counts up the Event created for it.
+/// the same message within the series window (30 minutes) counts up the Event created for it.
 #[derive(Debug)]
 pub struct Publisher {
     controller: String,
