@@ -30,24 +30,42 @@ impl AdminState {
     }
 }
 
-pub fn router(state: AdminState) -> Router {
+/// What the handlers share: the caller's state and the token that ends the process.
+#[derive(Clone)]
+struct Shared {
+    state: AdminState,
+    stop: CancellationToken,
+}
+
+fn router(state: AdminState, stop: CancellationToken) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state)
+        .with_state(Shared { state, stop })
 }
 
-async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    match (s.ready)().await {
+/// Why `/readyz` fails once shutdown has begun.
+const STOPPING: &str = "stopping: the process is shutting down";
+
+async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
+    // A readiness check may wait on something slow (a DNS lookup up to `--ready-timeout`), and
+    // graceful shutdown waits for requests in flight: ending the check when shutdown begins keeps
+    // a probe from delaying the exit, and a stopping process is not ready anyway.
+    let verdict = tokio::select! {
+        biased;
+        () = s.stop.cancelled() => Err(STOPPING.to_string()),
+        verdict = (s.state.ready)() => verdict,
+    };
+    match verdict {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
     }
 }
 
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
+async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
+    match prometheus_client::encoding::text::encode(&mut body, &s.state.registry) {
         Ok(()) => (
             StatusCode::OK,
             [(
@@ -70,7 +88,7 @@ pub async fn serve(
     state: AdminState,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state, stop.clone()))
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }
@@ -99,4 +117,55 @@ pub async fn start(
     let local = listener.local_addr().map_err(bind_error)?;
     tracing::info!(listener = "health", addr = %local, "listening");
     Ok(Some(tokio::spawn(serve(listener, state, stop))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A `/readyz` whose check never ends is answered "stopping" once shutdown begins, and the
+    /// server then exits instead of waiting for the check.
+    #[tokio::test]
+    async fn a_readiness_check_in_flight_ends_when_shutdown_begins() {
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let ready: ReadyCheck = {
+            let entered = entered.clone();
+            Arc::new(move || {
+                let entered = entered.clone();
+                Box::pin(async move {
+                    entered.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+            })
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let state = AdminState::new(Arc::new(Registry::default()), ready);
+        let server = tokio::spawn(serve(listener, state, stop.clone()));
+
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /readyz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        entered.notified().await;
+        stop.cancel();
+
+        // Bounds a regression (a hang) rather than timing anything.
+        let bound = std::time::Duration::from_secs(30);
+        let mut reply = String::new();
+        tokio::time::timeout(bound, conn.read_to_string(&mut reply))
+            .await
+            .expect("the response to /readyz in flight at shutdown")
+            .unwrap();
+        assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+        assert!(reply.ends_with(&format!("{STOPPING}\n")), "{reply}");
+        tokio::time::timeout(bound, server)
+            .await
+            .expect("the server exits after the answer")
+            .unwrap()
+            .unwrap();
+    }
 }
