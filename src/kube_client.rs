@@ -295,10 +295,41 @@ impl Cause {
 /// Keeps a failure that repeats every retry from flooding the log: it is logged the first time,
 /// then at the 2nd, 4th, 8th... consecutive occurrence (once per doubling, like the backoff),
 /// and at once when its cause changes. `reset` after a success.
-#[derive(Debug, Default)]
+///
+/// A failure of the API server as a whole (unreachable, silent, TLS, credentials) hits every
+/// watch and the Lease alike; it is said once per step for the whole process: the first part
+/// to reach a step logs it, the others stay quiet for that step.
+#[derive(Debug)]
 pub struct Repeats {
     count: u64,
     last: Option<Cause>,
+    server_wide: &'static SaidStep,
+}
+
+/// The last step of a server-wide failure some part logged.
+type SaidStep = std::sync::Mutex<Option<(Cause, u64)>>;
+
+/// Shared by every [`Repeats`] of the process: one process talks to one API server.
+static SERVER_WIDE: SaidStep = std::sync::Mutex::new(None);
+
+impl Default for Repeats {
+    fn default() -> Self {
+        Repeats {
+            count: 0,
+            last: None,
+            server_wide: &SERVER_WIDE,
+        }
+    }
+}
+
+impl Cause {
+    /// Whether every call fails alike, so one line says it for all.
+    fn is_server_wide(self) -> bool {
+        matches!(
+            self,
+            Cause::Unreachable | Cause::Timeout | Cause::Tls | Cause::Unauthorized
+        )
+    }
 }
 
 impl Repeats {
@@ -309,11 +340,28 @@ impl Repeats {
             self.count = 0;
         }
         self.count += 1;
-        self.count.is_power_of_two().then_some(self.count)
+        let step = self.count.is_power_of_two().then_some(self.count)?;
+        if !cause.is_server_wide() {
+            return Some(step);
+        }
+        let mut said = self.server_wide.lock().unwrap_or_else(|e| e.into_inner());
+        match *said {
+            Some((c, n)) if c == cause && n >= step => None,
+            _ => {
+                *said = Some((cause, step));
+                Some(step)
+            }
+        }
     }
 
+    /// A call succeeded: its failures start over, and so does the server-wide count (the
+    /// server answers again).
     pub fn reset(&mut self) {
-        *self = Repeats::default();
+        if self.last.is_some_and(Cause::is_server_wide) {
+            *self.server_wide.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        self.count = 0;
+        self.last = None;
     }
 }
 
@@ -362,19 +410,50 @@ mod tests {
         );
     }
 
+    /// Repeats sharing a server-wide count of their own, apart from other tests'.
+    fn sharing(n: usize) -> Vec<Repeats> {
+        let server_wide: &'static SaidStep = Box::leak(Box::default());
+        (0..n)
+            .map(|_| Repeats {
+                server_wide,
+                ..Repeats::default()
+            })
+            .collect()
+    }
+
     #[test]
     fn repeats_are_logged_once_per_doubling() {
-        let mut r = Repeats::default();
-        let logged: Vec<u64> = (0..20)
-            .filter_map(|_| r.failed(Cause::Unreachable))
-            .collect();
+        let mut r = sharing(1).remove(0);
+        let logged: Vec<u64> = (0..20).filter_map(|_| r.failed(Cause::Forbidden)).collect();
         assert_eq!(logged, [1, 2, 4, 8, 16]);
         assert_eq!(
-            r.failed(Cause::Forbidden),
+            r.failed(Cause::Unreachable),
             Some(1),
             "a new cause is logged at once"
         );
         r.reset();
-        assert_eq!(r.failed(Cause::Forbidden), Some(1));
+        assert_eq!(r.failed(Cause::Unreachable), Some(1));
+    }
+
+    /// Four parts retrying in step against an unreachable server: one line per step in all,
+    /// while a per-call cause (403) is still said by each part.
+    #[test]
+    fn a_server_wide_failure_is_said_once_per_step_for_all_parts() {
+        let mut parts = sharing(4);
+        let mut lines = Vec::new();
+        for _ in 0..8 {
+            for (i, p) in parts.iter_mut().enumerate() {
+                if let Some(n) = p.failed(Cause::Unreachable) {
+                    lines.push((i, n));
+                }
+            }
+        }
+        assert_eq!(lines, [(0, 1), (0, 2), (0, 4), (0, 8)]);
+
+        // The server answers again (one part succeeds): the next outage is said at once.
+        parts[1].reset();
+        assert_eq!(parts[1].failed(Cause::Unreachable), Some(1));
+        assert_eq!(parts[2].failed(Cause::Forbidden), Some(1));
+        assert_eq!(parts[3].failed(Cause::Forbidden), Some(1));
     }
 }
