@@ -257,13 +257,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Proxy(args) => {
             let (rt, loops) = runtime::relay_loops(args.threads, args.busy_poll)?;
-            rt.block_on(crate::proxy::run(args, loops))
+            runtime::run_then_leave(rt, crate::proxy::run(args, loops))
         }
         Command::Whoami(args) => default()?.block_on(crate::whoami::run(args)),
         Command::Render(args) => crate::render::run(args),
         Command::Edge(args) => {
             let (rt, loops) = runtime::relay_loops(args.threads, args.busy_poll)?;
-            rt.block_on(crate::edge::run(args, loops))
+            runtime::run_then_leave(rt, crate::edge::run(args, loops))
         }
         Command::Doctor(args) => default()?.block_on(crate::doctor::run(args)),
         Command::Cleanup(args) => default()?.block_on(crate::cleanup::run(args)),

@@ -140,6 +140,20 @@ pub fn loop_count(threads: usize) -> usize {
     }
 }
 
+/// Runs `work` on `rt`, then leaves without waiting for blocking tasks. A resolver lookup
+/// (`getaddrinfo` on a blocking thread, which cannot be cancelled) started by a readiness
+/// check or a dial can take its whole timeout against a silent DNS server; dropping the
+/// runtime would wait for it, so a process that has already drained and logged `exiting` would
+/// linger for seconds.
+pub fn run_then_leave<T>(
+    rt: tokio::runtime::Runtime,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let out = rt.block_on(work);
+    rt.shutdown_background();
+    out
+}
+
 /// The relays' runtimes: the caller's (single-threaded, returned to `block_on` the subcommand)
 /// and [`Loops`] for the others. Built before any task runs, one after the other, so
 /// `--busy-poll` finds each runtime's own epoll descriptor.

@@ -24,6 +24,7 @@ mod edge;
 mod hairpin;
 mod netns;
 mod resilience;
+mod shutdown;
 
 pub fn peers_dir() -> PathBuf {
     std::env::var_os("OUROBOROS_PEERS_DIR")
