@@ -8,6 +8,7 @@ pub mod hostnames;
 pub mod ipmode;
 pub mod lease;
 pub mod metrics;
+pub mod probe;
 pub mod projection;
 pub mod proxy_watch;
 pub mod rbac;
@@ -75,6 +76,10 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub removal_guard: args::RemovalGuardArgs,
+
+    /// The continuous hairpin probe.
+    #[command(flatten)]
+    pub probe: probe::ProbeScheduleArgs,
 
     /// Leader election (shared with `doctor`).
     #[command(flatten)]
@@ -203,6 +208,7 @@ pub async fn run_with(
 
     let (forced_tx, forced_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(None);
+    let (written_tx, written_rx) = watch::channel(None);
     let skipped = ipmode::Skipped::default();
     let side_tasks = {
         let start = SideStart {
@@ -215,6 +221,13 @@ pub async fn run_with(
             applied: &applied_rx,
             skipped: &skipped,
             stop: &stop,
+            probe: ProbeStart {
+                written: &written_rx,
+                leader: &leadership.rx,
+                routes: &routes,
+                rules: &rules,
+                cluster_domain: &cluster_domain,
+            },
         };
         start.spawn_all()
     };
@@ -235,7 +248,7 @@ pub async fn run_with(
         (metrics, notifier),
         status,
         filters.targets.clone(),
-        applied_tx,
+        (applied_tx, written_tx),
     );
     let inputs = sync::Inputs {
         changes: watches.changes.clone(),
@@ -367,6 +380,17 @@ struct SideStart<'a> {
     applied: &'a watch::Receiver<Option<revert::Written>>,
     skipped: &'a ipmode::Skipped,
     stop: &'a CancellationToken,
+    probe: ProbeStart<'a>,
+}
+
+/// What the probe task reads beside the flags.
+struct ProbeStart<'a> {
+    /// The hostnames last written.
+    written: &'a watch::Receiver<Option<Arc<crate::dns::write::plan::Plan>>>,
+    leader: &'a watch::Receiver<bool>,
+    routes: &'a Routes,
+    rules: &'a [crate::target::AnswerRule],
+    cluster_domain: &'a str,
 }
 
 /// One kind of task the controller runs beside the sync engine: when it runs (on the flags)
@@ -402,6 +426,12 @@ const SIDE_TASKS: &[SideTask] = &[
         name: "ipmode-watch",
         when: |_| true,
         spawn: |s| s.ipmode_watches(),
+    },
+    // The continuous hairpin probe: leader only (it waits while a standby).
+    SideTask {
+        name: "hairpin-probe",
+        when: |args| args.probe.enabled() && probe::applies(&args.dns),
+        spawn: |s| s.hairpin_probe(),
     },
     // Keeps the forced channel open (a closed one is simply ignored by the engine).
     SideTask {
@@ -495,6 +525,44 @@ impl SideStart<'_> {
                 ))
             })
             .collect()
+    }
+
+    fn hairpin_probe(&self) -> Vec<JoinHandle<()>> {
+        let p = &self.probe;
+        let args = &self.args.probe;
+        let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();
+        let settings = match args.probe.settings(resolv_conf.as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("the hairpin probe is off: {e}");
+                return Vec::new();
+            }
+        };
+        let sources = match probe::sources(
+            &self.args.dns,
+            self.client,
+            p.cluster_domain,
+            self.targets,
+            p.rules,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("the hairpin probe is off: {e}");
+                return Vec::new();
+            }
+        };
+        let task = probe::Task {
+            settings,
+            interval: args.probe_interval,
+            sample: args.probe_sample as usize,
+            sources,
+            routes: p.routes.clone(),
+            targets: self.targets.to_vec(),
+            written: p.written.clone(),
+            leader: p.leader.clone(),
+            metrics: self.metrics.clone(),
+        };
+        vec![tokio::spawn(task.run(self.stop.clone()))]
     }
 
     fn keep_forced_open(&self) -> Vec<JoinHandle<()>> {
@@ -591,6 +659,8 @@ struct ControllerHooks {
     /// The named targets, for the names in conflict logs and Events.
     targets: Vec<TargetRule>,
     applied_tx: watch::Sender<Option<revert::Written>>,
+    /// The hostnames last written, for the probe.
+    written_tx: watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
     reload_warned: bool,
     /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
     target: Option<ObjectKey>,
@@ -641,7 +711,10 @@ impl ControllerHooks {
         (metrics, notifier): (Metrics, Notifier),
         status: Arc<Mutex<Status>>,
         targets: Vec<TargetRule>,
-        applied_tx: watch::Sender<Option<revert::Written>>,
+        (applied_tx, written_tx): (
+            watch::Sender<Option<revert::Written>>,
+            watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
+        ),
     ) -> Self {
         let target =
             (args.dns.mode == Mode::Coredns).then(|| configmap_object(&args.dns.coredns_target()));
@@ -659,6 +732,7 @@ impl ControllerHooks {
             conflicts_reported: events::Reported::default(),
             targets,
             applied_tx,
+            written_tx,
             reload_warned: false,
             target,
             shadows_warned: BTreeSet::new(),
@@ -746,7 +820,8 @@ impl sync::Hooks for ControllerHooks {
         );
     }
 
-    fn applied(&mut self, hosts: &BTreeSet<Hostname>, a: Applied) {
+    fn applied(&mut self, plan: &crate::dns::write::plan::Plan, a: Applied) {
+        let hosts = &plan.hosts;
         let result = match a.outcome {
             Outcome::Written => "written",
             Outcome::Unchanged => "unchanged",
@@ -788,6 +863,7 @@ impl sync::Hooks for ControllerHooks {
             self.report_findings(f);
         }
         if a.outcome != Outcome::DryRun {
+            self.written_tx.send_replace(Some(Arc::new(plan.clone())));
             let texts = a.texts;
             self.applied_tx
                 .send_replace(a.rules.map(|rules| revert::Written { rules, texts }));
