@@ -11,6 +11,7 @@
 //! resolved through the same DNS server).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -87,6 +88,49 @@ pub enum Source {
         relay: ProxyFqdn,
         direct: Option<ProxyFqdn>,
     },
+}
+
+impl Source {
+    /// The proxy's addresses, and the ingress controller Service's when `direct` and known.
+    pub async fn addresses(
+        &self,
+        direct: bool,
+        settings: &Settings,
+    ) -> Result<(Vec<IpAddr>, Option<Vec<IpAddr>>), String> {
+        match self {
+            Source::Ips { relay, direct: d } => {
+                let relay = relay.resolve().await.map_err(|e| e.message)?;
+                let d = match d.as_ref().filter(|_| direct) {
+                    Some(d) => Some(d.resolve().await.map_err(|e| e.message)?),
+                    None => None,
+                };
+                Ok((relay, d))
+            }
+            Source::Names { relay, direct: d } => {
+                let relay = lookup(relay.as_str(), settings).await?;
+                let d = match d.as_ref().filter(|_| direct) {
+                    Some(d) => Some(lookup(d.as_str(), settings).await?),
+                    None => None,
+                };
+                Ok((relay, d))
+            }
+        }
+    }
+}
+
+/// A Service's name resolved through the first DNS server.
+async fn lookup(fqdn: &str, settings: &Settings) -> Result<Vec<IpAddr>, String> {
+    let server = settings.servers.first().ok_or("no DNS server")?;
+    let l = crate::probe::resolve::lookup(server.addr, fqdn, settings.timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    if l.addrs.is_empty() {
+        return Err(format!(
+            "{} answered {fqdn} without an address ({})",
+            server.addr, l.rcodes[0]
+        ));
+    }
+    Ok(l.addrs)
 }
 
 /// Each target's source, the default target's first (`Target::all` order), as the writers of
@@ -275,24 +319,9 @@ impl Task {
         let source = self.sources.get(target.position())?;
         let route = self.routes.get(target);
         let name = target.name(&self.targets).to_string();
-        let learnt: Result<(Vec<_>, Option<Vec<_>>), String> = match source {
-            Source::Ips { relay, direct } => {
-                let relay = relay.resolve().await.map_err(|e| e.message);
-                let direct = match (route, direct) {
-                    (Route::Direct, Some(d)) => Some(d.resolve().await.map_err(|e| e.message)),
-                    _ => None,
-                };
-                relay.and_then(|r| Ok((r, direct.transpose()?)))
-            }
-            Source::Names { relay, direct } => {
-                let relay = self.lookup(relay.as_str()).await;
-                let direct = match (route, direct) {
-                    (Route::Direct, Some(d)) => Some(self.lookup(d.as_str()).await),
-                    _ => None,
-                };
-                relay.and_then(|r| Ok((r, direct.transpose()?)))
-            }
-        };
+        let learnt = source
+            .addresses(route == Route::Direct, &self.settings)
+            .await;
         match learnt {
             Ok((relay, direct)) => {
                 state.expect_failed.remove(&target);
@@ -313,18 +342,6 @@ impl Task {
                 None
             }
         }
-    }
-
-    /// A Service's name resolved through the first DNS server.
-    async fn lookup(&self, fqdn: &str) -> Result<Vec<std::net::IpAddr>, String> {
-        let server = self.settings.servers.first().ok_or("no DNS server")?;
-        let l = crate::probe::resolve::lookup(server.addr, fqdn, self.settings.timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        if l.addrs.is_empty() {
-            return Err(format!("{} has no address ({})", fqdn, l.rcodes[0]));
-        }
-        Ok(l.addrs)
     }
 
     /// Counts `outcome`, keeps the failing hosts' series, and logs a host when its state
