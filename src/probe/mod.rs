@@ -127,7 +127,7 @@ pub async fn probe(host: &str, expected: &Expected, settings: &Settings) -> Outc
         let judged = match (&check, expected) {
             (DnsCheck::Matches(i), Expected::OneOf(c)) => format!("as expected, {}", c[*i].what),
             (DnsCheck::Unchecked, _) => "not checked".into(),
-            (DnsCheck::Missing, _) => "no address".into(),
+            (DnsCheck::Missing, _) => "nothing to connect to".into(),
             (DnsCheck::Wrong(w), _) => format!("not expected: {}", list(w)),
             (DnsCheck::Matches(_), Expected::Unchecked) => unreachable!("checked"),
         };
