@@ -271,6 +271,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Exports `target`'s counter of `result` (at 0 until a probe has that result).
+    pub fn probes_at_zero(&self, target: &str, result: crate::probe::verdict::Verdict) {
+        self.probes.get_or_create(&ProbeLabels {
+            target: target.into(),
+            result: result.as_str().into(),
+        });
+    }
+
     /// `host` failed with `result` at `unix_seconds`.
     pub fn probe_failed(
         &self,

@@ -240,8 +240,16 @@ struct State {
 }
 
 impl Task {
-    /// Runs rounds until `stop`.
+    /// Runs rounds until `stop`. Every target's counters and gauge are exported at 0 from the
+    /// start, so a rule sees a failure as a change, not as a series appearing.
     pub async fn run(self, stop: CancellationToken) {
+        for target in Target::all(self.targets.len()) {
+            let label = target.name(&self.targets);
+            for v in Verdict::ALL {
+                self.metrics.probes_at_zero(label, v);
+            }
+            self.metrics.probe_failing_hosts(label, 0);
+        }
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut rotation: Rotation<Target, Hostname> = Rotation::default();
