@@ -111,6 +111,27 @@ impl Collector for SinceLastSuccess {
     }
 }
 
+/// The hairpin probe's families.
+fn register_probe(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "probes",
+        "Hairpin probes (--probe-interval) by target and result: ok, dns-wrong, \
+         dns-missing, refused, reset, timeout",
+        m.probes.clone(),
+    );
+    r.register(
+        "probe_failing_hosts",
+        "Hosts whose last hairpin probe failed, per target",
+        m.probe_failing.clone(),
+    );
+    r.register(
+        "probe_last_failure_timestamp_seconds",
+        "When a host's hairpin probe last failed (Unix time), with the result; a series \
+         exists only while the host's last probe failed",
+        m.probe_last_failure.clone(),
+    );
+}
+
 impl Metrics {
     pub fn register(r: &mut Registry) -> Self {
         let m = Metrics {
@@ -201,23 +222,7 @@ impl Metrics {
             "Writes the mass removal guard started holding",
             m.removal_holds.clone(),
         );
-        r.register(
-            "probes",
-            "Hairpin probes (--probe-interval) by target and result: ok, dns-wrong, \
-             dns-missing, refused, reset, timeout",
-            m.probes.clone(),
-        );
-        r.register(
-            "probe_failing_hosts",
-            "Hosts whose last hairpin probe failed, per target",
-            m.probe_failing.clone(),
-        );
-        r.register(
-            "probe_last_failure_timestamp_seconds",
-            "When a host's hairpin probe last failed (Unix time), with the result; a series \
-             exists only while the host's last probe failed",
-            m.probe_last_failure.clone(),
-        );
+        register_probe(r, &m);
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m
     }
@@ -273,7 +278,7 @@ impl Metrics {
 
     /// Exports `target`'s counter of `result` (at 0 until a probe has that result).
     pub fn probes_at_zero(&self, target: &str, result: crate::probe::verdict::Verdict) {
-        self.probes.get_or_create(&ProbeLabels {
+        let _created = self.probes.get_or_create(&ProbeLabels {
             target: target.into(),
             result: result.as_str().into(),
         });

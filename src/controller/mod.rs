@@ -191,12 +191,7 @@ pub async fn run_with(
     let metrics = Metrics::register(&mut registry);
     let status = Arc::new(Mutex::new(Status::default()));
 
-    let (notifier, events_task) = if args.dns.dry_run {
-        (Notifier::disabled(), None)
-    } else {
-        let (n, t) = events::spawn(client.clone(), identity.clone());
-        (n, Some(t))
-    };
+    let (notifier, events_task) = start_events(&client, &args, &identity);
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
     let watches = sources::start(&client, &filters, &notifier, idle, &stop);
@@ -221,13 +216,7 @@ pub async fn run_with(
             applied: &applied_rx,
             skipped: &skipped,
             stop: &stop,
-            probe: ProbeStart {
-                written: &written_rx,
-                leader: &leadership.rx,
-                routes: &routes,
-                rules: &rules,
-                cluster_domain: &cluster_domain,
-            },
+            probe: (&written_rx, &leadership.rx, &routes),
         };
         start.spawn_all()
     };
@@ -284,6 +273,19 @@ pub async fn run_with(
     wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The Events task (none with --dry-run, which writes nothing) and its Notifier.
+fn start_events(
+    client: &Client,
+    args: &ControllerArgs,
+    identity: &str,
+) -> (Notifier, Option<JoinHandle<()>>) {
+    if args.dns.dry_run {
+        return (Notifier::disabled(), None);
+    }
+    let (n, t) = events::spawn(client.clone(), identity.to_owned());
+    (n, Some(t))
 }
 
 fn log_start(
@@ -380,18 +382,16 @@ struct SideStart<'a> {
     applied: &'a watch::Receiver<Option<revert::Written>>,
     skipped: &'a ipmode::Skipped,
     stop: &'a CancellationToken,
+    /// What the probe reads beside the flags: the hostnames last written, the leadership and
+    /// the targets' picks.
     probe: ProbeStart<'a>,
 }
 
-/// What the probe task reads beside the flags.
-struct ProbeStart<'a> {
-    /// The hostnames last written.
-    written: &'a watch::Receiver<Option<Arc<crate::dns::write::plan::Plan>>>,
-    leader: &'a watch::Receiver<bool>,
-    routes: &'a Routes,
-    rules: &'a [crate::target::AnswerRule],
-    cluster_domain: &'a str,
-}
+type ProbeStart<'a> = (
+    &'a watch::Receiver<Option<Arc<crate::dns::write::plan::Plan>>>,
+    &'a watch::Receiver<bool>,
+    &'a Routes,
+);
 
 /// One kind of task the controller runs beside the sync engine: when it runs (on the flags)
 /// and how it is started (none, one or one per object).
@@ -528,8 +528,12 @@ impl SideStart<'_> {
     }
 
     fn hairpin_probe(&self) -> Vec<JoinHandle<()>> {
-        let p = &self.probe;
+        let (written, leader, routes) = self.probe;
         let args = &self.args.probe;
+        // Both as the engine's: checked by `validate` before anything started.
+        let cluster_domain =
+            crate::cluster_domain::resolve(self.args.hostnames.cluster_domain.as_deref());
+        let rules = self.args.answer_rules().unwrap_or_default();
         let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();
         let settings = match args.probe.settings(resolv_conf.as_deref()) {
             Ok(s) => s,
@@ -541,9 +545,9 @@ impl SideStart<'_> {
         let sources = match probe::sources(
             &self.args.dns,
             self.client,
-            p.cluster_domain,
+            &cluster_domain,
             self.targets,
-            p.rules,
+            &rules,
         ) {
             Ok(s) => s,
             Err(e) => {
@@ -556,10 +560,10 @@ impl SideStart<'_> {
             interval: args.probe_interval,
             sample: args.probe_sample as usize,
             sources,
-            routes: p.routes.clone(),
+            routes: routes.clone(),
             targets: self.targets.to_vec(),
-            written: p.written.clone(),
-            leader: p.leader.clone(),
+            written: written.clone(),
+            leader: leader.clone(),
             metrics: self.metrics.clone(),
         };
         vec![tokio::spawn(task.run(self.stop.clone()))]

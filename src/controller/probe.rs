@@ -79,8 +79,8 @@ pub fn applies(dns: &DnsArgs) -> bool {
 pub enum Source {
     /// Read (or given): the proxy's, and the ingress controller Service's for `direct`.
     Ips {
-        relay: ProxyIps,
-        direct: Option<ProxyIps>,
+        relay: Box<ProxyIps>,
+        direct: Option<Box<ProxyIps>>,
     },
     /// The rewrite form answers with the proxy Service's addresses under the name: the
     /// proxy's name (and the ingress controller Service's) resolved through the same server.
@@ -151,7 +151,12 @@ pub fn sources(
         let (relay_ns, relay_name, given, flag) = match target.rule(targets) {
             None if dns.mode == Mode::ExternalDns => {
                 let (ns, name) = dns.external_dns_proxy_service();
-                (ns, name, dns.external_dns_proxy_ips.clone(), "--external-dns-proxy-ip")
+                (
+                    ns,
+                    name,
+                    dns.external_dns_proxy_ips.clone(),
+                    "--external-dns-proxy-ip",
+                )
             }
             None => (
                 dns.proxy_service_namespace(),
@@ -166,27 +171,37 @@ pub fn sources(
         };
         out.push(if rewrite {
             Source::Names {
-                relay: dns.proxy_fqdn(cluster_domain).and_then(|default| match target {
-                    Target::Default => Ok(default),
-                    Target::Named(_) => {
-                        ProxyFqdn::for_service(&relay_name, &relay_ns, cluster_domain)
-                    }
-                })?,
+                relay: dns
+                    .proxy_fqdn(cluster_domain)
+                    .and_then(|default| match target {
+                        Target::Default => Ok(default),
+                        Target::Named(_) => {
+                            ProxyFqdn::for_service(&relay_name, &relay_ns, cluster_domain)
+                        }
+                    })?,
                 direct: controller
                     .map(|(_, (ns, name))| ProxyFqdn::for_service(name, ns, cluster_domain))
                     .transpose()?,
             }
         } else {
             let relay = ProxyIps::new(Some(client.clone()), &given, &relay_ns, &relay_name, flag);
+            let direct_flag = match target {
+                Target::Default => "--direct-ip",
+                Target::Named(_) => "--target ...,direct-ip=",
+            };
             let direct = controller.map(|(r, (ns, name))| {
-                ProxyIps::ingress_controller(
-                    Some(client.clone()),
+                let c = Some(client.clone());
+                Box::new(ProxyIps::ingress_controller(
+                    c,
                     &r.direct_ips,
                     (ns, name),
-                    "--direct-ip",
-                )
+                    direct_flag,
+                ))
             });
-            Source::Ips { relay, direct }
+            Source::Ips {
+                relay: Box::new(relay),
+                direct,
+            }
         });
     }
     Ok(out)
@@ -378,7 +393,8 @@ impl Task {
                 let now = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                self.metrics.probe_failed(&label, host.as_str(), verdict, now);
+                self.metrics
+                    .probe_failed(&label, host.as_str(), verdict, now);
                 if before != Some(verdict) {
                     tracing::warn!(
                         target = %label,

@@ -25,10 +25,11 @@ fn covering<'a>(
     hosts: &'a std::collections::BTreeSet<Hostname>,
 ) -> Option<&'a Hostname> {
     let wildcard = host.split_once('.').map(|(_, rest)| format!("*.{rest}"));
-    hosts
-        .iter()
-        .find(|h| h.as_str() == host)
-        .or_else(|| hosts.iter().find(|h| Some(h.as_str()) == wildcard.as_deref()))
+    hosts.iter().find(|h| h.as_str() == host).or_else(|| {
+        hosts
+            .iter()
+            .find(|h| Some(h.as_str()) == wildcard.as_deref())
+    })
 }
 
 /// What `answer` allows as the DNS answer, from the target's proxy (`relay`) and its ingress
@@ -103,8 +104,15 @@ pub async fn run(
                 target.name(targets),
                 answer.as_str()
             ));
-            expected_for(args, client, (&cluster_domain, targets, &rules), target, answer, settings)
-                .await?
+            expected_for(
+                args,
+                client,
+                (&cluster_domain, targets, &rules),
+                target,
+                answer,
+                settings,
+            )
+            .await?
         }
     };
     let name = probe_name(&checked);
@@ -128,15 +136,21 @@ async fn expected_for(
     if answer == AnswerPick::Skip {
         return Ok(Expected::Unchecked);
     }
-    let sources = crate::controller::probe::sources(&args.dns, client, cluster_domain, targets, rules)
-        .map_err(UsageError)?;
+    let sources =
+        crate::controller::probe::sources(&args.dns, client, cluster_domain, targets, rules)
+            .map_err(UsageError)?;
     let source: &Source = sources
         .get(target.position())
         .ok_or_else(|| anyhow::anyhow!("no answer source for target {}", target.name(targets)))?;
     let (relay, direct) = source
         .addresses(answer != AnswerPick::Relay, settings)
         .await
-        .map_err(|e| anyhow::anyhow!("the expected addresses of {host}'s target are unknown: {e}", host = target.name(targets)))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the expected addresses of {host}'s target are unknown: {e}",
+                host = target.name(targets)
+            )
+        })?;
     Ok(allowed(answer, relay, direct))
 }
 

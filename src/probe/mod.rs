@@ -151,6 +151,23 @@ pub async fn probe(host: &str, expected: &Expected, settings: &Settings) -> Outc
     let Some(ip) = connect_to else {
         return fail(steps, Verdict::DnsMissing, "no DNS server asked".into());
     };
+    if let Some((v, failure)) = knock_all(host, ip, settings, &mut steps).await {
+        return fail(steps, v, failure);
+    }
+    Outcome {
+        verdict: Verdict::Ok,
+        steps,
+        failure: None,
+    }
+}
+
+/// Sends each port's request to `ip`, a step each; the first failure's verdict and line.
+async fn knock_all(
+    host: &str,
+    ip: IpAddr,
+    settings: &Settings,
+    steps: &mut Vec<Step>,
+) -> Option<(Verdict, String)> {
     for (port, hello) in &settings.ports {
         let addr = SocketAddr::new(ip, *port);
         let said = format!("{addr}, {} for {host}", hello.as_str());
@@ -162,7 +179,7 @@ pub async fn probe(host: &str, expected: &Expected, settings: &Settings) -> Outc
                     text: format!("{said}: cannot build the request: {e}"),
                     verdict: Some(Verdict::Reset),
                 });
-                return fail(steps, Verdict::Reset, e);
+                return Some((Verdict::Reset, e));
             }
         };
         let reply = knock::knock(addr, &request, settings.timeout).await;
@@ -182,12 +199,8 @@ pub async fn probe(host: &str, expected: &Expected, settings: &Settings) -> Outc
             verdict: Some(v),
         });
         if !v.is_ok() {
-            return fail(steps, v, format!("{said}: {how}"));
+            return Some((v, format!("{said}: {how}")));
         }
     }
-    Outcome {
-        verdict: Verdict::Ok,
-        steps,
-        failure: None,
-    }
+    None
 }

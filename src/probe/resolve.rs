@@ -59,16 +59,20 @@ pub async fn lookup(
 ) -> Result<Lookup, ResolveError> {
     let mut addrs: Vec<IpAddr> = Vec::new();
     let mut rcodes = [String::new(), String::new()];
-    for (i, (qtype, label)) in [(TYPE::A, "A"), (TYPE::AAAA, "AAAA")].into_iter().enumerate() {
+    for (i, (qtype, label)) in [(TYPE::A, "A"), (TYPE::AAAA, "AAAA")]
+        .into_iter()
+        .enumerate()
+    {
         let ask = ask(server, name, qtype);
-        let (rcode, found) = tokio::time::timeout(timeout, ask)
-            .await
-            .map_err(|_| ResolveError::Timeout {
-                server,
-                name: name.to_string(),
-                qtype: label,
-                timeout,
-            })??;
+        let (rcode, found) =
+            tokio::time::timeout(timeout, ask)
+                .await
+                .map_err(|_| ResolveError::Timeout {
+                    server,
+                    name: name.to_string(),
+                    qtype: label,
+                    timeout,
+                })??;
         rcodes[i] = rcode;
         for a in found {
             if !addrs.contains(&a) {
@@ -210,7 +214,10 @@ mod tests {
                 "nameserver 169.254.20.10\nnameserver fd00::a\n# nameserver 1.1.1.1\n",
                 vec!["169.254.20.10:53", "[fd00::a]:53"],
             ),
-            ("nameserver fe80::1%eth0\nnameserver bogus\n", vec!["[fe80::1]:53"]),
+            (
+                "nameserver fe80::1%eth0\nnameserver bogus\n",
+                vec!["[fe80::1]:53"],
+            ),
             ("", vec![]),
         ] {
             let got: Vec<String> = nameservers(text).iter().map(|a| a.to_string()).collect();

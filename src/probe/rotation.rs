@@ -65,11 +65,8 @@ impl<T: Ord + Copy, H: Ord + Clone> Rotation<T, H> {
 
     /// Forgets the names no longer in `names`.
     pub fn retain(&mut self, names: &BTreeMap<T, Vec<H>>) {
-        self.last.retain(|h, _| {
-            names
-                .values()
-                .any(|hosts| hosts.binary_search(h).is_ok())
-        });
+        self.last
+            .retain(|h, _| names.values().any(|hosts| hosts.binary_search(h).is_ok()));
     }
 }
 

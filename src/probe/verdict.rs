@@ -249,7 +249,11 @@ mod tests {
             (Route::Skip, Some(&direct[..]), Expected::Unchecked),
             (Route::Skip, None, Expected::Unchecked),
         ] {
-            assert_eq!(expected(route, &relay, direct), want, "{route:?} {direct:?}");
+            assert_eq!(
+                expected(route, &relay, direct),
+                want,
+                "{route:?} {direct:?}"
+            );
         }
     }
 
@@ -330,7 +334,10 @@ mod tests {
     fn replies_described() {
         for (bytes, want) in [
             (&b""[..], "nothing"),
-            (&[0x16, 3, 3, 0, 0x7a][..], "a TLS handshake record (the ServerHello)"),
+            (
+                &[0x16, 3, 3, 0, 0x7a][..],
+                "a TLS handshake record (the ServerHello)",
+            ),
             (
                 &[0x15, 3, 1, 0, 2, 2, 40][..],
                 "a TLS alert (the server speaks TLS but refused the hello)",
@@ -346,7 +353,14 @@ mod tests {
         let names: Vec<&str> = Verdict::ALL.iter().map(|v| v.as_str()).collect();
         assert_eq!(
             names,
-            ["ok", "dns-wrong", "dns-missing", "refused", "reset", "timeout"]
+            [
+                "ok",
+                "dns-wrong",
+                "dns-missing",
+                "refused",
+                "reset",
+                "timeout"
+            ]
         );
         assert!(Verdict::ALL[1..].iter().all(|v| !v.hint().is_empty()));
     }

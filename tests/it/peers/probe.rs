@@ -43,14 +43,20 @@ fn plain_haproxy(dir: &TempDir) -> (Haproxy, u16, u16) {
         dir.path().join("haproxy.pem"),
     );
     let out = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
         .args(["-subj", "/CN=app.example.test", "-keyout"])
         .arg(&key)
         .arg("-out")
         .arg(&cert)
         .output()
         .expect("running openssl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut both = std::fs::read(&cert).unwrap();
     both.extend(std::fs::read(&key).unwrap());
     std::fs::write(&pem, both).unwrap();
@@ -118,7 +124,10 @@ fn verdicts_from_real_coredns_nginx_and_haproxy() {
     let dir = temp_dir("probe");
     let Some(dns) = hosts_dns(
         dir.path(),
-        &[(LOOPBACK, "app.example.test"), (WRONG, "wrong.example.test")],
+        &[
+            (LOOPBACK, "app.example.test"),
+            (WRONG, "wrong.example.test"),
+        ],
     ) else {
         return;
     };
@@ -132,17 +141,42 @@ fn verdicts_from_real_coredns_nginx_and_haproxy() {
     let cluster = [(dns.addr(), "the cluster DNS")];
     let app = "app.example.test";
     let cases: &[(&str, (u16, Hello), Verdict, &str)] = &[
-        (app, (tls, Hello::Tls), Verdict::Ok, "answered with a TLS handshake record"),
-        (app, (http, Hello::Http), Verdict::Ok, "answered with \"HTTP/1.1 200 OK\""),
+        (
+            app,
+            (tls, Hello::Tls),
+            Verdict::Ok,
+            "answered with a TLS handshake record",
+        ),
+        (
+            app,
+            (http, Hello::Http),
+            Verdict::Ok,
+            "answered with \"HTTP/1.1 200 OK\"",
+        ),
         (app, (nginx.http_port, Hello::Http), Verdict::Reset, ""),
         (app, (nginx.http_port, Hello::Tls), Verdict::Reset, ""),
         (app, (accept_proxy.port, Hello::Http), Verdict::Reset, ""),
         (app, (accept_proxy.port, Hello::Tls), Verdict::Reset, ""),
         (app, (refused, Hello::Tls), Verdict::Refused, "refused"),
-        (app, (silent_port, Hello::Http), Verdict::Timeout, "no answer within 1s"),
-        ("wrong.example.test", (http, Hello::Http), Verdict::DnsWrong, "not expected: 192.0.2.7"),
+        (
+            app,
+            (silent_port, Hello::Http),
+            Verdict::Timeout,
+            "no answer within 1s",
+        ),
+        (
+            "wrong.example.test",
+            (http, Hello::Http),
+            Verdict::DnsWrong,
+            "not expected: 192.0.2.7",
+        ),
         // `hosts` with no plugin after it: SERVFAIL for a name it does not have.
-        ("missing.example.test", (http, Hello::Http), Verdict::DnsMissing, "A SERVFAIL"),
+        (
+            "missing.example.test",
+            (http, Hello::Http),
+            Verdict::DnsMissing,
+            "A SERVFAIL",
+        ),
     ];
     for (name, port, want, says) in cases {
         let o = run(name, &proxy_expected(), &settings(&cluster, &[*port]));
@@ -152,7 +186,10 @@ fn verdicts_from_real_coredns_nginx_and_haproxy() {
         assert_eq!(o.failure.is_none(), *want == Verdict::Ok, "{text}");
         if *want != Verdict::DnsMissing {
             assert!(
-                text.contains(&format!("asked {} (the cluster DNS) for {name}", dns.addr())),
+                text.contains(&format!(
+                    "asked {} (the cluster DNS) for {name}",
+                    dns.addr()
+                )),
                 "{text}"
             );
         }
