@@ -62,6 +62,22 @@ pub async fn run(
     host: &str,
     settings: &Settings,
 ) -> anyhow::Result<ExitCode> {
+    let (text, verdict) = report(client, args, host, settings).await?;
+    print!("{text}");
+    Ok(if verdict.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The probe of `host`: the printed report and the verdict.
+pub async fn report(
+    client: &Client,
+    args: &DoctorArgs,
+    host: &str,
+    settings: &Settings,
+) -> anyhow::Result<(String, Verdict)> {
     let Validated {
         filters,
         policy,
@@ -117,12 +133,7 @@ pub async fn run(
     };
     let name = probe_name(&checked);
     let outcome = crate::probe::probe(&name, &expected, settings).await;
-    print!("{}", text(&mut lines, &outcome));
-    Ok(if outcome.verdict.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok((text(&mut lines, &outcome), outcome.verdict))
 }
 
 async fn expected_for(
