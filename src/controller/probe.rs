@@ -252,7 +252,14 @@ struct State {
     last: BTreeMap<Hostname, (String, Verdict)>,
     /// Per target, the last failure to learn its expected addresses (logged once).
     expect_failed: BTreeMap<Target, String>,
+    /// The hosts with a last-failure series (at most [`MAX_HOST_SERIES`]).
+    series: std::collections::BTreeSet<Hostname>,
 }
+
+/// The most failing hosts given a series of their own: when everything fails at once (the DNS
+/// block gone), thousands of names must not become thousands of series. The per-target count
+/// and the log lines still cover every host.
+pub const MAX_HOST_SERIES: usize = 100;
 
 impl Task {
     /// Runs rounds until `stop`. Every target's counters and gauge are exported at 0 from the
@@ -380,6 +387,7 @@ impl Task {
         }
         match &outcome.failure {
             None => {
+                state.series.remove(&host);
                 if let Some(b) = before.filter(|b| !b.is_ok()) {
                     tracing::info!(
                         target = %label,
@@ -393,8 +401,11 @@ impl Task {
                 let now = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                self.metrics
-                    .probe_failed(&label, host.as_str(), verdict, now);
+                if state.series.contains(&host) || state.series.len() < MAX_HOST_SERIES {
+                    self.metrics
+                        .probe_failed(&label, host.as_str(), verdict, now);
+                    state.series.insert(host.clone());
+                }
                 if before != Some(verdict) {
                     tracing::warn!(
                         target = %label,
@@ -421,6 +432,8 @@ impl Task {
             }
             false
         });
+        let last = &state.last;
+        state.series.retain(|h| last.contains_key(h));
         if state.last.len() != before {
             self.set_failing(state);
         }
@@ -450,6 +463,94 @@ mod tests {
         crate::hostname::HostPolicy::new("cluster.local", &[], &[])
             .check(s)
             .unwrap()
+    }
+
+    fn task(metrics: &Metrics) -> Task {
+        Task {
+            settings: Settings {
+                servers: Vec::new(),
+                ports: Vec::new(),
+                timeout: Duration::from_secs(1),
+            },
+            interval: Duration::from_secs(60),
+            sample: 5,
+            sources: Vec::new(),
+            routes: Routes::default(),
+            targets: Vec::new(),
+            written: watch::channel(None).1,
+            leader: watch::channel(true).1,
+            metrics: metrics.clone(),
+        }
+    }
+
+    fn outcome(verdict: Verdict) -> Outcome {
+        Outcome {
+            verdict,
+            steps: Vec::new(),
+            failure: (!verdict.is_ok()).then(|| "why".to_string()),
+        }
+    }
+
+    /// The host series and the failing count as exported.
+    fn exported(r: &prometheus_client::registry::Registry) -> (Vec<String>, String) {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, r).unwrap();
+        let hosts = text
+            .lines()
+            .filter(|l| l.starts_with("ouroboros_controller_probe_last_failure"))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect();
+        let failing = text
+            .lines()
+            .find(|l| l.starts_with("ouroboros_controller_probe_failing_hosts{"))
+            .unwrap_or_default()
+            .to_string();
+        (hosts, failing)
+    }
+
+    #[test]
+    fn host_series_follow_each_hosts_state_and_are_bounded() {
+        let mut r = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut r);
+        let t = task(&metrics);
+        let mut st = State::default();
+        let a = host("a.example.com");
+        let series = |result: &str| {
+            format!(
+                "ouroboros_controller_probe_last_failure_timestamp_seconds{{target=\"default\",\
+                 host=\"a.example.com\",result=\"{result}\"}}"
+            )
+        };
+        for (verdict, want) in [
+            (Verdict::Reset, vec![series("reset")]),
+            (Verdict::Reset, vec![series("reset")]),
+            (Verdict::Timeout, vec![series("timeout")]),
+            (Verdict::Ok, vec![]),
+            (Verdict::DnsWrong, vec![series("dns-wrong")]),
+        ] {
+            t.record(&mut st, Target::Default, a.clone(), &outcome(verdict));
+            assert_eq!(exported(&r).0, want, "{verdict:?}");
+        }
+        // 150 more failing hosts: every one counted, 100 with a series.
+        for i in 0..150 {
+            let h = host(&format!("h{i}.example.com"));
+            t.record(&mut st, Target::Default, h, &outcome(Verdict::Refused));
+        }
+        let (hosts, failing) = exported(&r);
+        assert_eq!(hosts.len(), MAX_HOST_SERIES);
+        assert_eq!(
+            failing,
+            "ouroboros_controller_probe_failing_hosts{target=\"default\"} 151"
+        );
+        // Every host gone: no series, nothing failing.
+        t.forget(&mut st, |_| true);
+        let (hosts, failing) = exported(&r);
+        assert!(hosts.is_empty(), "{hosts:?}");
+        assert!(st.series.is_empty());
+        assert_eq!(
+            failing,
+            "ouroboros_controller_probe_failing_hosts{target=\"default\"} 0"
+        );
     }
 
     #[test]
