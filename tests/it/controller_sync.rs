@@ -2403,6 +2403,30 @@ fn probe_lines(metrics: &str) -> Vec<&str> {
     v
 }
 
+/// The controller's flags for the probe test: template answers with both addresses given, a
+/// probe every second through `dns` to HTTP on `http`.
+fn probe_flags<'a>(listen: &'a str, dns: &'a str, http: &'a str) -> Vec<&'a str> {
+    vec![
+        "--leader-elect=false",
+        "--listen-health",
+        listen,
+        "--coredns-answer",
+        "template",
+        "--proxy-ip",
+        "127.0.0.1,127.0.0.2",
+        "--probe-interval",
+        "1s",
+        "--probe-dns-server",
+        dns,
+        "--probe-https-port",
+        "0",
+        "--probe-http-port",
+        http,
+        "--probe-timeout",
+        "1s",
+    ]
+}
+
 #[tokio::test]
 async fn the_probe_counts_results_and_keeps_series_only_for_failing_hosts() {
     let dir = crate::support::temp_dir("probe-controller");
@@ -2432,28 +2456,7 @@ async fn the_probe_counts_results_and_keeps_series_only_for_failing_hosts() {
         ingress("down", &["down.example.com"]),
         wrong.clone(),
     ]);
-    let r = start(
-        st,
-        &[
-            "--leader-elect=false",
-            "--listen-health",
-            &listen,
-            "--coredns-answer",
-            "template",
-            "--proxy-ip",
-            "127.0.0.1,127.0.0.2",
-            "--probe-interval",
-            "1s",
-            "--probe-dns-server",
-            &dns_addr,
-            "--probe-https-port",
-            "0",
-            "--probe-http-port",
-            &http_port,
-            "--probe-timeout",
-            "1s",
-        ],
-    );
+    let r = start(st, &probe_flags(&listen, &dns_addr, &http_port));
     // shop answers; nothing listens on 127.0.0.2 (refused); wrong is answered publicly.
     let m = metrics_until(port, "the three verdicts counted", |m| {
         [

@@ -1269,25 +1269,9 @@ async fn several_targets_are_judged_with_each_proxys_answer() {
     );
 }
 
-/// `doctor --probe HOST` against the mock API (the sources and the proxy Service, each read
-/// once) and real CoreDNS: the name's target, each step, the verdict.
-#[tokio::test]
-async fn probe_prints_each_step_with_the_exact_calls() {
-    use ouroboros::probe::knock::Hello;
-    use ouroboros::probe::verdict::Verdict;
-    use ouroboros::probe::{Server, Settings};
+/// A listener on 127.0.0.1 answering each request with a redirect; its port.
+async fn redirecting_listener() -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let dir = crate::support::temp_dir("doctor-probe");
-    let Some(dns) = crate::peers::probe::hosts_dns(
-        dir.path(),
-        &[
-            ("127.0.0.1", "app.example.test"),
-            ("192.0.2.7", "stale.example.test"),
-        ],
-    ) else {
-        return;
-    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -1299,6 +1283,28 @@ async fn probe_prints_each_step_with_the_exact_calls() {
                 .await;
         }
     });
+    port
+}
+
+/// `doctor --probe HOST` against the mock API (the sources and the proxy Service, each read
+/// once) and real CoreDNS: the name's target, each step, the verdict.
+#[tokio::test]
+async fn probe_prints_each_step_with_the_exact_calls() {
+    use ouroboros::probe::knock::Hello;
+    use ouroboros::probe::verdict::Verdict;
+    use ouroboros::probe::{Server, Settings};
+
+    let dir = crate::support::temp_dir("doctor-probe");
+    let Some(dns) = crate::peers::probe::hosts_dns(
+        dir.path(),
+        &[
+            ("127.0.0.1", "app.example.test"),
+            ("192.0.2.7", "stale.example.test"),
+        ],
+    ) else {
+        return;
+    };
+    let port = redirecting_listener().await;
     let mut proxy = proxy_service();
     proxy["spec"]["clusterIP"] = json!("127.0.0.1");
     proxy["spec"]["clusterIPs"] = json!(["127.0.0.1"]);
