@@ -465,6 +465,37 @@ mod tests {
             .unwrap()
     }
 
+    /// Log lines written through a subscriber, for the once-per-change checks.
+    #[derive(Clone, Default)]
+    struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Logs {
+        fn lines(&self) -> Vec<String> {
+            let b = self.0.lock().unwrap();
+            String::from_utf8_lossy(&b)
+                .lines()
+                .map(String::from)
+                .collect()
+        }
+    }
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+
     fn task(metrics: &Metrics) -> Task {
         Task {
             settings: Settings {
@@ -521,16 +552,35 @@ mod tests {
                  host=\"a.example.com\",result=\"{result}\"}}"
             )
         };
-        for (verdict, want) in [
-            (Verdict::Reset, vec![series("reset")]),
-            (Verdict::Reset, vec![series("reset")]),
-            (Verdict::Timeout, vec![series("timeout")]),
-            (Verdict::Ok, vec![]),
-            (Verdict::DnsWrong, vec![series("dns-wrong")]),
-        ] {
-            t.record(&mut st, Target::Default, a.clone(), &outcome(verdict));
-            assert_eq!(exported(&r).0, want, "{verdict:?}");
-        }
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            // (verdict, series after it, what is logged)
+            for (verdict, want, logged) in [
+                (Verdict::Reset, vec![series("reset")], "WARN"),
+                (Verdict::Reset, vec![series("reset")], ""),
+                (Verdict::Timeout, vec![series("timeout")], "WARN"),
+                (Verdict::Ok, vec![], "INFO"),
+                (Verdict::Ok, vec![], ""),
+                (Verdict::DnsWrong, vec![series("dns-wrong")], "WARN"),
+            ] {
+                let before = logs.lines().len();
+                t.record(&mut st, Target::Default, a.clone(), &outcome(verdict));
+                assert_eq!(exported(&r).0, want, "{verdict:?}");
+                let new: Vec<String> = logs.lines().split_off(before);
+                match logged {
+                    "" => assert!(new.is_empty(), "{verdict:?}: {new:?}"),
+                    level => {
+                        assert_eq!(new.len(), 1, "{verdict:?}: {new:?}");
+                        assert!(new[0].contains(level), "{verdict:?}: {new:?}");
+                        assert!(new[0].contains("a.example.com"), "{new:?}");
+                    }
+                }
+            }
+        });
         // 150 more failing hosts: every one counted, 100 with a series.
         for i in 0..150 {
             let h = host(&format!("h{i}.example.com"));
