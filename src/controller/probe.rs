@@ -603,6 +603,59 @@ mod tests {
         );
     }
 
+    /// The task itself, with paused time: one name per round walks both names, a standby
+    /// drops the host series. No DNS server: each probe ends at once as dns-missing.
+    #[tokio::test(start_paused = true)]
+    async fn rounds_on_the_interval_leader_only() {
+        let mut r = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut r);
+        let (written_tx, written) = watch::channel(None);
+        let (leader_tx, leader) = watch::channel(true);
+        let t = Task {
+            sample: 1,
+            sources: vec![Source::Ips {
+                relay: Box::new(ProxyIps::Static(vec!["10.0.0.1".parse().unwrap()])),
+                direct: None,
+            }],
+            written,
+            leader,
+            ..task(&metrics)
+        };
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(t.run(stop.clone()));
+        let missing = |r: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, r).unwrap();
+            let line =
+                "ouroboros_controller_probes_total{target=\"default\",result=\"dns-missing\"} ";
+            let n = text
+                .lines()
+                .find_map(|l| l.strip_prefix(line))
+                .map(str::to_string);
+            (n, exported(r).0.len())
+        };
+        // The first tick, before any write: nothing to probe, every result at 0.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(missing(&r), (Some("0".into()), 0));
+        written_tx.send_replace(Some(Arc::new(Plan {
+            hosts: ["a.example.com", "b.example.com"].map(host).into(),
+            placed: BTreeMap::new(),
+        })));
+        for (round, want) in [(1, (Some("1".into()), 1)), (2, (Some("2".into()), 2))] {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            assert_eq!(missing(&r), want, "round {round}");
+        }
+        // The third round: a is due again (60 s since its probe), and still failing.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(missing(&r), (Some("3".into()), 2));
+        // A standby reports no hosts.
+        leader_tx.send_replace(false);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(missing(&r), (Some("3".into()), 0));
+        stop.cancel();
+        running.await.unwrap();
+    }
+
     #[test]
     fn wildcards_are_probed_under_a_label_of_ours() {
         assert_eq!(probe_name(&host("app.example.com")), "app.example.com");
