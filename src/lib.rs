@@ -19,6 +19,7 @@
 //! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
 //! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
+//! | `probe` | the hairpin probe the controller runs and `doctor --probe` prints: resolve through the cluster DNS, check the answer, send a PROXY-free request (`verdict` and `rotation` PURE; `resolve`, `knock`, `args`) |
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`) |
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
@@ -54,6 +55,7 @@ pub mod listen;
 pub mod manifests;
 #[cfg(test)]
 mod module_rules;
+pub mod probe;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod relay;

@@ -28,6 +28,8 @@ const PURE: &[&str] = &[
     "edge/backends.rs",
     "edge/pool.rs",
     "edge/balance/maglev.rs",
+    "probe/verdict.rs",
+    "probe/rotation.rs",
     "whoami/http.rs",
     "whoami/report.rs",
     "manifests/documents.rs",

@@ -40,6 +40,22 @@ pub struct TargetLabel {
     pub target: String,
 }
 
+/// A probe's target and verdict (`ok`, `dns-wrong`, `dns-missing`, `refused`, `reset`,
+/// `timeout`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub target: String,
+    pub result: String,
+}
+
+/// A failing host: its target, name and verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeHostLabels {
+    pub target: String,
+    pub host: String,
+    pub result: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub syncs: Family<SyncLabels, Counter>,
@@ -63,6 +79,12 @@ pub struct Metrics {
     pub removal_held: Gauge,
     /// Writes the removal guard started holding.
     pub removal_holds: Counter,
+    /// Hairpin probes by target and result.
+    pub probes: Family<ProbeLabels, Counter>,
+    /// Hosts whose last probe failed, per target.
+    pub probe_failing: Family<TargetLabel, Gauge>,
+    /// When each failing host last failed (Unix seconds); only failing hosts have a series.
+    pub probe_last_failure: Family<ProbeHostLabels, Gauge>,
     pub last_success: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -89,6 +111,27 @@ impl Collector for SinceLastSuccess {
     }
 }
 
+/// The hairpin probe's families.
+fn register_probe(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "probes",
+        "Hairpin probes (--probe-interval) by target and result: ok, dns-wrong, \
+         dns-missing, refused, reset, timeout",
+        m.probes.clone(),
+    );
+    r.register(
+        "probe_failing_hosts",
+        "Hosts whose last hairpin probe failed, per target",
+        m.probe_failing.clone(),
+    );
+    r.register(
+        "probe_last_failure_timestamp_seconds",
+        "When a host's hairpin probe last failed (Unix time), with the result; a series \
+         exists only while the host's last probe failed",
+        m.probe_last_failure.clone(),
+    );
+}
+
 impl Metrics {
     pub fn register(r: &mut Registry) -> Self {
         let m = Metrics {
@@ -105,6 +148,9 @@ impl Metrics {
             kept_objects: Gauge::default(),
             removal_held: Gauge::default(),
             removal_holds: Counter::default(),
+            probes: Family::default(),
+            probe_failing: Family::default(),
+            probe_last_failure: Family::default(),
             last_success: Arc::default(),
         };
         let r = r.sub_registry_with_prefix("ouroboros_controller");
@@ -176,6 +222,7 @@ impl Metrics {
             "Writes the mass removal guard started holding",
             m.removal_holds.clone(),
         );
+        register_probe(r, &m);
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m
     }
@@ -216,6 +263,68 @@ impl Metrics {
                     reason: reason.as_str().into(),
                 })
                 .set(n as i64);
+        }
+    }
+
+    /// One probe of `target`'s with `result`.
+    pub fn probed(&self, target: &str, result: crate::probe::verdict::Verdict) {
+        self.probes
+            .get_or_create(&ProbeLabels {
+                target: target.into(),
+                result: result.as_str().into(),
+            })
+            .inc();
+    }
+
+    /// Exports `target`'s counter of `result` (at 0 until a probe has that result).
+    pub fn probes_at_zero(&self, target: &str, result: crate::probe::verdict::Verdict) {
+        let _created = self.probes.get_or_create(&ProbeLabels {
+            target: target.into(),
+            result: result.as_str().into(),
+        });
+    }
+
+    /// `host` failed with `result` at `unix_seconds`.
+    pub fn probe_failed(
+        &self,
+        target: &str,
+        host: &str,
+        result: crate::probe::verdict::Verdict,
+        unix_seconds: u64,
+    ) {
+        self.probe_last_failure
+            .get_or_create(&Self::probe_host(target, host, result))
+            .set(i64::try_from(unix_seconds).unwrap_or(i64::MAX));
+    }
+
+    /// `host`'s failure with `result` is over (it passes, fails otherwise, or is gone).
+    pub fn probe_recovered(
+        &self,
+        target: &str,
+        host: &str,
+        result: crate::probe::verdict::Verdict,
+    ) {
+        self.probe_last_failure
+            .remove(&Self::probe_host(target, host, result));
+    }
+
+    pub fn probe_failing_hosts(&self, target: &str, n: i64) {
+        self.probe_failing
+            .get_or_create(&TargetLabel {
+                target: target.into(),
+            })
+            .set(n);
+    }
+
+    fn probe_host(
+        target: &str,
+        host: &str,
+        result: crate::probe::verdict::Verdict,
+    ) -> ProbeHostLabels {
+        ProbeHostLabels {
+            target: target.into(),
+            host: host.into(),
+            result: result.as_str().into(),
         }
     }
 

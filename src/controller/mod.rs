@@ -8,6 +8,7 @@ pub mod hostnames;
 pub mod ipmode;
 pub mod lease;
 pub mod metrics;
+pub mod probe;
 pub mod projection;
 pub mod proxy_watch;
 pub mod rbac;
@@ -75,6 +76,10 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub removal_guard: args::RemovalGuardArgs,
+
+    /// The continuous hairpin probe.
+    #[command(flatten)]
+    pub probe: probe::ProbeScheduleArgs,
 
     /// Leader election (shared with `doctor`).
     #[command(flatten)]
@@ -186,12 +191,7 @@ pub async fn run_with(
     let metrics = Metrics::register(&mut registry);
     let status = Arc::new(Mutex::new(Status::default()));
 
-    let (notifier, events_task) = if args.dns.dry_run {
-        (Notifier::disabled(), None)
-    } else {
-        let (n, t) = events::spawn(client.clone(), identity.clone());
-        (n, Some(t))
-    };
+    let (notifier, events_task) = start_events(&client, &args, &identity);
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
     let watches = sources::start(&client, &filters, &notifier, idle, &stop);
@@ -203,6 +203,7 @@ pub async fn run_with(
 
     let (forced_tx, forced_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(None);
+    let (written_tx, written_rx) = watch::channel(None);
     let skipped = ipmode::Skipped::default();
     let side_tasks = {
         let start = SideStart {
@@ -215,6 +216,7 @@ pub async fn run_with(
             applied: &applied_rx,
             skipped: &skipped,
             stop: &stop,
+            probe: (&written_rx, &leadership.rx, &routes),
         };
         start.spawn_all()
     };
@@ -235,7 +237,7 @@ pub async fn run_with(
         (metrics, notifier),
         status,
         filters.targets.clone(),
-        applied_tx,
+        (applied_tx, written_tx),
     );
     let inputs = sync::Inputs {
         changes: watches.changes.clone(),
@@ -271,6 +273,19 @@ pub async fn run_with(
     wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The Events task (none with --dry-run, which writes nothing) and its Notifier.
+fn start_events(
+    client: &Client,
+    args: &ControllerArgs,
+    identity: &str,
+) -> (Notifier, Option<JoinHandle<()>>) {
+    if args.dns.dry_run {
+        return (Notifier::disabled(), None);
+    }
+    let (n, t) = events::spawn(client.clone(), identity.to_owned());
+    (n, Some(t))
 }
 
 fn log_start(
@@ -367,7 +382,16 @@ struct SideStart<'a> {
     applied: &'a watch::Receiver<Option<revert::Written>>,
     skipped: &'a ipmode::Skipped,
     stop: &'a CancellationToken,
+    /// What the probe reads beside the flags: the hostnames last written, the leadership and
+    /// the targets' picks.
+    probe: ProbeStart<'a>,
 }
+
+type ProbeStart<'a> = (
+    &'a watch::Receiver<Option<Arc<crate::dns::write::plan::Plan>>>,
+    &'a watch::Receiver<bool>,
+    &'a Routes,
+);
 
 /// One kind of task the controller runs beside the sync engine: when it runs (on the flags)
 /// and how it is started (none, one or one per object).
@@ -402,6 +426,12 @@ const SIDE_TASKS: &[SideTask] = &[
         name: "ipmode-watch",
         when: |_| true,
         spawn: |s| s.ipmode_watches(),
+    },
+    // The continuous hairpin probe: leader only (it waits while a standby).
+    SideTask {
+        name: "hairpin-probe",
+        when: |args| args.probe.enabled() && probe::applies(&args.dns),
+        spawn: |s| s.hairpin_probe(),
     },
     // Keeps the forced channel open (a closed one is simply ignored by the engine).
     SideTask {
@@ -495,6 +525,48 @@ impl SideStart<'_> {
                 ))
             })
             .collect()
+    }
+
+    fn hairpin_probe(&self) -> Vec<JoinHandle<()>> {
+        let (written, leader, routes) = self.probe;
+        let args = &self.args.probe;
+        // Both as the engine's: checked by `validate` before anything started.
+        let cluster_domain =
+            crate::cluster_domain::resolve(self.args.hostnames.cluster_domain.as_deref());
+        let rules = self.args.answer_rules().unwrap_or_default();
+        let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();
+        let settings = match args.probe.settings(resolv_conf.as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("the hairpin probe is off: {e}");
+                return Vec::new();
+            }
+        };
+        let sources = match probe::sources(
+            &self.args.dns,
+            self.client,
+            &cluster_domain,
+            self.targets,
+            &rules,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("the hairpin probe is off: {e}");
+                return Vec::new();
+            }
+        };
+        let task = probe::Task {
+            settings,
+            interval: args.probe_interval,
+            sample: args.probe_sample as usize,
+            sources,
+            routes: routes.clone(),
+            targets: self.targets.to_vec(),
+            written: written.clone(),
+            leader: leader.clone(),
+            metrics: self.metrics.clone(),
+        };
+        vec![tokio::spawn(task.run(self.stop.clone()))]
     }
 
     fn keep_forced_open(&self) -> Vec<JoinHandle<()>> {
@@ -591,6 +663,8 @@ struct ControllerHooks {
     /// The named targets, for the names in conflict logs and Events.
     targets: Vec<TargetRule>,
     applied_tx: watch::Sender<Option<revert::Written>>,
+    /// The hostnames last written, for the probe.
+    written_tx: watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
     reload_warned: bool,
     /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
     target: Option<ObjectKey>,
@@ -641,7 +715,10 @@ impl ControllerHooks {
         (metrics, notifier): (Metrics, Notifier),
         status: Arc<Mutex<Status>>,
         targets: Vec<TargetRule>,
-        applied_tx: watch::Sender<Option<revert::Written>>,
+        (applied_tx, written_tx): (
+            watch::Sender<Option<revert::Written>>,
+            watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
+        ),
     ) -> Self {
         let target =
             (args.dns.mode == Mode::Coredns).then(|| configmap_object(&args.dns.coredns_target()));
@@ -659,6 +736,7 @@ impl ControllerHooks {
             conflicts_reported: events::Reported::default(),
             targets,
             applied_tx,
+            written_tx,
             reload_warned: false,
             target,
             shadows_warned: BTreeSet::new(),
@@ -746,7 +824,8 @@ impl sync::Hooks for ControllerHooks {
         );
     }
 
-    fn applied(&mut self, hosts: &BTreeSet<Hostname>, a: Applied) {
+    fn applied(&mut self, plan: &crate::dns::write::plan::Plan, a: Applied) {
+        let hosts = &plan.hosts;
         let result = match a.outcome {
             Outcome::Written => "written",
             Outcome::Unchanged => "unchanged",
@@ -788,6 +867,7 @@ impl sync::Hooks for ControllerHooks {
             self.report_findings(f);
         }
         if a.outcome != Outcome::DryRun {
+            self.written_tx.send_replace(Some(Arc::new(plan.clone())));
             let texts = a.texts;
             self.applied_tx
                 .send_replace(a.rules.map(|rules| revert::Written { rules, texts }));

@@ -220,7 +220,7 @@ pub trait Hooks: Send {
     /// The set equals the last one applied: the sink was not called.
     fn unchanged(&mut self, _hosts: &BTreeSet<Hostname>) {}
     /// Owned, so the rules it carries (a copy of the host set) can be kept without another.
-    fn applied(&mut self, _hosts: &BTreeSet<Hostname>, _applied: Applied) {}
+    fn applied(&mut self, _plan: &Plan, _applied: Applied) {}
     fn failed(&mut self, _error: &SinkError, _retry_in: Duration) {}
     /// The lease was lost during a sink call; the call was abandoned.
     fn abandoned(&mut self) {}
@@ -331,7 +331,7 @@ impl Writes {
         match result {
             Some(Ok(a)) => {
                 trigger.succeeded(Instant::now());
-                hooks.applied(&plan.hosts, a);
+                hooks.applied(&plan, a);
                 self.written = Some(plan.clone());
                 self.applied = Some(plan);
             }

@@ -7,6 +7,7 @@
 
 pub mod checks;
 pub mod fetch;
+pub mod probe;
 pub mod report;
 
 use std::collections::BTreeSet;
@@ -147,6 +148,16 @@ pub struct DoctorArgs {
         action = clap::ArgAction::Set
     )]
     pub skip_proxy_ipmode: bool,
+
+    /// Run only the hairpin probe, for this one name, and print each step (DNS server asked,
+    /// answer, expected answer, connection, reply, verdict); exit 1 when it fails. Run it in a
+    /// pod: the cluster DNS and ClusterIPs are reached from there.
+    #[arg(long, env = "OUROBOROS_DOCTOR_PROBE", value_name = "HOST")]
+    pub probe: Option<String>,
+
+    /// The probe's settings (with --probe).
+    #[command(flatten)]
+    pub probe_args: crate::probe::args::ProbeArgs,
 
     /// The controller's leader election flags.
     #[command(flatten)]
@@ -621,6 +632,18 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
 
 /// `ouroboros doctor`.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    if let Some(host) = &args.probe {
+        args.validate()?;
+        let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();
+        let settings = args.probe_args.settings(resolv_conf.as_deref())?;
+        let client = crate::kube_client::client(
+            args.dns.kubeconfig.as_deref(),
+            args.dns.api_timeout,
+            crate::kube_client::Calls::Requests,
+        )
+        .await?;
+        return probe::run(&client, &args, host, &settings).await;
+    }
     let report = async {
         args.validate()?; // bad flags exit 64 before any cluster access
         let client = crate::kube_client::client(

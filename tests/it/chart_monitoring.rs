@@ -46,6 +46,7 @@ const ALERTS: &[&str] = &[
     "OuroborosBlockReverted",
     "OuroborosHostnameConflicts",
     "OuroborosWatchRestarts",
+    "OuroborosHairpinProbeFailing",
     "OuroborosRemovalHeld",
     "OuroborosBlockTooLarge",
 ];
@@ -621,6 +622,10 @@ fn controller_metrics() -> String {
             "10.96.0.10",
             "--debounce",
             "50ms",
+            // The probe's families are exported from its start; a server is given so that it
+            // starts whatever this host's resolv.conf says (no round runs before the scrape).
+            "--probe-dns-server",
+            "127.0.0.1",
         ],
     );
     metrics_when(&p, "controller's first write", |t| {

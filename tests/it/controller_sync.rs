@@ -65,6 +65,11 @@ fn args(extra: &[&str]) -> ControllerArgs {
     if !extra.contains(&"--coredns-answer") {
         v.extend(["--coredns-answer", "rewrite"]);
     }
+    // The probe's reads and queries are its own test's (`the_probe_*`); the engine's tests
+    // check exact requests without them.
+    if !extra.contains(&"--probe-interval") {
+        v.extend(["--probe-interval", "0s"]);
+    }
     v.extend_from_slice(extra);
     crate::common::parse_without_env::<T, _, _>(v)
         .expect("flags")
@@ -2344,4 +2349,176 @@ async fn direct_without_the_ingress_controller_service_is_refused_at_start() {
         "{e}"
     );
     assert!(r.api.calls().is_empty(), "{:#?}", r.api.calls());
+}
+
+/// Answers every connection with an HTTP status line once it has read the request.
+async fn answering_listener(addr: &str) -> (u16, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+            });
+        }
+    });
+    (port, task)
+}
+
+/// Polls /metrics until `done` holds for it (the deadline is only a safety net).
+async fn metrics_until(port: u16, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            drop(s);
+            let (_, m) = http_get(port, "/metrics").await;
+            if done(&m) {
+                return m;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}; metrics now:\n{m}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn probe_lines(metrics: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("ouroboros_controller_probe_failing_hosts{")
+                || l.starts_with("ouroboros_controller_probe_last_failure_timestamp_seconds{")
+        })
+        .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The controller's flags for the probe test: template answers with both addresses given, a
+/// probe every second through `dns` to HTTP on `http`.
+fn probe_flags<'a>(listen: &'a str, dns: &'a str, http: &'a str) -> Vec<&'a str> {
+    vec![
+        "--leader-elect=false",
+        "--listen-health",
+        listen,
+        "--coredns-answer",
+        "template",
+        "--proxy-ip",
+        "127.0.0.1,127.0.0.2",
+        "--probe-interval",
+        "1s",
+        "--probe-dns-server",
+        dns,
+        "--probe-https-port",
+        "0",
+        "--probe-http-port",
+        http,
+        "--probe-timeout",
+        "1s",
+    ]
+}
+
+#[tokio::test]
+async fn the_probe_counts_results_and_keeps_series_only_for_failing_hosts() {
+    let dir = crate::support::temp_dir("probe-controller");
+    // Real CoreDNS answers the names: shop and down with the proxy's addresses, wrong with a
+    // public one.
+    let Some(dns) = crate::peers::probe::hosts_dns(
+        dir.path(),
+        &[
+            ("127.0.0.1", "shop.example.com"),
+            ("127.0.0.2", "down.example.com"),
+            ("192.0.2.7", "wrong.example.com"),
+        ],
+    ) else {
+        return;
+    };
+    let (http, _listener) = answering_listener("127.0.0.1:0").await;
+    let port = free_port();
+    let (listen, dns_addr, http_port) = (
+        format!("127.0.0.1:{port}"),
+        dns.addr().to_string(),
+        http.to_string(),
+    );
+    let mut wrong = ingress("wrong", &["wrong.example.com"]);
+    wrong["metadata"]["resourceVersion"] = json!("11");
+    let st = state_with(vec![
+        ingress("shop", &["shop.example.com"]),
+        ingress("down", &["down.example.com"]),
+        wrong.clone(),
+    ]);
+    let r = start(st, &probe_flags(&listen, &dns_addr, &http_port));
+    // shop answers; nothing listens on 127.0.0.2 (refused); wrong is answered publicly.
+    let m = metrics_until(port, "the three verdicts counted", |m| {
+        [
+            "ouroboros_controller_probes_total{target=\"default\",result=\"ok\"}",
+            "ouroboros_controller_probes_total{target=\"default\",result=\"refused\"}",
+            "ouroboros_controller_probes_total{target=\"default\",result=\"dns-wrong\"}",
+        ]
+        .iter()
+        .all(|s| m.contains(s))
+    })
+    .await;
+    assert_eq!(
+        probe_lines(&m),
+        [
+            "ouroboros_controller_probe_failing_hosts{target=\"default\"}",
+            "ouroboros_controller_probe_last_failure_timestamp_seconds{target=\"default\",host=\"down.example.com\",result=\"refused\"}",
+            "ouroboros_controller_probe_last_failure_timestamp_seconds{target=\"default\",host=\"wrong.example.com\",result=\"dns-wrong\"}",
+        ],
+        "{m}"
+    );
+    assert!(
+        m.contains("ouroboros_controller_probe_failing_hosts{target=\"default\"} 2"),
+        "{m}"
+    );
+    // Every result is exported from the start; these two never happened.
+    for absent in ["reset", "timeout"] {
+        let line = format!(
+            "ouroboros_controller_probes_total{{target=\"default\",result=\"{absent}\"}} 0"
+        );
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
+    // The probe is not the controller's own health.
+    assert_eq!(http_get(port, "/readyz").await.0, 200);
+
+    // wrong's Ingress goes: its series goes with the next write.
+    wrong["metadata"]["resourceVersion"] = json!("12");
+    r.api
+        .deliver(INGRESS_WATCH, json!({"type": "DELETED", "object": wrong}))
+        .await;
+    let m = metrics_until(port, "wrong's series removed", |m| {
+        !m.contains("host=\"wrong.example.com\"")
+    })
+    .await;
+    assert!(
+        m.contains("ouroboros_controller_probe_failing_hosts{target=\"default\"} 1"),
+        "{m}"
+    );
+
+    // Something answers on 127.0.0.2 now: down recovers and its series goes.
+    let (_, _recovered) = answering_listener(&format!("127.0.0.2:{http}")).await;
+    let m = metrics_until(port, "down recovered", |m| {
+        !m.contains("host=\"down.example.com\"")
+    })
+    .await;
+    assert_eq!(
+        probe_lines(&m),
+        ["ouroboros_controller_probe_failing_hosts{target=\"default\"}"],
+        "{m}"
+    );
+    assert!(
+        m.contains("ouroboros_controller_probe_failing_hosts{target=\"default\"} 0"),
+        "{m}"
+    );
+    r.shutdown().await;
 }

@@ -1268,3 +1268,122 @@ async fn several_targets_are_judged_with_each_proxys_answer() {
         "{b:?}"
     );
 }
+
+/// A listener on 127.0.0.1 answering each request with a redirect; its port.
+async fn redirecting_listener() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 308 Permanent Redirect\r\n\r\n")
+                .await;
+        }
+    });
+    port
+}
+
+/// `doctor --probe HOST` against the mock API (the sources and the proxy Service, each read
+/// once) and real CoreDNS: the name's target, each step, the verdict.
+#[tokio::test]
+async fn probe_prints_each_step_with_the_exact_calls() {
+    use ouroboros::probe::knock::Hello;
+    use ouroboros::probe::verdict::Verdict;
+    use ouroboros::probe::{Server, Settings};
+
+    let dir = crate::support::temp_dir("doctor-probe");
+    let Some(dns) = crate::peers::probe::hosts_dns(
+        dir.path(),
+        &[
+            ("127.0.0.1", "app.example.test"),
+            ("192.0.2.7", "stale.example.test"),
+        ],
+    ) else {
+        return;
+    };
+    let port = redirecting_listener().await;
+    let mut proxy = proxy_service();
+    proxy["spec"]["clusterIP"] = json!("127.0.0.1");
+    proxy["spec"]["clusterIPs"] = json!(["127.0.0.1"]);
+    let cluster = || {
+        Cluster::default()
+            .at(
+                INGRESSES,
+                list(
+                    "IngressList",
+                    "networking.k8s.io/v1",
+                    vec![ingress(
+                        "web",
+                        "shop",
+                        &["app.example.test", "stale.example.test"],
+                    )],
+                ),
+            )
+            .at(PROXY_SVC, proxy.clone())
+    };
+    let settings = Settings {
+        servers: vec![Server {
+            addr: dns.addr(),
+            what: "the cluster DNS".into(),
+        }],
+        ports: vec![(port, Hello::Http)],
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let probe = |host: &'static str| {
+        let a = args(&["--probe", host]);
+        let state = Arc::new(Mutex::new(cluster()));
+        let settings = settings.clone();
+        async move {
+            let (client, task) = serve_fn(move |s| state.lock().unwrap().answer(s));
+            let out = ouroboros::doctor::probe::report(&client, &a, host, &settings)
+                .await
+                .unwrap();
+            drop(client);
+            (out, task.await.unwrap())
+        }
+    };
+
+    let ((text, verdict), seen) = probe("app.example.test").await;
+    assert_eq!(verdict, Verdict::Ok, "{text}");
+    let d = dns.addr();
+    assert_eq!(
+        text,
+        format!(
+            "probe app.example.test\n\
+             \x20 target    default (hairpinned as app.example.test, answer=auto)\n\
+             \x20 expected  127.0.0.1 (the proxy)\n\
+             \x20 dns       asked {d} (the cluster DNS) for app.example.test: A NOERROR, AAAA \
+             NOERROR: 127.0.0.1; as expected, the proxy\n\
+             \x20 connect   127.0.0.1:{port}, HTTP HEAD for app.example.test: answered with \
+             \"HTTP/1.1 308 Permanent Redirect\"\n\
+             \x20 verdict   ok\n"
+        )
+    );
+    let calls: Vec<String> = seen
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.uri))
+        .collect();
+    assert_eq!(
+        calls,
+        [format!("GET {INGRESSES}"), format!("GET {PROXY_SVC}")],
+        "the sources, then the proxy's addresses, once each"
+    );
+
+    let ((text, verdict), _) = probe("stale.example.test").await;
+    assert_eq!(verdict, Verdict::DnsWrong, "{text}");
+    assert!(
+        text.contains("127.0.0.1 (the proxy)")
+            && text.contains(
+                "A NOERROR, AAAA NOERROR: 192.0.2.7; not expected: 192.0.2.7 [dns-wrong]"
+            )
+            && text.ends_with(&format!(
+                "  verdict   dns-wrong: {}\n",
+                Verdict::DnsWrong.hint()
+            )),
+        "{text}"
+    );
+    assert!(!text.contains("connect"), "stops at the DNS answer: {text}");
+}

@@ -746,6 +746,8 @@ impl Controller {
             "50ms",
             "--listen-health",
             &listen,
+            // The probe has tests of its own; here it would add reads of the proxy Service.
+            "--probe-interval=0s",
         ];
         let args = crate::common::parse_without_env::<Flags, _, _>(argv)
             .expect("flags")

@@ -191,7 +191,7 @@ pub struct CoreDns {
 impl CoreDns {
     /// Runs `binary` on `corefile` (written into `dir`), answering on 127.0.0.1:`port`; waits
     /// until it answers a query.
-    fn start(binary: &Path, dir: &Path, corefile: &str, port: u16) -> CoreDns {
+    pub fn start(binary: &Path, dir: &Path, corefile: &str, port: u16) -> CoreDns {
         let path = dir.join("Corefile");
         std::fs::write(&path, corefile).unwrap();
         let mut cmd = Command::new(binary);
@@ -209,6 +209,11 @@ impl CoreDns {
             addr,
             corefile: path,
         }
+    }
+
+    /// Where it answers.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     pub fn ask(&self, name: &str, qtype: TYPE, tcp: bool) -> Reply {

@@ -18,11 +18,12 @@ mod api_rules;
 mod cluster;
 mod controller;
 mod controller_modes;
-mod coredns;
+pub mod coredns;
 mod dns;
 mod edge;
 mod hairpin;
 mod netns;
+pub mod probe;
 mod resilience;
 mod shutdown;
 
