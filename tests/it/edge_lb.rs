@@ -353,16 +353,31 @@ async fn deleted_and_retyped_services_release_their_addresses() {
         strings(&[("c", patch_to("13", &["192.0.2.1"]))])
     );
 
-    // b is no longer a LoadBalancer, with its old status still there: emptied.
+    // b is no longer a LoadBalancer. The real API server drops status.loadBalancer with the
+    // type change itself (tests/it/peers/edge_lb.rs), so the event carries none: nothing to
+    // write, and b's address is free for the next Service.
     let mut retyped = b.clone();
     retyped["spec"]["type"] = json!("ClusterIP");
     retyped["spec"]["loadBalancerClass"] = Value::Null;
     retyped["metadata"]["resourceVersion"] = json!("30");
-    lb.event("MODIFIED", retyped).await;
+    retyped["status"] = json!({"loadBalancer": {}});
+    lb.event("MODIFIED", retyped.clone()).await;
+    lb.event("ADDED", ours("d", 4)).await;
     lb.settle().await;
     assert_eq!(
         lb.patches()[1..],
-        strings(&[("b", patch_to("30", &[]))])[..]
+        strings(&[("d", patch_to("14", &["192.0.2.2"]))])[..]
+    );
+
+    // A status left behind on a Service that is no longer a LoadBalancer (written by hand, or
+    // by a server that kept it) is removed.
+    retyped["status"] = held(&["192.0.2.2"]);
+    retyped["metadata"]["resourceVersion"] = json!("31");
+    lb.event("MODIFIED", retyped).await;
+    lb.settle().await;
+    assert_eq!(
+        lb.patches()[2..],
+        strings(&[("b", patch_to("31", &[]))])[..]
     );
     assert!(!lb.served.borrow().as_ref().unwrap().contains_key("web/b"));
     lb.stop().await;

@@ -21,6 +21,7 @@ mod controller_modes;
 mod coredns;
 mod dns;
 mod edge;
+mod edge_lb;
 mod hairpin;
 mod netns;
 mod resilience;
