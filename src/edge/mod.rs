@@ -8,6 +8,7 @@
 pub mod allocate;
 pub mod backends;
 pub mod balance;
+pub mod listeners;
 pub mod load_balancer;
 pub mod pool;
 pub mod serve;
@@ -547,9 +548,11 @@ async fn run_load_balancer(
 ) -> anyhow::Result<ExitCode> {
     let pools = read_pools(path)?;
     let signal = crate::shutdown::on_signal()?;
-    let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
+    let lifecycle = Arc::new(Lifecycle::new(args.max_connections).with_loops(loops));
     let mut registry = Registry::default();
     let sub = registry.sub_registry_with_prefix("ouroboros_edge");
+    let relay_metrics = RelayMetrics::register(sub);
+    let backend_metrics = BackendMetrics::register(sub);
     let ready_state = ReadyState::register(
         sub,
         "1 when /readyz last found the Services listed and served, else 0",
@@ -573,6 +576,24 @@ async fn run_load_balancer(
     };
     let (served, watched) = tokio::sync::watch::channel(None);
     let background = CancellationToken::new();
+    let settings = listeners::Settings {
+        client: client.clone(),
+        lifecycle: lifecycle.clone(),
+        notifier: notifier.clone(),
+        relaying: relay::mode::relaying(args.copy_mode, args.max_connections),
+        relay_metrics,
+        backend_metrics,
+        balance: args.balance,
+        dial_timeout: args.dial_timeout,
+        eject_backoff: args.eject_backoff,
+        idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
+        health_interval: args.health_interval,
+    };
+    let listening = tokio::spawn(listeners::follow(
+        settings,
+        watched.clone(),
+        background.clone(),
+    ));
     let balancer = tokio::spawn(load_balancer::run(
         client,
         config,
@@ -618,7 +639,8 @@ async fn run_load_balancer(
         .await?;
     background.cancel();
     let _ = balancer.await;
-    // The loop held the last notifier: the publisher finishes what is queued, then ends.
+    let _ = listening.await;
+    // The loop and the listeners held the last notifiers: the publisher finishes what is queued, then ends.
     let _ = events_task.await;
     Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::cluster::{self, Cluster};
 use super::controller_modes::{assert_no_refusal, runtime, Install};
+use super::netns::{self, veth, Netns};
 use super::{spawn, wait_for, Process};
 use crate::support::{free_port, temp_dir, V4};
 
@@ -294,4 +295,249 @@ fn edge_is_the_load_balancer_of_its_class_at_the_real_api_server() {
         "{}",
         edge.tail()
     );
+}
+
+const NODE_IP: &str = "10.246.1.1";
+const POD_IP: &str = "10.246.1.2";
+const CLIENT_IP: &str = "10.246.2.2";
+const TARGET_PORT: u16 = 8443;
+
+/// A backend "pod": answers each connection with the PROXY header it got, decoded:
+/// `VERSION SOURCE DESTINATION`.
+fn backend(ns: &Netns) {
+    let listener = ns.run(|| std::net::TcpListener::bind((POD_IP, TARGET_PORT)).unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 256];
+            let reply = loop {
+                match ouroboros::proxy_protocol::decode::decode(&buf) {
+                    Ok((h, _)) => {
+                        let (src, dst) = h.addresses.unwrap();
+                        break format!("{} {} {}\n", h.version.as_str(), src.0, dst.0);
+                    }
+                    Err(ouroboros::proxy_protocol::decode::error::DecodeError::Incomplete) => {}
+                    Err(e) => break format!("bad header: {e}\n"),
+                }
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break "no header\n".to_string(),
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+}
+
+/// The node (edge, with the pool routed to it: AnyIP on its loopback, the "static mode"), the
+/// pods (one backend) and a client on a network of its own, routed to the pool through the node;
+/// the API server reachable from the node at its own address.
+fn wire(cluster: &Cluster) -> [Netns; 3] {
+    let tag = format!("lb{}", std::process::id() % 100_000);
+    let [node, pods, client] =
+        ["node", "pods", "client"].map(|n| Netns::new(&format!("{tag}-{n}")));
+    veth(
+        &node,
+        "eth0",
+        &format!("{NODE_IP}/24"),
+        &pods,
+        "eth0",
+        &format!("{POD_IP}/24"),
+    );
+    veth(
+        &node,
+        "eth1",
+        "10.246.2.1/24",
+        &client,
+        "eth0",
+        &format!("{CLIENT_IP}/24"),
+    );
+    node.ip(&["route", "add", "local", POOL, "dev", "lo"]);
+    client.ip(&["route", "add", POOL, "via", "10.246.2.1"]);
+    backend(&pods);
+    let api: SocketAddr = cluster
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    netns::forward(node.run(|| std::net::TcpListener::bind(api).unwrap()), api);
+    [node, pods, client]
+}
+
+/// One connection from `ns` to `addr`: the backend's reply, or the error.
+fn ask(ns: &Netns, addr: SocketAddr) -> String {
+    ns.run(|| {
+        use std::io::Read;
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(mut s) => {
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut reply = String::new();
+                let _ = s.read_to_string(&mut reply);
+                reply
+            }
+            Err(e) => format!("connect: {e}"),
+        }
+    })
+}
+
+/// Polls until a connection from `ns` to `addr` gets a reply starting with `prefix`; that reply.
+fn eventually_replies(ns: &Netns, edge: &Process, addr: SocketAddr, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = ask(ns, addr);
+        if got.starts_with(prefix) {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr} answered {got:?}, want it to start with {prefix:?}\n{}",
+            edge.tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `edge --pools` in the node namespace with the chart's arguments, once /readyz answers.
+fn spawn_edge_in(
+    node: &Netns,
+    install: &Install,
+    pools: &Path,
+    kubeconfig: &Path,
+    dir: &Path,
+) -> Process {
+    let args = install.args("DaemonSet", &format!("{}-edge", install.fullname()));
+    let mut cmd = node.command(env!("CARGO_BIN_EXE_ouroboros"));
+    cmd.arg("edge");
+    for a in &args {
+        if a.starts_with("--listen-health=") {
+            cmd.arg("--listen-health=127.0.0.1:18082");
+        } else if a.starts_with("--pools=") {
+            cmd.arg(format!("--pools={}", pools.display()));
+        } else {
+            cmd.arg(a);
+        }
+    }
+    cmd.arg("--kubeconfig").arg(kubeconfig);
+    let mut edge = spawn("edge", cmd, &dir.join("edge-netns.log"));
+    let health: SocketAddr = "127.0.0.1:18082".parse().unwrap();
+    wait_for("ready", &mut edge, Duration::from_secs(30), || {
+        node.run(|| {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(health).ok()?;
+            write!(s, "GET /readyz HTTP/1.0\r\n\r\n").ok()?;
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).ok()?;
+            reply.starts_with("HTTP/1.0 200").then_some(())
+        })
+    });
+    edge
+}
+
+/// The LoadBalancer Service `web` of our class (port 443 to the pods' 8443) and its slice.
+async fn web_with_endpoint(cluster: &Cluster, annotations: Value) {
+    cluster
+        .apply_yaml(
+            &json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": APPS, "annotations": annotations},
+                "spec": {
+                    "type": "LoadBalancer",
+                    "loadBalancerClass": "ouroboros.io/edge",
+                    "allocateLoadBalancerNodePorts": false,
+                    "ports": [{"name": "https", "port": 443, "targetPort": TARGET_PORT}],
+                },
+            })
+            .to_string(),
+        )
+        .await;
+    cluster
+        .apply_yaml(
+            &json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "web-a", "namespace": APPS, "labels": {
+                    "kubernetes.io/service-name": "web",
+                    "endpointslice.kubernetes.io/managed-by": "ouroboros-tests",
+                }},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [POD_IP], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "protocol": "TCP", "port": TARGET_PORT}],
+            })
+            .to_string(),
+        )
+        .await;
+}
+
+#[test]
+fn a_client_reaches_the_load_balancer_address_and_the_backend_sees_its_own_address() {
+    if !netns::available() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "the edge load-balancer test needs root under CI"
+        );
+        eprintln!("SKIPPED: the edge load-balancer test needs root (network namespaces)");
+        return;
+    }
+    let Some(cluster) = cluster::private("edge-lb-net") else {
+        return;
+    };
+    let install = install();
+    let dir = temp_dir("edge-lb-net");
+    let pools = pools_file(&install, dir.path());
+    let rt = runtime();
+    // Every namespace lives until the end of the test (dropped, they are deleted).
+    let [node, _pods, client] = wire(&cluster);
+    let kubeconfig = rt.block_on(async {
+        install.apply(&cluster).await;
+        cluster.ensure_namespace(APPS).await;
+        web_with_endpoint(&cluster, json!({})).await;
+        cluster
+            .service_account_kubeconfig(
+                RELEASE,
+                &format!("{}-edge", install.fullname()),
+                dir.path(),
+            )
+            .await
+    });
+    let edge = spawn_edge_in(&node, &install, &pools, &kubeconfig, dir.path());
+    rt.block_on(eventually(
+        &cluster,
+        &edge,
+        "web",
+        &proxy_at("192.0.2.1"),
+        "allocation",
+    ));
+
+    // The default PROXY version (v2): the backend sees the client's own address, and the
+    // load-balancer address and port it dialled.
+    let vip: SocketAddr = "192.0.2.1:443".parse().unwrap();
+    let dest = "192.0.2.1:443";
+    let reply = eventually_replies(&client, &edge, vip, "v2 ");
+    assert!(
+        reply.starts_with(&format!("v2 {CLIENT_IP}:")) && reply.ends_with(&format!(" {dest}\n")),
+        "{reply:?}"
+    );
+
+    // The annotation asks for v1: the listener is opened again with it.
+    rt.block_on(web_with_endpoint(
+        &cluster,
+        json!({"ouroboros.io/proxy-protocol": "v1"}),
+    ));
+    let reply = eventually_replies(&client, &edge, vip, "v1 ");
+    assert!(
+        reply.starts_with(&format!("v1 {CLIENT_IP}:")) && reply.ends_with(&format!(" {dest}\n")),
+        "{reply:?}\n{}",
+        edge.tail()
+    );
+
+    // Deleted: the address is released and nothing listens on it any more.
+    rt.block_on(async {
+        Api::<Service>::namespaced(cluster.admin().await, APPS)
+            .delete("web", &DeleteParams::default())
+            .await
+            .unwrap();
+    });
+    let reply = eventually_replies(&client, &edge, vip, "connect: ");
+    assert!(reply.contains("refused"), "{reply:?}\n{}", edge.tail());
+    assert_no_refusal(&edge);
 }
