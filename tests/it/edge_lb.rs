@@ -79,6 +79,11 @@ struct Lb {
 impl Lb {
     /// The edge over `pools` with these Services listed.
     async fn start(pools: &str, services: Vec<Value>) -> Lb {
+        Lb::answering(pools, services, 200).await
+    }
+
+    /// Like [`Lb::start`], with every status write answered `code`.
+    async fn answering(pools: &str, services: Vec<Value>, code: u16) -> Lb {
         let (client, api) = route(move |s| {
             let path = s.path().to_string();
             match (s.method.as_str(), path.as_str()) {
@@ -86,6 +91,10 @@ impl Lb {
                     Answer::Json(200, list("v1", "ServiceList", "100", services.clone()))
                 }
                 ("GET", _) => Answer::Hold,
+                ("PATCH", p) if p.ends_with("/status") && code != 200 => Answer::Json(
+                    code,
+                    crate::kube_mock::status(code, "Refused", "refused by the test"),
+                ),
                 ("PATCH", p) if p.ends_with("/status") => {
                     let name = p.split('/').nth_back(1).unwrap();
                     Answer::Json(
@@ -432,5 +441,32 @@ async fn an_unreadable_proxy_annotation_is_an_event_and_no_address() {
         "{events:?}"
     );
     assert!(lb.served.borrow().as_ref().unwrap().is_empty());
+    lb.stop().await;
+}
+
+#[tokio::test]
+async fn a_write_refused_as_invalid_is_not_sent_again_and_a_forbidden_one_is_retried() {
+    let pools = "pools:\n- name: v4\n  addresses: [192.0.2.0/29]\n";
+    // 422: sent once, not again on later passes while the Service stays the same.
+    let mut lb = Lb::answering(pools, vec![ours("a", 1)], 422).await;
+    lb.settle().await;
+    lb.settle().await;
+    assert_eq!(
+        lb.patches(),
+        strings(&[("a", patch_to("11", &["192.0.2.1"]))])
+    );
+    lb.stop().await;
+
+    // 403: tried again after a backoff (1 s, then 2 s...), with no other change to prompt it.
+    let lb = Lb::answering(pools, vec![ours("a", 1)], 403).await;
+    assert!(
+        lb.api
+            .wait_for(10, |a| a.count("PATCH", "/status") >= 2)
+            .await,
+        "{:?}",
+        lb.api.calls()
+    );
+    let patches = lb.patches();
+    assert!(patches.iter().all(|p| p == &patches[0]), "{patches:?}");
     lb.stop().await;
 }
