@@ -6,8 +6,10 @@
 //!
 //! A Service whose plan changes (addresses, ports, version) is closed and opened again:
 //! connections already relayed run on, new ones wait in the kernel backlog for the moment the
-//! listener is rebound. A bind that fails (the port in use on this host) is logged and told to
-//! the Service's owner as a `ListenFailed` Event; it is tried again when the plan changes.
+//! listener is rebound. A bind that fails (the port in use on this host, by another program or
+//! by an edge still shutting down) is logged and told to the Service's owner as a
+//! `ListenFailed` Event, and the Service is opened again after a backoff that doubles up to a
+//! minute (each attempt logged, so once per step).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,11 +52,17 @@ pub struct Settings {
     pub health_interval: Duration,
 }
 
+/// Longest wait before listeners that failed to bind are tried again.
+const MAX_RETRY: Duration = Duration::from_secs(60);
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
 /// One served Service: its plan, and what stops its listeners, watch and checks.
 struct Running {
     plan: Plan,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// Listeners of the plan that could not be opened.
+    failed: usize,
 }
 
 impl Running {
@@ -91,6 +99,7 @@ fn start(s: &Settings, key: &str, plan: &Plan) -> Running {
     let (namespace, name) = key.split_once('/').unwrap_or(("", key));
     let mut balancers: BTreeMap<String, Arc<Balancer>> = BTreeMap::new();
     let mut listeners = Vec::new();
+    let mut failed = 0;
     for l in &plan.listeners {
         let balancer = balancers
             .entry(l.port_name.clone())
@@ -130,6 +139,7 @@ fn start(s: &Settings, key: &str, plan: &Plan) -> Running {
                     action: "Listen",
                     note,
                 });
+                failed += 1;
                 continue;
             }
         };
@@ -180,6 +190,7 @@ fn start(s: &Settings, key: &str, plan: &Plan) -> Running {
         plan: plan.clone(),
         stop,
         server,
+        failed,
     }
 }
 
@@ -190,14 +201,17 @@ pub async fn follow(
     stop: CancellationToken,
 ) {
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut retry = FIRST_RETRY;
     loop {
-        tokio::select! {
+        let failing = running.values().any(|r| r.failed > 0);
+        let retrying = tokio::select! {
             _ = stop.cancelled() => break,
-            r = served.changed() => if r.is_err() { break },
-        }
+            r = served.changed() => if r.is_err() { break } else { false },
+            _ = tokio::time::sleep(retry), if failing => true,
+        };
         let want: Served = served.borrow_and_update().clone().unwrap_or_default();
         let stale: Vec<String> = (running.iter())
-            .filter(|(k, r)| want.get(*k) != Some(&r.plan))
+            .filter(|(k, r)| want.get(*k) != Some(&r.plan) || (retrying && r.failed > 0))
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
@@ -212,6 +226,11 @@ pub async fn follow(
                 running.insert(key.clone(), r);
             }
         }
+        retry = match (retrying, running.values().any(|r| r.failed > 0)) {
+            (_, false) => FIRST_RETRY,
+            (true, true) => (retry * 2).min(MAX_RETRY),
+            (false, true) => retry,
+        };
     }
     for (_, r) in running {
         r.close().await;

@@ -434,13 +434,13 @@ fn spawn_edge_in(
     edge
 }
 
-/// The LoadBalancer Service `web` of our class (port 443 to the pods' 8443) and its slice.
-async fn web_with_endpoint(cluster: &Cluster, annotations: Value) {
+/// The LoadBalancer Service `name` of our class (port 443 to the pods' 8443) and its slice.
+async fn with_endpoint(cluster: &Cluster, name: &str, annotations: Value) {
     cluster
         .apply_yaml(
             &json!({
                 "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "web", "namespace": APPS, "annotations": annotations},
+                "metadata": {"name": name, "namespace": APPS, "annotations": annotations},
                 "spec": {
                     "type": "LoadBalancer",
                     "loadBalancerClass": "ouroboros.io/edge",
@@ -455,8 +455,8 @@ async fn web_with_endpoint(cluster: &Cluster, annotations: Value) {
         .apply_yaml(
             &json!({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": "web-a", "namespace": APPS, "labels": {
-                    "kubernetes.io/service-name": "web",
+                "metadata": {"name": format!("{name}-a"), "namespace": APPS, "labels": {
+                    "kubernetes.io/service-name": name,
                     "endpointslice.kubernetes.io/managed-by": "ouroboros-tests",
                 }},
                 "addressType": "IPv4",
@@ -490,7 +490,7 @@ fn a_client_reaches_the_load_balancer_address_and_the_backend_sees_its_own_addre
     let kubeconfig = rt.block_on(async {
         install.apply(&cluster).await;
         cluster.ensure_namespace(APPS).await;
-        web_with_endpoint(&cluster, json!({})).await;
+        with_endpoint(&cluster, "web", json!({})).await;
         cluster
             .service_account_kubeconfig(
                 RELEASE,
@@ -519,8 +519,9 @@ fn a_client_reaches_the_load_balancer_address_and_the_backend_sees_its_own_addre
     );
 
     // The annotation asks for v1: the listener is opened again with it.
-    rt.block_on(web_with_endpoint(
+    rt.block_on(with_endpoint(
         &cluster,
+        "web",
         json!({"ouroboros.io/proxy-protocol": "v1"}),
     ));
     let reply = eventually_replies(&client, &edge, vip, "v1 ");
@@ -529,6 +530,36 @@ fn a_client_reaches_the_load_balancer_address_and_the_backend_sees_its_own_addre
         "{reply:?}\n{}",
         edge.tail()
     );
+
+    // A port another program holds on the node: a ListenFailed Event, and the listener is
+    // opened once the port is free.
+    let squatter = node.run(|| std::net::TcpListener::bind("192.0.2.2:443").unwrap());
+    rt.block_on(async {
+        with_endpoint(&cluster, "other", json!({})).await;
+        eventually(
+            &cluster,
+            &edge,
+            "other",
+            &proxy_at("192.0.2.2"),
+            "a second Service",
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let events = events_of(&cluster, "other").await;
+            if events.iter().any(|(reason, note)| {
+                reason == "ListenFailed" && note.starts_with("cannot listen on 192.0.2.2:443: ")
+            }) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{events:?}\n{}", edge.tail());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    drop(squatter);
+    let other: SocketAddr = "192.0.2.2:443".parse().unwrap();
+    let reply = eventually_replies(&client, &edge, other, "v2 ");
+    assert!(reply.starts_with(&format!("v2 {CLIENT_IP}:")), "{reply:?}");
 
     // Deleted: the address is released and nothing listens on it any more.
     rt.block_on(async {
