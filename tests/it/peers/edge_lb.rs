@@ -18,24 +18,29 @@ use super::netns::{self, veth, Netns};
 use super::{spawn, wait_for, Process};
 use crate::support::{free_port, temp_dir, V4};
 
-const RELEASE: &str = "edge-lb";
-const APPS: &str = "edge-lb-apps";
+pub(super) const RELEASE: &str = "edge-lb";
+pub(super) const APPS: &str = "edge-lb-apps";
 const POOL: &str = "192.0.2.0/29";
 
 fn install() -> Install {
+    install_with_pool(POOL)
+}
+
+/// The chart with the edge as the load balancer of one pool of `addresses`.
+pub(super) fn install_with_pool(addresses: &str) -> Install {
     Install::render(
         RELEASE,
         &[
             "edge.enabled=true".into(),
             "edge.loadBalancer.enabled=true".into(),
             "edge.loadBalancer.pools[0].name=public".into(),
-            format!("edge.loadBalancer.pools[0].addresses={{{POOL}}}"),
+            format!("edge.loadBalancer.pools[0].addresses={{{addresses}}}"),
         ],
     )
 }
 
 /// The pools file as the chart renders it (its ConfigMap's one key), written into `dir`.
-fn pools_file(install: &Install, dir: &Path) -> std::path::PathBuf {
+pub(super) fn pools_file(install: &Install, dir: &Path) -> std::path::PathBuf {
     let cm = install.object("ConfigMap", &format!("{}-edge-pools", install.fullname()));
     let path = dir.join("pools.yaml");
     std::fs::write(&path, cm["data"]["pools.yaml"].as_str().unwrap()).unwrap();
@@ -93,7 +98,7 @@ async fn service(cluster: &Cluster, name: &str, annotations: Value) {
 }
 
 /// `status.loadBalancer` of Service `name` as the real server stores it (`null`: gone).
-async fn stored(cluster: &Cluster, name: &str) -> (Value, String) {
+pub(super) async fn stored(cluster: &Cluster, name: &str) -> (Value, String) {
     let svc = Api::<Service>::namespaced(cluster.admin().await, APPS)
         .get_opt(name)
         .await
@@ -108,7 +113,7 @@ async fn stored(cluster: &Cluster, name: &str) -> (Value, String) {
 }
 
 /// Polls until Service `name`'s stored `status.loadBalancer` is `want`; its resourceVersion.
-async fn eventually(
+pub(super) async fn eventually(
     cluster: &Cluster,
     edge: &Process,
     name: &str,
@@ -130,7 +135,7 @@ async fn eventually(
     }
 }
 
-fn proxy_at(ip: &str) -> Value {
+pub(super) fn proxy_at(ip: &str) -> Value {
     json!({"ingress": [{"ip": ip, "ipMode": "Proxy", "ports": [{"port": 443, "protocol": "TCP"}]}]})
 }
 
@@ -304,8 +309,8 @@ const TARGET_PORT: u16 = 8443;
 
 /// A backend "pod": answers each connection with the PROXY header it got, decoded:
 /// `VERSION SOURCE DESTINATION`.
-fn backend(ns: &Netns) {
-    let listener = ns.run(|| std::net::TcpListener::bind((POD_IP, TARGET_PORT)).unwrap());
+pub(super) fn backend(ns: &Netns, addr: SocketAddr) {
+    let listener = ns.run(|| std::net::TcpListener::bind(addr).unwrap());
     std::thread::spawn(move || {
         for mut conn in listener.incoming().flatten() {
             use std::io::{Read, Write};
@@ -355,7 +360,7 @@ fn wire(cluster: &Cluster) -> [Netns; 3] {
     );
     node.ip(&["route", "add", "local", POOL, "dev", "lo"]);
     client.ip(&["route", "add", POOL, "via", "10.246.2.1"]);
-    backend(&pods);
+    backend(&pods, SocketAddr::new(POD_IP.parse().unwrap(), TARGET_PORT));
     let api: SocketAddr = cluster
         .server
         .trim_start_matches("https://")
@@ -365,12 +370,15 @@ fn wire(cluster: &Cluster) -> [Netns; 3] {
     [node, pods, client]
 }
 
-/// One connection from `ns` to `addr`: the backend's reply, or the error.
-fn ask(ns: &Netns, addr: SocketAddr) -> String {
+/// One connection from `ns` to `addr` that sends a line and ends its side: the backend's reply,
+/// or the error.
+pub(super) fn ask(ns: &Netns, addr: SocketAddr) -> String {
     ns.run(|| {
-        use std::io::Read;
+        use std::io::{Read, Write};
         match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(mut s) => {
+                let _ = s.write_all(b"hello\n");
+                let _ = s.shutdown(std::net::Shutdown::Write);
                 s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                 let mut reply = String::new();
                 let _ = s.read_to_string(&mut reply);
@@ -382,7 +390,12 @@ fn ask(ns: &Netns, addr: SocketAddr) -> String {
 }
 
 /// Polls until a connection from `ns` to `addr` gets a reply starting with `prefix`; that reply.
-fn eventually_replies(ns: &Netns, edge: &Process, addr: SocketAddr, prefix: &str) -> String {
+pub(super) fn eventually_replies(
+    ns: &Netns,
+    edge: &Process,
+    addr: SocketAddr,
+    prefix: &str,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = ask(ns, addr);
@@ -399,7 +412,7 @@ fn eventually_replies(ns: &Netns, edge: &Process, addr: SocketAddr, prefix: &str
 }
 
 /// `edge --pools` in the node namespace with the chart's arguments, once /readyz answers.
-fn spawn_edge_in(
+pub(super) fn spawn_edge_in(
     node: &Netns,
     install: &Install,
     pools: &Path,

@@ -21,6 +21,7 @@ mod controller_modes;
 mod coredns;
 mod dns;
 mod edge;
+mod edge_kube_proxy;
 mod edge_lb;
 mod hairpin;
 mod netns;
