@@ -198,6 +198,23 @@ impl Lifecycle {
         &self,
         listeners: Vec<(TcpListener, Arc<H>)>,
     ) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+        self.serve_until(listeners, self.stop_accepting.clone())
+    }
+
+    /// A token that stops the listeners served with it ([`Lifecycle::serve_until`]) and no
+    /// others; the shutdown cancels it too.
+    pub fn listener_stop(&self) -> CancellationToken {
+        self.stop_accepting.child_token()
+    }
+
+    /// Like [`Lifecycle::serve`], until `stop` (from [`Lifecycle::listener_stop`]): for
+    /// listeners opened and closed while the server runs (`edge --pools`). Their connections
+    /// are drained at shutdown with every other.
+    pub fn serve_until<H: Handler>(
+        &self,
+        listeners: Vec<(TcpListener, Arc<H>)>,
+        stop: CancellationToken,
+    ) -> Result<tokio::task::JoinHandle<()>, ServeError> {
         use std::os::fd::AsFd;
         let mut loops = Vec::new();
         for handle in self.loops.handles() {
@@ -206,7 +223,8 @@ impl Lifecycle {
                 .map(|(l, h)| Ok((l.as_fd().try_clone_to_owned()?, h.clone())))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(ServeError)?;
-            let (limit, tracker, stop) = self.parts();
+            let (limit, tracker) = self.parts();
+            let stop = stop.clone();
             loops.push(handle.spawn(async move {
                 // Registered with this loop's reactor, so it must happen on the loop.
                 let mut own = Vec::new();
@@ -220,7 +238,7 @@ impl Lifecycle {
                 serve(own, limit, tracker, stop).await
             }));
         }
-        let (limit, tracker, stop) = self.parts();
+        let (limit, tracker) = self.parts();
         let first = tokio::spawn(serve(listeners, limit, tracker, stop));
         Ok(tokio::spawn(async move {
             let _ = first.await;
@@ -230,12 +248,8 @@ impl Lifecycle {
         }))
     }
 
-    fn parts(&self) -> (Option<Arc<Semaphore>>, TaskTracker, CancellationToken) {
-        (
-            self.limit.clone(),
-            self.tracker.clone(),
-            self.stop_accepting.clone(),
-        )
+    fn parts(&self) -> (Option<Arc<Semaphore>>, TaskTracker) {
+        (self.limit.clone(), self.tracker.clone())
     }
 
     /// Stops accepting, then gives the open connections up to `grace` to finish.

@@ -110,6 +110,24 @@ pub async fn bind_v6only(addr: &ListenAddr) -> std::io::Result<TcpListener> {
     }
 }
 
+/// Binds `addr` even when the host does not have the address (yet): IP_FREEBIND, so a load
+/// balancer's listener can be opened before or while its address is routed or assigned to this
+/// host. An IPv6 address takes IPv6 only.
+pub fn bind_freebind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+        socket.set_freebind_v6(true)?;
+    } else {
+        socket.set_freebind_v4(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
 fn ipv6_unavailable(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -165,6 +183,18 @@ mod tests {
                 (Err(got), Err(want)) => assert!(got.contains(want), "{input:?}: {got}"),
                 (got, want) => panic!("{input:?}: got {got:?}, want {want:?}"),
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn freebind_binds_an_address_the_host_does_not_have() {
+        // TEST-NET-3: on no interface of a test host.
+        let l = bind_freebind("203.0.113.77:0".parse().unwrap()).unwrap();
+        assert_eq!(l.local_addr().unwrap().ip().to_string(), "203.0.113.77");
+        match bind_freebind("[2001:db8::77]:0".parse().unwrap()) {
+            Ok(l) => assert_eq!(l.local_addr().unwrap().ip().to_string(), "2001:db8::77"),
+            // A host without IPv6 at all.
+            Err(e) => assert!(ipv6_unavailable(&e), "{e}"),
         }
     }
 

@@ -27,6 +27,7 @@ const PURE: &[&str] = &[
     "edge/allocate.rs",
     "edge/backends.rs",
     "edge/pool.rs",
+    "edge/serve.rs",
     "edge/balance/maglev.rs",
     "probe/verdict.rs",
     "probe/rotation.rs",

@@ -389,10 +389,26 @@ async fn send(
     }
 }
 
-/// Starts the publishing task; it ends when every [`Notifier`] is dropped.
+/// Starts the controller's publishing task; it ends when every [`Notifier`] is dropped.
 pub fn spawn(client: Client, instance: String) -> (Notifier, JoinHandle<()>) {
+    spawn_as(
+        client,
+        REPORTER,
+        "the controller's ServiceAccount",
+        instance,
+    )
+}
+
+/// Starts the publishing task of `reporter` (`ouroboros-controller`, `ouroboros-edge`); it ends
+/// when every [`Notifier`] is dropped. `account` names whose rights a 403 asks to extend.
+pub fn spawn_as(
+    client: Client,
+    reporter: &'static str,
+    account: &'static str,
+    instance: String,
+) -> (Notifier, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Notice>();
-    let mut publisher = Publisher::new(REPORTER, &instance);
+    let mut publisher = Publisher::new(reporter, &instance);
     let task = tokio::spawn(async move {
         let mut forbidden_logged = false;
         while let Some(n) = rx.recv().await {
@@ -411,9 +427,9 @@ pub fn spawn(client: Client, instance: String) -> (Notifier, JoinHandle<()>) {
                             reason = n.reason,
                             %object,
                             error = %s.message,
-                            "cannot publish Events: forbidden; grant the controller's \
-                             ServiceAccount `create` and `patch` on events (apiGroup \
-                             events.k8s.io)"
+                            account,
+                            "cannot publish Events: forbidden; grant the account `create` and \
+                             `patch` on events (apiGroup events.k8s.io)"
                         );
                         forbidden_logged = true;
                     }

@@ -1,11 +1,17 @@
 //! `ouroboros edge`: a PROXY-protocol TCP load balancer for edge hosts. Each `--listen BIND=PORT`
 //! relays to the ready endpoints of a Service port (from its EndpointSlices) or to a static
-//! `--backend` set, balanced per connection, with passive (and optional active) health.
+//! `--backend` set, balanced per connection, with passive (and optional active) health. With
+//! `--pools`, it is instead the load balancer of the Services of its `loadBalancerClass`
+//! (`load_balancer`): addresses from the pools, `ipMode: Proxy` in their status, a listener
+//! per address and port.
 
 pub mod allocate;
 pub mod backends;
 pub mod balance;
+pub mod listeners;
+pub mod load_balancer;
 pub mod pool;
+pub mod serve;
 pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
@@ -99,8 +105,8 @@ fn parse_service(s: &str) -> Result<ServiceRef, String> {
     }
 }
 
-// Where backends come from: exactly one of --service and --backend, and a missing one names
-// both (a `required_unless_present` on one would name only that one).
+// Where backends come from: exactly one of --service, --backend and --pools, and a missing one
+// names them all (a `required_unless_present` on one would name only that one).
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("backends").required(true).multiple(false)))]
 #[command(
@@ -110,11 +116,15 @@ fn parse_service(s: &str) -> Result<ServiceRef, String> {
         Backends are the ready endpoints of a Service port, followed live from its \
         EndpointSlices (--service), or a static --backend list. A backend that refuses or times \
         out is ejected for a growing backoff and the connection is retried on another one \
-        before any byte is sent. Serves /healthz, /readyz and /metrics on --listen-health."
+        before any byte is sent. Serves /healthz, /readyz and /metrics on --listen-health.\n\n\
+        With --pools instead, edge is the load balancer of every Service of `type: \
+        LoadBalancer` and class --load-balancer-class: it gives each one addresses from the \
+        pools, writes them into its status with `ipMode: Proxy`, and listens on each address \
+        and Service port, relaying to that port's ready endpoints (docs/edge.md)."
 )]
 pub struct EdgeArgs {
     /// Service whose EndpointSlices give the backends, as NAMESPACE/NAME (the slices labelled
-    /// kubernetes.io/service-name=NAME). Exactly one of --service and --backend.
+    /// kubernetes.io/service-name=NAME). Exactly one of --service, --backend and --pools.
     #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = parse_service, value_name = "NAMESPACE/NAME", group = "backends")]
     pub service: Option<ServiceRef>,
 
@@ -123,13 +133,31 @@ pub struct EdgeArgs {
     /// `[::]:443` and `0.0.0.0:443` can be given together; PORT a Service port name
     /// (`websecure`) or number (`443`, the Service's port, not the target port). With --backend,
     /// PORT is optional and must be a number: the port for bare-IP backends.
-    #[arg(long, env = "OUROBOROS_EDGE_LISTEN", value_parser = parse_listen_spec, value_name = "BIND=PORT", required = true, value_delimiter = ',')]
+    #[arg(long, env = "OUROBOROS_EDGE_LISTEN", value_parser = parse_listen_spec, value_name = "BIND=PORT", required_unless_present = "pools", conflicts_with = "pools", value_delimiter = ',')]
     pub listen: Vec<ListenSpec>,
 
     /// Static backend instead of --service (repeatable): `IP:PORT`, `[IPv6]:PORT`, or a bare IP
     /// dialled at each listener's PORT.
     #[arg(long, env = "OUROBOROS_EDGE_BACKEND", value_parser = parse_backend, value_name = "ADDR", value_delimiter = ',', group = "backends")]
     pub backend: Vec<StaticBackend>,
+
+    /// Be the load balancer of Services of `type: LoadBalancer` and class
+    /// --load-balancer-class, with addresses from the pools in this YAML file (docs/edge.md; in
+    /// the chart, a ConfigMap mounted as the file). Read at start: restart to apply a change.
+    /// Addresses must already be routed to this host. No --listen: listeners follow the
+    /// Services.
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_POOLS",
+        value_name = "FILE",
+        group = "backends"
+    )]
+    pub pools: Option<std::path::PathBuf>,
+
+    /// The `spec.loadBalancerClass` of the Services served with --pools; Services of another
+    /// class, or of none (the cluster's default load balancer), are left alone.
+    #[arg(long, env = "OUROBOROS_EDGE_LOAD_BALANCER_CLASS", value_name = "CLASS", default_value = allocate::DEFAULT_CLASS)]
+    pub load_balancer_class: String,
 
     /// Kubeconfig file for running outside the cluster [default: in-cluster service account,
     /// else $KUBECONFIG or ~/.kube/config].
@@ -153,9 +181,10 @@ pub struct EdgeArgs {
     pub balance: Algorithm,
 
     /// PROXY-protocol version to send: v1 (text) or v2 (binary). Must match what the backends
-    /// expect.
-    #[arg(long, env = "OUROBOROS_EDGE_PROXY_PROTOCOL", value_enum, default_value_t = Version::V1)]
-    pub proxy_protocol: Version,
+    /// expect. With --pools, the version of Services without the annotation
+    /// `ouroboros.io/proxy-protocol: v1|v2`. [default: v1; with --pools, v2]
+    #[arg(long, env = "OUROBOROS_EDGE_PROXY_PROTOCOL", value_enum)]
+    pub proxy_protocol: Option<Version>,
 
     /// Time allowed to connect to one backend before it counts as failed and the next one is
     /// tried.
@@ -220,12 +249,26 @@ pub struct EdgeArgs {
     pub busy_poll: crate::runtime::BusyPoll,
 }
 
+impl EdgeArgs {
+    /// The PROXY version in force: `--proxy-protocol`, else v2 with --pools (a new mode, where
+    /// the binary header is the better default) and v1 otherwise (what it always was).
+    pub fn proxy_protocol(&self) -> Version {
+        self.proxy_protocol.unwrap_or(if self.pools.is_some() {
+            Version::V2
+        } else {
+            Version::V1
+        })
+    }
+}
+
 /// Where the backends come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
     /// Per listener (in `--listen` order), the fixed backend set.
     Static(Vec<Vec<SocketAddr>>),
     Service(ServiceRef),
+    /// `--pools FILE`: the load balancer of a class.
+    LoadBalancer(std::path::PathBuf),
 }
 
 /// Flag combinations clap cannot check; errors name the flag.
@@ -244,6 +287,18 @@ pub fn source(args: &EdgeArgs) -> Result<Source, String> {
     }
     if args.eject_backoff.is_zero() {
         return Err("--eject-backoff must be greater than 0".into());
+    }
+    if let Some(pools) = &args.pools {
+        if args.load_balancer_class.trim().is_empty() {
+            return Err("--load-balancer-class must not be empty".into());
+        }
+        return Ok(Source::LoadBalancer(pools.clone()));
+    }
+    // Checked here: clap does not apply `requires` to a flag with a default value.
+    if args.load_balancer_class != allocate::DEFAULT_CLASS {
+        return Err(
+            "--load-balancer-class is for --pools; without it, edge serves no class".into(),
+        );
     }
     if let Some(svc) = &args.service {
         if let Some(l) = args.listen.iter().find(|l| l.port.is_none()) {
@@ -349,9 +404,13 @@ async fn follow_service(
     Ok(())
 }
 
-/// Checks every backend of every balancer each --health-interval, until `stop`.
-fn spawn_health_checks(args: &EdgeArgs, balancers: Vec<Arc<Balancer>>, stop: CancellationToken) {
-    let (every, version) = (args.health_interval, args.proxy_protocol);
+/// Checks every backend of every balancer each `every`, until `stop`.
+fn spawn_health_checks(
+    every: Duration,
+    version: Version,
+    balancers: Vec<Arc<Balancer>>,
+    stop: CancellationToken,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -368,6 +427,9 @@ fn spawn_health_checks(args: &EdgeArgs, balancers: Vec<Arc<Balancer>>, stop: Can
 /// Runs the balancer on this (single-threaded) runtime and `loops` (see `crate::runtime`).
 pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result<ExitCode> {
     let source = source(&args).map_err(UsageError::err)?;
+    if let Source::LoadBalancer(path) = &source {
+        return run_load_balancer(&args, path, loops).await;
+    }
     let signal = crate::shutdown::on_signal()?;
     let lifecycle = Lifecycle::new(args.max_connections).with_loops(loops);
     let relaying = relay::mode::relaying(args.copy_mode, args.max_connections);
@@ -410,14 +472,14 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
         if let Source::Static(sets) = &source {
             balancer.set_backends(&sets[i]);
         }
-        tracing::info!(listener = name, addr = %local, upstream = %crate::relay::upstream::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol.as_str(), "listening");
+        tracing::info!(listener = name, addr = %local, upstream = %crate::relay::upstream::Upstream::describe(&*balancer), balance = args.balance.as_str(), proxy_protocol = args.proxy_protocol().as_str(), "listening");
         balancers.push(balancer.clone());
         listeners.push((
             listener,
             Arc::new(Route {
                 name,
                 upstream: balancer,
-                version: args.proxy_protocol,
+                version: args.proxy_protocol(),
                 header_port: None,
                 idle_timeout: idle,
                 relaying: relaying.clone(),
@@ -431,7 +493,12 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
         follow_service(&args, svc, &balancers, &background).await?;
     }
     if !args.health_interval.is_zero() {
-        spawn_health_checks(&args, balancers.clone(), background.clone());
+        spawn_health_checks(
+            args.health_interval,
+            args.proxy_protocol(),
+            balancers.clone(),
+            background.clone(),
+        );
     }
 
     let server = lifecycle.serve(listeners)?;
@@ -461,6 +528,123 @@ pub async fn run(args: EdgeArgs, loops: crate::runtime::Loops) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// Reads and checks the `--pools` file; the error names the file.
+fn read_pools(path: &std::path::Path) -> anyhow::Result<Vec<pool::Pool>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UsageError::err(format!(
+            "--pools {}: {e}; give the path of the pools file",
+            path.display()
+        ))
+    })?;
+    pool::parse_pools(&text)
+        .map_err(|e| UsageError::err(format!("--pools {}: {e}", path.display())))
+}
+
+/// `edge --pools`: serves the Services of the class (see `load_balancer`) until a signal.
+async fn run_load_balancer(
+    args: &EdgeArgs,
+    path: &std::path::Path,
+    loops: crate::runtime::Loops,
+) -> anyhow::Result<ExitCode> {
+    let pools = read_pools(path)?;
+    let signal = crate::shutdown::on_signal()?;
+    let lifecycle = Arc::new(Lifecycle::new(args.max_connections).with_loops(loops));
+    let mut registry = Registry::default();
+    let sub = registry.sub_registry_with_prefix("ouroboros_edge");
+    let relay_metrics = RelayMetrics::register(sub);
+    let backend_metrics = BackendMetrics::register(sub);
+    let ready_state = ReadyState::register(
+        sub,
+        "1 when /readyz last found the Services listed and served, else 0",
+    );
+    let client = crate::kube_client::client(
+        args.kubeconfig.as_deref(),
+        args.api_timeout,
+        crate::kube_client::Calls::Watches,
+    )
+    .await?;
+    let (notifier, events_task) = crate::controller::events::spawn_as(
+        client.clone(),
+        load_balancer::REPORTER,
+        "the edge's ServiceAccount",
+        crate::controller::lease::identity(),
+    );
+    let config = load_balancer::Config {
+        class: args.load_balancer_class.clone(),
+        pools,
+        default_version: args.proxy_protocol(),
+    };
+    let (served, watched) = tokio::sync::watch::channel(None);
+    let background = CancellationToken::new();
+    let settings = listeners::Settings {
+        client: client.clone(),
+        lifecycle: lifecycle.clone(),
+        notifier: notifier.clone(),
+        relaying: relay::mode::relaying(args.copy_mode, args.max_connections),
+        relay_metrics,
+        backend_metrics,
+        balance: args.balance,
+        dial_timeout: args.dial_timeout,
+        eject_backoff: args.eject_backoff,
+        idle_timeout: (!args.idle_timeout.is_zero()).then_some(args.idle_timeout),
+        health_interval: args.health_interval,
+    };
+    let listening = tokio::spawn(listeners::follow(
+        settings,
+        watched.clone(),
+        background.clone(),
+    ));
+    let balancer = tokio::spawn(load_balancer::run(
+        client,
+        config,
+        notifier,
+        served,
+        background.clone(),
+    ));
+    let server = lifecycle.serve::<Route<Arc<Balancer>>>(Vec::new())?;
+    let state = Arc::new(ready_state);
+    let s = state.clone();
+    let check: ReadyCheck = Arc::new(move || {
+        let (s, listed) = (s.clone(), watched.borrow().is_some());
+        Box::pin(async move {
+            if s.shutting_down() {
+                return Err("shutting-down: the edge received a termination signal".into());
+            }
+            let reason = "not-listed: the Services have not been listed yet";
+            s.record(
+                listed.to_string(),
+                listed,
+                "ready: Services listed and served",
+                "not ready",
+                reason,
+            );
+            if listed {
+                Ok(())
+            } else {
+                Err(reason.into())
+            }
+        })
+    });
+    lifecycle
+        .run_until_signal(
+            server,
+            signal,
+            args.listen_health.0.as_ref(),
+            registry,
+            &state,
+            check,
+            args.shutdown_delay,
+            args.shutdown_grace,
+        )
+        .await?;
+    background.cancel();
+    let _ = balancer.await;
+    let _ = listening.await;
+    // The loop and the listeners held the last notifiers: the publisher finishes what is queued, then ends.
+    let _ = events_task.await;
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,7 +661,14 @@ mod tests {
     fn defaults() {
         let a = parse(&["--backend", "10.0.0.1:80", "--listen", ":80"]).unwrap();
         assert_eq!(a.balance, Algorithm::RoundRobin);
-        assert_eq!(a.proxy_protocol, Version::V1);
+        assert_eq!(a.proxy_protocol(), Version::V1);
+        assert_eq!(a.load_balancer_class, "ouroboros.io/edge");
+        let lb = parse(&["--pools", "/etc/pools.yaml"]).unwrap();
+        assert_eq!(lb.proxy_protocol(), Version::V2);
+        assert_eq!(
+            source(&lb),
+            Ok(Source::LoadBalancer("/etc/pools.yaml".into()))
+        );
         assert_eq!(a.dial_timeout, Duration::from_secs(2));
         assert_eq!(a.health_interval, Duration::ZERO);
         assert_eq!(a.eject_backoff, Duration::from_secs(1));
@@ -644,6 +835,34 @@ mod tests {
     }
 
     #[test]
+    fn load_balancer_flags() {
+        for (argv, want) in [
+            (
+                &["--pools", "p.yaml"][..],
+                Ok(Source::LoadBalancer("p.yaml".into())),
+            ),
+            (
+                &[
+                    "--backend",
+                    "10.0.0.1:80",
+                    "--listen",
+                    ":80",
+                    "--load-balancer-class",
+                    "x.io/lb",
+                ][..],
+                Err("--load-balancer-class is for --pools"),
+            ),
+            (
+                &["--pools", "p.yaml", "--load-balancer-class", " "][..],
+                Err("must not be empty"),
+            ),
+        ] {
+            let a = parse(argv).unwrap();
+            crate::table::expect(&source(&a), &want, argv);
+        }
+    }
+
+    #[test]
     fn clap_rejects_bad_combinations_naming_the_flag() {
         for (argv, flag) in [
             // Neither backend source: the error names both.
@@ -662,6 +881,12 @@ mod tests {
                 "--backend",
             ),
             (&["--backend", "x", "--listen", ":1"][..], "--backend"),
+            (&["--listen", ":80"][..], "--pools"),
+            (&["--pools", "p.yaml", "--listen", ":80"][..], "--listen"),
+            (
+                &["--pools", "p.yaml", "--service", "ns/svc"][..],
+                "--service",
+            ),
             (
                 &[
                     "--backend",

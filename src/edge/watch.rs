@@ -21,8 +21,8 @@ use crate::kube_client::{Cause, Repeats};
 /// The label the EndpointSlice controller puts on a Service's slices.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-/// Objects of one watch by name, following the watcher's relist protocol: objects seen between
-/// `Init` and `InitDone` replace the whole set at `InitDone`.
+/// Objects of one watch by namespace/name, following the watcher's relist protocol: objects seen
+/// between `Init` and `InitDone` replace the whole set at `InitDone`.
 #[derive(Debug)]
 pub struct Objects<K> {
     current: BTreeMap<String, K>,
@@ -40,6 +40,14 @@ impl<K> Default for Objects<K> {
     }
 }
 
+/// An object's key in [`Objects`]: `namespace/name`, or the name of a cluster-scoped one.
+pub fn key<K: kube::Resource>(o: &K) -> String {
+    match o.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", o.name_any()),
+        None => o.name_any(),
+    }
+}
+
 impl<K: kube::Resource> Objects<K> {
     /// Applies one event; true when the current set may have changed.
     pub fn apply(&mut self, event: Event<K>) -> bool {
@@ -49,10 +57,9 @@ impl<K: kube::Resource> Objects<K> {
                 false
             }
             Event::InitApply(o) => {
-                let name = o.name_any();
                 self.pending
                     .get_or_insert_with(BTreeMap::new)
-                    .insert(name, o);
+                    .insert(key(&o), o);
                 false
             }
             Event::InitDone => {
@@ -61,11 +68,11 @@ impl<K: kube::Resource> Objects<K> {
                 true
             }
             Event::Apply(o) => {
-                self.current.insert(o.name_any(), o);
+                self.current.insert(key(&o), o);
                 true
             }
             Event::Delete(o) => {
-                self.current.remove(&o.name_any());
+                self.current.remove(&key(&o));
                 true
             }
         }
@@ -78,6 +85,11 @@ impl<K: kube::Resource> Objects<K> {
 
     pub fn values(&self) -> impl Iterator<Item = &K> {
         self.current.values()
+    }
+
+    /// The object of key `namespace/name`.
+    pub fn get(&self, key: &str) -> Option<&K> {
+        self.current.get(key)
     }
 }
 

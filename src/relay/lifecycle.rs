@@ -79,7 +79,7 @@ impl Lifecycle {
     /// `grace`, the admin server stops.
     #[allow(clippy::too_many_arguments)]
     pub async fn run_until_signal(
-        self,
+        &self,
         server: tokio::task::JoinHandle<()>,
         signal: CancellationToken,
         health: Option<&ListenAddr>,

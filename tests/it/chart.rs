@@ -316,6 +316,18 @@ const CASES: &[(&str, &[&str])] = &[
         &["edge.enabled=true", "edge.balance=source-hash"],
     ),
     (
+        "edge as the load balancer of a class",
+        &[
+            "edge.enabled=true",
+            "edge.loadBalancer.enabled=true",
+            "edge.loadBalancer.class=example.com/lb",
+            "edge.loadBalancer.pools[0].name=public",
+            "edge.loadBalancer.pools[0].addresses={192.0.2.0/28,2001:db8::/124}",
+            "edge.loadBalancer.pools[0].namespaces={web}",
+            "edge.loadBalancer.pools[0].serviceSelector.matchLabels.edge=public",
+        ],
+    ),
+    (
         "edge, numbered ports, dual-stack listeners",
         &[
             "edge.enabled=true",
@@ -521,9 +533,12 @@ fn cleanup_needs(args: &[String]) -> Needs {
 
 fn edge_needs(args: &[String]) -> EdgeNeeds {
     assert_eq!(args[0], "edge");
+    if !flag_values(args, "--pools").is_empty() {
+        return EdgeNeeds::LoadBalancer;
+    }
     let service = flag_values(args, "--service");
     let (ns, svc) = service[0].split_once('/').unwrap();
-    EdgeNeeds {
+    EdgeNeeds::Service {
         namespace: ns.into(),
         service: svc.into(),
         numbered_port: flag_values(args, "--listen")
@@ -950,7 +965,73 @@ const TYPOS: &[(&[&str], Refusal)] = &[
         &["edge.enabled=true", "edge.service=nonamespace"],
         Schema("edge/service"),
     ),
+    (
+        &[
+            "edge.loadBalancer.pools[0].name=p",
+            "edge.loadBalancer.pools[0].adresses={192.0.2.0/28}",
+        ],
+        Schema("adresses"),
+    ),
+    (
+        &["edge.loadBalancer.proxyProtocol=v3"],
+        Schema("proxyProtocol"),
+    ),
+    (
+        &["edge.enabled=true", "edge.loadBalancer.enabled=true"],
+        Message(&["edge.loadBalancer.pools"]),
+    ),
 ];
+
+/// The load-balancer edge reads the pools the chart renders, and is given the rights of
+/// `--pools` rather than those of `--service`.
+#[test]
+fn the_load_balancer_edge_reads_the_rendered_pools() {
+    let objs = rendered(
+        CASES
+            .iter()
+            .find(|c| c.0 == "edge as the load balancer of a class")
+            .unwrap()
+            .1,
+    );
+    let pod = pod_named(objs, "DaemonSet", "ouroboros-edge").unwrap();
+    let args = container_args(pod);
+    assert_eq!(
+        flag_values(&args, "--pools"),
+        ["/etc/ouroboros/edge/pools.yaml"]
+    );
+    assert_eq!(
+        flag_values(&args, "--load-balancer-class"),
+        ["example.com/lb"]
+    );
+    assert_eq!(flag_values(&args, "--proxy-protocol"), ["v2"]);
+    assert!(
+        flag_values(&args, "--service").is_empty() && flag_values(&args, "--listen").is_empty()
+    );
+    let cm = objs
+        .iter()
+        .find(|o| kind(o) == "ConfigMap" && name(o) == "ouroboros-edge-pools")
+        .unwrap();
+    let pools = ouroboros::edge::pool::parse_pools(cm["data"]["pools.yaml"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].name, "public");
+    assert_eq!(pools[0].ranges.len(), 2);
+    assert!(pools[0].namespaces.contains("web"));
+    assert_eq!(
+        pools[0].match_labels.get("edge").map(String::as_str),
+        Some("public")
+    );
+    let mount = &pod["containers"][0]["volumeMounts"][0];
+    assert_eq!(mount["mountPath"], "/etc/ouroboros/edge");
+    assert_eq!(
+        pod["volumes"][0]["configMap"]["name"],
+        "ouroboros-edge-pools"
+    );
+    assert_eq!(
+        workloads::edge_required(&edge_needs(&args)),
+        workloads::edge_required(&EdgeNeeds::LoadBalancer)
+    );
+}
 
 #[test]
 fn schema_rejects_typos_and_bad_values() {
@@ -2545,6 +2626,12 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         "edge (`edge.enabled`)",
         "edge",
         &workloads::edge_required(&edge_needs(&container_args(pod))),
+    );
+    matrix_rows(
+        &mut table,
+        "edge (`edge.loadBalancer.enabled`)",
+        "edge",
+        &workloads::edge_required(&EdgeNeeds::LoadBalancer),
     );
     table.push_str(MATRIX_END);
     Section {

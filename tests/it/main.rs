@@ -33,6 +33,7 @@ mod doc_paths;
 mod doctor;
 mod doctor_cli;
 mod edge;
+mod edge_lb;
 mod edge_watch;
 mod editors;
 mod editors_props;

@@ -22,19 +22,71 @@ pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
     rules
 }
 
-/// What decides the rules of `ouroboros edge --service NAMESPACE/NAME`.
+/// What decides the rules of `ouroboros edge`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EdgeNeeds {
-    pub namespace: String,
-    pub service: String,
-    /// A `--listen` names its Service port by number, so the Service is watched to map it.
-    pub numbered_port: bool,
+pub enum EdgeNeeds {
+    /// `--service NAMESPACE/NAME`.
+    Service {
+        namespace: String,
+        service: String,
+        /// A `--listen` names its Service port by number, so the Service is watched to map it.
+        numbered_port: bool,
+    },
+    /// `--pools`: the load balancer of a class, over Services in every namespace.
+    LoadBalancer,
 }
 
-/// The rules of `ouroboros edge --service`: its EndpointSlices (label selector, so no names),
-/// and the one Service (field selector on its name, which RBAC matches to `resourceNames`).
+/// The rules of `ouroboros edge`. With `--service`: its EndpointSlices (label selector, so no
+/// names), and the one Service (field selector on its name, which RBAC matches to
+/// `resourceNames`). With `--pools`: every Service (to allocate over all of them), their status
+/// (the addresses), the EndpointSlices of the served ones, and Events on them.
 pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
-    let ns = Scope::Namespace(n.namespace.clone());
+    let (namespace, service, numbered_port) = match n {
+        EdgeNeeds::Service {
+            namespace,
+            service,
+            numbered_port,
+        } => (namespace, service, *numbered_port),
+        EdgeNeeds::LoadBalancer => {
+            let mut rules = vec![
+                rule(
+                    Scope::Cluster,
+                    "",
+                    "services",
+                    &[],
+                    LIST_WATCH,
+                    "allocate addresses over every LoadBalancer Service",
+                ),
+                rule(
+                    Scope::Cluster,
+                    "",
+                    "services/status",
+                    &[],
+                    &["patch"],
+                    "write status.loadBalancer (ipMode Proxy) of the Services of the class",
+                ),
+                rule(
+                    Scope::Cluster,
+                    "discovery.k8s.io",
+                    "endpointslices",
+                    &[],
+                    LIST_WATCH,
+                    "follow the ready endpoints of each served Service",
+                ),
+                rule(
+                    Scope::Cluster,
+                    "events.k8s.io",
+                    "events",
+                    &[],
+                    &["create", "patch"],
+                    "tell a Service's owner why it has no address",
+                ),
+            ];
+            rules.sort();
+            return rules;
+        }
+    };
+    let ns = Scope::Namespace(namespace.clone());
     let mut rules = vec![rule(
         ns.clone(),
         "discovery.k8s.io",
@@ -43,12 +95,12 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
         LIST_WATCH,
         "follow the Service's ready endpoints",
     )];
-    if n.numbered_port {
+    if numbered_port {
         rules.push(rule(
             ns,
             "",
             "services",
-            &[&n.service],
+            &[service],
             LIST_WATCH,
             "map a numbered Service port to each slice's target port",
         ));
@@ -195,7 +247,7 @@ mod tests {
 
     #[test]
     fn edge_rules() {
-        let n = |numbered| EdgeNeeds {
+        let n = |numbered| EdgeNeeds::Service {
             namespace: "ingress".into(),
             service: "ctl".into(),
             numbered_port: numbered,
@@ -221,5 +273,20 @@ mod tests {
                 slices,
             ]
         );
+        let lb = edge_required(&EdgeNeeds::LoadBalancer);
+        let verbs = |r: &str| {
+            (flat(&lb).into_iter())
+                .find(|f| f.2 == r)
+                .map(|f| (f.0, f.4))
+        };
+        for (resource, want) in [
+            ("services", vec!["list", "watch"]),
+            ("services/status", vec!["patch"]),
+            ("endpointslices", vec!["list", "watch"]),
+            ("events", vec!["create", "patch"]),
+        ] {
+            assert_eq!(verbs(resource), Some(("*".to_string(), want)), "{resource}");
+        }
+        assert_eq!(lb.len(), 4);
     }
 }

@@ -94,6 +94,17 @@ impl Install {
         panic!("no {kind} {name} in the chart:\n{}", self.yaml);
     }
 
+    /// The rendered object of `kind` named `name`.
+    pub(super) fn object(&self, kind: &str, name: &str) -> Value {
+        for doc in yaml_serde::Deserializer::from_str(&self.yaml) {
+            let v = Value::deserialize(doc).unwrap();
+            if v["kind"] == kind && v["metadata"]["name"] == name {
+                return v;
+            }
+        }
+        panic!("no {kind} {name} in the chart:\n{}", self.yaml);
+    }
+
     pub(super) fn controller_args(&self) -> Vec<String> {
         self.args("Deployment", &format!("{}-controller", self.fullname()))
     }

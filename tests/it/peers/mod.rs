@@ -21,6 +21,8 @@ mod controller_modes;
 pub mod coredns;
 mod dns;
 mod edge;
+mod edge_kube_proxy;
+mod edge_lb;
 mod hairpin;
 mod netns;
 pub mod probe;
