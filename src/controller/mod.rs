@@ -47,6 +47,7 @@ use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::{Hostname, LogName};
+use crate::kube_client::Cause;
 use crate::target::TargetRule;
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
@@ -672,6 +673,9 @@ struct ControllerHooks {
     shadows_warned: BTreeSet<(String, String)>,
     /// The message of the last failure that was given an Event (one per distinct failure).
     last_notice: Option<String>,
+    /// A write has succeeded since the start: a 403 after one is most likely an API server
+    /// that has just restarted and not yet loaded its RBAC objects.
+    wrote: bool,
     /// (object, note) of the kept external-dns objects already reported, so each gets one log
     /// line and one Event while it stays kept for the same reason.
     kept_reported: BTreeSet<(String, String)>,
@@ -741,6 +745,7 @@ impl ControllerHooks {
             target,
             shadows_warned: BTreeSet::new(),
             last_notice: None,
+            wrote: false,
             kept_reported: BTreeSet::new(),
         }
     }
@@ -836,6 +841,7 @@ impl sync::Hooks for ControllerHooks {
         self.metrics.succeeded();
         self.status.lock().expect("status lock").last = Some(Ok(()));
         self.last_notice = None;
+        self.wrote |= a.outcome != Outcome::DryRun;
         // A successful sync deleted whatever it had kept.
         self.metrics.kept_objects.set(0);
         self.kept_reported.clear();
@@ -896,21 +902,25 @@ impl sync::Hooks for ControllerHooks {
             _ => None,
         };
         let fresh = self.last_notice.as_deref() != Some(e.message.as_str());
+        // Refused what was allowed before: said as the restart it most likely is (a warning;
+        // the grant it names comes after "if it persists").
+        let restarted = e.reason == Reason::Forbidden && self.wrote;
         match notice {
             Some((reason, action)) if fresh => {
-                // RBAC does not fix itself: no retry until something changes.
-                let until = if e.reason == Reason::Forbidden {
-                    "; not retried until the hostnames change or the next --resync"
+                let note = if restarted {
+                    let note = Cause::Forbidden.hint_after_success(&e.message);
+                    tracing::warn!(mode = self.mode, object, retry_in_s, "{note}");
+                    note
                 } else {
-                    ""
+                    tracing::error!(mode = self.mode, object, retry_in_s, "{}", e.message);
+                    e.message.clone()
                 };
-                tracing::error!(mode = self.mode, object, retry_in_s, "{}{until}", e.message);
                 if let Some(o) = &e.object {
                     self.notifier.send(events::Notice {
                         regarding: events::key_reference(o),
                         reason,
                         action,
-                        note: e.message.clone(),
+                        note,
                     });
                 }
                 self.last_notice = Some(e.message.clone());

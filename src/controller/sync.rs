@@ -11,8 +11,9 @@
 //! - Every `resync` the sink is called even without events (it reads and repairs drift).
 //! - A set that was applied successfully is not applied again on a plain change; after a
 //!   failure the sync is retried with exponential backoff, capped, except a failure another
-//!   attempt cannot get past (too large for its ConfigMap, refused by RBAC), which waits for a
-//!   new set, a forced sync or the next resync.
+//!   attempt cannot get past (too large for its ConfigMap), which waits for a new set, a
+//!   forced sync or the next resync. An RBAC refusal is retried: a restarted API server
+//!   refuses until it has loaded its RBAC objects.
 //! - Only the leader writes: a standby computes (for metrics) but never calls the sink; gaining
 //!   the lease syncs at once; losing it cancels an in-flight write.
 //! - A set that would remove most of the last write's hosts is held by the
@@ -450,6 +451,7 @@ mod tests {
     use super::*;
     use crate::controller::removal_guard::Policy;
     use crate::dns::write::apply::Outcome;
+    use crate::dns::write::error::Reason;
     use crate::hostname::HostPolicy;
     use std::sync::{Arc, Mutex};
 
@@ -578,11 +580,13 @@ mod tests {
 
     type Calls = Arc<Mutex<Vec<(Instant, BTreeSet<Hostname>)>>>;
 
-    /// Records each apply (time, hosts); fails the first `fail` calls; each call takes `delay`.
+    /// Records each apply (time, hosts); fails the first `fail` calls (for `reason`, an API
+    /// error when unset); each call takes `delay`.
     #[derive(Clone, Default)]
     struct FakeSink {
         calls: Calls,
         fail: Arc<Mutex<u32>>,
+        reason: Option<Reason>,
         delay: Duration,
     }
 
@@ -618,7 +622,7 @@ mod tests {
             if *fail > 0 {
                 *fail -= 1;
                 return Err(SinkError {
-                    reason: crate::dns::write::error::Reason::Api,
+                    reason: self.reason.unwrap_or(Reason::Api),
                     object: None,
                     message: "boom".into(),
                     kept: Box::default(),
@@ -816,6 +820,33 @@ mod tests {
             .collect();
         // Fails at 0, 1, 3; succeeds at 7; then nothing until the resync.
         assert_eq!(at, [0, 1, 3, 7]);
+    }
+
+    /// A 403 is retried with the backoff: a real kube-apiserver that has just (re)started
+    /// refuses every ServiceAccount until it has loaded the RBAC objects. A block too large
+    /// for its ConfigMap waits for a change or the resync instead.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_write_is_retried_and_a_block_too_large_is_not() {
+        for (reason, want) in [
+            (Reason::Forbidden, &[0, 1, 3, 7][..]),
+            (Reason::TooLarge, &[0][..]),
+        ] {
+            let sink = FakeSink {
+                fail: Arc::new(Mutex::new(3)),
+                reason: Some(reason),
+                ..FakeSink::default()
+            };
+            let rig = Rig::start(sink, true);
+            rig.synced.send_replace(true);
+            sleep_ms(20_000).await;
+            let at: Vec<u64> = rig
+                .sink
+                .calls()
+                .iter()
+                .map(|(ago, _)| (Duration::from_secs(20) - *ago).as_secs())
+                .collect();
+            assert_eq!(at, want, "{reason:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

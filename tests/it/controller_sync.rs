@@ -243,6 +243,21 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                         status(409, "Conflict", "the object has been modified"),
                     );
                 }
+                if code == 403 {
+                    // What a kube-apiserver that has just started says until its authorizer
+                    // has loaded the RBAC objects.
+                    return Answer::Json(
+                        403,
+                        status(
+                            403,
+                            "Forbidden",
+                            "configmaps \"coredns\" is forbidden: User \"system:serviceaccount:\
+                             ouroboros:ouroboros-controller\" cannot update resource \"configmaps\" \
+                             in API group \"\" in the namespace \"kube-system\": RBAC: \
+                             clusterrole.rbac.authorization.k8s.io \"ouroboros-controller\" not found",
+                        ),
+                    );
+                }
                 assert_eq!(
                     body["metadata"]["resourceVersion"],
                     json!(st.rv.to_string()),
@@ -445,6 +460,53 @@ async fn a_conflict_is_retried_from_the_get() {
         "{seq:#?}"
     );
     assert_eq!(api.count("PUT", COREDNS), 2);
+}
+
+/// A write refused (403) after one was allowed, as by an API server that has just restarted
+/// and not yet loaded its RBAC objects: said once, as that (a warning Event whose note puts the
+/// restart first), retried with the backoff, and written on the first retry that is allowed,
+/// with no change of hostnames to prompt it.
+#[tokio::test]
+async fn a_write_refused_after_one_was_allowed_is_retried_and_said_once() {
+    let st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    // The resync finds the block gone at 5 s; retries at 6 s and 8 s. Waiting for the next
+    // resync instead would take until 15 s.
+    let r = start(st, &["--leader-elect=false", "--resync", "5s"]);
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) == 1).await);
+    {
+        // Our block removed behind our back, and the next two writes refused.
+        let mut st = r.state.lock().unwrap();
+        st.corefile = COREFILE.to_string();
+        st.rv += 1;
+        st.put_replies = vec![403, 403];
+    }
+    assert!(
+        r.api.wait_for(12, |a| a.count("PUT", COREDNS) == 4).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert!(r.coredns_now()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .contains("rewrite name shop.example.com"));
+    let api = r.shutdown().await;
+    let events: Vec<Value> = api
+        .matching(
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/kube-system/events",
+        )
+        .into_iter()
+        .filter_map(|(_, b)| b)
+        .filter(|b| b["reason"] == "WriteForbidden")
+        .collect();
+    assert_eq!(events.len(), 1, "one Event for two refusals: {events:#?}");
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "forbidden (403), though it was allowed before: an API server that has just started"
+        ) && note.contains("grant the controller's ServiceAccount `update`"),
+        "{note}"
+    );
 }
 
 #[tokio::test]

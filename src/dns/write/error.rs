@@ -160,10 +160,13 @@ impl SinkError {
     }
 
     /// A failure another attempt with the same set cannot fix: the block would not fit the
-    /// ConfigMap, or RBAC refused a call (a Role has to be granted first). The controller waits
-    /// for a new set, a forced sync or the next resync instead of retrying with backoff.
+    /// ConfigMap. The controller waits for a new set, a forced sync or the next resync instead
+    /// of retrying with backoff. A 403 is not one: a real kube-apiserver that has just
+    /// (re)started refuses every ServiceAccount until its authorizer has loaded the RBAC
+    /// objects, and a Role granted later is seen without a restart, so RBAC refusals are
+    /// retried with the capped backoff (and said once per distinct message).
     pub fn is_permanent(&self) -> bool {
-        matches!(self.reason, Reason::TooLarge | Reason::Forbidden)
+        self.reason == Reason::TooLarge
     }
 }
 

@@ -884,7 +884,7 @@ pub fn forbidden_verb(message: &str) -> Option<&str> {
 
 /// One error for several, every message (up to five). A failure another attempt may get past
 /// comes first, so its reason decides: the sync is retried while any write can still pass,
-/// and waits for a change only when every failure needs one (RBAC, [`SinkError::is_permanent`]).
+/// and waits for a change only when every failure needs one ([`SinkError::is_permanent`]).
 fn combine(mut errors: Vec<SinkError>) -> Option<SinkError> {
     // Stable: within each group, the order the writes finished in.
     errors.sort_by_key(SinkError::is_permanent);
@@ -1112,12 +1112,18 @@ mod tests {
     #[test]
     fn combine_puts_a_retryable_failure_first() {
         let e = |reason, m: &str| SinkError::new(reason, None, m);
-        let c = combine(vec![e(Reason::Forbidden, "a"), e(Reason::Api, "b")]).unwrap();
+        let c = combine(vec![e(Reason::TooLarge, "a"), e(Reason::Api, "b")]).unwrap();
         assert_eq!(c.reason, Reason::Api);
         assert!(!c.is_permanent());
         assert_eq!(c.message, "2 external-dns objects failed: b; a");
-        let c = combine(vec![e(Reason::Forbidden, "a"), e(Reason::Forbidden, "b")]).unwrap();
+        let c = combine(vec![e(Reason::TooLarge, "a"), e(Reason::TooLarge, "b")]).unwrap();
         assert!(c.is_permanent());
+        assert_eq!(c.message, "2 external-dns objects failed: a; b");
+        // RBAC refusals are retried (an API server that has just started refuses until it
+        // has loaded its RBAC objects): in the order they finished, the first one's reason.
+        let c = combine(vec![e(Reason::Forbidden, "a"), e(Reason::Api, "b")]).unwrap();
+        assert_eq!(c.reason, Reason::Forbidden);
+        assert!(!c.is_permanent());
         assert_eq!(c.message, "2 external-dns objects failed: a; b");
         assert!(combine(Vec::new()).is_none());
     }
