@@ -253,6 +253,12 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
                     "the root server block has no `reload` plugin: CoreDNS reads its Corefile only at start, so restart CoreDNS after applying this (or add `reload`)"
                 );
             }
+            if edit.findings.view_as_pair {
+                tracing::warn!(
+                    corefile = %a.corefile.display(),
+                    "this is node-local-dns's Corefile (no `kubernetes` plugin, a link-local `bind`): its node-cache has no `view` plugin and would not start with one, so the names are answered with the template pair in its root block instead of --coredns-answer view"
+                );
+            }
             if edit.findings.imports_custom_override {
                 tracing::warn!(
                     corefile = %a.corefile.display(),

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the real peers the tests run against (tests/it/peers): CoreDNS at the newest and the
-# oldest supported release, etcd, kube-apiserver and kube-proxy, from the Go module proxy, pinned
-# by the go.mod/go.sum files beside this script (own modules: etcd's and Kubernetes' go.mod files
-# have replace directives, so `go install` refuses them). It also takes the CRDs the controller
-# reads or writes (Gateway API's standard channel, external-dns's DNSEndpoint) from their Go
-# modules, at the versions pinned below, into $OUROBOROS_PEERS_DIR/crds/.
+# oldest supported release, node-local-dns's CoreDNS (node-cache's plugins), etcd, kube-apiserver
+# and kube-proxy, from the Go module proxy, pinned by the go.mod/go.sum files beside this script
+# (own modules: etcd's and Kubernetes' go.mod files have replace directives, so `go install`
+# refuses them). It also takes the CRDs the controller reads or writes (Gateway API's standard
+# channel, external-dns's DNSEndpoint) from their Go modules, at the versions pinned below, into
+# $OUROBOROS_PEERS_DIR/crds/.
 #
 # Binaries are cached outside the clone, in $OUROBOROS_PEERS_CACHE (default ~/.cache/ouroboros-peers),
 # keyed by peer, version, Go version and a hash of the files that pin it, so a warm run takes
@@ -16,7 +17,8 @@
 # (skipped locally, failed under CI=true). The exit status is 0 unless --strict is given.
 #
 # Usage: .ci/peers/build.sh [--strict] [PEER...]
-#   (PEER: coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
+#   (PEER: coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api
+#    crds-external-dns)
 set -euo pipefail
 
 # The CRD modules: the newest release the Go module proxy serves of each.
@@ -151,6 +153,12 @@ peer() {
         build coredns-oldest "$(mod_version "$here/coredns/oldest.mod" github.com/coredns/coredns)" "$here/coredns" coredns -- \
             -modfile oldest.mod -ldflags "-s -w" -tags grpcnotrace .
         ;;
+    node-cache)
+        # node-local-dns's plugin set on its CoreDNS version (node-cache/main.go says why not
+        # node-cache itself).
+        build node-cache "$(mod_version "$here/node-cache/go.mod" github.com/coredns/coredns)" "$here/node-cache" node-cache -- \
+            -ldflags "-s -w" -tags grpcnotrace .
+        ;;
     etcd)
         build etcd "$(mod_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)" "$here/etcd" etcd -- \
             -ldflags "-s -w" go.etcd.io/etcd/server/v3
@@ -166,7 +174,7 @@ peer() {
             dnsendpoints.externaldns.k8s.io.yaml
         ;;
     *)
-        echo "peers: unknown peer $1 (coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)" >&2
+        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)" >&2
         return 2
         ;;
     esac
@@ -174,7 +182,7 @@ peer() {
 
 failed=0
 peers=("$@")
-((${#peers[@]})) || peers=(coredns coredns-oldest etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
+((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
 for p in "${peers[@]}"; do
     peer "$p" || failed=$((failed + 1))
 done

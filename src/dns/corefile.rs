@@ -33,6 +33,10 @@ pub struct Findings {
     /// Hairpinned names that a `rewrite` rule outside our block takes, in every form but
     /// `view` (whose blocks the root block's plugins never see): see [`super::rewrite_rule`].
     pub rewritten: Vec<Rewritten>,
+    /// The `view` form was asked for, but the Corefile is node-local-dns's (see
+    /// [`is_node_local_dns`]), whose node-cache has no `view` plugin and would refuse to start
+    /// ("no action found for directive 'view'"): the template pair was written instead.
+    pub view_as_pair: bool,
 }
 
 /// A hairpinned name that another part of the Corefile takes from our block: a more specific
@@ -190,6 +194,8 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
         && groups
             .iter()
             .all(|g| g.hosts.is_empty() || matches!(g.answer, Answer::View(_)));
+    let view_as_pair = views && is_node_local_dns(&parsed.blocks);
+    let views = views && !view_as_pair;
     // The root block holding the existing block keeps it; otherwise the first root block. An
     // existing `view` form at the top level stays where it is.
     let in_place = match parsed.at_p {
@@ -207,6 +213,7 @@ fn edit(corefile: &str, groups: &[Group<'_>], views: bool) -> Result<Edit, Coref
     let findings = Findings {
         has_reload: root.has_reload,
         imports_custom_override: root.imports_override,
+        view_as_pair,
         shadowing: shadowing(&parsed.blocks, root, hosts, &line_in_input),
         rewritten: if views {
             Vec::new()
@@ -561,6 +568,11 @@ struct ServerBlock {
     first_directive: Option<usize>,
     has_reload: bool,
     imports_override: bool,
+    /// It loads the `kubernetes` plugin.
+    kubernetes: bool,
+    /// A `bind` to a link-local address (169.254.0.0/16) or to node-local-dns's
+    /// `__PILLAR__LOCAL__DNS__` placeholder: where node-local-dns listens.
+    binds_link_local: bool,
     /// Zone and port of each plain-DNS key.
     zones: Vec<(String, String)>,
     /// Offset of the first key.
@@ -591,6 +603,8 @@ impl ServerBlock {
             first_directive: None,
             has_reload: false,
             imports_override: false,
+            kubernetes: false,
+            binds_link_local: false,
             zones: texts.iter().filter_map(|k| key_zone(k)).collect(),
             keys_start: keys.first().map_or(open.start, |k| k.start),
             copied: Vec::new(),
@@ -599,15 +613,24 @@ impl ServerBlock {
     }
 
     /// Notes what the directive starting a line at token `k` (directly in this block) tells:
-    /// `reload`, a one-line `bind` or `prometheus` to copy, an import of the override files.
+    /// `reload`, `kubernetes`, a one-line `bind` or `prometheus` to copy (and where `bind`
+    /// listens), an import of the override files.
     fn directive(&mut self, s: &str, toks: &[Tok], k: usize) {
         let t = &toks[k];
         self.first_directive.get_or_insert(t.start);
+        let args = || toks[k + 1..].iter().take_while(|a| !a.line_first);
         match t.text(s) {
             "reload" => self.has_reload = true,
+            "kubernetes" => self.kubernetes = true,
             "bind" | "prometheus" | "cache" => {
+                if t.text(s) == "bind" {
+                    self.binds_link_local |= args().any(|a| {
+                        let a = a.text(s);
+                        a.starts_with("169.254.") || a == "__PILLAR__LOCAL__DNS__"
+                    });
+                }
                 let mut end = Some(t.end);
-                for a in toks[k + 1..].iter().take_while(|a| !a.line_first) {
+                for a in args() {
                     end = match (end, a.kind) {
                         (Some(_), Kind::Word) => Some(a.end),
                         _ => None,
@@ -633,6 +656,13 @@ impl ServerBlock {
             _ => {}
         }
     }
+}
+
+/// node-local-dns's Corefile, as the kubernetes addon's ConfigMap and kubespray write it: no
+/// server block loads the `kubernetes` plugin (node-cache has none; it forwards cluster names
+/// to the cluster DNS), and one binds node-local-dns's link-local address or its placeholder.
+fn is_node_local_dns(blocks: &[ServerBlock]) -> bool {
+    blocks.iter().all(|b| !b.kubernetes) && blocks.iter().any(|b| b.binds_link_local)
 }
 
 /// The `name` rules of the `rewrite` directive at token `k`, each with its offset: the one-line
@@ -819,6 +849,7 @@ mod tests {
                 imports_custom_override: false,
                 shadowing: Vec::new(),
                 rewritten: Vec::new(),
+                view_as_pair: false,
             }
         );
         let again = splice_ok(&e.text, &["a.example.com", "b.example.com"]);
@@ -866,6 +897,56 @@ mod tests {
             e.text
         );
         assert_eq!(splice(&e.text, &names, &template).unwrap().text, inside);
+    }
+
+    /// node-cache (node-local-dns) compiles no `view` plugin in and refuses to start on one:
+    /// its Corefile gets the template pair when the view form is asked for, and says so.
+    #[test]
+    fn a_node_local_dns_corefile_gets_the_pair_for_the_view_form() {
+        let fixture = |name: &str| {
+            let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/corefiles/");
+            std::fs::read_to_string(format!("{dir}{name}")).unwrap()
+        };
+        let addon = fixture("node-local-dns.Corefile");
+        let kubespray = fixture("nodelocaldns-kubespray.Corefile");
+        let cluster = KUBEADM.replace(
+            "ready",
+            "ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }",
+        );
+        let link_local_with_kubernetes =
+            cluster.replace("errors", "errors\n    bind 169.254.20.10");
+        // (Corefile, written as the pair)
+        let cases: &[(&str, &str, bool)] = &[
+            ("the addon's ConfigMap (placeholders)", &addon, true),
+            ("kubespray's (169.254.25.10)", &kubespray, true),
+            ("kubeadm's CoreDNS", &cluster, false),
+            (
+                "kubernetes plugin and a link-local bind",
+                &link_local_with_kubernetes,
+                false,
+            ),
+            (
+                "no kubernetes plugin, no link-local bind",
+                ". {\n\tbind 10.0.0.10\n\tforward . 1.1.1.1\n}\n",
+                false,
+            ),
+        ];
+        let names = hosts(&["a.example.com"]);
+        for (what, corefile, pair) in cases {
+            let e = splice(corefile, &names, &view(&["10.0.0.1"])).unwrap();
+            assert_eq!(e.findings.view_as_pair, *pair, "{what}");
+            assert_eq!(e.text.contains("view ouroboros"), !pair, "{what}");
+            if *pair {
+                let plugins = splice_plugins(
+                    corefile,
+                    &[Group {
+                        hosts: &names,
+                        answer: &view(&["10.0.0.1"]),
+                    }],
+                );
+                assert_eq!(e.text, plugins.unwrap().text, "{what}");
+            }
+        }
     }
 
     #[test]

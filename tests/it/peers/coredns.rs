@@ -23,6 +23,10 @@ use crate::support::{free_ports, temp_dir, TempDir, V4};
 /// The CoreDNS builds every test loads its Corefiles into.
 const VERSIONS: [&str; 2] = ["coredns", "coredns-oldest"];
 
+/// node-local-dns's CoreDNS: node-cache's plugins only, at its CoreDNS version
+/// (.ci/peers/node-cache/main.go). Its Corefiles are loaded there too.
+const NODE_CACHE: &str = "node-cache";
+
 const PROXY_V4: &str = "10.96.0.20";
 const PROXY_V6: &str = "fd00:10:96::20";
 
@@ -494,6 +498,10 @@ fn import_snippet_loaded_through_the_import_glob_answers_the_same() {
     }
 }
 
+/// node-local-dns's Corefiles (the addon's and kubespray's) with our block, in both forms, load
+/// and answer in CoreDNS and in node-cache's plugin set. node-cache has no `view` plugin and
+/// refuses to start on one ("no action found for directive 'view'"): asked for the view form,
+/// `render` writes the template pair there and says so.
 #[test]
 fn node_local_dns_corefile_with_our_block_answers_the_same() {
     let Some(scene) = Scene::new("coredns-nodelocal") else {
@@ -502,11 +510,18 @@ fn node_local_dns_corefile_with_our_block_answers_the_same() {
     let manifests = ingress(scene.dir.path(), &hosts());
     for fixture in ["node-local-dns.Corefile", "nodelocaldns-kubespray.Corefile"] {
         let path = corefile_fixture(fixture);
-        for version in VERSIONS {
-            let Some(bin) = binary(version) else { return };
-            let corefile = ok(render_block(&path, "template", true, &manifests));
-            let dns = scene.coredns(&bin, &format!("{version}-{fixture}"), &corefile);
-            check_answers(&dns, &scene.upstream, true, &format!("{version} {fixture}"));
+        for form in FORMS {
+            let out = render_block(&path, form, true, &manifests);
+            let said = out.stderr.contains("node-cache has no `view` plugin");
+            assert_eq!(said, form == "view", "{form} {fixture}: {}", out.stderr);
+            let corefile = ok(out);
+            assert!(!corefile.contains("view ouroboros"), "{form} {fixture}");
+            for version in VERSIONS.into_iter().chain([NODE_CACHE]) {
+                let Some(bin) = binary(version) else { return };
+                let what = format!("{version} {form} {fixture}");
+                let dns = scene.coredns(&bin, &what.replace(' ', "-"), &corefile);
+                check_answers(&dns, &scene.upstream, true, &what);
+            }
         }
     }
 }
