@@ -8,6 +8,7 @@
 
 use std::process::ExitCode;
 
+use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 
 use super::{sources, DoctorArgs, Validated};
@@ -111,6 +112,16 @@ pub async fn report(
             ));
             Expected::Unchecked
         }
+        Some(name) if left_out(args, client, (targets, &rules), desired.target_of(name)).await => {
+            let target = desired.target_of(name);
+            lines.push(format!(
+                "  target    {} (hairpinned as {name}) is left out: its ingress controller's \
+                 load balancer reports ipMode: Proxy, so kube-proxy does not short-circuit the \
+                 name and the controller does not answer it; the DNS answer is not checked",
+                target.name(targets)
+            ));
+            Expected::Unchecked
+        }
         Some(name) => {
             let target = desired.target_of(name);
             let rule = rules.iter().find(|r| r.target == target);
@@ -134,6 +145,35 @@ pub async fn report(
     let name = probe_name(&checked);
     let outcome = crate::probe::probe(&name, &expected, settings).await;
     Ok((text(&mut lines, &outcome), outcome.verdict))
+}
+
+/// Whether the controller leaves `target`'s names out (KEP-1860): an `auto` target whose
+/// ingress controller Service, named by flag (an auto-detected one is not watched), reports
+/// `ipMode: Proxy` on every load-balancer address, with `--skip-proxy-ipmode` on. A Service
+/// that cannot be read does not leave it out (the controller would not either).
+async fn left_out(
+    args: &DoctorArgs,
+    client: &Client,
+    (targets, rules): (&[TargetRule], &[crate::target::AnswerRule]),
+    target: Target,
+) -> bool {
+    let auto = rules
+        .iter()
+        .find(|r| r.target == target)
+        .is_none_or(|r| r.answer == AnswerPick::Auto);
+    let service = match target.rule(targets) {
+        None => args
+            .ingress_controller_service
+            .as_ref()
+            .map(|s| (s.namespace.clone(), s.name.clone())),
+        Some(t) => t.ingress_controller.clone(),
+    };
+    let Some((namespace, name)) = service.filter(|_| auto && args.skip_proxy_ipmode) else {
+        return false;
+    };
+    let svc: super::checks::Got<Service> =
+        super::fetch::get(client, "services", &namespace, &name).await;
+    crate::controller::ipmode::proxied(svc.ok().flatten().as_ref())
 }
 
 async fn expected_for(

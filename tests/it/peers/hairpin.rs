@@ -228,11 +228,39 @@ impl Dns {
 /// `ouroboros doctor` with the controller's flags against the real cluster: its exit code and
 /// JSON report.
 fn doctor(cluster: &Cluster) -> (i32, serde_json::Value) {
+    let mut cmd = doctor_command(cluster);
+    cmd.arg("--output=json");
+    let out = crate::common::run(&mut cmd, None);
+    let report = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor's JSON: {e}\n{}\n{}", out.stdout, out.stderr));
+    (out.code, report)
+}
+
+/// `ouroboros doctor --probe HOST` in the pod, as docs/doctor.md says to run it: the name
+/// resolved through the pod's resolv.conf (the kube-dns Service, through kube-proxy), the
+/// answer checked against the target's, and a `HEAD` through it without a header (no TLS
+/// listener here). The pod reaches the API server as a pod does, at the address the kubeconfig
+/// names. Asserts its exit code and the verdict line, and returns the report.
+fn pod_probe(pod: &Netns, cluster: &Cluster, verdict: &str) -> String {
+    let mut cmd = doctor_command(cluster);
+    cmd.args(["--probe", HOST, "--probe-https-port=0"]);
+    let out = crate::common::run(&mut pod.wrap(&cmd), None);
+    let report = format!("{}{}", out.stdout, out.stderr);
+    let line = format!("  verdict   {verdict}");
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(&line)),
+        "doctor --probe in the pod: want {verdict}:\n{report}"
+    );
+    assert_eq!(out.code, i32::from(verdict != "ok"), "{report}");
+    report
+}
+
+/// `ouroboros doctor` with the controller's flags.
+fn doctor_command(cluster: &Cluster) -> std::process::Command {
     let mut cmd = command("doctor");
     cmd.arg("--kubeconfig")
         .arg(cluster.admin_kubeconfig())
         .args([
-            "--output=json",
             "--mode=coredns",
             &format!("--coredns-namespace={NAMESPACE}"),
             "--coredns-configmap=coredns",
@@ -243,10 +271,7 @@ fn doctor(cluster: &Cluster) -> (i32, serde_json::Value) {
             // Other tests' Ingresses share the cluster.
             &format!("--include-namespace={NAMESPACE}"),
         ]);
-    let out = crate::common::run(&mut cmd, None);
-    let report = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("doctor's JSON: {e}\n{}\n{}", out.stdout, out.stderr));
-    (out.code, report)
+    cmd
 }
 
 /// The status doctor's `report` gives check `id`.
@@ -379,8 +404,10 @@ fn hairpin(mode: ProxyMode) {
         .trim_start_matches("https://")
         .parse()
         .unwrap();
-    let listener = node.run(|| TcpListener::bind(api).unwrap());
-    netns::forward(listener, api);
+    for ns in [&node, &pod] {
+        let listener = ns.run(|| TcpListener::bind(api).unwrap());
+        netns::forward(listener, api);
+    }
 
     // The cluster's objects: the node, the ingress controller's LoadBalancer Service, kube-dns
     // and our proxy's Service, each with its EndpointSlice; the Ingress; the CoreDNS ConfigMap.
@@ -475,6 +502,8 @@ fn hairpin(mode: ProxyMode) {
         "before the fix",
         &[("kep-1860-ipmode", "OK"), ("coredns-block", "FAIL")],
     );
+    let report = pod_probe(&pod, cluster, "dns-wrong");
+    assert!(report.contains(LB_IP), "the answer it got: {report}");
     let nginx_log = std::fs::read_to_string(dir.path().join("nginx/error.log")).unwrap();
     assert!(
         nginx_log.contains("broken header"),
@@ -547,6 +576,7 @@ fn hairpin(mode: ProxyMode) {
         "with the fix",
         &[("kep-1860-ipmode", "OK"), ("coredns-block", "OK")],
     );
+    pod_probe(&pod, cluster, "ok");
 
     // 3. ipMode: Proxy on the load balancer's address: kube-proxy stops short-circuiting it, the
     //    controller leaves the name out, and the pod goes through the load balancer.
@@ -601,4 +631,8 @@ fn hairpin(mode: ProxyMode) {
             ("hostnames", "OK"),
         ],
     );
+    // The name is left out: its answer is not checked, and the request through the load
+    // balancer is answered.
+    let report = pod_probe(&pod, cluster, "ok");
+    assert!(report.contains("reports ipMode: Proxy"), "{report}");
 }

@@ -64,6 +64,19 @@ impl Netns {
         cmd
     }
 
+    /// `cmd` (program, arguments and environment changes) run inside the namespace.
+    pub fn wrap(&self, cmd: &Command) -> Command {
+        let mut inside = self.command(cmd.get_program());
+        inside.args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => inside.env(k, v),
+                None => inside.env_remove(k),
+            };
+        }
+        inside
+    }
+
     /// Runs `f` on a thread inside the namespace: sockets it creates belong to the namespace,
     /// wherever they are used afterwards. Threads `f` starts stay inside it too.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
