@@ -20,7 +20,9 @@ use ouroboros::kube_client::Calls;
 use super::{binary, spawn, wait_for, Process};
 use crate::support::{free_ports, temp_dir, V4};
 
-pub const SERVICE_CIDR: &str = "10.96.0.0/12";
+/// Dual-stack, as a dual-stack cluster's: a Service is IPv4 unless it asks for IPv6
+/// (`ipFamilyPolicy`), so single-stack tests see what they always did.
+pub const SERVICE_CIDR: &str = "10.96.0.0/12,fd00:10:96::/112";
 const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
 pub struct Cluster {

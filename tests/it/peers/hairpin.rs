@@ -3,12 +3,15 @@
 //! balancer; real kube-proxy programming the node from the real API server, in iptables mode and
 //! (a second test, the same body) in nftables mode; real CoreDNS as the cluster DNS behind the
 //! kube-dns Service; nginx requiring the PROXY protocol as the ingress controller; HAProxy as the
-//! load balancer that adds the header. Each test has a control plane of its own.
+//! load balancer that adds the header. Each test has a control plane of its own. The node, the
+//! Services (but kube-dns) and the load balancer are dual-stack: every request is made over IPv4
+//! and IPv6 (the A and the AAAA answer).
 //!
 //! ```text
 //!   pod 10.244.1.2 ──┐                    ┌── ingress (nginx, proxy_protocol) 10.244.2.2:8080
 //!                    ├── node (kube-proxy, ┼── proxy (ouroboros proxy)        10.244.3.2:8080
 //!                    │   CoreDNS :53)      └── lb (HAProxy, send-proxy)       192.0.2.10:80
+//!   (and fd00:10:244:N::2 beside each 10.244.N.2; the load balancer's 2001:db8:5::7)
 //! ```
 //!
 //! 1. Without ouroboros, the pod's request to the public name is short-circuited by kube-proxy
@@ -42,6 +45,12 @@ const POD_IP: &str = "10.244.1.2";
 const NODE_IP: &str = "10.244.1.1";
 const INGRESS_IP: &str = "10.244.2.2";
 const PROXY_IP: &str = "10.244.3.2";
+/// The load balancer's IPv6 address: the AAAA the public DNS (the stub upstream) answers.
+const LB_IP6: &str = "2001:db8:5::7";
+const POD_IP6: &str = "fd00:10:244:1::2";
+const NODE_IP6: &str = "fd00:10:244:1::1";
+const INGRESS_IP6: &str = "fd00:10:244:2::2";
+const PROXY_IP6: &str = "fd00:10:244:3::2";
 /// The kube-dns Service's ClusterIP, from the low band the API server keeps for fixed choices.
 const DNS_SERVICE_IP: &str = "10.96.0.10";
 
@@ -49,13 +58,13 @@ fn yaml(value: serde_json::Value) -> String {
     value.to_string()
 }
 
-/// A Service and its EndpointSlice (no EndpointSlice controller runs): `ports` are
-/// (name, protocol, port, targetPort).
+/// A Service and its EndpointSlices, one per address family of `endpoints` (no EndpointSlice
+/// controller runs): `ports` are (name, protocol, port, targetPort).
 async fn service(
     cluster: &Cluster,
     name: &str,
     spec: serde_json::Value,
-    endpoint: &str,
+    endpoints: &[&str],
     ports: &[(&str, &str, u16, u16)],
 ) -> Service {
     let mut spec = spec;
@@ -70,22 +79,36 @@ async fn service(
             "spec": spec,
         })))
         .await;
-    cluster
-        .apply_yaml(&yaml(serde_json::json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": format!("{name}-1"), "namespace": NAMESPACE, "labels": {
-                "kubernetes.io/service-name": name,
-                "endpointslice.kubernetes.io/managed-by": "ouroboros-tests",
-            }},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [endpoint], "conditions": {"ready": true}, "nodeName": "hairpin-node"}],
-            "ports": ports.iter().map(|(n, proto, _, target)| serde_json::json!({"name": n, "protocol": proto, "port": target})).collect::<Vec<_>>(),
-        })))
-        .await;
+    for endpoint in endpoints {
+        let family = if endpoint.contains(':') {
+            "IPv6"
+        } else {
+            "IPv4"
+        };
+        cluster
+            .apply_yaml(&yaml(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{name}-{}", family.to_lowercase()), "namespace": NAMESPACE, "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "ouroboros-tests",
+                }},
+                "addressType": family,
+                "endpoints": [{"addresses": [endpoint], "conditions": {"ready": true}, "nodeName": "hairpin-node"}],
+                "ports": ports.iter().map(|(n, proto, _, target)| serde_json::json!({"name": n, "protocol": proto, "port": target})).collect::<Vec<_>>(),
+            })))
+            .await;
+    }
     Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
         .get(name)
         .await
         .unwrap()
+}
+
+/// The ingress controller Service's load-balancer status: both addresses, with `ip_mode`.
+fn load_balancer_status(ip_mode: &str) -> serde_json::Value {
+    serde_json::json!({"status": {"loadBalancer": {"ingress": [
+        {"ip": LB_IP, "ipMode": ip_mode}, {"ip": LB_IP6, "ipMode": ip_mode},
+    ]}}})
 }
 
 fn cluster_ip(svc: &Service) -> String {
@@ -112,6 +135,7 @@ http {{
   scgi_temp_path {d}/tmp/scgi;
   server {{
     listen {INGRESS_IP}:8080 proxy_protocol;
+    listen [{INGRESS_IP6}]:8080 proxy_protocol;
     location / {{ return 200 "client=$proxy_protocol_addr via=$remote_addr\n"; }}
   }}
 }}
@@ -129,7 +153,7 @@ http {{
 fn haproxy(ns: &Netns, dir: &Path) -> Process {
     let conf = format!(
         "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-         frontend public\n  bind {LB_IP}:80\n  default_backend ingress\n\
+         frontend public\n  bind {LB_IP}:80\n  bind {LB_IP6}:80\n  default_backend ingress\n\
          backend ingress\n  server nginx {INGRESS_IP}:8080 send-proxy\n"
     );
     std::fs::write(dir.join("haproxy.cfg"), conf).unwrap();
@@ -139,12 +163,12 @@ fn haproxy(ns: &Netns, dir: &Path) -> Process {
 }
 
 /// The pod's request for the public name, as a program in it makes it: the name resolved by the
-/// C library through the pod's resolv.conf (the kube-dns Service), then HTTP. Ok(body) or
-/// Err(curl's message).
-fn pod_get(pod: &Netns) -> Result<String, String> {
+/// C library through the pod's resolv.conf (the kube-dns Service), then HTTP, over IPv4 (`-4`,
+/// the A answer) or IPv6 (`-6`, the AAAA answer). Ok(body) or Err(curl's message).
+fn pod_get(pod: &Netns, family: &str) -> Result<String, String> {
     let out = pod
         .command("curl")
-        .args(["-sS", "--max-time", "5", &format!("http://{HOST}/")])
+        .args([family, "-sS", "--max-time", "5", &format!("http://{HOST}/")])
         .output()
         .unwrap();
     if out.status.success() {
@@ -154,37 +178,48 @@ fn pod_get(pod: &Netns) -> Result<String, String> {
     }
 }
 
-/// The A answer the pod gets for the public name from the cluster DNS.
+/// The A and AAAA answers the pod gets for the public name from the cluster DNS.
 fn pod_resolves(pod: &Netns) -> Vec<String> {
     let server: SocketAddr = format!("{DNS_SERVICE_IP}:53").parse().unwrap();
-    pod.run(|| query(server, &format!("{HOST}."), TYPE::A, false))
-        .map(|r| r.answers)
-        .unwrap_or_default()
+    [TYPE::A, TYPE::AAAA]
+        .into_iter()
+        .flat_map(|t| {
+            pod.run(|| query(server, &format!("{HOST}."), t, false))
+                .map(|r| r.answers)
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
-/// Whether kube-proxy's rules (in `mode`) in `node` send the load balancer's address straight
-/// to the Service's endpoints (the short circuit).
-fn short_circuits(node: &Netns, mode: ProxyMode) -> bool {
-    match mode {
+/// What the pod resolves the name to while it is not hairpinned: the load balancer's addresses.
+fn public_answers() -> Vec<String> {
+    vec![format!("A {LB_IP}"), format!("AAAA {LB_IP6}")]
+}
+
+/// Whether kube-proxy's rules (in `mode`) in `node` send the load balancer's IPv4 and IPv6
+/// addresses straight to the Service's endpoints (the short circuit), per family.
+fn short_circuits(node: &Netns, mode: ProxyMode) -> [bool; 2] {
+    [(LB_IP, "ip", "32"), (LB_IP6, "ip6", "128")].map(|(lb, family, bits)| match mode {
         ProxyMode::Iptables => {
-            let out = node
-                .command("iptables-save")
-                .args(["-t", "nat"])
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).contains(&format!("-d {LB_IP}/32"))
+            let save = if family == "ip" {
+                "iptables-save"
+            } else {
+                "ip6tables-save"
+            };
+            let out = node.command(save).args(["-t", "nat"]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).contains(&format!("-d {lb}/{bits}"))
         }
-        // kube-proxy's own table; the address is an element of its `service-ips` map (a
+        // kube-proxy's own tables; the address is an element of their `service-ips` maps (a
         // missing table, before the first sync, lists nothing).
         ProxyMode::Nftables => {
             let out = node
                 .command("nft")
-                .args(["list", "table", "ip", "kube-proxy"])
+                .args(["list", "table", family, "kube-proxy"])
                 .output()
                 .unwrap();
-            String::from_utf8_lossy(&out.stdout).contains(LB_IP)
+            String::from_utf8_lossy(&out.stdout).contains(lb)
         }
-    }
+    })
 }
 
 /// kube-proxy's `--proxy-mode`.
@@ -395,7 +430,36 @@ fn hairpin(mode: ProxyMode) {
     ] {
         ns.ip(&["route", "add", "default", "via", gw]);
     }
+    // IPv6 beside it on the same links (no duplicate address detection: the addresses are
+    // usable at once), so every request is made over both families.
+    for (node_if, node_addr, ns, addr) in [
+        ("to-pod", NODE_IP6, &pod, POD_IP6),
+        ("to-ingress", "fd00:10:244:2::1", &ingress, INGRESS_IP6),
+        ("to-proxy", "fd00:10:244:3::1", &proxy, PROXY_IP6),
+        ("to-lb", "2001:db8:5::1", &lb, LB_IP6),
+    ] {
+        node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{node_addr}/64"),
+            "dev",
+            node_if,
+            "nodad",
+        ]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{addr}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.ip(&["-6", "route", "add", "default", "via", node_addr]);
+    }
     node.sysctl("net.ipv4.ip_forward=1");
+    node.sysctl("net.ipv6.conf.all.forwarding=1");
     pod.resolv_conf(DNS_SERVICE_IP);
 
     // The API server, reachable from the node at the address the kubeconfig names.
@@ -418,14 +482,27 @@ fn hairpin(mode: ProxyMode) {
                 "apiVersion": "v1", "kind": "Node", "metadata": {"name": "hairpin-node"},
             })))
             .await;
-        let ingress_svc = service(cluster, "ingress-nginx-controller", serde_json::json!({"type": "LoadBalancer", "selector": {"app": "ingress"}}), INGRESS_IP, &[("http", "TCP", 80, 8080)]).await;
-        let status = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "VIP"}]}}});
+        let addresses = serde_json::json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": NODE_IP}, {"type": "InternalIP", "address": NODE_IP6},
+        ]}});
+        Api::<k8s_openapi::api::core::v1::Node>::all(cluster.admin().await)
+            .patch_status("hairpin-node", &PatchParams::default(), &Patch::Merge(&addresses))
+            .await
+            .unwrap();
+        let dual = |spec: serde_json::Value| {
+            let mut spec = spec;
+            spec["ipFamilyPolicy"] = "RequireDualStack".into();
+            spec["ipFamilies"] = serde_json::json!(["IPv4", "IPv6"]);
+            spec
+        };
+        let ingress_svc = service(cluster, "ingress-nginx-controller", dual(serde_json::json!({"type": "LoadBalancer", "selector": {"app": "ingress"}})), &[INGRESS_IP, INGRESS_IP6], &[("http", "TCP", 80, 8080)]).await;
+        let status = load_balancer_status("VIP");
         Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
             .patch_status("ingress-nginx-controller", &PatchParams::default(), &Patch::Merge(&status))
             .await
             .unwrap();
-        service(cluster, "kube-dns", serde_json::json!({"clusterIP": DNS_SERVICE_IP, "selector": {"app": "dns"}}), NODE_IP, &[("dns", "UDP", 53, 53), ("dns-tcp", "TCP", 53, 53)]).await;
-        let proxy_svc = service(cluster, "ouroboros-proxy", serde_json::json!({"selector": {"app": "proxy"}}), PROXY_IP, &[("http", "TCP", 80, 8080)]).await;
+        service(cluster, "kube-dns", serde_json::json!({"clusterIP": DNS_SERVICE_IP, "selector": {"app": "dns"}}), &[NODE_IP], &[("dns", "UDP", 53, 53), ("dns-tcp", "TCP", 53, 53)]).await;
+        let proxy_svc = service(cluster, "ouroboros-proxy", dual(serde_json::json!({"selector": {"app": "proxy"}})), &[PROXY_IP, PROXY_IP6], &[("http", "TCP", 80, 8080)]).await;
         cluster
             .apply_yaml(&yaml(serde_json::json!({
                 "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
@@ -452,7 +529,7 @@ fn hairpin(mode: ProxyMode) {
         .args([
             "--hostname-override=hairpin-node",
             &format!("--proxy-mode={}", mode.flag()),
-            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-cidr=10.244.0.0/16,fd00:10:244::/48",
             "--conntrack-max-per-core=0",
             "--metrics-bind-address=127.0.0.1:10249",
             "--healthz-bind-address=127.0.0.1:10256",
@@ -460,6 +537,11 @@ fn hairpin(mode: ProxyMode) {
     let mut kube_proxy = spawn("kube-proxy", kp, &dir.path().join("kube-proxy.log"));
     let upstream = node.run(super::dns::bind_pair);
     let upstream = Upstream::serve(upstream.0, upstream.1, LB_IP.parse::<Ipv4Addr>().unwrap());
+    assert_eq!(
+        LB_IP6.parse(),
+        Ok(super::dns::UPSTREAM_AAAA),
+        "the public AAAA"
+    );
     let dns_dir = path("coredns");
     let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
     let dns = Dns {
@@ -477,15 +559,15 @@ fn hairpin(mode: ProxyMode) {
     // 1. The hairpin: the public name resolves to the load balancer, kube-proxy short-circuits
     //    it to nginx, which gets no header and refuses the request.
     wait_for(
-        "programming the load balancer's address",
+        "programming the load balancer's addresses",
         &mut kube_proxy,
         Duration::from_secs(60),
-        || short_circuits(&node, mode).then_some(()),
+        || (short_circuits(&node, mode) == [true, true]).then_some(()),
     );
     if let ProxyMode::Nftables = mode {
         // The short circuit is nft's alone: nothing of kube-proxy's in the iptables tables.
         assert!(
-            !short_circuits(&node, ProxyMode::Iptables),
+            short_circuits(&node, ProxyMode::Iptables) == [false, false],
             "kube-proxy in nftables mode wrote iptables rules:\n{}",
             kube_proxy.tail()
         );
@@ -494,9 +576,17 @@ fn hairpin(mode: ProxyMode) {
         "answering the public name for the pod",
         &mut coredns,
         Duration::from_secs(30),
-        || (pod_resolves(&pod) == vec![format!("A {LB_IP}")]).then_some(()),
+        || (pod_resolves(&pod) == public_answers()).then_some(()),
     );
-    let refused = pod_get(&pod).expect_err("without ouroboros the hairpinned request must fail");
+    for family in ["-4", "-6"] {
+        let refused =
+            pod_get(&pod, family).expect_err("without ouroboros the hairpinned request must fail");
+        let nginx_log = std::fs::read_to_string(dir.path().join("nginx/error.log")).unwrap();
+        assert!(
+            nginx_log.matches("broken header").count() == if family == "-4" { 1 } else { 2 },
+            "nginx refused the header-less request over {family} (curl: {refused}):\n{nginx_log}"
+        );
+    }
     doctor_says(
         cluster,
         "before the fix",
@@ -504,11 +594,6 @@ fn hairpin(mode: ProxyMode) {
     );
     let report = pod_probe(&pod, cluster, "dns-wrong");
     assert!(report.contains(LB_IP), "the answer it got: {report}");
-    let nginx_log = std::fs::read_to_string(dir.path().join("nginx/error.log")).unwrap();
-    assert!(
-        nginx_log.contains("broken header"),
-        "nginx refused the header-less request (curl: {refused}):\n{nginx_log}"
-    );
 
     // 2. ouroboros: the proxy in its pod, the controller writing the ConfigMap; CoreDNS reads the
     //    new Corefile; the pod reaches nginx through the proxy, which tells nginx its address.
@@ -516,7 +601,8 @@ fn hairpin(mode: ProxyMode) {
     proxy_cmd.args([
         "proxy",
         "--log-format=json",
-        &format!("--listen-http={PROXY_IP}:8080"),
+        // Both families, as the chart's default.
+        "--listen-http=:8080",
         "--listen-https=",
         "--listen-health=",
         &format!("--target-host={}", cluster_ip(&ingress_svc)),
@@ -557,20 +643,35 @@ fn hairpin(mode: ProxyMode) {
         },
     );
     dns.project(cluster, &with_block);
-    let proxy_answer = vec![format!("A {}", cluster_ip(&proxy_svc))];
+    let ips = proxy_svc
+        .spec
+        .as_ref()
+        .unwrap()
+        .cluster_ips
+        .clone()
+        .unwrap();
+    let proxy_answer = vec![format!("A {}", ips[0]), format!("AAAA {}", ips[1])];
     wait_for(
         "reloading the Corefile with our block",
         &mut coredns,
         Duration::from_secs(30),
         || (pod_resolves(&pod) == proxy_answer).then_some(()),
     );
-    let body =
-        pod_get(&pod).unwrap_or_else(|e| panic!("through the proxy: {e}\n{}", controller.tail()));
-    assert_eq!(
-        body.trim(),
-        format!("client={POD_IP} via={PROXY_IP}"),
-        "nginx sees the pod's address"
-    );
+    // The proxy reaches nginx over IPv4 (the ingress controller Service's first ClusterIP),
+    // and the header carries the pod's address of either family.
+    for (family, client) in [("-4", POD_IP), ("-6", POD_IP6)] {
+        let body = pod_get(&pod, family).unwrap_or_else(|e| {
+            panic!(
+                "through the proxy over {family}: {e}\n{}",
+                controller.tail()
+            )
+        });
+        assert_eq!(
+            body.trim(),
+            format!("client={client} via={PROXY_IP}"),
+            "nginx sees the pod's address"
+        );
+    }
     doctor_says(
         cluster,
         "with the fix",
@@ -580,7 +681,7 @@ fn hairpin(mode: ProxyMode) {
 
     // 3. ipMode: Proxy on the load balancer's address: kube-proxy stops short-circuiting it, the
     //    controller leaves the name out, and the pod goes through the load balancer.
-    let status = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "Proxy"}]}}});
+    let status = load_balancer_status("Proxy");
     rt.block_on(async {
         Api::<Service>::namespaced(cluster.admin().await, NAMESPACE)
             .patch_status(
@@ -595,7 +696,7 @@ fn hairpin(mode: ProxyMode) {
         "no longer short-circuiting",
         &mut kube_proxy,
         Duration::from_secs(60),
-        || (!short_circuits(&node, mode)).then_some(()),
+        || (short_circuits(&node, mode) == [false, false]).then_some(()),
     );
     let without = wait_for(
         "leaving the name out",
@@ -611,15 +712,21 @@ fn hairpin(mode: ProxyMode) {
         "reloading the Corefile without our names",
         &mut coredns,
         Duration::from_secs(30),
-        || (pod_resolves(&pod) == vec![format!("A {LB_IP}")]).then_some(()),
+        || (pod_resolves(&pod) == public_answers()).then_some(()),
     );
-    let body = pod_get(&pod)
-        .unwrap_or_else(|e| panic!("through the load balancer: {e}\n{}", kube_proxy.tail()));
-    assert_eq!(
-        body.trim(),
-        format!("client={POD_IP} via={LB_IP}"),
-        "the load balancer's header carries the pod's address"
-    );
+    for (family, client) in [("-4", POD_IP), ("-6", POD_IP6)] {
+        let body = pod_get(&pod, family).unwrap_or_else(|e| {
+            panic!(
+                "through the load balancer over {family}: {e}\n{}",
+                kube_proxy.tail()
+            )
+        });
+        assert_eq!(
+            body.trim(),
+            format!("client={client} via={LB_IP}"),
+            "the load balancer's header carries the pod's address"
+        );
+    }
     // doctor judges the block against what the controller writes: no name for a load balancer
     // that proxies (it used to call the absent block missing).
     doctor_says(
