@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -128,13 +127,7 @@ fn start(s: &Settings, key: &str, plan: &Plan) -> Running {
                 );
                 tracing::warn!(service = %key, addr = %l.addr, error = %e, "cannot listen on a load-balancer address");
                 s.notifier.send(Notice {
-                    regarding: ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Service".into()),
-                        namespace: Some(namespace.into()),
-                        name: Some(name.into()),
-                        ..ObjectReference::default()
-                    },
+                    regarding: plan.regarding.clone(),
                     reason: LISTEN_FAILED,
                     action: "Listen",
                     note,

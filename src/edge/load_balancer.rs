@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -69,17 +69,6 @@ struct Pass {
     served: Served,
 }
 
-fn reference(svc: &Service) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Service".into()),
-        namespace: svc.metadata.namespace.clone(),
-        name: svc.metadata.name.clone(),
-        uid: svc.metadata.uid.clone(),
-        ..ObjectReference::default()
-    }
-}
-
 /// Allocates over every Service and decides the writes, the Events and the listeners.
 fn pass(services: &Objects<Service>, config: &Config) -> Pass {
     let read: Vec<LbService> = services
@@ -101,7 +90,7 @@ fn pass(services: &Objects<Service>, config: &Config) -> Pass {
                     }
                     Err(note) => {
                         let notice = Notice {
-                            regarding: reference(svc),
+                            regarding: serve::reference(svc),
                             reason: INVALID_ANNOTATION,
                             action: "Serve",
                             note,
@@ -113,7 +102,7 @@ fn pass(services: &Objects<Service>, config: &Config) -> Pass {
             }
             Outcome::Unassigned(reason) => {
                 let notice = Notice {
-                    regarding: reference(svc),
+                    regarding: serve::reference(svc),
                     reason: reason.event_reason(),
                     action: "AllocateAddress",
                     note: reason.to_string(),

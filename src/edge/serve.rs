@@ -17,7 +17,7 @@
 
 use std::net::SocketAddr;
 
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, PortStatus, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, PortStatus, Service};
 use serde_json::{json, Value};
 
 use super::allocate::Ingress;
@@ -84,11 +84,26 @@ pub struct Listener {
 }
 
 /// What the edge opens for one Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The Service, for the Events about its listeners (with its UID, so they are not shown
+    /// on a later Service of the same name).
+    pub regarding: ObjectReference,
     pub version: Version,
     /// Sorted.
     pub listeners: Vec<Listener>,
+}
+
+/// `svc` as the object an Event is about.
+pub fn reference(svc: &Service) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: svc.metadata.namespace.clone(),
+        name: svc.metadata.name.clone(),
+        uid: svc.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
 }
 
 /// The listeners of `svc` on `addresses`: one per address and TCP Service port, with the PROXY
@@ -129,7 +144,11 @@ pub fn plan(svc: &Service, addresses: &[Ingress], default: Version) -> Result<Pl
         }
     }
     listeners.sort();
-    Ok(Plan { version, listeners })
+    Ok(Plan {
+        regarding: reference(svc),
+        version,
+        listeners,
+    })
 }
 
 #[cfg(test)]
@@ -277,6 +296,7 @@ mod tests {
             assert_eq!(
                 plan(&svc(annotations.clone()), &addrs, default),
                 Ok(Plan {
+                    regarding: reference(&svc(annotations.clone())),
                     version,
                     listeners: want.clone()
                 }),

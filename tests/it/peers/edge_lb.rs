@@ -140,8 +140,17 @@ pub(super) fn proxy_at(ip: &str) -> Value {
 }
 
 /// The (reason, note) of the Events the edge published on Service `name`.
+/// The edge's Events about Service `name` (reason, note). Each must name the Service by its UID
+/// too, so that `kubectl describe` of a later Service of the same name does not show them.
 async fn events_of(cluster: &Cluster, name: &str) -> Vec<(String, String)> {
-    let list = Api::<Event>::namespaced(cluster.admin().await, APPS)
+    let client = cluster.admin().await;
+    let uid = Api::<Service>::namespaced(client.clone(), APPS)
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    let list = Api::<Event>::namespaced(client, APPS)
         .list(&ListParams::default())
         .await
         .unwrap();
@@ -150,6 +159,10 @@ async fn events_of(cluster: &Cluster, name: &str) -> Vec<(String, String)> {
         .filter(|e| {
             e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                 && e.reporting_controller.as_deref() == Some("ouroboros-edge")
+        })
+        .inspect(|e| {
+            let r = e.regarding.as_ref().unwrap();
+            assert_eq!(r.uid, uid, "the Event names the Service's UID: {e:?}");
         })
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
