@@ -159,14 +159,32 @@ pub fn ip_mode(svc: Option<&Service>) -> Check {
         );
     }
     let ingress = crate::controller::ipmode::load_balancer_ingress(svc);
+    // Who assigns the address: ouroboros edge for its class, another load balancer for theirs,
+    // else the cloud controller. Said, so the hint fits.
+    let class = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_class.as_deref());
+    let edge = class == Some(crate::edge::allocate::DEFAULT_CLASS);
     if ingress.is_empty() {
-        return Check::warn(
+        let check = Check::warn(
             ID,
             format!("Service {name} has no load-balancer address yet"),
-        )
-        .action("wait for the cloud controller to assign one (kubectl get svc -o wide), then run doctor again");
+        );
+        return match class {
+            _ if edge => check.action(format!(
+                "ouroboros edge serves its class ({}): its Warning Events on the Service say                  why it gave none (kubectl describe service {name}: NoAddressPool,                  AddressPoolExhausted, AddressConflict, InvalidAddressRequest), else check                  that the edge runs with --pools",
+                crate::edge::allocate::DEFAULT_CLASS
+            )),
+            Some(c) => check.action(format!(
+                "wait for the load balancer of class {c} to assign one (kubectl get svc -o                  wide), then run doctor again"
+            )),
+            None => check.action(
+                "wait for the cloud controller to assign one (kubectl get svc -o wide), then                  run doctor again",
+            ),
+        };
     }
-    let evidence: Vec<String> = ingress
+    let mut evidence: Vec<String> = ingress
         .iter()
         .map(|i| {
             format!(
@@ -176,6 +194,7 @@ pub fn ip_mode(svc: Option<&Service>) -> Check {
             )
         })
         .collect();
+    evidence.extend(class.map(|c| format!("loadBalancerClass {c}")));
     let proxy = ingress
         .iter()
         .filter(|i| i.ip_mode.as_deref() == Some("Proxy"))
@@ -185,6 +204,14 @@ pub fn ip_mode(svc: Option<&Service>) -> Check {
             ID,
             "ipMode is VIP: kube-proxy short-circuits the load-balancer IP, so in-cluster clients \
              skip the load balancer and its PROXY header; ouroboros is needed",
+        )
+        .evidence_all(evidence)
+    } else if proxy == ingress.len() && edge {
+        Check::ok(
+            ID,
+            "ipMode is Proxy, written by ouroboros edge, the load balancer of this Service's \
+             class: in-cluster clients go through the edge and get its PROXY header like \
+             everyone else, so the controller leaves this target's names out",
         )
         .evidence_all(evidence)
     } else if proxy == ingress.len() {
@@ -393,6 +420,52 @@ mod tests {
         let proxy = ip_mode(Some(&lb(json!([{"ip": "203.0.113.7", "ipMode": "Proxy"}]))));
         assert!(proxy.summary.contains("may be unnecessary"), "{proxy:?}");
         assert_eq!(proxy.evidence, ["203.0.113.7: ipMode Proxy"]);
+    }
+
+    /// The load balancer's class says who assigns the address and writes ipMode: the hint
+    /// names ouroboros edge and its Events for its class, the class for another.
+    #[test]
+    fn ip_mode_names_the_load_balancer_class() {
+        let classed = |class: &str, ingress: serde_json::Value| {
+            let mut s = lb(ingress);
+            s.spec.as_mut().unwrap().load_balancer_class = Some(class.into());
+            ip_mode(Some(&s))
+        };
+        let edge = classed(
+            "ouroboros.io/edge",
+            json!([{"ip": "192.0.2.1", "ipMode": "Proxy"}]),
+        );
+        assert_eq!(edge.status, Status::Ok, "{edge:?}");
+        assert!(
+            edge.summary.contains("written by ouroboros edge"),
+            "{edge:?}"
+        );
+        assert_eq!(
+            edge.evidence,
+            [
+                "192.0.2.1: ipMode Proxy",
+                "loadBalancerClass ouroboros.io/edge"
+            ]
+        );
+        let waiting = classed("ouroboros.io/edge", json!([]));
+        assert_eq!(waiting.status, Status::Warn);
+        let action = waiting.action.as_deref().unwrap();
+        assert!(
+            action.contains("AddressPoolExhausted") && !action.contains("cloud"),
+            "{action}"
+        );
+        let other = classed("example.com/lb", json!([]));
+        let action = other.action.as_deref().unwrap();
+        assert!(action.contains("class example.com/lb"), "{action}");
+        let other = classed(
+            "example.com/lb",
+            json!([{"ip": "192.0.2.1", "ipMode": "Proxy"}]),
+        );
+        assert_eq!(
+            other.status,
+            Status::Warn,
+            "only the edge's is known to be ours"
+        );
     }
 
     #[test]
