@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::controller::hostnames::{self, Filters, Kind};
+use crate::controller::hostnames::{self, kinds::Kind, model::Filters};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,

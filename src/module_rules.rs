@@ -624,10 +624,6 @@ const REEXPORTS: &[(&str, &str)] = &[
     ("controller/hostnames/kinds.rs", "pub(crate) use by_kind;"),
 ];
 
-/// Files whose re-exports (a flat API over private submodules) are still to go: their modules
-/// are being restructured on another branch; name the real paths there, then drop the entry.
-const REEXPORTS_TO_GO: &[&str] = &["controller/hostnames/mod.rs", "doctor/checks/mod.rs"];
-
 /// The `pub use` statements of the crate outside lib.rs: (file, first line).
 fn reexports(sources: &[(String, String)]) -> Vec<(String, String)> {
     let mut out = vec![];
@@ -664,17 +660,11 @@ fn no_reexports_but_the_listed_ones() {
     let found = reexports(&whole);
     let new: Vec<String> = found
         .iter()
-        .filter(|(f, l)| {
-            !REEXPORTS_TO_GO.contains(&f.as_str()) && !REEXPORTS.contains(&(f.as_str(), l.as_str()))
-        })
+        .filter(|(f, l)| !REEXPORTS.contains(&(f.as_str(), l.as_str())))
         .map(|(f, l)| format!("{f}: {l}"))
         .collect();
     assert!(new.is_empty(), "re-exports (name the real path): {new:#?}");
-    let listed = REEXPORTS
-        .iter()
-        .map(|(f, _)| *f)
-        .chain(REEXPORTS_TO_GO.iter().copied());
-    for f in listed {
+    for f in REEXPORTS.iter().map(|(f, _)| *f) {
         assert!(
             found.iter().any(|(g, _)| g == f),
             "{f} re-exports nothing now: take it off the list"

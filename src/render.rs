@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::controller::args::Selection;
-use crate::controller::hostnames::{self, HostnameArgs, Kind};
+use crate::controller::hostnames::{self, args::HostnameArgs, kinds::Kind};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
 use crate::dns::args::{AnswerForm, RecordArgs, VIEW_NEEDS_COREFILE};
 use crate::dns::etc_hosts::HostsGroup;

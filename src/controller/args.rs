@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use super::hostnames::{Filters, HostnameArgs};
+use super::hostnames::{args::HostnameArgs, model::Filters};
 use crate::flags::UsageError;
 use crate::hostname::HostPolicy;
 use crate::target::{Target, TargetRule};
@@ -65,7 +65,7 @@ pub struct IpModeArgs {
         long,
         env = "OUROBOROS_CONTROLLER_INGRESS_CONTROLLER_SERVICE",
         value_name = "NAMESPACE/NAME",
-        value_parser = crate::controller::hostnames::parse_namespaced
+        value_parser = crate::controller::hostnames::targets::parse_namespaced
     )]
     pub ingress_controller_service: Option<(String, String)>,
 

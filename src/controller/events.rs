@@ -22,7 +22,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hostnames::{Conflict, ObjectRef, Rejected};
+use super::hostnames::{model::Conflict, model::ObjectRef, model::Rejected};
 use crate::dns::write::error::ObjectKey;
 use crate::target::TargetRule;
 
@@ -129,7 +129,7 @@ pub fn conflict_notices(conflicts: &[&Conflict], rules: &[TargetRule]) -> Vec<No
                  choose",
                 lost[0].loser_target.name(rules),
                 what.join("; "),
-                super::hostnames::PRIORITY_ANNOTATION
+                super::hostnames::targets::PRIORITY_ANNOTATION
             );
             Notice {
                 regarding: source_reference(loser),
@@ -449,7 +449,7 @@ pub fn spawn_as(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::hostnames::Kind;
+    use crate::controller::hostnames::kinds::Kind;
     use crate::hostname::Rejection;
 
     fn rej(name: &str, raw: &str) -> Rejected {
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn one_conflict_notice_per_losing_object_naming_the_winner() {
-        use crate::controller::hostnames::parse_target;
+        use crate::controller::hostnames::targets::parse_target;
         use crate::target::Target;
         let rules = [parse_target("name=traefik,service=p,ingress-class=traefik").unwrap()];
         let obj = |name: &str| ObjectRef {

@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use super::hostnames::Desired;
+use super::hostnames::model::Desired;
 use crate::hostname::Rejection;
 use crate::target::{Target, TargetRule};
 

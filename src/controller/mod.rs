@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
-use self::hostnames::{Desired, HostnameArgs};
+use self::hostnames::{args::HostnameArgs, model::Desired};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};

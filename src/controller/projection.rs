@@ -35,8 +35,8 @@ use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::hostnames::{
-    IngressHosts, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION, OPT_OUT_ANNOTATION,
-    PRIORITY_ANNOTATION,
+    class::DEFAULT_CLASS_ANNOTATION, class::INGRESS_CLASS_ANNOTATION, model::IngressHosts,
+    model::OPT_OUT_ANNOTATION, targets::PRIORITY_ANNOTATION,
 };
 
 /// The annotations the hostname rules read; every other annotation is skipped unread.

@@ -4,7 +4,7 @@
 //! same change that adds a call.
 
 use super::args::{ElectionArgs, IpModeArgs};
-use super::hostnames::{HostnameArgs, Kind};
+use super::hostnames::{args::HostnameArgs, kinds::Kind};
 use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
 use std::collections::BTreeMap;
 

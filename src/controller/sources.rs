@@ -42,7 +42,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
-use super::hostnames::{self, Desired, Filters, IngressHosts, ReadWhen, SourceObject, Sources};
+use super::hostnames::{
+    self, kinds::ReadWhen, kinds::SourceObject, kinds::Sources, model::Desired, model::Filters,
+    model::IngressHosts,
+};
 use super::metrics::{KindLabel, Metrics};
 use super::projection::{Project, Projected};
 use crate::hostname::HostPolicy;

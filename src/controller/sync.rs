@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::hostnames::Desired;
+use super::hostnames::model::Desired;
 use super::removal_guard::{Guard, Verdict};
 use crate::dns::write::apply::Applied;
 use crate::dns::write::error::SinkError;

@@ -33,8 +33,8 @@ pub struct Findings {
     /// Hairpinned names that a `rewrite` rule outside our block takes, in every form but
     /// `view` (whose blocks the root block's plugins never see): see [`super::rewrite_rule`].
     pub rewritten: Vec<Rewritten>,
-    /// The `view` form was asked for, but the Corefile is node-local-dns's (see
-    /// [`is_node_local_dns`]), whose node-cache has no `view` plugin and would refuse to start
+    /// The `view` form was asked for, but the Corefile is node-local-dns's (no `kubernetes`
+    /// plugin, a `bind` to its link-local address or placeholder), whose node-cache has no `view` plugin and would refuse to start
     /// ("no action found for directive 'view'"): the template pair was written instead.
     pub view_as_pair: bool,
 }

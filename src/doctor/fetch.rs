@@ -14,8 +14,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::checks::{
-    pick_coredns_workload, ApiFailure, Got, Question, Workload, COREDNS_DEPLOYMENT,
-    KUBE_DNS_SELECTOR,
+    coredns_version::pick_coredns_workload, coredns_version::COREDNS_DEPLOYMENT,
+    coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure, inputs::Got, inputs::Workload,
+    permissions::Question,
 };
 use crate::kube_client::Cause;
 
@@ -156,7 +157,7 @@ where
 
 /// LIST every object of a source kind, cluster-wide. 404 (the kind's CRD is absent) reads as
 /// None.
-pub async fn list_source<K: crate::controller::hostnames::SourceObject + std::fmt::Debug>(
+pub async fn list_source<K: crate::controller::hostnames::kinds::SourceObject + std::fmt::Debug>(
     client: &Client,
 ) -> Got<Vec<K>> {
     let t = Target {

@@ -23,14 +23,16 @@ use kube::api::ListParams;
 use kube::Client;
 
 use crate::controller::args::{ElectionArgs, Selection};
-use crate::controller::hostnames::{self, HostnameArgs, Kind, Objects, SourceObject};
+use crate::controller::hostnames::{
+    self, args::HostnameArgs, kinds::Kind, kinds::Objects, kinds::SourceObject,
+};
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::args::{AnswerForm, DnsArgs, Mode};
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::flags::UsageError;
 use crate::target::{Target, TargetRule};
-use checks::{ControllerKind, Dial, Dials, Got};
+use checks::{ingress::ControllerKind, inputs::Got, proxy::Dial, proxy::Dials};
 use report::{Check, Report};
 
 /// Report format.
@@ -199,7 +201,7 @@ impl DoctorArgs {
 
 /// The flag-derived inputs of the checks.
 pub struct Validated {
-    pub filters: hostnames::Filters,
+    pub filters: hostnames::model::Filters,
     pub policy: crate::hostname::HostPolicy,
     pub fqdn: crate::dns::ProxyFqdn,
     pub cluster_domain: String,
@@ -224,7 +226,7 @@ async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> G
     let mut o = Objects::default();
     for kind in Kind::ALL {
         if kind.is_read(args.gateway_api, ingress_class) {
-            hostnames::by_kind!(kind, T => {
+            hostnames::kinds::by_kind!(kind, T => {
                 *T::list_mut(&mut o) = fetch::list_source::<T>(client).await?.unwrap_or_default();
             });
         }
@@ -327,8 +329,10 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     };
     // 3. CoreDNS. The checks of our block need both the hostnames and the answers.
     let expected = match (hosts, &answer, &per_target) {
-        (Some(h), _, Some(rules)) => Some(checks::Expected::per_target(h, rules)),
-        (Some(h), Some(a), None) if filters.targets.is_empty() => Some(checks::Expected::one(h, a)),
+        (Some(h), _, Some(rules)) => Some(checks::coredns::Expected::per_target(h, rules)),
+        (Some(h), Some(a), None) if filters.targets.is_empty() => {
+            Some(checks::coredns::Expected::one(h, a))
+        }
         _ => None,
     };
     let known = expected.as_ref();
@@ -337,7 +341,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // 4. node-local-dns.
     let nl = d.node_local_dns_target();
     let got: Got<ConfigMap> = fetch::get(client, "configmaps", &nl.namespace, &nl.name).await;
-    out.push(checks::node_local_dns(
+    out.push(checks::node_local_dns::node_local_dns(
         mode,
         d.node_local_dns.enabled,
         &nl,
@@ -363,9 +367,9 @@ async fn hostnames_section(
     client: &Client,
     args: &DoctorArgs,
     needs: &Needs,
-    (filters, policy): (&hostnames::Filters, &crate::hostname::HostPolicy),
+    (filters, policy): (&hostnames::model::Filters, &crate::hostname::HostPolicy),
     skipped: &BTreeSet<Target>,
-) -> (Check, Option<hostnames::Desired>) {
+) -> (Check, Option<hostnames::model::Desired>) {
     let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
     match &owned {
         Err(e) => (e.check("hostnames"), None),
@@ -379,7 +383,10 @@ async fn hostnames_section(
                 .map(|(t, hosts)| (t.name(&filters.targets).to_string(), hosts.len()))
                 .collect();
             desired.skip_targets(skipped);
-            (checks::hostnames(&desired, &left_out), Some(desired))
+            (
+                checks::sources::hostnames(&desired, &left_out),
+                Some(desired),
+            )
         }
     }
 }
@@ -416,25 +423,25 @@ async fn proxy_section(
     targets: &Targets<'_>,
 ) -> Vec<Check> {
     let mut out = Vec::new();
-    out.push(checks::proxy_service(p_ns, p_name, proxy));
+    out.push(checks::proxy::proxy_service(p_ns, p_name, proxy));
     let proxy_obj = proxy.as_ref().ok().and_then(Option::as_ref);
     if proxy_obj.is_some() {
         let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={p_name}"));
         let slices: Got<Vec<EndpointSlice>> =
             fetch::list(client, "endpointslices.discovery.k8s.io", Some(p_ns), &lp).await;
-        out.push(checks::proxy_endpoints(p_ns, p_name, &slices));
+        out.push(checks::proxy::proxy_endpoints(p_ns, p_name, &slices));
     } else {
         out.push(Check::skip("proxy-endpoints", "no proxy Service"));
     }
     // Each --target's proxy: its Service and its ready endpoints, likewise.
     for ((t, (ns, name)), got) in rules.iter().zip(targets.services).zip(targets.got) {
-        out.push(checks::proxy_service(ns, name, got).for_target(&t.name));
+        out.push(checks::proxy::proxy_service(ns, name, got).for_target(&t.name));
         let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
         let endpoints = match got {
             Ok(Some(_)) => {
                 let slices: Got<Vec<EndpointSlice>> =
                     fetch::list(client, "endpointslices.discovery.k8s.io", Some(ns), &lp).await;
-                checks::proxy_endpoints(ns, name, &slices)
+                checks::proxy::proxy_endpoints(ns, name, &slices)
             }
             _ => Check::skip("proxy-endpoints", "no proxy Service"),
         };
@@ -451,7 +458,7 @@ async fn proxy_section(
         ),
         (Some(s), _) => Dials::Done(dial(dial_targets(s), args.dial_timeout).await),
     };
-    out.push(checks::proxy_answers(&dials));
+    out.push(checks::proxy::proxy_answers(&dials));
     out
 }
 
@@ -461,7 +468,7 @@ async fn proxy_section(
 async fn ingress_section(
     client: &Client,
     args: &DoctorArgs,
-    filters: &hostnames::Filters,
+    filters: &hostnames::model::Filters,
     out: &mut Vec<Check>,
 ) -> anyhow::Result<BTreeSet<Target>> {
     let flag = args.ingress_controller_service.as_ref();
@@ -513,7 +520,7 @@ async fn ingress_section(
 async fn coredns_section(
     client: &Client,
     d: &DnsArgs,
-    known: Option<&checks::Expected<'_>>,
+    known: Option<&checks::coredns::Expected<'_>>,
 ) -> Vec<Check> {
     let mode = d.mode;
     let mut out = Vec::new();
@@ -524,11 +531,11 @@ async fn coredns_section(
         let mut imports = None;
         let mut shadows = None;
         let mut rewritten = None;
-        match checks::corefile_text(mode, &target, &got) {
+        match checks::coredns::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
-                let (cs, findings) = checks::corefile_checks(mode, text, known);
+                let (cs, findings) = checks::coredns::corefile_checks(mode, text, known);
                 imports = findings.as_ref().map(|f| f.imports_custom_override);
                 (shadows, rewritten) = findings.map(|f| (f.shadowing, f.rewritten)).unzip();
                 out.extend(cs);
@@ -542,8 +549,8 @@ async fn coredns_section(
             let got: Got<ConfigMap> =
                 fetch::get(client, "configmaps", &it.namespace, &it.name).await;
             out.push(match known {
-                Some(want) => checks::import_snippet(&it, &got, want),
-                None => Check::skip("coredns-import-snippet", checks::UNKNOWN),
+                Some(want) => checks::coredns::import_snippet(&it, &got, want),
+                None => Check::skip("coredns-import-snippet", checks::coredns::UNKNOWN),
             });
             import_cm = Some(got);
         } else {
@@ -553,7 +560,9 @@ async fn coredns_section(
             ));
             let events: Got<Vec<Event>> =
                 fetch::list(client, "events", Some(&target.namespace), &lp).await;
-            out.push(checks::block_reverted(mode, &target, &events, imports));
+            out.push(checks::coredns::block_reverted(
+                mode, &target, &events, imports,
+            ));
         }
         // Nothing more is read when the checks would skip.
         let import_cm = match (import_cm, known) {
@@ -561,19 +570,22 @@ async fn coredns_section(
             (None, Some(_)) => fetch::get(client, "configmaps", &it.namespace, &it.name).await,
             (None, None) => Ok(None),
         };
-        out.push(checks::coredns_shadowing(
+        out.push(checks::shadowing::coredns_shadowing(
             mode,
             shadows.as_deref(),
             &it,
             &import_cm,
             known,
         ));
-        out.push(checks::coredns_rewrites(mode, rewritten.as_deref()));
+        out.push(checks::shadowing::coredns_rewrites(
+            mode,
+            rewritten.as_deref(),
+        ));
         let deployment = match known {
             Some(_) => fetch::coredns_deployment(client, &d.coredns_namespace).await,
             None => Ok(None),
         };
-        out.push(checks::coredns_version(
+        out.push(checks::coredns_version::coredns_version(
             mode,
             &d.coredns_namespace,
             &deployment,
@@ -591,7 +603,7 @@ async fn coredns_section(
 /// Section 6: the CRDs the mode and the sources need.
 async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     let mut crds = Vec::new();
-    for (name, required) in checks::needed_crds(
+    for (name, required) in checks::crd::needed_crds(
         args.dns.mode,
         args.dns.external_dns_output,
         args.hostnames.gateway_api,
@@ -604,7 +616,7 @@ async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
         .await;
         crds.push((name, required, got));
     }
-    checks::crds(&crds)
+    checks::crd::crds(&crds)
 }
 
 /// Section 7: the controller's ServiceAccount, and whether it may do what the flags need.
@@ -612,11 +624,11 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
     let sa = args.service_account();
     let got: Got<ServiceAccount> =
         fetch::get(client, "serviceaccounts", &sa.namespace, &sa.name).await;
-    let account = checks::service_account(&sa.namespace, &sa.name, &got);
+    let account = checks::permissions::service_account(&sa.namespace, &sa.name, &got);
     let rules = rbac::required(needs);
     let (user, groups) = fetch::service_account_subject(&sa.namespace, &sa.name);
     let mut answers = Vec::new();
-    for q in checks::questions(&rules) {
+    for q in checks::permissions::questions(&rules) {
         let a = fetch::may(client, &user, &groups, &q).await;
         let failed = a.is_err();
         answers.push((q, a));
@@ -626,7 +638,7 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
     }
     vec![
         account,
-        checks::rbac(&format!("ServiceAccount {sa}"), &answers),
+        checks::permissions::rbac(&format!("ServiceAccount {sa}"), &answers),
     ]
 }
 
@@ -683,19 +695,23 @@ async fn ingress_checks(
     client: &Client,
     flag: Option<&NsName>,
     given_by: &str,
-) -> (Vec<Check>, Option<checks::ApiFailure>, Option<Service>) {
+) -> (
+    Vec<Check>,
+    Option<checks::inputs::ApiFailure>,
+    Option<Service>,
+) {
     let (svc, others): (Got<Service>, Vec<String>) = match flag {
         Some(t) => (
             fetch::get(client, "services", &t.namespace, &t.name).await,
             Vec::new(),
         ),
         None => {
-            let lp = ListParams::default().labels(checks::AUTO_DETECT_SELECTOR);
+            let lp = ListParams::default().labels(checks::ingress::AUTO_DETECT_SELECTOR);
             match fetch::list::<Service>(client, "services", None, &lp).await {
                 Err(e) => (Err(e), Vec::new()),
                 Ok(list) => {
                     let list = list.unwrap_or_default();
-                    let (first, others) = checks::pick_ingress_service(&list);
+                    let (first, others) = checks::ingress::pick_ingress_service(&list);
                     (Ok(first.cloned()), others)
                 }
             }
@@ -714,27 +730,27 @@ async fn ingress_checks(
         None => Ok(None),
     };
     let workload = match (&workloads, svc_obj) {
-        (Ok(Some(ws)), Some(s)) => checks::matching_workload(s, ws),
+        (Ok(Some(ws)), Some(s)) => checks::ingress::matching_workload(s, ws),
         _ => None,
     };
     let kind = svc_obj
-        .map(|s| checks::controller_kind(s, workload))
+        .map(|s| checks::ingress::controller_kind(s, workload))
         .unwrap_or(ControllerKind::Unknown);
     let named = flag.map(|f| f.to_string());
-    out.push(checks::ingress_service(
+    out.push(checks::ingress::ingress_service(
         named.as_deref().map(|f| (f, given_by)),
         &svc,
         &others,
         kind,
     ));
-    out.push(checks::ip_mode(svc_obj));
+    out.push(checks::ingress::ip_mode(svc_obj));
     out.push(match (&workloads, kind) {
         (Err(e), ControllerKind::IngressNginx | ControllerKind::Traefik) => {
             e.check("proxy-protocol")
         }
         (_, ControllerKind::IngressNginx) => {
             let cm_ref = match (workload, svc_obj) {
-                (Some(w), _) => checks::nginx_configmap(w),
+                (Some(w), _) => checks::ingress::nginx_configmap(w),
                 // No workload found: the chart's default, named like the Service.
                 (None, Some(s)) => Some((
                     s.metadata.namespace.clone().unwrap_or_default(),
@@ -745,12 +761,12 @@ async fn ingress_checks(
             match cm_ref {
                 Some(r) => {
                     let got: Got<ConfigMap> = fetch::get(client, "configmaps", &r.0, &r.1).await;
-                    checks::proxy_protocol(kind, workload, Some((&r, &got)))
+                    checks::ingress::proxy_protocol(kind, workload, Some((&r, &got)))
                 }
-                None => checks::proxy_protocol(kind, workload, None),
+                None => checks::ingress::proxy_protocol(kind, workload, None),
             }
         }
-        _ => checks::proxy_protocol(kind, workload, None),
+        _ => checks::ingress::proxy_protocol(kind, workload, None),
     });
     let svc = svc_obj.cloned();
     (out, None, svc)
@@ -769,7 +785,7 @@ struct Targets<'a> {
 /// in the rewrite form its Service's name). `None` when a target's answer cannot be known.
 fn target_rules(
     d: &DnsArgs,
-    desired: &hostnames::Desired,
+    desired: &hostnames::model::Desired,
     default: &Answer,
     targets: &Targets<'_>,
     cluster_domain: &str,

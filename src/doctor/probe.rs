@@ -171,7 +171,7 @@ async fn left_out(
     let Some((namespace, name)) = service.filter(|_| auto && args.skip_proxy_ipmode) else {
         return false;
     };
-    let svc: super::checks::Got<Service> =
+    let svc: super::checks::inputs::Got<Service> =
         super::fetch::get(client, "services", &namespace, &name).await;
     crate::controller::ipmode::proxied(svc.ok().flatten().as_ref())
 }

@@ -25,7 +25,7 @@ mod tests;
 
 use std::path::PathBuf;
 
-use crate::controller::hostnames::Objects;
+use crate::controller::hostnames::kinds::Objects;
 
 use documents::Format;
 use error::Error;

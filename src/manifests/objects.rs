@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::error::DocumentError;
 use super::Manifests;
-use crate::controller::hostnames::{Kind, GATEWAY_GROUP};
+use crate::controller::hostnames::{kinds::Kind, GATEWAY_GROUP};
 
 /// Gateway-API versions whose Gateway/route fields that matter here match v1.
 const GATEWAY_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha2"];

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use ouroboros::cleanup::CleanupArgs;
-use ouroboros::controller::hostnames::parse_target;
+use ouroboros::controller::hostnames::targets::parse_target;
 use ouroboros::controller::rbac::workloads::{self, EdgeNeeds};
 use ouroboros::controller::rbac::{self, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;

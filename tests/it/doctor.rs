@@ -355,7 +355,7 @@ async fn healthy_cluster_passes_with_the_exact_calls() {
     // One review per verb and resource name of the controller's rule table.
     let a = args(&[]);
     let rules = ouroboros::controller::rbac::required(&a.needs());
-    let reviews = ouroboros::doctor::checks::questions(&rules).len();
+    let reviews = ouroboros::doctor::checks::permissions::questions(&rules).len();
     assert!(reviews >= 10, "{rules:?}");
     want.extend(std::iter::repeat_n(("POST", SAR), reviews));
     assert_eq!(calls, want);

@@ -2,7 +2,7 @@
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
 use super::targets::{check_answer, check_targets, controller_config, parse_target};
-use super::{non_empty, Filters, IngressHosts};
+use super::{model::Filters, model::IngressHosts, non_empty};
 use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
 use crate::hostname::HostPolicy;

@@ -4,7 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Conflict, Desired, Excluded, Exclusion, ObjectRef, Rejected};
+use super::{
+    model::Conflict, model::Desired, model::Excluded, model::Exclusion, model::ObjectRef,
+    model::Rejected,
+};
 use crate::hostname::{HostPolicy, Hostname};
 use crate::target::Target;
 

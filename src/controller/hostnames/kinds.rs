@@ -236,7 +236,7 @@ route! {
 /// six-arm match.
 macro_rules! by_kind {
     ($kind:expr, $t:ident => $body:expr) => {{
-        use $crate::controller::hostnames::Kind as K;
+        use $crate::controller::hostnames::kinds::Kind as K;
         match $kind {
             K::Ingress => {
                 type $t = k8s_openapi::api::networking::v1::Ingress;

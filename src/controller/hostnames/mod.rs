@@ -6,34 +6,23 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | `kinds` | the source kinds listed once ([`Kind`]: group, resource, when read) and the owned [`Objects`] |
+//! | `kinds` | the source kinds listed once ([`Kind`]: group, resource, when read) and the owned [`Objects`](kinds::Objects) |
 //! | `model` | what goes in and out: [`Sources`], [`Filters`], [`Desired`] and its records |
 //! | `collect` | the builder that gathers accepted names and sorts them once |
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
-//! | `args` | the flags ([`HostnameArgs`]) that become the filters and the hostname policy |
+//! | `args` | the flags ([`HostnameArgs`](args::HostnameArgs)) that become the filters and the hostname policy |
 //! | `targets` | `--target` parsed into [`TargetRule`]s, which rule takes an object, conflict priorities |
 
-mod args;
-mod class;
+pub mod args;
+pub mod class;
 mod collect;
-mod kinds;
-mod model;
-mod targets;
+pub mod kinds;
+pub mod model;
+pub mod targets;
 
-pub use args::HostnameArgs;
-pub use class::{
-    default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION,
-};
-pub(crate) use kinds::by_kind;
-pub use kinds::{Kind, Objects, ReadWhen, Route, SourceObject, Sources};
-pub use model::{
-    Conflict, Desired, Excluded, Exclusion, Filters, IngressHosts, ObjectRef, Rejected,
-    OPT_OUT_ANNOTATION,
-};
-pub use targets::{
-    check_answer, check_targets, controller_config, parse_namespaced, parse_target,
-    PRIORITY_ANNOTATION,
-};
+use class::{default_ingress_class, ingress_class};
+use kinds::{Kind, Route, Sources};
+use model::{Desired, Exclusion, Filters, IngressHosts, ObjectRef, OPT_OUT_ANNOTATION};
 
 use std::collections::BTreeMap;
 

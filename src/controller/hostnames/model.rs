@@ -1,4 +1,4 @@
-//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`](super::Sources)),
+//! The data [`desired`](super::desired) takes and returns: the source objects ([`Sources`](super::kinds::Sources)),
 //! the filters ([`Filters`]), and the result ([`Desired`]) with the records that name an object
 //! ([`ObjectRef`]), a rejected name ([`Rejected`]) or a skipped object ([`Excluded`]). Separate:
 //! the controller, `render` and `doctor` all read these, none needs the computation's insides.

@@ -9,6 +9,9 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
+use super::class::{DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION};
+use super::model::Excluded;
+use super::targets::{parse_target, PRIORITY_ANNOTATION};
 use super::*;
 use crate::hostname::{Hostname, Rejection};
 

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 
-use super::{cut, Got};
+use super::{cut, inputs::Got};
 use crate::dns::answer::{self, Answer, Group, Rules};
 use crate::dns::args::Mode;
 use crate::dns::ConfigMapKey;

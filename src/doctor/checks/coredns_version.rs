@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::coredns::Expected;
-use super::{Got, Workload, UNKNOWN};
+use super::{coredns::UNKNOWN, inputs::Got, inputs::Workload};
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
 use crate::dns::args::Mode;
 use crate::doctor::report::Check;

@@ -1,8 +1,8 @@
 //! crds: the CustomResourceDefinitions a configuration needs (Gateway API, external-dns's
 //! DNSEndpoint), required or optional, and whether they are installed.
 
-use super::Got;
-use crate::controller::hostnames::{Kind, ReadWhen};
+use super::inputs::Got;
+use crate::controller::hostnames::{kinds::Kind, kinds::ReadWhen};
 use crate::dns::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 

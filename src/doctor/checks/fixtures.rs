@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 
-use super::ApiFailure;
+use super::inputs::ApiFailure;
 use crate::dns::answer::Answer;
 use crate::hostname::Hostname;
 
@@ -30,8 +30,8 @@ pub(super) const PLAIN: &str =
 pub(super) fn expect<'a>(
     hosts: Option<&'a BTreeSet<Hostname>>,
     answer: Option<&'a Answer>,
-) -> Option<super::Expected<'a>> {
-    Some(super::Expected::one(hosts?, answer?))
+) -> Option<super::coredns::Expected<'a>> {
+    Some(super::coredns::Expected::one(hosts?, answer?))
 }
 
 pub(super) fn rewrite() -> Answer {

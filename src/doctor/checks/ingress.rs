@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 
-use super::{ns_name, Got, Workload};
+use super::{inputs::Got, inputs::Workload, ns_name};
 use crate::doctor::report::Check;
 
 /// The ingress controllers whose PROXY-protocol setting doctor can read.
@@ -379,7 +379,7 @@ pub fn proxy_protocol(
 mod tests {
     use super::*;
     use crate::doctor::checks::fixtures::cm;
-    use crate::doctor::checks::ApiFailure;
+    use crate::doctor::checks::inputs::ApiFailure;
     use crate::doctor::report::Status;
     use serde_json::json;
 

@@ -2,8 +2,8 @@
 //! (`fetch.rs`) reads the cluster, these only judge what it read, so each verdict has a table
 //! test beside it.
 //!
-//! One module per thing the checks are about; this one re-exports them all, so
-//! `doctor::checks::NAME` is the path for every check, and holds the evidence helpers they share.
+//! One module per thing the checks are about, each the one path to its checks
+//! (`doctor::checks::ingress::ip_mode`); this one holds the evidence helpers they share.
 //!
 //! | module | judges |
 //! | --- | --- |
@@ -18,38 +18,18 @@
 //! | `crd` | the CRDs the configuration needs |
 //! | `permissions` | the controller's ServiceAccount and its RBAC |
 
-mod coredns;
-mod coredns_version;
-mod crd;
+pub mod coredns;
+pub mod coredns_version;
+pub mod crd;
 #[cfg(test)]
 mod fixtures;
-mod ingress;
-mod inputs;
-mod node_local_dns;
-mod permissions;
-mod proxy;
-mod shadowing;
-mod sources;
-
-pub use coredns::{
-    block_reverted, corefile_checks, corefile_text, import_snippet, Expected, UNKNOWN,
-};
-pub use coredns_version::{
-    coredns_image, coredns_version, image_tag, pick_coredns_workload, COREDNS_DEPLOYMENT,
-    KUBE_DNS_SELECTOR,
-};
-pub use crd::{crds, needed_crds};
-pub use ingress::{
-    controller_kind, ingress_service, ip_mode, matching_workload, nginx_configmap,
-    pick_ingress_service, proxy_protocol, traefik_proxy_entrypoints, ControllerKind,
-    AUTO_DETECT_SELECTOR,
-};
-pub use inputs::{ApiFailure, Got, Workload};
-pub use node_local_dns::node_local_dns;
-pub use permissions::{questions, rbac, service_account, Question};
-pub use proxy::{proxy_answers, proxy_endpoints, proxy_service, Dial, Dials};
-pub use shadowing::{coredns_rewrites, coredns_shadowing};
-pub use sources::hostnames;
+pub mod ingress;
+pub mod inputs;
+pub mod node_local_dns;
+pub mod permissions;
+pub mod proxy;
+pub mod shadowing;
+pub mod sources;
 
 /// Evidence lists longer than this are cut, with a count of the rest.
 const MAX_EVIDENCE: usize = 25;

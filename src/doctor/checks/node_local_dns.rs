@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
-use super::{Got, UNKNOWN};
+use super::{coredns::UNKNOWN, inputs::Got};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 
-use super::{cut, ApiFailure, Got};
+use super::{cut, inputs::ApiFailure, inputs::Got};
 use crate::controller::rbac::{Rule, Scope};
 use crate::doctor::report::Check;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::Got;
+use super::inputs::Got;
 use crate::doctor::report::Check;
 
 pub fn proxy_service(namespace: &str, name: &str, got: &Got<Service>) -> Check {

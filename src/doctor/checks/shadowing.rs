@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
-use super::{cut, Got, UNKNOWN};
+use super::{coredns::UNKNOWN, cut, inputs::Got};
 use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;

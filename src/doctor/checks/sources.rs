@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::cut;
-use crate::controller::hostnames::Desired;
+use crate::controller::hostnames::model::Desired;
 use crate::doctor::report::Check;
 
 ///
@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn hostnames_verdicts() {
-        use crate::controller::hostnames::{desired, Filters, Sources};
+        use crate::controller::hostnames::{desired, kinds::Sources, model::Filters};
         use k8s_openapi::api::networking::v1::Ingress;
         let ing: Ingress = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "shop"},
