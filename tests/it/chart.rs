@@ -1525,6 +1525,43 @@ fn network_policy_and_service_monitor() {
         .all(|o| !matches!(kind(o), "NetworkPolicy" | "ServiceMonitor" | "DaemonSet")));
 }
 
+/// The controller's hairpin probe connects through the proxy like a client: a NetworkPolicy
+/// that lets only some namespaces in lets the controller's pods in too while the probe is on,
+/// and not when it is off or when every pod may connect anyway.
+#[test]
+fn the_network_policy_lets_the_probe_in() {
+    let restricted = "networkPolicy.from[0].namespaceSelector.matchLabels.team=web";
+    let controller = find(defaults(), "Deployment", "ouroboros-controller").unwrap();
+    let controller_labels = &controller["spec"]["selector"]["matchLabels"];
+    for (sets, probe_peer) in [
+        (&["networkPolicy.enabled=true", restricted][..], true),
+        (
+            &[
+                "networkPolicy.enabled=true",
+                restricted,
+                "controller.probe.interval=0s",
+            ][..],
+            false,
+        ),
+        (&["networkPolicy.enabled=true"][..], false),
+    ] {
+        let np = find(rendered(sets), "NetworkPolicy", "ouroboros-proxy").expect("NetworkPolicy");
+        let from = np["spec"]["ingress"][0]["from"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let has = from
+            .iter()
+            .any(|peer| &peer["podSelector"]["matchLabels"] == controller_labels);
+        assert_eq!(has, probe_peer, "{sets:?}: {from:?}");
+        if sets.contains(&restricted) {
+            assert_eq!(from[0]["namespaceSelector"]["matchLabels"]["team"], "web");
+        } else {
+            assert!(from.iter().all(|p| p["podSelector"].is_null()), "{from:?}");
+        }
+    }
+}
+
 #[test]
 fn chart_version_matches_the_crate() {
     let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap();
@@ -3520,12 +3557,19 @@ fn disruption_and_network_keys() -> Vec<KeyCheck> {
         (
             "networkPolicy.ingress.from",
             Renamed("networkPolicy.from"),
-            on_is(
-                "NetworkPolicy",
-                "proxy",
-                "spec.ingress.0.from",
-                fixture_value("networkPolicy.ingress.from"),
-            ),
+            Box::new(|| {
+                let np = obj(ref_on(), "NetworkPolicy", "proxy").unwrap();
+                let from = at(np, "spec.ingress.0.from").as_array().unwrap();
+                let theirs = fixture_value("networkPolicy.ingress.from");
+                let theirs = theirs.as_array().unwrap();
+                assert_eq!(&from[..theirs.len()], &theirs[..], "their peers, verbatim");
+                // Then the controller's pods, for its hairpin probe (on by default).
+                let [probe] = &from[theirs.len()..] else {
+                    panic!("{from:?}")
+                };
+                let component = &probe["podSelector"]["matchLabels"]["app.kubernetes.io/component"];
+                assert_eq!(component, "controller");
+            }),
         ),
     ]
 }
