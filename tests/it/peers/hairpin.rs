@@ -178,6 +178,21 @@ fn pod_get(pod: &Netns, family: &str) -> Result<String, String> {
     }
 }
 
+/// The pod's request over IPv4 and over IPv6 is answered by nginx, which saw the pod's own
+/// address of that family in the PROXY header of a connection from `via` (the proxy or the
+/// load balancer). `tail` is the log to show when it is not.
+fn pod_gets_through(pod: &Netns, via: &str, tail: impl Fn() -> String) {
+    for (family, client) in [("-4", POD_IP), ("-6", POD_IP6)] {
+        let body = pod_get(pod, family)
+            .unwrap_or_else(|e| panic!("through {via} over {family}: {e}\n{}", tail()));
+        assert_eq!(
+            body.trim(),
+            format!("client={client} via={via}"),
+            "nginx sees the pod's address"
+        );
+    }
+}
+
 /// The A and AAAA answers the pod gets for the public name from the cluster DNS.
 fn pod_resolves(pod: &Netns) -> Vec<String> {
     let server: SocketAddr = format!("{DNS_SERVICE_IP}:53").parse().unwrap();
@@ -659,19 +674,7 @@ fn hairpin(mode: ProxyMode) {
     );
     // The proxy reaches nginx over IPv4 (the ingress controller Service's first ClusterIP),
     // and the header carries the pod's address of either family.
-    for (family, client) in [("-4", POD_IP), ("-6", POD_IP6)] {
-        let body = pod_get(&pod, family).unwrap_or_else(|e| {
-            panic!(
-                "through the proxy over {family}: {e}\n{}",
-                controller.tail()
-            )
-        });
-        assert_eq!(
-            body.trim(),
-            format!("client={client} via={PROXY_IP}"),
-            "nginx sees the pod's address"
-        );
-    }
+    pod_gets_through(&pod, PROXY_IP, || controller.tail());
     doctor_says(
         cluster,
         "with the fix",
@@ -714,19 +717,7 @@ fn hairpin(mode: ProxyMode) {
         Duration::from_secs(30),
         || (pod_resolves(&pod) == public_answers()).then_some(()),
     );
-    for (family, client) in [("-4", POD_IP), ("-6", POD_IP6)] {
-        let body = pod_get(&pod, family).unwrap_or_else(|e| {
-            panic!(
-                "through the load balancer over {family}: {e}\n{}",
-                kube_proxy.tail()
-            )
-        });
-        assert_eq!(
-            body.trim(),
-            format!("client={client} via={LB_IP}"),
-            "the load balancer's header carries the pod's address"
-        );
-    }
+    pod_gets_through(&pod, LB_IP, || kube_proxy.tail());
     // doctor judges the block against what the controller writes: no name for a load balancer
     // that proxies (it used to call the absent block missing).
     doctor_says(
