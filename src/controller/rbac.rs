@@ -217,30 +217,37 @@ fn source_rules(n: &Needs) -> Vec<Rule> {
 
 /// The Lease, when a leader is elected.
 fn lease_rules(n: &Needs) -> Vec<Rule> {
-    let mut rules = Vec::new();
     if n.leader_elect && n.mode != Mode::EtcHosts {
-        let ns = Scope::Namespace(n.namespace.clone());
-        rules.push(rule(
+        lease(&n.namespace, &n.lease_name)
+    } else {
+        Vec::new()
+    }
+}
+
+/// What leader election on Lease `namespace/name` needs (the controller's and the edge's).
+pub fn lease(namespace: &str, name: &str) -> Vec<Rule> {
+    let ns = Scope::Namespace(namespace.to_string());
+    vec![
+        rule(
             ns.clone(),
             "coordination.k8s.io",
             "leases",
-            &[&n.lease_name],
+            &[name],
             // kube-lease-manager reads the Lease and patches it (server-side apply to lock,
             // strategic merge to renew and release).
             &["get", "patch"],
             "leader election",
-        ));
+        ),
         // RBAC cannot restrict create by name.
-        rules.push(rule(
+        rule(
             ns,
             "coordination.k8s.io",
             "leases",
             &[],
             &["create"],
             "leader election (first start)",
-        ));
-    }
-    rules
+        ),
+    ]
 }
 
 /// The Services read: the proxies' (for their ClusterIPs) and the ingress controllers' (for

@@ -202,11 +202,14 @@ impl Memory {
 }
 
 /// Serves the Services of `config.class` until `stop`: publishes what to listen on into
-/// `served` after every pass (`None` until the first list of Services has arrived).
+/// `served` after every pass (`None` until the first list of Services has arrived). Only while
+/// `leader` is true are the status written and the Events sent: every edge listens, one
+/// writes. The allocation is a function of the Services (their written status first), so a
+/// standby listens where the leader writes.
 pub async fn run(
     client: Client,
     config: Config,
-    notifier: Notifier,
+    (notifier, mut leader): (Notifier, watch::Receiver<bool>),
     served: watch::Sender<Option<Served>>,
     stop: CancellationToken,
 ) {
@@ -215,11 +218,19 @@ pub async fn run(
     let mut services = Objects::<Service>::default();
     let mut memory = Memory::default();
     let mut watch_failures = Repeats::default();
+    let mut election = true;
     tracing::info!(class = %config.class, pools = config.pools.len(), "serving LoadBalancer Services");
     loop {
         let retry_in = memory.retry;
         let changed = tokio::select! {
             _ = stop.cancelled() => return,
+            // Gaining the Lease writes what is due at once; losing it forgets what was sent.
+            r = leader.changed(), if election => {
+                // The election's task ended (only at shutdown): its last word stands.
+                election = r.is_ok();
+                memory = Memory::default();
+                true
+            }
             _ = async {
                 match retry_in {
                     Some(d) => tokio::time::sleep(d).await,
@@ -246,8 +257,11 @@ pub async fn run(
             continue;
         }
         let pass = pass(&services, &config);
+        served.send_replace(Some(pass.served.clone()));
+        if !*leader.borrow_and_update() {
+            continue;
+        }
         memory.publish(&pass, &notifier);
-        served.send_replace(Some(pass.served));
         let failed = memory.write(&client, pass.writes).await;
         memory.retry = match (failed, memory.retry) {
             (false, _) => None,

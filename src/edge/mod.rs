@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accept::Lifecycle;
 use crate::admin::ReadyCheck;
+use crate::controller::lease::Leadership;
 use crate::dns_name::is_label;
 use crate::flags::{parse_duration, UsageError};
 use crate::listen::ListenAddr;
@@ -158,6 +159,35 @@ pub struct EdgeArgs {
     /// class, or of none (the cluster's default load balancer), are left alone.
     #[arg(long, env = "OUROBOROS_EDGE_LOAD_BALANCER_CLASS", value_name = "CLASS", default_value = allocate::DEFAULT_CLASS)]
     pub load_balancer_class: String,
+
+    /// With --pools: only the holder of a Lease writes the Services' load-balancer status and
+    /// their Events, so edges on several nodes do not each write and report the same thing;
+    /// every edge listens on the addresses all the same (`--leader-elect=false` to turn off).
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_LEADER_ELECT",
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub leader_elect: bool,
+
+    /// Name of the edge's Lease (with --pools and --leader-elect).
+    #[arg(
+        long,
+        env = "OUROBOROS_EDGE_LEASE_NAME",
+        value_name = "NAME",
+        default_value = "ouroboros-edge"
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the edge's Lease [default: this pod's namespace, else `ouroboros`].
+    #[arg(long, env = "OUROBOROS_EDGE_LEASE_NAMESPACE", value_name = "NS")]
+    pub lease_namespace: Option<String>,
 
     /// Kubeconfig file for running outside the cluster [default: in-cluster service account,
     /// else $KUBECONFIG or ~/.kube/config].
@@ -540,6 +570,58 @@ fn read_pools(path: &std::path::Path) -> anyhow::Result<Vec<pool::Pool>> {
         .map_err(|e| UsageError::err(format!("--pools {}: {e}", path.display())))
 }
 
+/// `/readyz` of `edge --pools`: ready once the Services have been listed (and served).
+fn listed_check(
+    state: Arc<ReadyState>,
+    watched: tokio::sync::watch::Receiver<Option<load_balancer::Served>>,
+) -> ReadyCheck {
+    Arc::new(move || {
+        let (s, listed) = (state.clone(), watched.borrow().is_some());
+        Box::pin(async move {
+            if s.shutting_down() {
+                return Err("shutting-down: the edge received a termination signal".into());
+            }
+            let reason = "not-listed: the Services have not been listed yet";
+            s.record(
+                listed.to_string(),
+                listed,
+                "ready: Services listed and served",
+                "not ready",
+                reason,
+            );
+            if listed {
+                Ok(())
+            } else {
+                Err(reason.into())
+            }
+        })
+    })
+}
+
+/// Who writes the load-balancer status: the Lease holder with --leader-elect, else this edge.
+fn leadership(
+    args: &EdgeArgs,
+    client: &kube::Client,
+    identity: String,
+    stop: &CancellationToken,
+) -> Leadership {
+    if !args.leader_elect {
+        return Leadership::always();
+    }
+    let namespace = (args.lease_namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(crate::dns::args::own_namespace);
+    tracing::info!(lease = %format!("{namespace}/{}", args.lease_name), %identity,
+        "only the Lease holder writes the load-balancer status");
+    Leadership::elect(
+        client.clone(),
+        namespace,
+        args.lease_name.clone(),
+        identity,
+        stop.clone(),
+    )
+}
+
 /// `edge --pools`: serves the Services of the class (see `load_balancer`) until a signal.
 async fn run_load_balancer(
     args: &EdgeArgs,
@@ -563,12 +645,15 @@ async fn run_load_balancer(
         crate::kube_client::Calls::Watches,
     )
     .await?;
+    let identity = crate::controller::lease::identity();
     let (notifier, events_task) = crate::controller::events::spawn_as(
         client.clone(),
         load_balancer::REPORTER,
         "the edge's ServiceAccount",
-        crate::controller::lease::identity(),
+        identity.clone(),
     );
+    let lease_stop = CancellationToken::new();
+    let leadership = leadership(args, &client, identity, &lease_stop);
     let config = load_balancer::Config {
         class: args.load_balancer_class.clone(),
         pools,
@@ -597,34 +682,13 @@ async fn run_load_balancer(
     let balancer = tokio::spawn(load_balancer::run(
         client,
         config,
-        notifier,
+        (notifier, leadership.rx.clone()),
         served,
         background.clone(),
     ));
     let server = lifecycle.serve::<Route<Arc<Balancer>>>(Vec::new())?;
     let state = Arc::new(ready_state);
-    let s = state.clone();
-    let check: ReadyCheck = Arc::new(move || {
-        let (s, listed) = (s.clone(), watched.borrow().is_some());
-        Box::pin(async move {
-            if s.shutting_down() {
-                return Err("shutting-down: the edge received a termination signal".into());
-            }
-            let reason = "not-listed: the Services have not been listed yet";
-            s.record(
-                listed.to_string(),
-                listed,
-                "ready: Services listed and served",
-                "not ready",
-                reason,
-            );
-            if listed {
-                Ok(())
-            } else {
-                Err(reason.into())
-            }
-        })
-    });
+    let check = listed_check(state.clone(), watched);
     lifecycle
         .run_until_signal(
             server,
@@ -640,6 +704,8 @@ async fn run_load_balancer(
     background.cancel();
     let _ = balancer.await;
     let _ = listening.await;
+    lease_stop.cancel();
+    leadership.finish(std::time::Duration::from_secs(5)).await;
     // The loop and the listeners held the last notifiers: the publisher finishes what is queued, then ends.
     let _ = events_task.await;
     Ok(ExitCode::SUCCESS)

@@ -534,7 +534,12 @@ fn cleanup_needs(args: &[String]) -> Needs {
 fn edge_needs(args: &[String]) -> EdgeNeeds {
     assert_eq!(args[0], "edge");
     if !flag_values(args, "--pools").is_empty() {
-        return EdgeNeeds::LoadBalancer;
+        let elect = flag_values(args, "--leader-elect") != ["false"];
+        let lease = elect.then(|| {
+            let one = |f| flag_values(args, f)[0].to_string();
+            (one("--lease-namespace"), one("--lease-name"))
+        });
+        return EdgeNeeds::LoadBalancer { lease };
     }
     let service = flag_values(args, "--service");
     let (ns, svc) = service[0].split_once('/').unwrap();
@@ -1029,7 +1034,9 @@ fn the_load_balancer_edge_reads_the_rendered_pools() {
     );
     assert_eq!(
         workloads::edge_required(&edge_needs(&args)),
-        workloads::edge_required(&EdgeNeeds::LoadBalancer)
+        workloads::edge_required(&EdgeNeeds::LoadBalancer {
+            lease: Some(("ouroboros".into(), "ouroboros-edge".into()))
+        })
     );
 }
 
@@ -2668,7 +2675,9 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         &mut table,
         "edge (`edge.loadBalancer.enabled`)",
         "edge",
-        &workloads::edge_required(&EdgeNeeds::LoadBalancer),
+        &workloads::edge_required(&EdgeNeeds::LoadBalancer {
+            lease: Some(("ouroboros".into(), "ouroboros-edge".into())),
+        }),
     );
     table.push_str(MATRIX_END);
     Section {

@@ -72,6 +72,8 @@ fn patch_to(rv: &str, ips: &[&str]) -> Value {
 struct Lb {
     api: Routed,
     served: watch::Receiver<Option<Served>>,
+    /// Whether this edge holds the Lease.
+    leader: watch::Sender<bool>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -84,6 +86,11 @@ impl Lb {
 
     /// Like [`Lb::start`], with every status write answered `code`.
     async fn answering(pools: &str, services: Vec<Value>, code: u16) -> Lb {
+        Lb::with(pools, services, code, true).await
+    }
+
+    /// Like [`Lb::answering`], holding the Lease from the start or not (`leader`).
+    async fn with(pools: &str, services: Vec<Value>, code: u16, leader: bool) -> Lb {
         let (client, api) = route(move |s| {
             let path = s.path().to_string();
             match (s.method.as_str(), path.as_str()) {
@@ -118,11 +125,12 @@ impl Lb {
             default_version: Version::V2,
         };
         let (tx, mut served) = watch::channel(None);
+        let (leader, lease) = watch::channel(leader);
         let stop = CancellationToken::new();
         let task = tokio::spawn(load_balancer::run(
             client,
             config,
-            notifier,
+            (notifier, lease),
             tx,
             stop.clone(),
         ));
@@ -133,6 +141,7 @@ impl Lb {
         Lb {
             api,
             served,
+            leader,
             stop,
             task,
         }
@@ -287,6 +296,47 @@ async fn allocation_writes_ip_mode_proxy_lowest_first_and_skips_other_load_balan
     assert_eq!(served["web/dual"].version, Version::V1, "annotation");
     assert_eq!(served["web/a"].version, Version::V2, "default");
     assert_eq!(served.len(), 2, "{served:?}");
+    lb.stop().await;
+}
+
+/// Edges on several nodes: each listens on every address, only the Lease holder writes the
+/// status and sends the Events. A standby that gains the Lease writes what is due at once,
+/// with no Service changing to prompt it, and reports the problems it sees.
+#[tokio::test]
+async fn a_standby_listens_and_writes_nothing_until_it_holds_the_lease() {
+    let pools = "pools:\n- name: v4\n  addresses: [192.0.2.0/30]\n";
+    let want = json!({"ouroboros.io/load-balancer-ips": "192.0.2.9"});
+    let services = vec![ours("a", 1), svc("outside", 2, json!({}), json!({}), want)];
+    let mut lb = Lb::with(pools, services, 200, false).await;
+    lb.settle().await;
+    assert_eq!(
+        lb.listeners("web/a"),
+        ["192.0.2.1:443 https"],
+        "listens all the same"
+    );
+    assert!(lb.patches().is_empty(), "a standby writes no status");
+    assert_eq!(lb.api.count("POST", EVENTS), 0, "nor Events");
+    lb.leader.send_replace(true);
+    assert!(
+        lb.api
+            .wait_for(5, |a| a
+                .count("PATCH", "/api/v1/namespaces/web/services/a/status")
+                == 1)
+            .await
+    );
+    assert_eq!(
+        lb.patches(),
+        strings(&[("a", patch_to("11", &["192.0.2.1"]))])
+    );
+    let events = lb.events(1).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, "InvalidAddressRequest");
+    // Losing it: nothing more is written, whatever changes.
+    lb.leader.send_replace(false);
+    lb.event("MODIFIED", ours("b", 3)).await;
+    lb.settle().await;
+    assert_eq!(lb.listeners("web/b"), ["192.0.2.2:443 https"]);
+    assert_eq!(lb.patches().len(), 1);
     lb.stop().await;
 }
 

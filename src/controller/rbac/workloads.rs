@@ -32,8 +32,9 @@ pub enum EdgeNeeds {
         /// A `--listen` names its Service port by number, so the Service is watched to map it.
         numbered_port: bool,
     },
-    /// `--pools`: the load balancer of a class, over Services in every namespace.
-    LoadBalancer,
+    /// `--pools`: the load balancer of a class, over Services in every namespace; with
+    /// `--leader-elect`, the Lease (namespace, name) whose holder writes.
+    LoadBalancer { lease: Option<(String, String)> },
 }
 
 /// The rules of `ouroboros edge`. With `--service`: its EndpointSlices (label selector, so no
@@ -47,7 +48,7 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
             service,
             numbered_port,
         } => (namespace, service, *numbered_port),
-        EdgeNeeds::LoadBalancer => {
+        EdgeNeeds::LoadBalancer { lease } => {
             let mut rules = vec![
                 rule(
                     Scope::Cluster,
@@ -82,6 +83,9 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
                     "tell a Service's owner why it has no address",
                 ),
             ];
+            if let Some((namespace, name)) = lease {
+                rules.extend(super::lease(namespace, name));
+            }
             rules.sort();
             return rules;
         }
@@ -273,7 +277,7 @@ mod tests {
                 slices,
             ]
         );
-        let lb = edge_required(&EdgeNeeds::LoadBalancer);
+        let lb = edge_required(&EdgeNeeds::LoadBalancer { lease: None });
         let verbs = |r: &str| {
             (flat(&lb).into_iter())
                 .find(|f| f.2 == r)
@@ -288,5 +292,17 @@ mod tests {
             assert_eq!(verbs(resource), Some(("*".to_string(), want)), "{resource}");
         }
         assert_eq!(lb.len(), 4);
+        // With --leader-elect: the Lease, as the controller's.
+        let lease = Some(("ouroboros".to_string(), "ouroboros-edge".to_string()));
+        let elected = edge_required(&EdgeNeeds::LoadBalancer { lease });
+        let leases: Vec<_> = flat(&elected)
+            .into_iter()
+            .filter(|f| f.2 == "leases")
+            .collect();
+        let lease = super::super::lease("ouroboros", "ouroboros-edge");
+        let mut want = flat(&lease);
+        want.sort();
+        assert_eq!(leases, want);
+        assert_eq!(elected.len(), 6);
     }
 }
