@@ -144,6 +144,18 @@ fn masked(line: &str) -> String {
     re.replace(line, "TIMESTAMP").into_owned()
 }
 
+/// Which output of `out` differs from a `doc-stdout` (exactly) or `doc-stderr` block (line by
+/// line, timestamps masked), with what it was.
+fn output_differs(stderr: bool, block: &str, out: &Output) -> Option<String> {
+    if stderr {
+        let got: Vec<String> = out.stderr.lines().map(masked).collect();
+        let want: Vec<String> = block.lines().map(masked).collect();
+        (got != want).then(|| format!("stderr ({})", out.stderr))
+    } else {
+        (out.stdout != block).then(|| format!("stdout ({})", out.stdout))
+    }
+}
+
 /// What the markers of one document found wrong, and how many commands ran.
 fn check_document(file: &str) -> (Vec<String>, usize) {
     let text = std::fs::read_to_string(root().join(file)).unwrap();
@@ -231,22 +243,11 @@ fn check_document(file: &str) -> (Vec<String>, usize) {
                     continue;
                 };
                 let (what, _, out, shown) = run;
-                if kind == "doc-stdout" && out.stdout != block {
+                *shown |= kind == "doc-stderr";
+                if let Some(e) = output_differs(kind == "doc-stderr", &block, out) {
                     errors.push(format!(
-                        "{at}: the stdout of {what} differs from the document's:\n{}",
-                        out.stdout
+                        "{at}: the {e} of {what} differs from the document's"
                     ));
-                }
-                if kind == "doc-stderr" {
-                    *shown = true;
-                    let got: Vec<String> = out.stderr.lines().map(masked).collect();
-                    let want: Vec<String> = block.lines().map(masked).collect();
-                    if got != want {
-                        errors.push(format!(
-                            "{at}: the stderr of {what} differs from the document's:\n{}",
-                            out.stderr
-                        ));
-                    }
                 }
             }
             _ => unreachable!(),
@@ -310,10 +311,10 @@ fn the_quickstart_renders_the_examples_with_only_the_refusals_it_announces() {
     let warned = warnings(&out.stderr, true);
     assert!(!warned.is_empty(), "the README announces refusals");
     let mut files = vec![];
+    let object_re = regex::Regex::new(r"kind=(\S+) namespace=(\S+) name=(\S+)").unwrap();
     for w in &warned {
         assert!(w.contains("skipping a hostname"), "not a refusal: {w}");
-        let object = regex::Regex::new(r"kind=(\S+) namespace=(\S+) name=(\S+)")
-            .unwrap()
+        let object = object_re
             .captures(w)
             .unwrap_or_else(|| panic!("no object in {w}"));
         let file = std::fs::read_dir(root().join("examples"))

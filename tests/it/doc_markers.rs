@@ -25,6 +25,10 @@ pub fn markers<'a>(text: &'a str, name: &str) -> Vec<Marker<'a>> {
             .unwrap_or_else(|| panic!("line {}: an unclosed `{open}` marker", line_of(text, at)));
         let inner = &rest[..end];
         from = at + open.len() + end + 3;
+        // A marker in backticks is shown, not meant (docs/testing.md lists them).
+        if text[..at].ends_with('`') {
+            continue;
+        }
         // `<!-- doc-run` must not also match `<!-- doc-runner`.
         let args = match inner.strip_prefix(':') {
             Some(args) => args.trim(),
@@ -118,7 +122,7 @@ pub fn words(line: &str) -> Result<Vec<String>, String> {
 #[test]
 fn markers_are_found_with_their_arguments_and_what_follows() {
     let doc = "a\n<!-- doc-run: exit=64 -->\n```sh\nouroboros x\n```\n\
-        <!-- doc-runner: no -->\nsee <!-- doc-run --> `the\n  quote` and `more`\n";
+        <!-- doc-runner: no --> `<!-- doc-run: shown -->`\nsee <!-- doc-run --> `the\n  quote` and `more`\n";
     let found = markers(doc, "doc-run");
     assert_eq!(found.len(), 2);
     assert_eq!((found[0].line, found[0].args), (2, "exit=64"));
