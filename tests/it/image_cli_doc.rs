@@ -1,15 +1,14 @@
 //! The commands that run `doctor` and `render` from the image (docs/install.md, "The CLI from
 //! the image", and docs/migration.md): each fenced block after an `<!-- image-cli: SUBCOMMAND -->`
-//! line is read, the ouroboros part of its command (what follows the image or the binary's path)
-//! is run against the binary, and the image is the one the chart deploys. So a renamed flag or
-//! a new release's tag cannot leave these commands behind.
-
+//! marker (tests/it/doc_markers.rs) is read, the ouroboros part of its command (what follows
+//! the image or the binary's path) is run against the binary, and the image is the one the
+//! chart deploys. So a renamed flag or a new release's tag cannot leave these commands behind.
 use std::path::Path;
 
 use crate::common::{command, run};
+use crate::doc_markers::{fenced_block, markers};
 use crate::support::temp_dir;
 
-const MARKER: &str = "<!-- image-cli: ";
 const IMAGE: &str = "ghcr.io/ouroboros-hairpin/ouroboros";
 const BINARY: &str = "/usr/local/bin/ouroboros";
 
@@ -26,19 +25,12 @@ fn documented(root: &Path) -> Vec<Documented> {
     let mut out = Vec::new();
     for file in ["docs/install.md", "docs/migration.md"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
-        let mut lines = text.lines();
-        while let Some(line) = lines.next() {
-            let Some(rest) = line.trim().strip_prefix(MARKER) else {
-                continue;
-            };
-            let sub = rest.trim_end_matches("-->").trim().to_string();
-            let block: Vec<&str> = lines
-                .by_ref()
-                .skip_while(|l| !l.trim_start().starts_with("```"))
-                .skip(1)
-                .take_while(|l| !l.trim_start().starts_with("```"))
-                .collect();
-            let joined = block.join("\n").replace("\\\n", " ");
+        for marker in markers(&text, "image-cli") {
+            let sub = marker.args.to_string();
+            let line = format!("the image-cli marker on line {}", marker.line);
+            let block = fenced_block(marker.after)
+                .unwrap_or_else(|| panic!("{file}: no fenced block after {line}"));
+            let joined = block.replace("\\\n", " ");
             let filled = joined
                 .replace("\"$NS/$NEW\"", "ouroboros/ouroboros")
                 .replace("$NS", "ouroboros")

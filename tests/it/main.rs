@@ -12,6 +12,8 @@
 
 // Helpers, compiled once for every module.
 mod common;
+/// The `<!-- NAME: ARGS -->` markers of the docs' tested commands and outputs.
+mod doc_markers;
 /// A stateful fake of the API server's external-dns objects, with the no-unpublished-name check.
 mod external_dns_fake;
 /// Sections of documents generated from the code, compared or rewritten.
@@ -29,6 +31,7 @@ mod cli_docs;
 mod controller_apply;
 mod controller_cli;
 mod controller_sync;
+mod doc_commands;
 mod doc_paths;
 mod doctor;
 mod doctor_cli;
