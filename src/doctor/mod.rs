@@ -184,9 +184,13 @@ impl DoctorArgs {
     /// What the controller with these flags needs (for the RBAC check), its namespace being
     /// the ServiceAccount's.
     pub fn needs(&self) -> Needs {
-        // doctor checks the ingress controller's ipMode itself (kep-1860-ipmode); the
-        // controller's own watch of it is not among the permissions checked.
-        let ipmode = crate::controller::args::IpModeArgs::default();
+        // The controller with these flags watches --ingress-controller-service (ipMode), lists
+        // it for direct answers and reads each `auto` target's configuration object: all of
+        // that is checked, so the Service must be passed on as the controller gets it.
+        let ipmode = crate::controller::args::IpModeArgs {
+            ingress_controller_service: self.default_controller_service(),
+            skip_proxy_ipmode: self.skip_proxy_ipmode,
+        };
         Needs::for_controller(
             &self.dns,
             &self.hostnames,
@@ -194,6 +198,22 @@ impl DoctorArgs {
             &ipmode,
             &self.service_account().namespace,
         )
+    }
+}
+
+impl DoctorArgs {
+    /// --ingress-controller-service as the controller takes it.
+    pub fn default_controller_service(&self) -> Option<(String, String)> {
+        self.ingress_controller_service
+            .as_ref()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+    }
+
+    /// Every target's answer settings, as the controller with these flags keeps them.
+    pub fn answer_rules(&self) -> Result<Vec<crate::target::AnswerRule>, UsageError> {
+        self.hostnames
+            .answer_rules(self.default_controller_service())
+            .map_err(UsageError)
     }
 }
 
@@ -210,6 +230,9 @@ impl DoctorArgs {
     pub fn validate(&self) -> Result<Validated, UsageError> {
         let s = Selection::of(&self.hostnames)?;
         self.dns.check()?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
+                           // The answers the controller refuses (e.g. `direct` without an ingress controller
+                           // Service), refused here too: the permission check would otherwise miss their reads.
+        self.answer_rules()?;
         Ok(Validated {
             fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
             filters: s.filters,
@@ -865,6 +888,64 @@ mod tests {
             "{e}"
         );
         assert!(parse(&["--node-local-dns"]).validate().is_ok());
+    }
+
+    #[test]
+    fn needs_take_the_answer_reads() {
+        // auto with a configuration object: that one object, and the ingress controller
+        // Service (watched for ipMode, listed for a direct answer).
+        let n = parse(&[
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/nginx-config",
+            "--target",
+            "name=eg,service=p-eg,gateway-class=eg,ingress-controller=envoy-gateway-system/envoy,\
+             ingress-controller-kind=envoy-gateway,ingress-controller-config=envoy-gateway-system/ctp",
+        ])
+        .needs();
+        let configs: Vec<String> = n.controller_configs.iter().map(|c| c.describe()).collect();
+        assert_eq!(
+            configs,
+            [
+                "ConfigMap ingress-nginx/nginx-config",
+                "ClientTrafficPolicy envoy-gateway-system/ctp"
+            ]
+        );
+        assert_eq!(
+            n.ingress_controller_services,
+            [
+                ("envoy-gateway-system".into(), "envoy".into()),
+                ("ingress-nginx".into(), "ingress-nginx-controller".into())
+            ]
+        );
+        // direct set by hand with the Service: listed by name even with ipMode skipping off.
+        let n = parse(&[
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--answer",
+            "direct",
+            "--skip-proxy-ipmode=false",
+        ])
+        .needs();
+        assert_eq!(
+            n.ingress_controller_services,
+            [("ingress-nginx".into(), "ingress-nginx-controller".into())]
+        );
+        assert!(
+            n.controller_configs.is_empty(),
+            "direct reads no configuration"
+        );
+        // What the controller refuses, doctor refuses: the reads could not be known.
+        let Err(e) = parse(&["--answer", "direct"]).validate() else {
+            panic!("--answer direct without a Service validated");
+        };
+        assert!(
+            e.to_string().contains("--ingress-controller-service"),
+            "{e}"
+        );
     }
 
     #[test]
