@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | `inputs` | (no checks) what the fetch layer hands in: `Got`, `ApiFailure`, `Workload` |
 //! | `ingress` | the ingress controller: its Service, KEP-1860 `ipMode`, whether it expects PROXY |
+//! | `answer` | each target's answer: header verdict, pick and why (the controller's functions) |
 //! | `sources` | the hostnames the sources yield, and the ones policy rejects |
 //! | `coredns` | the Corefile, our block in it, the import snippet, reverts |
 //! | `shadowing` | server blocks for more specific zones that take hairpinned names |
@@ -18,6 +19,7 @@
 //! | `crd` | the CRDs the configuration needs |
 //! | `permissions` | the controller's ServiceAccount and its RBAC |
 
+mod answer;
 mod coredns;
 mod coredns_version;
 mod crd;
@@ -31,6 +33,7 @@ mod proxy;
 mod shadowing;
 mod sources;
 
+pub use answer::{answer, answer_verdict};
 pub use coredns::{
     block_reverted, corefile_checks, corefile_text, import_snippet, Expected, UNKNOWN,
 };
