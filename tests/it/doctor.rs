@@ -1405,15 +1405,7 @@ fn classed(ns: &str, class: &str, hosts: &[&str]) -> Value {
     i
 }
 
-/// Each target's answer as the controller picks it, with how the header verdict is known: the
-/// default target's ingress-nginx requires the header (relay), Traefik takes it optionally and
-/// a second ingress-nginx has it off (both direct), one target's ConfigMap is missing (relay,
-/// WARN), one is relayed by hand, and one's load balancer reports ipMode Proxy (skip). The
-/// block is judged against those answers, and the permissions checked include the reads.
-#[tokio::test]
-async fn each_targets_answer_is_picked_and_explained() {
-    const NGINX_SVC: &str = "/api/v1/namespaces/ingress-nginx/services/ingress-nginx-controller";
-    const TRAEFIK_DEPLOY: &str = "/apis/apps/v1/namespaces/traefik/deployments/traefik";
+fn answers_args() -> DoctorArgs {
     let target = |name: &str, extra: &str| {
         format!("name={name},service=proxy-{name},ingress-class={name},{extra}")
     };
@@ -1452,7 +1444,14 @@ async fn each_targets_answer_is_picked_and_explained() {
         ),
     ];
     let argv: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let a = args(&argv);
+    args(&argv)
+}
+
+const NGINX_SVC: &str = "/api/v1/namespaces/ingress-nginx/services/ingress-nginx-controller";
+const TRAEFIK_DEPLOY: &str = "/apis/apps/v1/namespaces/traefik/deployments/traefik";
+
+/// The cluster of `answers_args`: each target's ingress controller and configuration.
+fn answers_cluster() -> Cluster {
     let ingresses = list(
         "IngressList",
         "networking.k8s.io/v1",
@@ -1501,40 +1500,49 @@ async fn each_targets_answer_is_picked_and_explained() {
     )
     .unwrap()
     .text;
-    let cluster = || {
-        healthy()
-            .at(INGRESSES, ingresses.clone())
-            .at(
-                "/apis/networking.k8s.io/v1/ingressclasses?",
-                list("IngressClassList", "networking.k8s.io/v1", vec![]),
-            )
-            .at(NGINX_SVC, nginx_service(None))
-            .at(
-                "/api/v1/namespaces/traefik/services/traefik",
-                controller_service("traefik", "traefik", "10.96.5.1", None),
-            )
-            .at(TRAEFIK_DEPLOY, traefik.clone())
-            .at(
-                "/api/v1/namespaces/plain/services/nginx",
-                controller_service("plain", "nginx", "10.96.5.2", None),
-            )
-            .at(
-                "/api/v1/namespaces/plain/configmaps/nginx",
-                configmap("plain", "nginx", json!({"use-proxy-protocol": "false"})),
-            )
-            .at(
-                "/api/v1/namespaces/lb/services/nginx",
-                controller_service("lb", "nginx", "10.96.5.3", Some("Proxy")),
-            )
-            .at(
-                "/api/v1/namespaces/lb/configmaps/nginx",
-                configmap("lb", "nginx", json!({"use-proxy-protocol": "true"})),
-            )
-            .at(
-                COREDNS,
-                configmap("kube-system", "coredns", json!({"Corefile": corefile})),
-            )
-    };
+    healthy()
+        .at(INGRESSES, ingresses.clone())
+        .at(
+            "/apis/networking.k8s.io/v1/ingressclasses?",
+            list("IngressClassList", "networking.k8s.io/v1", vec![]),
+        )
+        .at(NGINX_SVC, nginx_service(None))
+        .at(
+            "/api/v1/namespaces/traefik/services/traefik",
+            controller_service("traefik", "traefik", "10.96.5.1", None),
+        )
+        .at(TRAEFIK_DEPLOY, traefik.clone())
+        .at(
+            "/api/v1/namespaces/plain/services/nginx",
+            controller_service("plain", "nginx", "10.96.5.2", None),
+        )
+        .at(
+            "/api/v1/namespaces/plain/configmaps/nginx",
+            configmap("plain", "nginx", json!({"use-proxy-protocol": "false"})),
+        )
+        .at(
+            "/api/v1/namespaces/lb/services/nginx",
+            controller_service("lb", "nginx", "10.96.5.3", Some("Proxy")),
+        )
+        .at(
+            "/api/v1/namespaces/lb/configmaps/nginx",
+            configmap("lb", "nginx", json!({"use-proxy-protocol": "true"})),
+        )
+        .at(
+            COREDNS,
+            configmap("kube-system", "coredns", json!({"Corefile": corefile})),
+        )
+}
+
+/// Each target's answer as the controller picks it, with how the header verdict is known: the
+/// default target's ingress-nginx requires the header (relay), Traefik takes it optionally and
+/// a second ingress-nginx has it off (both direct), one target's ConfigMap is missing (relay,
+/// WARN), one is relayed by hand, and one's load balancer reports ipMode Proxy (skip). The
+/// block is judged against those answers, and the permissions checked include the reads.
+#[tokio::test]
+async fn each_targets_answer_is_picked_and_explained() {
+    let a = answers_args();
+    let cluster = answers_cluster;
     let (report, seen) = run(cluster(), &a).await;
     let answers: Vec<_> = report
         .checks

@@ -910,7 +910,20 @@ fn each_target_is_answered_as_its_answer_says() {
         &manifests,
     ]);
     assert!(ok(out).contains("rewrite name b.example.com traefik.traefik.svc.cluster.local.\n"),);
+}
 
+/// `direct` in a hosts file and in DNSEndpoints, `skip` in DNSEndpoints, and `direct` without
+/// its addresses.
+#[test]
+fn direct_and_skip_in_hosts_files_and_records() {
+    let manifests = fixture("ingresses.yaml");
+    let t = |extra: &str| format!("{TRAEFIK},{extra}");
+    let import = |args: &[&str]| {
+        let mut all = vec!["coredns-import", IP];
+        all.extend_from_slice(args);
+        all.push(&manifests);
+        render(&all)
+    };
     // The default target direct (--answer, --direct-ip), in a hosts file: exactly.
     let dir = temp_dir("render-answer");
     let hosts = dir.path().join("hosts");

@@ -120,6 +120,26 @@ mod tests {
         "ingress-nginx/ingress-nginx-controller",
     ));
 
+    type Case<'a> = (
+        AnswerRule,
+        Option<&'a Got<Value>>,
+        bool,
+        Status,
+        Route,
+        &'static str,
+    );
+
+    fn assert_cases(cases: Vec<Case<'_>>) {
+        for (i, (rule, read, ipmode, status, route, summary)) in cases.into_iter().enumerate() {
+            let (c, r) = answer(&rule, read, ipmode);
+            assert_eq!(
+                (c.status, r, c.summary.as_str()),
+                (status, route, summary),
+                "case {i}: {c:?}"
+            );
+        }
+    }
+
     #[test]
     fn picks_and_verdicts() {
         let traefik = Ok(Some(json!({"spec": {"template": {"spec": {"containers": [
@@ -136,7 +156,7 @@ mod tests {
         let true_ = nginx(Some("true"));
         let false_ = nginx(Some("false"));
         let missing: Got<Value> = Ok(None);
-        let cases: Vec<(AnswerRule, Option<&Got<Value>>, bool, Status, Route, &str)> = vec![
+        let cases: Vec<Case<'_>> = vec![
             (
                 rule(AnswerPick::Relay, None),
                 None,
@@ -211,6 +231,15 @@ mod tests {
                 "skip (answer=auto): its load balancer reports ipMode Proxy: in-cluster \
                  clients get the header from it",
             ),
+        ];
+        assert_cases(cases);
+    }
+
+    #[test]
+    fn picks_set_by_hand_that_break_the_names_fail() {
+        let true_ = nginx(Some("true"));
+        let false_ = nginx(Some("false"));
+        let cases: Vec<Case<'_>> = vec![
             // Set by hand: ipMode Proxy does not skip, and a pick that breaks the names fails.
             (
                 rule(AnswerPick::Relay, NGINX),
@@ -245,14 +274,7 @@ mod tests {
                 "skip: answer=skip is set",
             ),
         ];
-        for (i, (rule, read, ipmode, status, route, summary)) in cases.into_iter().enumerate() {
-            let (c, r) = answer(&rule, read, ipmode);
-            assert_eq!(
-                (c.status, r, c.summary.as_str()),
-                (status, route, summary),
-                "case {i}: {c:?}"
-            );
-        }
+        assert_cases(cases);
     }
 
     #[test]
