@@ -22,9 +22,10 @@ use crate::dns::write::plan::Plan;
 use crate::dns::{self, external, ProxyFqdn};
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::flags::{parse_answer_ip, UsageError};
+use crate::header_verdict::{choose, AnswerPick, Facts, Header, Route, Verdict};
 use crate::hostname::{Hostname, LogName};
 use crate::manifests::Manifests;
-use crate::target::{self, TargetRule};
+use crate::target::{self, AnswerRule, TargetRule};
 
 /// `render --help`: the long description (the subcommand's doc comment in cli.rs is the short one).
 pub const LONG_ABOUT: &str =
@@ -465,44 +466,116 @@ fn select_hosts(input: &Input) -> anyhow::Result<Placed> {
     // exits right after printing, so their memory is left to the OS.
     std::mem::forget(manifests);
     std::mem::forget(desired);
+    let answers = routes(&input.hostnames, &plan, &filters.targets)?;
     Ok(Placed {
         plan,
         targets: filters.targets,
+        answers,
         cluster_domain,
     })
 }
 
+/// Each target's answer settings and its route, in the writers' order. The picks set by hand
+/// are rendered as they are; `auto` reads the cluster in the controller, which render cannot,
+/// so it renders `relay` (what `auto` picks when nothing says otherwise) and says so on stderr
+/// for each target with names whose pick depends on the cluster.
+fn routes(
+    hostnames: &HostnameArgs,
+    plan: &Plan,
+    targets: &[TargetRule],
+) -> anyhow::Result<Vec<(AnswerRule, Route)>> {
+    let rules = hostnames.answer_settings(None).map_err(UsageError::err)?;
+    let names = plan.groups(rules.len())?;
+    let not_read = Verdict {
+        header: Header::Unknown,
+        how: "render reads no cluster".into(),
+    };
+    let facts = Facts {
+        verdict: &not_read,
+        ipmode_proxy: false,
+    };
+    let mut out = Vec::new();
+    for (rule, hosts) in rules.into_iter().zip(names) {
+        let (route, _) = choose(rule.answer, &facts);
+        let name = rule.target.name(targets);
+        let mut reads = Vec::new();
+        if let Some(c) = &rule.config {
+            reads.push(format!("whether {} takes the PROXY header", c.describe()));
+        }
+        if let (Some((ns, svc)), target::Target::Named(_)) = (&rule.controller_service, rule.target)
+        {
+            reads.push(format!("the ipMode of Service {ns}/{svc}"));
+        }
+        if rule.answer == AnswerPick::Auto && !reads.is_empty() && !hosts.is_empty() {
+            tracing::warn!(
+                target = name,
+                answer = route.as_str(),
+                hostnames = hosts.len(),
+                "target {name}: answer=auto depends on {}, which render cannot read: rendered \
+                 relay (through the proxy); set answer=relay, direct or skip to render another \
+                 pick",
+                reads.join(" and ")
+            );
+        }
+        if route == Route::Skip && !hosts.is_empty() {
+            tracing::info!(
+                target = name,
+                hostnames = hosts.len(),
+                "target {name}: answer=skip: its names are left out"
+            );
+        }
+        out.push((rule, route));
+    }
+    Ok(out)
+}
+
 /// One target's names and its proxy's addresses.
 type NamesOn<'a> = (Cow<'a, BTreeSet<Hostname>>, &'a [IpAddr]);
-/// A target's rule (`None`: the default target) and its names.
-type TargetNames<'a> = (Option<&'a TargetRule>, Cow<'a, BTreeSet<Hostname>>);
+/// A target's rule (`None`: the default target), its names, and its answer settings and route.
+type TargetNames<'a> = (
+    Option<&'a TargetRule>,
+    Cow<'a, BTreeSet<Hostname>>,
+    (&'a AnswerRule, Route),
+);
 
 /// The names to render, which proxy target each goes to, and the targets.
 struct Placed {
     plan: Plan,
     targets: Vec<TargetRule>,
+    /// Each target's answer settings and route (the default target's first).
+    answers: Vec<(AnswerRule, Route)>,
     cluster_domain: String,
 }
 
 impl Placed {
     /// Each target's names: the default target's always, a named target's only when it has
-    /// any (with its rule).
+    /// any (with its rule); the names of a target answered `skip` are left out.
     fn groups(&self) -> anyhow::Result<Vec<TargetNames<'_>>> {
         let groups = self.plan.groups(1 + self.targets.len())?;
-        Ok(target::Target::all(self.targets.len())
+        Ok(self
+            .answers
+            .iter()
             .zip(groups)
-            .map(|(t, hosts)| (t.rule(&self.targets), hosts))
-            .filter(|(t, hosts)| t.is_none() || !hosts.is_empty())
+            .map(|((a, route), hosts)| {
+                let hosts = match route {
+                    Route::Skip => Cow::Owned(BTreeSet::new()),
+                    Route::Relay | Route::Direct => hosts,
+                };
+                (a.target.rule(&self.targets), hosts, (a, *route))
+            })
+            .filter(|(t, hosts, _)| t.is_none() || !hosts.is_empty())
             .collect())
     }
 
-    /// Each target's names with its proxy's addresses (`--proxy-ip` for the default target,
-    /// `proxy-ip=` for a named one), targets without names left out.
+    /// Each target's names with its addresses: its proxy's (`--proxy-ip` for the default
+    /// target, `proxy-ip=` for a named one) or, answered `direct`, its ingress controller's
+    /// (`--direct-ip`, `direct-ip=`); targets without names left out.
     fn with_ips<'a>(&'a self, default: &'a [IpAddr]) -> anyhow::Result<Vec<NamesOn<'a>>> {
         self.groups()?
             .into_iter()
-            .map(|(t, hosts)| {
+            .map(|(t, hosts, (a, route))| {
                 let ips = match t {
+                    _ if route == Route::Direct => direct_ips(a, t, hosts.len())?,
                     None if default.is_empty() && !hosts.is_empty() => {
                         return Err(UsageError::err(format!(
                             "--proxy-ip is required for {} hostname(s): pass the proxy \
@@ -523,8 +596,9 @@ impl Placed {
     /// `proxy-ip=` (template) or its Service's name (rewrite).
     fn rules(&self, proxy: &AnswerArgs) -> anyhow::Result<Rules> {
         let mut rules = Rules::new();
-        for (t, hosts) in self.groups()? {
+        for (t, hosts, (a, route)) in self.groups()? {
             let answer = match t {
+                _ if route == Route::Direct => self.direct_answer(proxy, a, t, hosts.len())?,
                 None => proxy.answer(&hosts)?,
                 Some(t) => match proxy.coredns_answer {
                     form @ (AnswerForm::Template | AnswerForm::View) => {
@@ -551,6 +625,68 @@ impl Placed {
         }
         Ok(rules)
     }
+}
+
+impl Placed {
+    /// The CoreDNS answer of a target answered `direct`: its `direct-ip=` (`--direct-ip`), or in
+    /// the rewrite form its ingress controller Service's name (`ingress-controller=`).
+    fn direct_answer(
+        &self,
+        proxy: &AnswerArgs,
+        a: &AnswerRule,
+        t: Option<&TargetRule>,
+        names: usize,
+    ) -> anyhow::Result<Answer> {
+        match proxy.coredns_answer {
+            form @ (AnswerForm::Template | AnswerForm::View) => {
+                let ips = direct_ips(a, t, names)?;
+                Ok(ProxyAddrs::new(ips)
+                    .and_then(|addrs| form.with_addrs(addrs))
+                    .ok_or_else(|| no_direct_ip(t, names))?)
+            }
+            AnswerForm::Rewrite => {
+                let (Some(t), Some((ns, name))) = (t, &a.controller_service) else {
+                    return Err(UsageError::err(
+                        "--answer direct with --coredns-answer rewrite: render cannot name the \
+                         default target's ingress controller Service; render it with \
+                         --coredns-answer template and --direct-ip",
+                    ));
+                };
+                let fqdn = ProxyFqdn::for_service(name, ns, &self.cluster_domain).map_err(|e| {
+                    UsageError::new(format!("--target {}: ingress-controller=: {e}", t.name))
+                })?;
+                Ok(Answer::Rewrite(fqdn))
+            }
+        }
+    }
+}
+
+/// The direct answer's addresses (`--direct-ip` for the default target, `direct-ip=` for a
+/// named one), which render needs in place of reading the ingress controller Service.
+fn direct_ips<'a>(
+    a: &'a AnswerRule,
+    t: Option<&TargetRule>,
+    names: usize,
+) -> anyhow::Result<&'a [IpAddr]> {
+    if a.direct_ips.is_empty() && names > 0 {
+        return Err(no_direct_ip(t, names));
+    }
+    Ok(&a.direct_ips)
+}
+
+fn no_direct_ip(t: Option<&TargetRule>, names: usize) -> anyhow::Error {
+    UsageError::err(match t {
+        None => format!(
+            "--answer direct: {names} hostname(s) are answered with the ingress controller \
+             Service's ClusterIPs, which render cannot read: pass them as --direct-ip IP"
+        ),
+        Some(t) => format!(
+            "--target {}: answer=direct: {names} hostname(s) are answered with the ingress \
+             controller Service's ClusterIPs, which render cannot read: pass them as \
+             direct-ip=IP",
+            t.name
+        ),
+    })
 }
 
 /// A named target's `proxy-ip=` addresses, which render needs in place of reading its Service.

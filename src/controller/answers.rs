@@ -25,7 +25,8 @@ use crate::header_verdict::{choose, verdict, ConfigRef, Facts, Verdict};
 use crate::kube_client::{describe, Cause, Repeats};
 use crate::target::{AnswerRule, TargetRule};
 
-fn api(client: &Client, config: &ConfigRef) -> Api<DynamicObject> {
+/// The API of `config`'s resource in its namespace (doctor reads the object through it too).
+pub fn api(client: &Client, config: &ConfigRef) -> Api<DynamicObject> {
     let r = config.resource;
     let ar = ApiResource {
         group: r.group.into(),

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::checks::{
     coredns_version::pick_coredns_workload, coredns_version::COREDNS_DEPLOYMENT,
@@ -115,6 +116,25 @@ where
     };
     let a: Api<K> = Api::namespaced(client.clone(), namespace);
     found(&t, retrying(|| a.get(name)).await)
+}
+
+/// GET an ingress controller's configuration object (any resource), as JSON.
+pub async fn get_config(client: &Client, config: &crate::header_verdict::ConfigRef) -> Got<Value> {
+    let r = config.resource;
+    let resource = if r.group.is_empty() {
+        r.plural.to_string()
+    } else {
+        format!("{}.{}", r.plural, r.group)
+    };
+    let t = Target {
+        verb: "get",
+        resource: &resource,
+        namespace: Some(&config.namespace),
+        name: Some(&config.name),
+    };
+    let a = crate::controller::answers::api(client, config);
+    let got = found(&t, retrying(|| a.get(&config.name)).await)?;
+    Ok(got.and_then(|o| serde_json::to_value(o).ok()))
 }
 
 /// GET one cluster-scoped object; only whether it exists.

@@ -10,7 +10,7 @@ pub mod fetch;
 pub mod probe;
 pub mod report;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -30,7 +30,9 @@ use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::args::{AnswerForm, DnsArgs, Mode};
 use crate::dns::write::proxy_ips::cluster_ips;
+use crate::dns::write::routes::Routes;
 use crate::flags::UsageError;
+use crate::header_verdict::Route;
 use crate::target::{Target, TargetRule};
 use checks::{ingress::ControllerKind, inputs::Got, proxy::Dial, proxy::Dials};
 use report::{Check, Report};
@@ -186,9 +188,13 @@ impl DoctorArgs {
     /// What the controller with these flags needs (for the RBAC check), its namespace being
     /// the ServiceAccount's.
     pub fn needs(&self) -> Needs {
-        // doctor checks the ingress controller's ipMode itself (kep-1860-ipmode); the
-        // controller's own watch of it is not among the permissions checked.
-        let ipmode = crate::controller::args::IpModeArgs::default();
+        // The controller with these flags watches --ingress-controller-service (ipMode), lists
+        // it for direct answers and reads each `auto` target's configuration object: all of
+        // that is checked, so the Service must be passed on as the controller gets it.
+        let ipmode = crate::controller::args::IpModeArgs {
+            ingress_controller_service: self.default_controller_service(),
+            skip_proxy_ipmode: self.skip_proxy_ipmode,
+        };
         Needs::for_controller(
             &self.dns,
             &self.hostnames,
@@ -196,6 +202,22 @@ impl DoctorArgs {
             &ipmode,
             &self.service_account().namespace,
         )
+    }
+}
+
+impl DoctorArgs {
+    /// --ingress-controller-service as the controller takes it.
+    pub fn default_controller_service(&self) -> Option<(String, String)> {
+        self.ingress_controller_service
+            .as_ref()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+    }
+
+    /// Every target's answer settings, as the controller with these flags keeps them.
+    pub fn answer_rules(&self) -> Result<Vec<crate::target::AnswerRule>, UsageError> {
+        self.hostnames
+            .answer_rules(self.default_controller_service())
+            .map_err(UsageError)
     }
 }
 
@@ -212,6 +234,9 @@ impl DoctorArgs {
     pub fn validate(&self) -> Result<Validated, UsageError> {
         let s = Selection::of(&self.hostnames)?;
         self.dns.check()?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
+                           // The answers the controller refuses (e.g. `direct` without an ingress controller
+                           // Service), refused here too: the permission check would otherwise miss their reads.
+        self.answer_rules()?;
         Ok(Validated {
             fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
             filters: s.filters,
@@ -291,8 +316,13 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     } = args.validate()?;
     let mut out: Vec<Check> = Vec::new();
 
-    // 1. The ingress controller: its Service, KEP-1860, PROXY protocol.
-    let skipped = ingress_section(client, args, &filters, &mut out).await?;
+    // 1. The ingress controller: its Service, KEP-1860, PROXY protocol; then each target's
+    // answer, picked as the controller picks it.
+    let controllers = ingress_section(client, args, &filters, &mut out).await?;
+    let (routes, directs) =
+        answers_section(client, args, &controllers, &cluster_domain, &mut out).await?;
+    let rules = args.answer_rules()?;
+    let skipped = crate::controller::answers::skipped(&routes, &rules, &controllers.proxied);
 
     // 2. The hostnames the controller would hairpin.
     let needs = args.needs();
@@ -304,7 +334,10 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // The proxy Service: its ClusterIPs are the template answers (checked in 5).
     let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
-    let answer = default_answer(d, &fqdn, &proxy);
+    let answer = match routes.get(Target::Default) {
+        Route::Direct => directs.get(&Target::Default).cloned(),
+        _ => default_answer(d, &fqdn, &proxy),
+    };
 
     // With --target, each named target's names are answered by its own proxy, as the
     // controller writes them (default target first, then --target order).
@@ -320,6 +353,8 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         proxies,
         services: &target_services,
         got: &target_svcs,
+        routes: &routes,
+        directs: &directs,
     };
     let per_target = match (&desired, &answer) {
         (Some(desired), Some(default)) if !filters.targets.is_empty() => {
@@ -462,15 +497,23 @@ async fn proxy_section(
     out
 }
 
+/// The ingress controller Services the controller is named (read in section 1), by target, and
+/// the targets whose Service reports ipMode Proxy on every address (with skipping on).
+#[derive(Default)]
+struct Controllers {
+    services: BTreeMap<Target, Service>,
+    proxied: BTreeSet<Target>,
+}
+
 /// Section 1: the ingress controllers' checks, the default one's and each --target's, pushed to
-/// `out`; returns the targets the controller leaves out (KEP-1860). Fails when the API server
-/// cannot be reached at all.
+/// `out`; returns the Services read and which report ipMode Proxy (KEP-1860). Fails when the
+/// API server cannot be reached at all.
 async fn ingress_section(
     client: &Client,
     args: &DoctorArgs,
     filters: &hostnames::model::Filters,
     out: &mut Vec<Check>,
-) -> anyhow::Result<BTreeSet<Target>> {
+) -> anyhow::Result<Controllers> {
     let flag = args.ingress_controller_service.as_ref();
     let (first, unreachable, default_svc) =
         ingress_checks(client, flag, "--ingress-controller-service").await;
@@ -486,14 +529,19 @@ async fn ingress_section(
         anyhow::bail!("{} ({e})", cause.hint(""));
     }
     out.extend(first);
-    // The targets the controller leaves out (KEP-1860): it watches only the Services it is
-    // named, so an auto-detected one does not count.
-    let mut skipped = BTreeSet::new();
-    if args.skip_proxy_ipmode
-        && flag.is_some()
-        && crate::controller::ipmode::proxied(default_svc.as_ref())
-    {
-        skipped.insert(Target::Default);
+    // The controller watches (and answers directly with) only the Services it is named, so an
+    // auto-detected one does not count.
+    let mut found = Controllers::default();
+    let mut named_service = |target: Target, svc: Option<Service>| {
+        if args.skip_proxy_ipmode && crate::controller::ipmode::proxied(svc.as_ref()) {
+            found.proxied.insert(target);
+        }
+        if let Some(svc) = svc {
+            found.services.insert(target, svc);
+        }
+    };
+    if flag.is_some() {
+        named_service(Target::Default, default_svc);
     }
     // Each --target's ingress controller (`ingress-controller=`), the same checks.
     let named = Target::all(filters.targets.len())
@@ -507,12 +555,68 @@ async fn ingress_section(
             let by = format!("ingress-controller= of --target {}", t.name);
             let (checks, _, svc) = ingress_checks(client, Some(&ns_name), &by).await;
             out.extend(checks.into_iter().map(|c| c.for_target(&t.name)));
-            if args.skip_proxy_ipmode && crate::controller::ipmode::proxied(svc.as_ref()) {
-                skipped.insert(target);
+            named_service(target, svc);
+        }
+    }
+    Ok(found)
+}
+
+/// Each target's `answer` check, pushed to `out`: its configuration object read (when named),
+/// the verdict and the pick made by the controller's own functions. Returns the picks and, for
+/// the targets picked `direct`, the answer the controller writes for them (the ingress
+/// controller Service's ClusterIPs, its `direct-ip=`, or its name in the rewrite form) when it
+/// can be known.
+async fn answers_section(
+    client: &Client,
+    args: &DoctorArgs,
+    controllers: &Controllers,
+    cluster_domain: &str,
+    out: &mut Vec<Check>,
+) -> Result<(Routes, BTreeMap<Target, Answer>), UsageError> {
+    let names = &args.hostnames.targets;
+    let routes = Routes::default();
+    let mut directs = BTreeMap::new();
+    for rule in args.answer_rules()? {
+        let read = match &rule.config {
+            Some(c) => Some(fetch::get_config(client, c).await),
+            None => None,
+        };
+        let ipmode = controllers.proxied.contains(&rule.target);
+        let (check, route) = checks::answer::answer(&rule, read.as_ref(), ipmode);
+        out.push(match rule.target {
+            Target::Default => check,
+            t => check.for_target(t.name(names)),
+        });
+        routes.set(rule.target, route, String::new());
+        if route == Route::Direct {
+            let svc = controllers.services.get(&rule.target);
+            if let Some(a) = direct_answer(&args.dns, &rule, svc, cluster_domain) {
+                directs.insert(rule.target, a);
             }
         }
     }
-    Ok(skipped)
+    Ok((routes, directs))
+}
+
+/// The answer the controller writes for a target picked `direct`: `direct-ip=` (else the
+/// ingress controller Service's ClusterIPs) in the template and view forms, the Service's name
+/// in the rewrite form; `None` when that cannot be known.
+fn direct_answer(
+    d: &DnsArgs,
+    rule: &crate::target::AnswerRule,
+    svc: Option<&Service>,
+    cluster_domain: &str,
+) -> Option<Answer> {
+    match d.coredns_answer {
+        AnswerForm::Rewrite => {
+            let (ns, name) = rule.controller_service.as_ref()?;
+            crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain)
+                .ok()
+                .map(Answer::Rewrite)
+        }
+        form if !rule.direct_ips.is_empty() => form.with_addrs(ProxyAddrs::new(&rule.direct_ips)?),
+        form => form.with_addrs(ProxyAddrs::new(&cluster_ips(svc?).ok()?)?),
+    }
 }
 
 /// Section 3: CoreDNS, the Corefile (our block, shadowing server blocks), the import ConfigMap,
@@ -778,6 +882,10 @@ struct Targets<'a> {
     proxies: &'a [TargetRule],
     services: &'a [(String, String)],
     got: &'a [Got<Service>],
+    /// Each target's pick, as the `answer` checks made it.
+    routes: &'a Routes,
+    /// The direct answers of the targets picked `direct`, where they can be known.
+    directs: &'a BTreeMap<Target, Answer>,
 }
 
 /// The rules the controller writes with --target: the default target's names with `default`,
@@ -797,6 +905,9 @@ fn target_rules(
     for (target, hosts) in by_target {
         let answer = match target {
             Target::Default => default.clone(),
+            Target::Named(_) if targets.routes.get(target) == Route::Direct => {
+                targets.directs.get(&target)?.clone()
+            }
             Target::Named(i) => {
                 let i = usize::from(i);
                 let (ns, name) = &targets.services[i];
@@ -881,6 +992,64 @@ mod tests {
             "{e}"
         );
         assert!(parse(&["--node-local-dns"]).validate().is_ok());
+    }
+
+    #[test]
+    fn needs_take_the_answer_reads() {
+        // auto with a configuration object: that one object, and the ingress controller
+        // Service (watched for ipMode, listed for a direct answer).
+        let n = parse(&[
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--ingress-controller-kind",
+            "ingress-nginx",
+            "--ingress-controller-config",
+            "ingress-nginx/nginx-config",
+            "--target",
+            "name=eg,service=p-eg,gateway-class=eg,ingress-controller=envoy-gateway-system/envoy,\
+             ingress-controller-kind=envoy-gateway,ingress-controller-config=envoy-gateway-system/ctp",
+        ])
+        .needs();
+        let configs: Vec<String> = n.controller_configs.iter().map(|c| c.describe()).collect();
+        assert_eq!(
+            configs,
+            [
+                "ConfigMap ingress-nginx/nginx-config",
+                "ClientTrafficPolicy envoy-gateway-system/ctp"
+            ]
+        );
+        assert_eq!(
+            n.ingress_controller_services,
+            [
+                ("envoy-gateway-system".into(), "envoy".into()),
+                ("ingress-nginx".into(), "ingress-nginx-controller".into())
+            ]
+        );
+        // direct set by hand with the Service: listed by name even with ipMode skipping off.
+        let n = parse(&[
+            "--ingress-controller-service",
+            "ingress-nginx/ingress-nginx-controller",
+            "--answer",
+            "direct",
+            "--skip-proxy-ipmode=false",
+        ])
+        .needs();
+        assert_eq!(
+            n.ingress_controller_services,
+            [("ingress-nginx".into(), "ingress-nginx-controller".into())]
+        );
+        assert!(
+            n.controller_configs.is_empty(),
+            "direct reads no configuration"
+        );
+        // What the controller refuses, doctor refuses: the reads could not be known.
+        let Err(e) = parse(&["--answer", "direct"]).validate() else {
+            panic!("--answer direct without a Service validated");
+        };
+        assert!(
+            e.to_string().contains("--ingress-controller-service"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -88,14 +88,7 @@ pub async fn report(
     let checked = policy
         .check(host)
         .map_err(|r| UsageError::new(format!("--probe {host:?}: {}", r.explain())))?;
-    let default_service = args
-        .ingress_controller_service
-        .as_ref()
-        .map(|s| (s.namespace.clone(), s.name.clone()));
-    let rules = args
-        .hostnames
-        .answer_rules(default_service)
-        .map_err(UsageError)?;
+    let rules = args.answer_rules()?;
     let needs = args.needs();
     let objects = sources(client, &args.hostnames, needs.ingress_class_filter)
         .await

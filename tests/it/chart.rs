@@ -186,8 +186,13 @@ const TWO_PROXIES_CASE: &str = "two ingress controllers";
 
 /// The values matrix: every mode and the options that change what is rendered (prefixes as in
 /// `values_args`).
+/// Each target answered its own way (a `values:` entry of a case).
+const ANSWERS: &str = "values:tests/fixtures/chart/answers.yaml";
+/// The name of the case rendering ANSWERS.
+const ANSWERS_CASE: &str = "answers per target";
 const CASES: &[(&str, &[&str])] = &[
     ("defaults", &[]),
+    (ANSWERS_CASE, &[ANSWERS]),
     (
         "coredns, custom names, Gateway API, class filter, 2 replicas",
         &[
@@ -2425,7 +2430,7 @@ fn without_proxies_no_target_and_no_entry_objects() {
     for (case, objs, _) in renders()
         .into_iter()
         .chain(reference_renders())
-        .filter(|(c, _, _)| !c.starts_with(TWO_PROXIES_CASE))
+        .filter(|(c, _, _)| !c.starts_with(TWO_PROXIES_CASE) && !c.starts_with(ANSWERS_CASE))
     {
         for (w, args) in invocations(objs) {
             assert!(
@@ -4030,4 +4035,89 @@ fn containerfile_matches_the_chart() {
         ignore.lines().any(|l| l == "/target"),
         ".dockerignore keeps target/ out"
     );
+}
+
+/// `proxy.answer`, `proxies[].answer` and the ingress controller's configuration object become
+/// the controller's flags; each object gets a Role granting get/list/watch on it alone.
+#[test]
+fn answers_become_flags_and_least_privilege_roles() {
+    let objs = case(ANSWERS_CASE);
+    let args = controller_args(objs);
+    let want = [
+        "--ingress-controller-service=ingress-nginx/ingress-nginx-controller",
+        "--ingress-controller-kind=ingress-nginx",
+        "--ingress-controller-config=ingress-nginx/ingress-nginx-controller",
+        "--target=name=traefik,service=ouroboros/ouroboros-proxy-traefik,ingress-class=traefik,\
+         ingress-controller=traefik/traefik,ingress-controller-kind=traefik,\
+         ingress-controller-config=daemonset/traefik/traefik",
+        "--target=name=cilium,service=ouroboros/ouroboros-proxy-cilium,gateway-class=cilium,\
+         ingress-controller=gateways/cilium-gateway-main,ingress-controller-kind=cilium,\
+         ingress-controller-config=kube-system/cilium-config",
+        "--target=name=plain,service=ouroboros/ouroboros-proxy-plain,ingress-class=plain,\
+         ingress-controller=plain/plain,answer=direct",
+        "--target=name=outside,service=ouroboros/ouroboros-proxy-outside,\
+         ingress-class=outside,answer=skip",
+    ];
+    for w in want {
+        assert!(args.iter().any(|a| a == w), "{w} not in {args:#?}");
+    }
+    // One Role per namespace of those objects, each rule one object by name.
+    let rules = |ns: &str| {
+        let role = objs
+            .iter()
+            .find(|o| {
+                kind(o) == "Role"
+                    && o["metadata"]["namespace"] == ns
+                    && name(o).starts_with("ouroboros-controller-answer-")
+            })
+            .unwrap_or_else(|| panic!("no answer Role in {ns}"));
+        role["rules"].clone()
+    };
+    assert_eq!(
+        rules("kube-system"),
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": ["cilium-config"], "verbs": ["get", "list", "watch"]}])
+    );
+    assert_eq!(
+        rules("traefik"),
+        serde_json::json!([{"apiGroups": ["apps"], "resources": ["daemonsets"],
+            "resourceNames": ["traefik"], "verbs": ["get", "list", "watch"]}])
+    );
+    // Nothing for a target that reads no configuration.
+    assert!(!objs.iter().any(|o| kind(o) == "Role"
+        && o["metadata"]["namespace"] == "plain"
+        && name(o).contains("answer")));
+    // The defaults read none.
+    assert!(!defaults().iter().any(|o| name(o).contains("-answer-")));
+}
+
+/// Answer settings the controller would refuse stop the render with what to do.
+#[test]
+fn answer_settings_the_controller_refuses_fail_to_render() {
+    for (sets, want) in [
+        (
+            &["proxy.answer=direct"][..],
+            "proxy.answer direct may answer with the ingress controller Service's ClusterIPs: \
+             set proxy.target.serviceName and serviceNamespace",
+        ),
+        (
+            &["proxy.ingressControllerKind=traefik"],
+            "proxy.ingressControllerKind and proxy.ingressControllerConfig go together",
+        ),
+        (
+            &[
+                "proxy.target.serviceName=s",
+                "proxy.target.serviceNamespace=n",
+                "proxy.ingressControllerKind=ingress-nginx",
+                "proxy.ingressControllerConfig=daemonset/a/b",
+            ],
+            "proxy.ingressControllerConfig daemonset/a/b is not NAMESPACE/NAME",
+        ),
+    ] {
+        let mut cmd = Command::new(tool("helm"));
+        cmd.args(["template", RELEASE]).arg(chart_dir());
+        values_args(&mut cmd, &[], sets);
+        let (ok, _, err) = run(&mut cmd, None);
+        assert!(!ok && err.contains(want), "{sets:?}: {err}");
+    }
 }

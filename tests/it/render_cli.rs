@@ -819,3 +819,176 @@ fn target_usage_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `answer=` per target: `direct` answers with `direct-ip=` (`--direct-ip`), `skip` leaves the
+/// names out, `auto` renders `relay` and says on stderr when the controller's pick would read
+/// the cluster.
+#[test]
+fn each_target_is_answered_as_its_answer_says() {
+    let manifests = fixture("ingresses.yaml");
+    let t = |extra: &str| format!("{TRAEFIK},{extra}");
+    let import = |args: &[&str]| {
+        let mut all = vec!["coredns-import", IP];
+        all.extend_from_slice(args);
+        all.push(&manifests);
+        render(&all)
+    };
+    let pair = |pattern: &str, ip: &str| {
+        format!(
+            "template IN A example.com {{\n    match {pattern}\n    answer \"{{{{ .Name }}}} 30 IN A \
+             {ip}\"\n    fallthrough\n}}\ntemplate IN AAAA example.com {{\n    match {pattern}\n    \
+             fallthrough\n}}\n"
+        )
+    };
+    let block = |pairs: &[String]| {
+        format!(
+            "# === BEGIN ouroboros (do not edit by hand) ===\n{}# === END ouroboros ===\n",
+            pairs.concat()
+        )
+    };
+    let (ac, b, wild) = (
+        r"^[ac]\.example\.com\.$",
+        r"^b\.example\.com\.$",
+        r"^[a-z0-9-]+\.wild\.example\.com\.$",
+    );
+
+    // direct: traefik's name with its ingress controller's address, no proxy hop.
+    let out = import(&["--target", &t("answer=direct,direct-ip=10.96.7.1")]);
+    assert_eq!(
+        ok(out),
+        block(&[
+            pair(ac, "10.96.0.50"),
+            pair(b, "10.96.7.1"),
+            pair(wild, "10.96.0.50")
+        ])
+    );
+    // skip: traefik's name is left out; the rest as before.
+    let out = import(&["--target", &t("answer=skip")]);
+    assert!(out
+        .stderr
+        .contains("target traefik: answer=skip: its names are left out"));
+    assert_eq!(
+        ok(out),
+        block(&[pair(
+            r"^(?:[a-z0-9-]+\.wild|[ac])\.example\.com\.$",
+            "10.96.0.50"
+        )])
+    );
+    // auto with a configuration to read: relay, and stderr says what was assumed.
+    let auto = t(
+        "ingress-controller=traefik/traefik,ingress-controller-kind=traefik,\
+         ingress-controller-config=traefik/traefik",
+    );
+    let out = import(&["--target", &auto]);
+    assert!(
+        out.stderr.contains(
+            "target traefik: answer=auto depends on whether Deployment traefik/traefik takes \
+             the PROXY header and the ipMode of Service traefik/traefik, which render cannot \
+             read: rendered relay (through the proxy)"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        ok(out),
+        block(&[
+            pair(ac, "10.96.0.50"),
+            pair(b, "10.96.0.60"),
+            pair(wild, "10.96.0.50")
+        ])
+    );
+    // auto with nothing to read is relay for certain: nothing to say.
+    let out = import(&["--target", TRAEFIK]);
+    assert!(!out.stderr.contains("answer=auto"), "{}", out.stderr);
+    // rewrite: a direct target's names are rewritten to its ingress controller Service.
+    let out = render(&[
+        "coredns-import",
+        "--coredns-answer",
+        "rewrite",
+        "--target",
+        &t("answer=direct,ingress-controller=traefik/traefik"),
+        &manifests,
+    ]);
+    assert!(ok(out).contains("rewrite name b.example.com traefik.traefik.svc.cluster.local.\n"),);
+}
+
+/// `direct` in a hosts file and in DNSEndpoints, `skip` in DNSEndpoints, and `direct` without
+/// its addresses.
+#[test]
+fn direct_and_skip_in_hosts_files_and_records() {
+    let manifests = fixture("ingresses.yaml");
+    let t = |extra: &str| format!("{TRAEFIK},{extra}");
+    let import = |args: &[&str]| {
+        let mut all = vec!["coredns-import", IP];
+        all.extend_from_slice(args);
+        all.push(&manifests);
+        render(&all)
+    };
+    // The default target direct (--answer, --direct-ip), in a hosts file: exactly.
+    let dir = temp_dir("render-answer");
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
+    let out = render(&[
+        "etc-hosts",
+        "--hosts-file",
+        hosts.to_str().unwrap(),
+        IP,
+        "--answer",
+        "direct",
+        "--direct-ip",
+        "10.96.7.9",
+        "--target",
+        TRAEFIK,
+        &manifests,
+    ]);
+    assert_eq!(
+        ok(out),
+        "127.0.0.1 localhost\n# === BEGIN ouroboros (do not edit by hand) ===\n10.96.7.9 \
+         a.example.com\n10.96.7.9 c.example.com\n10.96.0.60 b.example.com\n# === END ouroboros \
+         ===\n"
+    );
+    // external-dns: a direct target's records point at its ingress controller; a skipped one
+    // has none.
+    let by = targets_by_name(&ok(render(&[
+        "external-dns",
+        IP,
+        "--target",
+        &t("answer=direct,direct-ip=10.96.7.1"),
+        &manifests,
+    ])));
+    assert_eq!(by["b.example.com"], ["10.96.7.1"]);
+    assert_eq!(by["a.example.com"], ["10.96.0.50"]);
+    let names = dns_names(&ok(render(&[
+        "external-dns",
+        IP,
+        "--answer",
+        "skip",
+        "--target",
+        TRAEFIK,
+        &manifests,
+    ])));
+    assert_eq!(names, set(&["b.example.com"]));
+
+    // direct without its addresses: a usage error naming the flag, nothing printed.
+    for (args, want) in [
+        (
+            vec!["--answer", "direct"],
+            "--answer direct: 4 hostname(s) are answered with the ingress controller \
+             Service's ClusterIPs, which render cannot read: pass them as --direct-ip IP",
+        ),
+        (
+            vec!["--target", "X"],
+            "--target traefik: answer=direct: 1 hostname(s) are answered with the ingress \
+             controller Service's ClusterIPs, which render cannot read: pass them as \
+             direct-ip=IP",
+        ),
+    ] {
+        let named = t("answer=direct,ingress-controller=traefik/traefik");
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "X" { named.as_str() } else { a })
+            .collect();
+        let err = fails(import(&args), 64);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

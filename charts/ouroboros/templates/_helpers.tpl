@@ -23,10 +23,11 @@
 {{/*
 The proxies the chart renders: the main one (proxy.*, when proxy.enabled) and one per entry of
 `proxies`, each resolved into (name, key, fullname, component, labels, p, ingressController,
-ipModeService): p is proxy.* with the entry's overrides (values.yaml lists them),
-ingressController is networkPolicy.ingressController with the entry's, and ipModeService is the
-target's ingress controller Service as NAMESPACE/NAME when the controller watches its ipMode
-(controller.skipProxyIpMode and a Service target), else "". Call with
+ipModeService, answer): p is proxy.* with the entry's overrides (values.yaml lists them),
+ingressController is networkPolicy.ingressController with the entry's, ipModeService is the
+target's ingress controller Service as NAMESPACE/NAME when the controller is given it (to watch
+its ipMode with controller.skipProxyIpMode, or to answer with it: see "ouroboros.answer"), else
+"", and answer is "ouroboros.answer"'s result. Call with
 (dict "root" $ "out" $out): sets $out.proxies (main first) and $out.extras (the entries). Fails on an entry the controller's
 --target would refuse or Kubernetes could not name.
 */}}
@@ -38,8 +39,8 @@ target's ingress controller Service as NAMESPACE/NAME when the controller watche
 {{- $all := list -}}
 {{- if $v.proxy.enabled -}}
 {{- $t := $v.proxy.target -}}
-{{- $watched := ternary (printf "%s/%s" $t.serviceNamespace $t.serviceName) "" (and $ipMode (not (empty $t.serviceName)) (not (empty $t.serviceNamespace))) -}}
-{{- $all = append $all (dict "name" "" "key" "proxy" "fullname" (include "ouroboros.proxyServiceName" .root) "component" "proxy" "labels" (dict) "p" $v.proxy "ingressController" $v.networkPolicy.ingressController "ipModeService" $watched) -}}
+{{- $a := include "ouroboros.answer" (dict "key" "proxy" "e" $v.proxy "svcNs" $t.serviceNamespace "svc" $t.serviceName "ipMode" $ipMode) | fromJson -}}
+{{- $all = append $all (dict "name" "" "key" "proxy" "fullname" (include "ouroboros.proxyServiceName" .root) "component" "proxy" "labels" (dict) "p" $v.proxy "ingressController" $v.networkPolicy.ingressController "ipModeService" $a.service "answer" $a) -}}
 {{- end -}}
 {{- $extras := list -}}
 {{- $names := dict -}}
@@ -111,13 +112,55 @@ target's ingress controller Service as NAMESPACE/NAME when the controller watche
       "httpsPort" (ternary (get $t "httpsPort") $v.proxy.target.httpsPort (hasKey $t "httpsPort"))) -}}
 {{- $ic := deepCopy $v.networkPolicy.ingressController -}}
 {{- range $k, $val := (get (get $e "networkPolicy" | default dict) "ingressController" | default dict) }}{{ $_ := set $ic $k $val }}{{ end -}}
-{{- $watched := ternary (printf "%s/%s" $svcNs $svc) "" (and $ipMode (not (empty $svc))) -}}
-{{- $spec := dict "name" $n "key" $key "fullname" $obj "component" (printf "proxy-%s" $n) "labels" (dict "ouroboros.io/proxy" $n) "p" $p "ingressController" $ic "mapping" $mapping "ipModeService" $watched -}}
+{{- $a := include "ouroboros.answer" (dict "key" $key "e" $e "svcNs" $svcNs "svc" $svc "ipMode" $ipMode) | fromJson -}}
+{{- $spec := dict "name" $n "key" $key "fullname" $obj "component" (printf "proxy-%s" $n) "labels" (dict "ouroboros.io/proxy" $n) "p" $p "ingressController" $ic "mapping" $mapping "ipModeService" $a.service "answer" $a -}}
 {{- $all = append $all $spec -}}
 {{- $extras = append $extras $spec -}}
 {{- end -}}
 {{- $_ := set .out "proxies" $all -}}
 {{- $_ := set .out "extras" $extras -}}
+{{- end -}}
+
+{{/*
+A target's answer settings (answer, ingressControllerKind, ingressControllerConfig of .e, which
+are the entry's own: not inherited from proxy.*), checked as the controller checks them, as JSON:
+answer, kind, config; service, the ingress controller Service (.svcNs/.svc) given to the
+controller ("" when none: it is given when its ipMode is watched (.ipMode) or when the answer
+may be direct); rule, the one object `auto` reads (namespace, name, group, resource; empty
+without one), which rbac.yaml grants get/list/watch on by name. Call with
+(dict "key" "proxy" "e" $entry "svcNs" $ns "svc" $name "ipMode" $bool).
+*/}}
+{{- define "ouroboros.answer" -}}
+{{- $answer := get .e "answer" | default "auto" -}}
+{{- $kind := get .e "ingressControllerKind" | default "" -}}
+{{- $config := get .e "ingressControllerConfig" | default "" -}}
+{{- $kinds := dict "ingress-nginx" (list "" "configmaps") "haproxy" (list "" "configmaps") "cilium" (list "" "configmaps") "traefik" (list "apps" "deployments") "contour" (list "apps" "deployments") "envoy-gateway" (list "gateway.envoyproxy.io" "clienttrafficpolicies") "nginx-gateway-fabric" (list "gateway.nginx.org" "nginxproxies") -}}
+{{- $rule := dict -}}
+{{- if or $kind $config -}}
+{{- if not (and $kind $config) -}}
+{{- fail (printf "%s.ingressControllerKind and %s.ingressControllerConfig go together: the kind says how to read the object the config names (docs/targets.md)" .key .key) -}}
+{{- end -}}
+{{- if not (hasKey $kinds $kind) -}}
+{{- fail (printf "%s.ingressControllerKind %s is not one of %s" .key $kind (keys $kinds | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $gr := get $kinds $kind -}}
+{{- $parts := splitList "/" $config -}}
+{{- if and (eq (len $parts) 3) (eq (first $parts) "daemonset") (has $kind (list "traefik" "contour")) -}}
+{{- $gr = list "apps" "daemonsets" -}}
+{{- $parts = rest $parts -}}
+{{- end -}}
+{{- if or (ne (len $parts) 2) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (first $parts))) (not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" (last $parts))) -}}
+{{- fail (printf "%s.ingressControllerConfig %s is not NAMESPACE/NAME%s" .key $config (ternary " (or daemonset/NAMESPACE/NAME)" "" (has $kind (list "traefik" "contour")))) -}}
+{{- end -}}
+{{- $rule = dict "namespace" (first $parts) "name" (last $parts) "group" (first $gr) "resource" (last $gr) -}}
+{{- end -}}
+{{- $direct := or (eq $answer "direct") (and (eq $answer "auto") (not (empty $rule))) -}}
+{{- if and $direct (not (and .svc .svcNs)) -}}
+{{- fail (printf "%s.answer %s may answer with the ingress controller Service's ClusterIPs: set %s.target.serviceName and serviceNamespace (a target host names no Service), or set %s.answer to relay" .key $answer .key .key) -}}
+{{- end -}}
+{{- $service := "" -}}
+{{- if and .svc .svcNs (or .ipMode $direct) }}{{ $service = printf "%s/%s" .svcNs .svc }}{{ end -}}
+{{- toJson (dict "answer" $answer "kind" $kind "config" $config "service" $service "rule" $rule) -}}
 {{- end -}}
 
 {{/* Labels. Call with (dict "root" $ "component" "proxy"). */}}
@@ -469,12 +512,21 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- $proxies := dict }}
 {{- $_ := include "ouroboros.resolveProxies" (dict "root" . "out" $proxies) }}
 {{- range $proxies.proxies }}
-{{- if and (eq .name "") .ipModeService }}
-- --ingress-controller-service={{ .ipModeService }}
+{{- if eq .name "" }}
+{{- with .ipModeService }}
+- --ingress-controller-service={{ . }}
+{{- end }}
+{{- if ne .answer.answer "auto" }}
+- --answer={{ .answer.answer }}
+{{- end }}
+{{- if .answer.kind }}
+- --ingress-controller-kind={{ .answer.kind }}
+- --ingress-controller-config={{ .answer.config }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- range $proxies.extras }}
-- --target=name={{ .name }},service={{ $.Release.Namespace }}/{{ .fullname }},{{ join "," .mapping }}{{ with .ipModeService }},ingress-controller={{ . }}{{ end }}
+- --target=name={{ .name }},service={{ $.Release.Namespace }}/{{ .fullname }},{{ join "," .mapping }}{{ with .ipModeService }},ingress-controller={{ . }}{{ end }}{{ if ne .answer.answer "auto" }},answer={{ .answer.answer }}{{ end }}{{ with .answer.kind }},ingress-controller-kind={{ . }}{{ end }}{{ with .answer.config }},ingress-controller-config={{ . }}{{ end }}
 {{- end }}
 {{- if not $v.skipProxyIpMode }}
 - --skip-proxy-ipmode=false

@@ -254,14 +254,25 @@ impl HostnameArgs {
         &self,
         default_service: Option<(String, String)>,
     ) -> Result<Vec<AnswerRule>, String> {
-        let config = self.default_controller_config()?;
+        let rules = self.answer_settings(default_service)?;
+        let default = &rules[0];
         check_answer(
             crate::target::DEFAULT_TARGET,
-            self.answer,
-            config.as_ref(),
-            default_service.is_some() || !self.direct_ips.is_empty(),
+            default.answer,
+            default.config.as_ref(),
+            default.controller_service.is_some() || !default.direct_ips.is_empty(),
             "--ingress-controller-service NAMESPACE/NAME",
         )?;
+        Ok(rules)
+    }
+
+    /// [`answer_rules`](Self::answer_rules) without checking that the default target's answer
+    /// has the addresses it needs: `render`, which reads no Service, checks that itself.
+    pub fn answer_settings(
+        &self,
+        default_service: Option<(String, String)>,
+    ) -> Result<Vec<AnswerRule>, String> {
+        let config = self.default_controller_config()?;
         let default = AnswerRule {
             target: Target::Default,
             answer: self.answer,

@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | `inputs` | (no checks) what the fetch layer hands in: `Got`, `ApiFailure`, `Workload` |
 //! | `ingress` | the ingress controller: its Service, KEP-1860 `ipMode`, whether it expects PROXY |
+//! | `answer` | each target's answer: header verdict, pick and why (the controller's functions) |
 //! | `sources` | the hostnames the sources yield, and the ones policy rejects |
 //! | `coredns` | the Corefile, our block in it, the import snippet, reverts |
 //! | `shadowing` | server blocks for more specific zones that take hairpinned names |
@@ -18,6 +19,7 @@
 //! | `crd` | the CRDs the configuration needs |
 //! | `permissions` | the controller's ServiceAccount and its RBAC |
 
+pub mod answer;
 pub mod coredns;
 pub mod coredns_version;
 pub mod crd;
