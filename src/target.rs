@@ -21,6 +21,9 @@ pub struct TargetRule {
     /// namespace, in `--proxy-service-namespace`.
     pub service: (Option<String>, String),
     pub ingress_classes: BTreeSet<String>,
+    /// IngressClass `spec.controller` values (`ingress-class-controller=`): an Ingress whose
+    /// IngressClass names one of them comes here whatever the class is called.
+    pub ingress_class_controllers: BTreeSet<String>,
     pub gateway_classes: BTreeSet<String>,
     /// Gateways (`namespace`, `name`); a Gateway named here is taken before any class rule.
     pub gateways: BTreeSet<(String, String)>,

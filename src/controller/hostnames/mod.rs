@@ -22,7 +22,8 @@ mod targets;
 
 pub use args::HostnameArgs;
 pub use class::{
-    default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION,
+    class_controller, default_ingress_class, ingress_class, DEFAULT_CLASS_ANNOTATION,
+    INGRESS_CLASS_ANNOTATION,
 };
 pub(crate) use kinds::by_kind;
 pub use kinds::{Kind, Objects, ReadWhen, Route, SourceObject, Sources};
@@ -31,8 +32,8 @@ pub use model::{
     OPT_OUT_ANNOTATION,
 };
 pub use targets::{
-    check_answer, check_targets, controller_config, parse_namespaced, parse_target,
-    PRIORITY_ANNOTATION,
+    check_answer, check_targets, controller_config, parse_class_controller, parse_namespaced,
+    parse_target, PRIORITY_ANNOTATION,
 };
 
 use std::collections::BTreeMap;
@@ -168,11 +169,10 @@ struct Attachable<'a> {
 }
 
 impl Names<'_> {
-    /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to its class's
-    /// target.
+    /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to the target of
+    /// its class's controller or name.
     fn ingresses(&self, sources: &Sources<'_>, out: &mut Collector) {
         let filters = self.filters;
-        let ingress_filter = non_empty(filters.ingress_class.as_deref());
         let default_class = default_ingress_class(&sources.ingress_classes);
         for ing in &sources.ingresses {
             let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
@@ -181,17 +181,12 @@ impl Names<'_> {
                 continue;
             }
             let class = ingress_class(ing, default_class);
-            let target = targets::for_ingress_class(self.rules, class);
-            if let (None, Some(want)) = (target, ingress_filter) {
-                if class != Some(want) {
-                    out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
-                    continue;
-                }
-            }
-            let target = (
-                target.unwrap_or(Target::Default),
-                targets::priority(&ing.metadata),
-            );
+            let controller = class.and_then(|c| class_controller(&sources.ingress_classes, c));
+            let Some(target) = targets::for_ingress(filters, class, controller) else {
+                out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
+                continue;
+            };
+            let target = (target, targets::priority(&ing.metadata));
             let spec = ing.spec.as_ref();
             let tls = spec
                 .into_iter()
