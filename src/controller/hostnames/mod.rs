@@ -32,8 +32,8 @@ pub use model::{
     OPT_OUT_ANNOTATION,
 };
 pub use targets::{
-    check_answer, check_targets, controller_config, parse_class_controller, parse_namespaced,
-    parse_target, PRIORITY_ANNOTATION,
+    check_answer, check_direct_by_name, check_targets, controller_config, parse_class_controller,
+    parse_namespaced, parse_target, PRIORITY_ANNOTATION,
 };
 
 use std::collections::BTreeMap;

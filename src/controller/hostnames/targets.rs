@@ -14,7 +14,7 @@ use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
 use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
-use crate::target::{Target, TargetRule, DEFAULT_TARGET};
+use crate::target::{AnswerRule, Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).
@@ -241,6 +241,30 @@ pub fn check_answer(
         )),
         _ => Ok(()),
     }
+}
+
+/// Checks that each target's direct answer can be written when the CoreDNS answer is a name
+/// (`rewrite`): the ingress controller Service's name, which `direct-ip=` (`--direct-ip`)
+/// alone does not give. Without this a direct pick would silently go through the relay.
+pub fn check_direct_by_name(rules: &[AnswerRule], names: &[TargetRule]) -> Result<(), String> {
+    for r in rules {
+        let may_go_direct =
+            r.answer == AnswerPick::Direct || (r.answer == AnswerPick::Auto && r.config.is_some());
+        if may_go_direct && r.controller_service.is_none() {
+            let flag = match r.target {
+                Target::Default => "--ingress-controller-service NAMESPACE/NAME",
+                Target::Named(_) => "ingress-controller=NAMESPACE/NAME",
+            };
+            return Err(format!(
+                "target {}: answer {} may answer directly, and --coredns-answer rewrite answers \
+                 with the ingress controller Service's name, which direct-ip= alone does not \
+                 give: name the Service with {flag}, or use --coredns-answer template",
+                r.target.name(names),
+                r.answer.as_str()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `NAMESPACE/NAME` of a Service (both DNS labels), as `--ingress-controller-service` and
@@ -512,6 +536,61 @@ mod tests {
                     assert!(
                         got.contains(e) && got.contains("ingress-controller="),
                         "{spec}: {got}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// `direct-ip=` without `ingress-controller=` answers with those addresses in the address
+    /// forms (never the relay: `AnswerRule::direct_from`); a rewrite answers with a name, so
+    /// there it is refused at start-up rather than relayed.
+    #[test]
+    fn a_direct_answer_by_name_needs_the_service() {
+        let rules_of = |spec: &str| {
+            let t = parse_target(spec).unwrap();
+            check_targets(std::slice::from_ref(&t), &BTreeSet::new()).unwrap();
+            let rule = AnswerRule {
+                target: Target::Named(0),
+                answer: t.answer,
+                config: t.controller_config.clone(),
+                controller_service: t.ingress_controller.clone(),
+                direct_ips: t.direct_ips.clone(),
+            };
+            (vec![rule], vec![t])
+        };
+        for (spec, refused) in [
+            (
+                "name=t,service=p,ingress-class=x,answer=direct,direct-ip=10.0.0.1",
+                true,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,direct-ip=10.0.0.1,\
+                 ingress-controller-kind=ingress-nginx,ingress-controller-config=n/n",
+                true,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,answer=direct,direct-ip=10.0.0.1,\
+                 ingress-controller=traefik/traefik",
+                false,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,answer=relay,direct-ip=10.0.0.1",
+                false,
+            ),
+            ("name=t,service=p,ingress-class=x,direct-ip=10.0.0.1", false),
+            ("name=t,service=p,ingress-class=x,answer=skip", false),
+        ] {
+            let (rules, names) = rules_of(spec);
+            match check_direct_by_name(&rules, &names) {
+                Ok(()) => assert!(!refused, "{spec}"),
+                Err(e) => {
+                    assert!(refused, "{spec}: {e}");
+                    assert!(
+                        e.starts_with("target t: answer ")
+                            && e.contains("ingress-controller=NAMESPACE/NAME")
+                            && e.contains("--coredns-answer template"),
+                        "{e}"
                     );
                 }
             }
