@@ -2580,6 +2580,10 @@ const INGRESS_NGINX: &str = "k8s.io/ingress-nginx";
 /// IngressClass's `spec.controller`, not to the default proxy by the class name. Each change to
 /// the IngressClasses (the controller, a new default class, a deleted one) moves the hosts in
 /// exactly one write, and no write ever lacks a host.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario whose steps build on each other"
+)]
 #[tokio::test]
 async fn a_changed_ingress_class_moves_its_hosts_in_one_write() {
     let mut st = state_with(vec![
@@ -2627,12 +2631,20 @@ async fn a_changed_ingress_class_moves_its_hosts_in_one_write() {
         now()
     );
 
-    let steps: [(Vec<Value>, &str, &[&str], &[&str]); 3] = [
+    // The events, what they do, the names then answered by traefik and by the default proxy.
+    type Step<'a> = (Vec<Value>, &'a str, &'a [&'a str], &'a [&'a str]);
+    let steps: [Step<'_>; 3] = [
         // The class is served by ingress-nginx now: both Ingresses go to the default proxy.
+        // `spec.controller` is immutable, so the class is replaced (`kubectl replace --force`:
+        // deleted and created again, both within the debounce).
         (
-            vec![json!({"type": "MODIFIED",
-                "object": ingress_class("nginx", INGRESS_NGINX, true, 11)})],
-            "the controller changed",
+            vec![
+                json!({"type": "DELETED",
+                    "object": ingress_class("nginx", TRAEFIK, true, 11)}),
+                json!({"type": "ADDED",
+                    "object": ingress_class("nginx", INGRESS_NGINX, true, 12)}),
+            ],
+            "the class replaced with another controller",
             &[],
             &both,
         ),
@@ -2640,9 +2652,9 @@ async fn a_changed_ingress_class_moves_its_hosts_in_one_write() {
         (
             vec![
                 json!({"type": "MODIFIED",
-                    "object": ingress_class("nginx", INGRESS_NGINX, false, 12)}),
+                    "object": ingress_class("nginx", INGRESS_NGINX, false, 13)}),
                 json!({"type": "ADDED",
-                    "object": ingress_class("traefik", TRAEFIK, true, 13)}),
+                    "object": ingress_class("traefik", TRAEFIK, true, 14)}),
             ],
             "a new default class",
             &["old.example.com"],
@@ -2651,7 +2663,7 @@ async fn a_changed_ingress_class_moves_its_hosts_in_one_write() {
         // And goes away: no default class, so the classless Ingress is the default proxy's.
         (
             vec![json!({"type": "DELETED",
-                "object": ingress_class("traefik", TRAEFIK, true, 14)})],
+                "object": ingress_class("traefik", TRAEFIK, true, 15)})],
             "the default class deleted",
             &[],
             &both,

@@ -699,6 +699,10 @@ mod tests {
     /// Where an Ingress goes by its class's name and controller: the controller first, then
     /// the name, then the default target under its filters.
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases, one Ingress and its expected target each"
+    )]
     fn the_class_controller_wins_over_the_class_name() {
         const NGINX: &str = "k8s.io/ingress-nginx";
         const TRAEFIK: &str = "traefik.io/ingress-controller";
