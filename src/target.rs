@@ -21,6 +21,9 @@ pub struct TargetRule {
     /// namespace, in `--proxy-service-namespace`.
     pub service: (Option<String>, String),
     pub ingress_classes: BTreeSet<String>,
+    /// IngressClass `spec.controller` values (`ingress-class-controller=`): an Ingress whose
+    /// IngressClass names one of them comes here whatever the class is called.
+    pub ingress_class_controllers: BTreeSet<String>,
     pub gateway_classes: BTreeSet<String>,
     /// Gateways (`namespace`, `name`); a Gateway named here is taken before any class rule.
     pub gateways: BTreeSet<(String, String)>,
@@ -56,7 +59,31 @@ pub struct AnswerRule {
     pub direct_ips: Vec<IpAddr>,
 }
 
+/// Where a target's direct answer (`answer=direct`, or `auto` picking it) comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectFrom<'a> {
+    /// The ingress controller Service (`NAMESPACE`, `NAME`): its ClusterIPs, read, unless
+    /// `ips` gives them.
+    Service {
+        service: &'a (String, String),
+        ips: &'a [IpAddr],
+    },
+    /// `direct-ip=` (`--direct-ip`) without the Service: these addresses, nothing read.
+    Addresses(&'a [IpAddr]),
+    /// Neither: nothing to answer directly with (start-up refuses `direct` so).
+    Nothing,
+}
+
 impl AnswerRule {
+    /// Where its direct answer comes from.
+    pub fn direct_from(&self) -> DirectFrom<'_> {
+        match (&self.controller_service, self.direct_ips.as_slice()) {
+            (Some(service), ips) => DirectFrom::Service { service, ips },
+            (None, []) => DirectFrom::Nothing,
+            (None, ips) => DirectFrom::Addresses(ips),
+        }
+    }
+
     /// The route when it does not depend on what is read: `relay`, `direct`, `skip` as set,
     /// and `auto` without a configuration to read (`relay`, as before; ipMode Proxy aside).
     pub fn fixed(&self) -> Option<Route> {
@@ -114,6 +141,46 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn where_a_direct_answer_comes_from() {
+        let svc = ("traefik".to_string(), "traefik".to_string());
+        let ip: IpAddr = "10.43.0.9".parse().unwrap();
+        let rule = |service: Option<&(String, String)>, ips: &[IpAddr]| AnswerRule {
+            target: Target::Default,
+            answer: AnswerPick::Direct,
+            config: None,
+            controller_service: service.cloned(),
+            direct_ips: ips.to_vec(),
+        };
+        for (service, ips, want) in [
+            (
+                Some(&svc),
+                &[][..],
+                DirectFrom::Service {
+                    service: &svc,
+                    ips: &[],
+                },
+            ),
+            (
+                Some(&svc),
+                &[ip][..],
+                DirectFrom::Service {
+                    service: &svc,
+                    ips: &[ip],
+                },
+            ),
+            // direct-ip= alone is enough: those addresses, never the relay.
+            (None, &[ip][..], DirectFrom::Addresses(&[ip])),
+            (None, &[][..], DirectFrom::Nothing),
+        ] {
+            assert_eq!(
+                rule(service, ips).direct_from(),
+                want,
+                "{service:?} {ips:?}"
+            );
+        }
+    }
 
     #[test]
     fn targets_in_order_with_names_and_positions() {

@@ -38,7 +38,7 @@ use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::args::Routing;
-use crate::dns::args::{DnsArgs, Mode};
+use crate::dns::args::{AnswerForm, DnsArgs, Mode};
 use crate::dns::corefile::Findings;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
@@ -103,7 +103,11 @@ impl ControllerArgs {
             return Err(UsageError::new("--resync must be longer than 0 (e.g. 10m)"));
         }
         self.dns.check()?;
-        self.answer_rules()?;
+        let rules = self.answer_rules()?;
+        if self.dns.mode.edits_coredns() && self.dns.coredns_answer == AnswerForm::Rewrite {
+            hostnames::targets::check_direct_by_name(&rules, &self.hostnames.targets)
+                .map_err(UsageError)?;
+        }
         Selection::of(&self.hostnames)
     }
 

@@ -189,15 +189,10 @@ pub fn sources(
                 Target::Default => "--direct-ip",
                 Target::Named(_) => "--target ...,direct-ip=",
             };
-            let direct = controller.map(|(r, (ns, name))| {
-                let c = Some(client.clone());
-                Box::new(ProxyIps::ingress_controller(
-                    c,
-                    &r.direct_ips,
-                    (ns, name),
-                    direct_flag,
-                ))
-            });
+            // As the writers answer: the Service's addresses, or `direct-ip=` alone.
+            let direct = rule
+                .and_then(|r| ProxyIps::direct(Some(client.clone()), r.direct_from(), direct_flag))
+                .map(Box::new);
             Source::Ips {
                 relay: Box::new(relay),
                 direct,

@@ -26,7 +26,7 @@ use gateway_api::apis::standard::grpcroutes::{GrpcRoute, GrpcRouteParentRefs, Gr
 use gateway_api::apis::standard::httproutes::{HttpRoute, HttpRouteParentRefs, HttpRouteSpec};
 use gateway_api::apis::standard::tlsroutes::{TlsRoute, TlsRouteParentRefs, TlsRouteSpec};
 use k8s_openapi::api::networking::v1::{
-    Ingress, IngressClass, IngressRule, IngressSpec, IngressTLS,
+    Ingress, IngressClass, IngressClassSpec, IngressRule, IngressSpec, IngressTLS,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::core::error_boundary::InvalidObject;
@@ -179,12 +179,24 @@ impl Project for Ingress {
     }
 }
 
+/// An IngressClass's `spec.controller` (who serves the class, for `ingress-class-controller=`);
+/// its `parameters` are skipped unread.
+#[derive(Deserialize)]
+pub struct IngressClassSpecView {
+    controller: Option<String>,
+}
+
 impl Project for IngressClass {
-    type Spec = IgnoredAny;
-    fn project(metadata: ObjectMeta, _: IgnoredAny) -> Self {
+    type Spec = Option<IngressClassSpecView>;
+    fn project(metadata: ObjectMeta, spec: Option<IngressClassSpecView>) -> Self {
         IngressClass {
             metadata,
-            spec: None,
+            spec: spec
+                .and_then(|s| s.controller)
+                .map(|controller| IngressClassSpec {
+                    controller: Some(controller),
+                    parameters: None,
+                }),
         }
     }
 }
@@ -507,11 +519,25 @@ mod tests {
         );
         let class: IngressClass = read(json!({
             "metadata": {"name": "nginx", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
-            "spec": {"controller": "k8s.io/ingress-nginx"}
+            "spec": {
+                "controller": "k8s.io/ingress-nginx",
+                "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters",
+                               "name": "external-lb"}
+            }
         }))
         .0
         .unwrap();
-        assert_eq!(class.spec, None);
+        // spec.controller says who serves the class (ingress-class-controller=); the
+        // parameters are never read.
+        assert_eq!(
+            class.spec,
+            Some(IngressClassSpec {
+                controller: Some("k8s.io/ingress-nginx".into()),
+                parameters: None,
+            })
+        );
+        let bare: IngressClass = read(json!({"metadata": {"name": "bare"}})).0.unwrap();
+        assert_eq!(bare.spec, None);
         assert_eq!(
             class.metadata.annotations,
             Some([(DEFAULT_CLASS_ANNOTATION.to_string(), "true".to_string())].into())

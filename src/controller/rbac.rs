@@ -659,6 +659,18 @@ mod needs_tests {
             (&["--gateway-api"], |n| n.gateway_api),
             (&["--ingress-class", "nginx"], |n| n.ingress_class_filter),
             (&["--ingress-class", " "], |n| !n.ingress_class_filter),
+            // Who serves a class is in its IngressClass's spec.controller.
+            (
+                &["--ingress-class-controller", "k8s.io/ingress-nginx"],
+                |n| n.ingress_class_filter,
+            ),
+            (
+                &[
+                    "--target",
+                    "name=t,service=p,ingress-class-controller=traefik.io/ingress-controller",
+                ],
+                |n| n.ingress_class_filter,
+            ),
             (&["--leader-elect=false"], |n| !n.leader_elect),
             (&["--lease-name", "l2"], |n| n.lease_name == "l2"),
             (&["--lease-namespace", "ctl"], |n| n.namespace == "ctl"),

@@ -417,18 +417,18 @@ pub struct Routing<'a> {
 }
 
 impl Routing<'_> {
-    /// `relay` answering as `rule`'s pick says; unchanged without an ingress controller
-    /// Service to answer with.
+    /// `relay` answering as `rule`'s pick says: a direct pick with the ingress controller
+    /// Service's addresses, or `direct-ip=` (`--direct-ip`) alone; unchanged with neither
+    /// (which start-up refuses for `direct`).
     fn wrap(&self, relay: ProxyIps, rule: &AnswerRule, client: Option<kube::Client>) -> ProxyIps {
-        let Some((ns, name)) = rule.controller_service.as_ref() else {
-            return relay;
-        };
         let flag = match rule.target {
             crate::target::Target::Default => "--direct-ip",
             crate::target::Target::Named(_) => "--target ...,direct-ip=",
         };
-        let direct = ProxyIps::ingress_controller(client, &rule.direct_ips, (ns, name), flag);
-        relay.routed(direct, self.routes.clone(), rule.target)
+        match ProxyIps::direct(client, rule.direct_from(), flag) {
+            Some(direct) => relay.routed(direct, self.routes.clone(), rule.target),
+            None => relay,
+        }
     }
 }
 
@@ -545,21 +545,20 @@ impl DnsArgs {
             .into_iter()
             .zip(routing.rules)
             .map(|(source, rule)| {
-                let Some(service) = rule.controller_service.as_ref() else {
-                    return Ok(source);
-                };
-                Ok(match source {
-                    AnswerSource::Addresses(ips, view) => {
+                Ok(match (source, rule.controller_service.as_ref()) {
+                    (AnswerSource::Addresses(ips, view), _) => {
                         AnswerSource::Addresses(routing.wrap(ips, rule, client.clone()), view)
                     }
-                    AnswerSource::Rewrite(relay) => AnswerSource::RoutedRewrite {
+                    // A rewrite answers with a name: the Service's (start-up refuses a direct
+                    // answer from `direct-ip=` alone under rewrite).
+                    (AnswerSource::Rewrite(relay), Some(service)) => AnswerSource::RoutedRewrite {
                         relay,
                         direct: ProxyFqdn::for_service(&service.1, &service.0, cluster_domain)
                             .map_err(UsageError)?,
                         routes: routing.routes.clone(),
                         target: rule.target,
                     },
-                    other => other,
+                    (other, _) => other,
                 })
             })
             .collect()

@@ -108,7 +108,8 @@ pub fn expected(route: Route, relay: &[IpAddr], direct: Option<&[IpAddr]>) -> Ex
     match (route, direct) {
         (Route::Skip, _) => Expected::Unchecked,
         (Route::Direct, Some(d)) => one("the ingress controller Service", d),
-        // A direct pick without the controller's Service is relayed (the writers do the same).
+        // A direct pick with nothing to answer directly with is relayed (the writers do the
+        // same; start-up refuses `direct` so).
         (Route::Relay, _) | (Route::Direct, None) => one("the proxy", relay),
     }
 }

@@ -383,6 +383,16 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "two ingress controllers told apart by their IngressClasses' spec.controller",
+        &[
+            "controller.ingressClassControllers={k8s.io/ingress-nginx}",
+            "proxies[0].name=traefik",
+            "proxies[0].target.serviceName=traefik",
+            "proxies[0].target.serviceNamespace=traefik",
+            "proxies[0].ingressClassControllers={traefik.io/ingress-controller}",
+        ],
+    ),
+    (
         "two ingress controllers, the entry and edge in sockmap mode",
         &[
             TWO_PROXIES,
@@ -990,7 +1000,76 @@ const TYPOS: &[(&[&str], Refusal)] = &[
         &["edge.enabled=true", "edge.loadBalancer.enabled=true"],
         Message(&["edge.loadBalancer.pools"]),
     ),
+    // An IngressClass controller value is DOMAIN/PATH, and goes to one proxy.
+    (
+        &["controller.ingressClassControllers={nginx}"],
+        Schema("ingressClassControllers"),
+    ),
+    (
+        &[
+            "proxies[0].name=traefik",
+            "proxies[0].target.host=traefik.traefik",
+            "proxies[0].ingressClassControllers={traefik}",
+        ],
+        Schema("ingressClassControllers"),
+    ),
+    (
+        &[
+            "controller.ingressClassControllers={k8s.io/ingress-nginx}",
+            "proxies[0].name=traefik",
+            "proxies[0].target.host=traefik.traefik",
+            "proxies[0].ingressClassControllers={k8s.io/ingress-nginx}",
+        ],
+        Message(&[
+            "controller.ingressClassControllers and proxies[0] (traefik) both take \
+             ingress-class-controller=k8s.io/ingress-nginx",
+        ]),
+    ),
 ];
+
+/// IngressClass controller values reach the controller as flags its parser reads, with the
+/// IngressClasses readable: the main proxy's as --ingress-class-controller, an entry's in its
+/// --target.
+#[test]
+fn ingress_class_controllers_become_flags_and_read_ingressclasses() {
+    let objs = case("two ingress controllers told apart");
+    let (targets, args) = split_targets(controller_args(objs));
+    assert_eq!(
+        targets,
+        ["--target=name=traefik,service=ouroboros/ouroboros-proxy-traefik,\
+          ingress-class-controller=traefik.io/ingress-controller,ingress-controller=traefik/traefik"]
+    );
+    let rule = parse_target(targets[0].strip_prefix("--target=").unwrap()).unwrap();
+    assert_eq!(
+        rule.ingress_class_controllers,
+        BTreeSet::from(["traefik.io/ingress-controller".into()])
+    );
+    assert!(rule.ingress_classes.is_empty());
+    assert_eq!(
+        flag_values(&args, "--ingress-class-controller"),
+        ["k8s.io/ingress-nginx"]
+    );
+    let read = |objs: &[Value]| {
+        granted(objs, "ouroboros-controller").contains(&(
+            Scope::Cluster,
+            "networking.k8s.io".into(),
+            "ingressclasses".into(),
+            None,
+            "watch".into(),
+        ))
+    };
+    assert!(read(objs));
+    assert!(!read(defaults()), "nothing maps IngressClasses by default");
+    // Either value alone needs them.
+    assert!(read(rendered(&[
+        "controller.ingressClassControllers={k8s.io/ingress-nginx}"
+    ])));
+    assert!(read(rendered(&[
+        "proxies[0].name=traefik",
+        "proxies[0].target.host=traefik.traefik",
+        "proxies[0].ingressClassControllers={traefik.io/ingress-controller}",
+    ])));
+}
 
 /// The load-balancer edge reads the pools the chart renders, and is given the rights of
 /// `--pools` rather than those of `--service`.

@@ -37,6 +37,45 @@ fn bad_usage_exits_64_naming_the_flag() {
             &[][..],
             "--allow-domain",
         ),
+        (
+            &["--ingress-class-controller", "ingress-nginx"][..],
+            &[][..],
+            "--ingress-class-controller",
+        ),
+        // One controller value, two targets.
+        (
+            &[
+                "--ingress-class-controller",
+                "k8s.io/ingress-nginx",
+                "--target",
+                "name=a,service=x,ingress-class-controller=k8s.io/ingress-nginx",
+            ][..],
+            &[][..],
+            "--ingress-class-controller",
+        ),
+        (
+            &[][..],
+            &[(
+                "OUROBOROS_CONTROLLER_TARGETS",
+                "name=a,service=x,ingress-class-controller=traefik.io/ingress-controller;\
+                 name=b,service=y,ingress-class-controller=traefik.io/ingress-controller",
+            )][..],
+            "--target",
+        ),
+        // A rewrite answers with a name: direct-ip= alone cannot give it, and relaying
+        // instead would be silent.
+        (
+            &[
+                "--coredns-answer",
+                "rewrite",
+                "--answer",
+                "direct",
+                "--direct-ip",
+                "10.0.0.1",
+            ][..],
+            &[][..],
+            "--ingress-controller-service",
+        ),
     ] {
         let (code, _, stderr) = controller(args, env);
         assert_eq!(code, 64, "{args:?} {env:?}: {stderr}");

@@ -142,6 +142,8 @@ struct State {
     ingress_lists: Vec<Answer>,
     /// Other ConfigMaps in the `ouroboros` namespace (ingress controllers' configuration).
     configmaps: Vec<Value>,
+    /// The IngressClasses listed.
+    ingress_classes: Vec<Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -200,7 +202,12 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             ),
             "GET" if u.starts_with("/apis/networking.k8s.io/v1/ingressclasses?") => Answer::Json(
                 200,
-                list("networking.k8s.io/v1", "IngressClassList", "100", vec![]),
+                list(
+                    "networking.k8s.io/v1",
+                    "IngressClassList",
+                    "100",
+                    st.ingress_classes.clone(),
+                ),
             ),
             "GET" if u.starts_with("/apis/gateway.networking.k8s.io/v1/") => {
                 if st.gateway_crds {
@@ -2583,4 +2590,214 @@ async fn the_probe_counts_results_and_keeps_series_only_for_failing_hosts() {
         "{m}"
     );
     r.shutdown().await;
+}
+
+const INGRESS_CLASS_WATCH: &str = "/apis/networking.k8s.io/v1/ingressclasses?&watch=true";
+
+/// An IngressClass served by `controller`, the default class when `default`.
+fn ingress_class(name: &str, controller: &str, default: bool, rv: u64) -> Value {
+    let mut v = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": {"name": name, "resourceVersion": rv.to_string()},
+        "spec": {"controller": controller}
+    });
+    if default {
+        v["metadata"]["annotations"] =
+            json!({"ingressclass.kubernetes.io/is-default-class": "true"});
+    }
+    v
+}
+
+/// Which of `hosts` the A templates of `corefile` answer with `ip` (each template's `match`
+/// regex applied to the name).
+fn answered_with<'h>(corefile: &str, ip: &str, hosts: &[&'h str]) -> Vec<&'h str> {
+    let mut matching = Vec::new();
+    for pair in corefile.split("template IN A ").skip(1) {
+        // The A template's lines, up to its closing brace (the AAAA one follows).
+        let lines: Vec<&str> = pair.lines().take_while(|l| l.trim() != "}").collect();
+        if !lines
+            .iter()
+            .any(|l| l.trim() == format!("answer \"{{{{ .Name }}}} 30 IN A {ip}\""))
+        {
+            continue;
+        }
+        for l in &lines {
+            if let Some(re) = l.trim().strip_prefix("match ") {
+                matching.push(regex::Regex::new(re).unwrap());
+            }
+        }
+    }
+    hosts
+        .iter()
+        .copied()
+        .filter(|h| matching.iter().any(|re| re.is_match(&format!("{h}."))))
+        .collect()
+}
+
+const TRAEFIK: &str = "traefik.io/ingress-controller";
+const INGRESS_NGINX: &str = "k8s.io/ingress-nginx";
+
+/// Traefik serves `ingressClassName: nginx`: its hosts go to the traefik target by the
+/// IngressClass's `spec.controller`, not to the default proxy by the class name. Each change to
+/// the IngressClasses (the controller, a new default class, a deleted one) moves the hosts in
+/// exactly one write, and no write ever lacks a host.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario whose steps build on each other"
+)]
+#[tokio::test]
+async fn a_changed_ingress_class_moves_its_hosts_in_one_write() {
+    let mut st = state_with(vec![
+        classed("shop", "nginx", None, &["shop.example.com"]),
+        ingress("old", &["old.example.com"]),
+    ]);
+    st.ingress_classes = vec![ingress_class("nginx", TRAEFIK, true, 10)];
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("proxy-traefik", &["10.96.0.60"])];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            &format!("name=traefik,service=proxy-traefik,ingress-class-controller={TRAEFIK}"),
+        ],
+    );
+    let both = ["old.example.com", "shop.example.com"];
+    let mut puts = 1;
+    let wait_put = |n: usize| {
+        let api = &r.api;
+        async move {
+            assert!(
+                api.wait_for(10, |a| a.count("PUT", COREDNS) >= n).await,
+                "{:#?}",
+                api.calls()
+            );
+        }
+    };
+    wait_put(puts).await;
+    let now = || r.state.lock().unwrap().corefile.clone();
+    assert_eq!(
+        answered_with(&now(), "10.96.0.60", &both),
+        both,
+        "{}",
+        now()
+    );
+    assert!(
+        answered_with(&now(), "10.96.0.53", &both).is_empty(),
+        "{}",
+        now()
+    );
+
+    // The events, what they do, the names then answered by traefik and by the default proxy.
+    type Step<'a> = (Vec<Value>, &'a str, &'a [&'a str], &'a [&'a str]);
+    let steps: [Step<'_>; 3] = [
+        // The class is served by ingress-nginx now: both Ingresses go to the default proxy.
+        // `spec.controller` is immutable, so the class is replaced (`kubectl replace --force`:
+        // deleted and created again, both within the debounce).
+        (
+            vec![
+                json!({"type": "DELETED",
+                    "object": ingress_class("nginx", TRAEFIK, true, 11)}),
+                json!({"type": "ADDED",
+                    "object": ingress_class("nginx", INGRESS_NGINX, true, 12)}),
+            ],
+            "the class replaced with another controller",
+            &[],
+            &both,
+        ),
+        // A Traefik class becomes the default one: the classless Ingress follows it.
+        (
+            vec![
+                json!({"type": "MODIFIED",
+                    "object": ingress_class("nginx", INGRESS_NGINX, false, 13)}),
+                json!({"type": "ADDED",
+                    "object": ingress_class("traefik", TRAEFIK, true, 14)}),
+            ],
+            "a new default class",
+            &["old.example.com"],
+            &["shop.example.com"],
+        ),
+        // And goes away: no default class, so the classless Ingress is the default proxy's.
+        (
+            vec![json!({"type": "DELETED",
+                "object": ingress_class("traefik", TRAEFIK, true, 15)})],
+            "the default class deleted",
+            &[],
+            &both,
+        ),
+    ];
+    for (events, what, traefik, default) in steps {
+        assert_eq!(r.api.release(INGRESS_CLASS_WATCH, &events), 1, "{what}");
+        puts += 1;
+        wait_put(puts).await;
+        // Well past the 50 ms debounce: nothing more is written for this change.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(r.api.count("PUT", COREDNS), puts, "{what}: one write");
+        let corefile = now();
+        assert_eq!(
+            answered_with(&corefile, "10.96.0.60", &both),
+            traefik,
+            "{what}: {corefile}"
+        );
+        assert_eq!(
+            answered_with(&corefile, "10.96.0.53", &both),
+            default,
+            "{what}: {corefile}"
+        );
+    }
+    let writes = r.puts();
+    let api = r.shutdown().await;
+    assert_eq!(writes.len(), 4, "{:#?}", api.calls());
+    // Every write answers both names: a move is never a removal then an addition.
+    for w in &writes {
+        let corefile = w["data"]["Corefile"].as_str().unwrap();
+        let mut answered = answered_with(corefile, "10.96.0.60", &both);
+        answered.extend(answered_with(corefile, "10.96.0.53", &both));
+        answered.sort();
+        assert_eq!(answered, both, "{corefile}");
+    }
+}
+
+/// `answer=direct` with `direct-ip=` and no `ingress-controller=`: the target's names are
+/// answered with those addresses, never silently with its proxy's.
+#[tokio::test]
+async fn a_direct_answer_from_direct_ips_alone_is_not_relayed() {
+    let mut st = state_with(vec![
+        classed("blog", "traefik", None, &["blog.example.com"]),
+        classed("shop", "nginx", None, &["shop.example.com"]),
+    ]);
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    st.services = vec![service("proxy-traefik", &["10.96.0.60"])];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--coredns-answer",
+            "template",
+            "--proxy-service-namespace",
+            "ouroboros",
+            "--target",
+            "name=traefik,service=proxy-traefik,ingress-class=traefik,answer=direct,\
+             direct-ip=10.43.0.9",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    let api = r.shutdown().await;
+    let hosts = ["blog.example.com", "shop.example.com"];
+    let answered = |ip| answered_with(&corefile, ip, &hosts);
+    assert_eq!(answered("10.43.0.9"), ["blog.example.com"], "{corefile}");
+    assert!(answered("10.96.0.60").is_empty(), "{corefile}");
+    assert_eq!(answered("10.96.0.53"), ["shop.example.com"], "{corefile}");
+    // The addresses are given: the ingress controller's Service is never read.
+    assert_eq!(api.count("GET", "/api/v1/namespaces/traefik"), 0);
 }

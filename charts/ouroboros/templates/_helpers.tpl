@@ -45,6 +45,7 @@ its ipMode with controller.skipProxyIpMode, or to answer with it: see "ouroboros
 {{- $extras := list -}}
 {{- $names := dict -}}
 {{- $taken := dict -}}
+{{- range $k := ($v.controller.ingressClassControllers | default list) }}{{ $_ := set $taken (printf "ingress-class-controller=%s" $k) "controller.ingressClassControllers" }}{{ end -}}
 {{- range $i, $e := $v.proxies -}}
 {{- $key := printf "proxies[%d]" $i -}}
 {{- $n := $e.name -}}
@@ -61,17 +62,18 @@ its ipMode with controller.skipProxyIpMode, or to answer with it: see "ouroboros
 {{- end -}}
 {{- $mapping := list -}}
 {{- range $c := (get $e "ingressClasses" | default list) }}{{ $mapping = append $mapping (printf "ingress-class=%s" $c) }}{{ end -}}
+{{- range $k := (get $e "ingressClassControllers" | default list) }}{{ $mapping = append $mapping (printf "ingress-class-controller=%s" $k) }}{{ end -}}
 {{- range $c := (get $e "gatewayClasses" | default list) }}{{ $mapping = append $mapping (printf "gateway-class=%s" $c) }}{{ end -}}
 {{- range $g := (get $e "gateways" | default list) }}{{ $mapping = append $mapping (printf "gateway=%s" $g) }}{{ end -}}
 {{- if not $mapping -}}
-{{- fail (printf "%s (%s) takes no hostnames: set at least one of ingressClasses, gatewayClasses and gateways (what no entry takes stays with the main proxy)" $key $n) -}}
+{{- fail (printf "%s (%s) takes no hostnames: set at least one of ingressClasses, ingressClassControllers, gatewayClasses and gateways (what no entry takes stays with the main proxy)" $key $n) -}}
 {{- end -}}
 {{- if and (or (get $e "gatewayClasses") (get $e "gateways")) (not $gatewayApi) -}}
 {{- fail (printf "%s (%s) maps gatewayClasses or gateways, and the controller reads Gateway-API objects only with controller.gatewayApi=true: set it" $key $n) -}}
 {{- end -}}
 {{- range $m := $mapping -}}
 {{- if hasKey $taken $m -}}
-{{- fail (printf "%s and %s (%s) both take %s: each class and Gateway goes to one proxy" (get $taken $m) $key $n $m) -}}
+{{- fail (printf "%s and %s (%s) both take %s: each class, IngressClass controller and Gateway goes to one proxy" (get $taken $m) $key $n $m) -}}
 {{- end -}}
 {{- $_ := set $taken $m (printf "%s (%s)" $key $n) -}}
 {{- end -}}
@@ -536,6 +538,9 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- end }}
 {{- with $v.ingressClass }}
 - --ingress-class={{ . }}
+{{- end }}
+{{- range $v.ingressClassControllers }}
+- --ingress-class-controller={{ . }}
 {{- end }}
 {{- with $v.gatewayClass }}
 - --gateway-class={{ . }}

@@ -1,7 +1,9 @@
 //! The flags ([`HostnameArgs`]) that `controller`, `render` and `doctor` share, and how they become
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
-use super::targets::{check_answer, check_targets, controller_config, parse_target};
+use super::targets::{
+    check_answer, check_targets, controller_config, parse_class_controller, parse_target,
+};
 use super::{model::Filters, model::IngressHosts, non_empty};
 use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
@@ -34,6 +36,21 @@ pub struct HostnameArgs {
     #[arg(long, env = "OUROBOROS_CONTROLLER_INGRESS_CLASS", value_name = "CLASS")]
     pub ingress_class: Option<String>,
 
+    /// The default target's ingress controller as IngressClasses name it in `spec.controller`
+    /// (repeatable; comma-separated in the environment variable), e.g. `k8s.io/ingress-nginx`:
+    /// an Ingress whose IngressClass names one of these goes to the default proxy whatever the
+    /// class is called, before any --target's `ingress-class=`. With it, only such Ingresses
+    /// and those of --ingress-class are taken (docs/targets.md). A --target takes
+    /// `ingress-class-controller=` likewise.
+    #[arg(
+        long = "ingress-class-controller",
+        env = "OUROBOROS_CONTROLLER_INGRESS_CLASS_CONTROLLER",
+        value_name = "DOMAIN/PATH",
+        value_delimiter = ',',
+        value_parser = parse_class_controller
+    )]
+    pub ingress_class_controllers: Vec<String>,
+
     /// Only Gateways with this `spec.gatewayClassName`, and routes whose `parentRefs` name one of
     /// them (namespace defaults to the route's own). Needs --gateway-api. Empty: all.
     #[arg(long, env = "OUROBOROS_CONTROLLER_GATEWAY_CLASS", value_name = "CLASS")]
@@ -41,7 +58,9 @@ pub struct HostnameArgs {
 
     /// A proxy target of its own for some sources (repeatable; `;`-separated in the environment
     /// variable): `name=NAME,service=[NAMESPACE/]SERVICE` and any of `ingress-class=CLASS`,
-    /// `gateway-class=CLASS`, `gateway=NAMESPACE/NAME` (each repeatable), and optionally
+    /// `ingress-class-controller=DOMAIN/PATH` (an IngressClass's `spec.controller`, which wins
+    /// over the class name), `gateway-class=CLASS`, `gateway=NAMESPACE/NAME` (each
+    /// repeatable), and optionally
     /// `proxy-ip=IP` (repeatable) instead of reading the Service (`render` needs it). Their
     /// hostnames are answered with that proxy's addresses; everything no --target takes goes to the
     /// proxy of --proxy-service-name, under --ingress-class/--gateway-class. A name claimed by
@@ -177,11 +196,16 @@ impl HostnameArgs {
         non_empty(self.ingress_class.as_deref())
     }
 
-    /// Whether IngressClasses are read: the default-class rule decides an Ingress's class under
-    /// --ingress-class or a --target mapping by class.
+    /// Whether IngressClasses are read: the default-class rule decides an Ingress's class, and
+    /// its `spec.controller` who serves it, under --ingress-class, --ingress-class-controller or
+    /// a --target mapping by class or controller ([`Filters::reads_ingress_classes`] likewise).
     pub fn reads_ingress_classes(&self) -> bool {
         self.ingress_class_filter().is_some()
-            || self.targets.iter().any(|t| !t.ingress_classes.is_empty())
+            || !self.ingress_class_controllers.is_empty()
+            || self
+                .targets
+                .iter()
+                .any(|t| !t.ingress_classes.is_empty() || !t.ingress_class_controllers.is_empty())
     }
 
     /// The filters, or a usage message for a combination that makes no sense.
@@ -223,12 +247,16 @@ impl HostnameArgs {
         Ok(Filters {
             gateway_api: self.gateway_api,
             ingress_class,
+            ingress_class_controllers: self.ingress_class_controllers.iter().cloned().collect(),
             gateway_class,
             include_namespaces: namespaces("--include-namespace", &self.include_namespaces)?,
             exclude_namespaces: namespaces("--exclude-namespace", &self.exclude_namespaces)?,
             ingress_hosts: self.ingress_hosts,
             targets: {
-                check_targets(&self.targets)?;
+                check_targets(
+                    &self.targets,
+                    &self.ingress_class_controllers.iter().cloned().collect(),
+                )?;
                 self.targets.clone()
             },
         })

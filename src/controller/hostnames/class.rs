@@ -35,6 +35,15 @@ pub fn default_ingress_class<'a>(classes: &[&'a IngressClass]) -> Option<&'a str
     }
 }
 
+/// The `spec.controller` of the IngressClass named `class` (`None`: no such IngressClass, or
+/// no controller named): which ingress controller serves the class, whatever it is called.
+pub fn class_controller<'a>(classes: &[&'a IngressClass], class: &str) -> Option<&'a str> {
+    classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(class))
+        .and_then(|c| non_empty(c.spec.as_ref()?.controller.as_deref()))
+}
+
 /// An Ingress's class: `spec.ingressClassName`, else the legacy annotation, else the default class.
 pub fn ingress_class<'a>(ingress: &'a Ingress, default_class: Option<&'a str>) -> Option<&'a str> {
     non_empty(

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use super::GATEWAY_GROUP;
 
 /// The kinds the controller reads. All but `IngressClass` contribute hostnames; that one
-/// only decides which Ingresses a class filter keeps.
+/// only decides which Ingresses a class filter keeps and which target takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Ingress,
@@ -32,7 +32,8 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadWhen {
     Always,
-    /// With `--ingress-class` (to find the default class).
+    /// With `--ingress-class`, `--ingress-class-controller` or a `--target` mapping by class
+    /// or controller (to find the default class and each class's `spec.controller`).
     IngressClassFilter,
     /// With `--gateway-api`; the kind is a CRD that may be absent.
     GatewayApi,
@@ -70,7 +71,10 @@ impl Kind {
     pub fn purpose(self) -> &'static str {
         match self.read_when() {
             ReadWhen::Always => "read Ingress TLS hosts",
-            ReadWhen::IngressClassFilter => "find the default IngressClass for --ingress-class",
+            ReadWhen::IngressClassFilter => {
+                "find the default IngressClass and who serves each class (spec.controller) for \
+                 --ingress-class and the IngressClass mappings"
+            }
             ReadWhen::GatewayApi => "read Gateway-API hostnames",
         }
     }

@@ -20,7 +20,7 @@ pub mod kinds;
 pub mod model;
 pub mod targets;
 
-use class::{default_ingress_class, ingress_class};
+use class::{class_controller, default_ingress_class, ingress_class};
 use kinds::{Kind, Route, Sources};
 use model::{Desired, Exclusion, Filters, IngressHosts, ObjectRef, OPT_OUT_ANNOTATION};
 
@@ -157,11 +157,10 @@ struct Attachable<'a> {
 }
 
 impl Names<'_> {
-    /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to its class's
-    /// target.
+    /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to the target of
+    /// its class's controller or name.
     fn ingresses(&self, sources: &Sources<'_>, out: &mut Collector) {
         let filters = self.filters;
-        let ingress_filter = non_empty(filters.ingress_class.as_deref());
         let default_class = default_ingress_class(&sources.ingress_classes);
         for ing in &sources.ingresses {
             let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
@@ -170,17 +169,12 @@ impl Names<'_> {
                 continue;
             }
             let class = ingress_class(ing, default_class);
-            let target = targets::for_ingress_class(self.rules, class);
-            if let (None, Some(want)) = (target, ingress_filter) {
-                if class != Some(want) {
-                    out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
-                    continue;
-                }
-            }
-            let target = (
-                target.unwrap_or(Target::Default),
-                targets::priority(&ing.metadata),
-            );
+            let controller = class.and_then(|c| class_controller(&sources.ingress_classes, c));
+            let Some(target) = targets::for_ingress(filters, class, controller) else {
+                out.exclude(object, Exclusion::IngressClass(class.map(str::to_string)));
+                continue;
+            };
+            let target = (target, targets::priority(&ing.metadata));
             let spec = ing.spec.as_ref();
             let tls = spec
                 .into_iter()

@@ -104,6 +104,8 @@ pub const OPT_OUT_ANNOTATION: &str = "ouroboros.io/hairpin";
 pub struct Filters {
     pub gateway_api: bool,
     pub ingress_class: Option<String>,
+    /// The default target's IngressClass `spec.controller` values (`--ingress-class-controller`).
+    pub ingress_class_controllers: BTreeSet<String>,
     pub gateway_class: Option<String>,
     /// Only objects in these namespaces (empty: every namespace).
     pub include_namespaces: BTreeSet<String>,
@@ -115,10 +117,16 @@ pub struct Filters {
 }
 
 impl Filters {
-    /// Whether an Ingress's class matters: under --ingress-class, or a --target mapping by
-    /// class (the default-class rule then needs the IngressClasses).
+    /// Whether an Ingress's class matters: under --ingress-class or --ingress-class-controller,
+    /// or a --target mapping by class or controller (the default-class rule and
+    /// `spec.controller` then need the IngressClasses).
     pub fn reads_ingress_classes(&self) -> bool {
-        self.ingress_class.is_some() || self.targets.iter().any(|t| !t.ingress_classes.is_empty())
+        self.ingress_class.is_some()
+            || !self.ingress_class_controllers.is_empty()
+            || self
+                .targets
+                .iter()
+                .any(|t| !t.ingress_classes.is_empty() || !t.ingress_class_controllers.is_empty())
     }
 }
 

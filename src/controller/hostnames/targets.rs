@@ -9,20 +9,61 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::model::Filters;
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
 use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
-use crate::target::{Target, TargetRule, DEFAULT_TARGET};
+use crate::target::{AnswerRule, Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
 /// wins (absent or not an integer: 0).
 pub const PRIORITY_ANNOTATION: &str = "ouroboros.io/priority";
 
-/// The first rule taking IngressClass `class`.
-pub(super) fn for_ingress_class(rules: &[TargetRule], class: Option<&str>) -> Option<Target> {
-    let class = class?;
-    position(rules, |r| r.ingress_classes.contains(class))
+/// Where an Ingress of class `class` goes, its IngressClass naming `controller` (`None`: no
+/// such IngressClass, or no `spec.controller`): a target, or `None` when the default target's
+/// filters leave it out.
+///
+/// The controller is the truth of who serves the Ingress, the class name only a label (Traefik
+/// 3.6+ serves `ingressClassName: nginx`), so:
+/// 1. the first target (named, then the default's `--ingress-class-controller`) listing the
+///    controller takes it;
+/// 2. else the first named target listing the class name, unless that target lists
+///    controllers and the class names another one;
+/// 3. else the default target, under `--ingress-class` and `--ingress-class-controller`
+///    (with either set, only the class named, with the same proviso).
+pub(super) fn for_ingress(
+    filters: &Filters,
+    class: Option<&str>,
+    controller: Option<&str>,
+) -> Option<Target> {
+    let rules = filters.targets.as_slice();
+    if let Some(k) = controller {
+        if let Some(t) = position(rules, |r| r.ingress_class_controllers.contains(k)) {
+            return Some(t);
+        }
+        if filters.ingress_class_controllers.contains(k) {
+            return Some(Target::Default);
+        }
+    }
+    // A controller listed by a target claiming the name would have matched above.
+    let by_name = |classes: &BTreeSet<String>, controllers: &BTreeSet<String>| {
+        class.is_some_and(|c| classes.contains(c))
+            && (controllers.is_empty() || controller.is_none())
+    };
+    if let Some(t) = position(rules, |r| {
+        by_name(&r.ingress_classes, &r.ingress_class_controllers)
+    }) {
+        return Some(t);
+    }
+    let default_classes: BTreeSet<String> = super::non_empty(filters.ingress_class.as_deref())
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    if default_classes.is_empty() && filters.ingress_class_controllers.is_empty() {
+        return Some(Target::Default);
+    }
+    by_name(&default_classes, &filters.ingress_class_controllers).then_some(Target::Default)
 }
 
 /// The first rule naming the Gateway, else the first taking its class.
@@ -76,6 +117,12 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             "ingress-class" => {
                 rule.ingress_classes.insert(class(key, value)?);
             }
+            "ingress-class-controller" => {
+                rule.ingress_class_controllers.insert(
+                    parse_class_controller(value)
+                        .map_err(|e| format!("ingress-class-controller: {e}"))?,
+                );
+            }
             "gateway-class" => {
                 rule.gateway_classes.insert(class(key, value)?);
             }
@@ -107,8 +154,8 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown key {other:?} (known: name, service, ingress-class, gateway-class, gateway, \
-                     proxy-ip, ingress-controller, answer, ingress-controller-kind, \
+                    "unknown key {other:?} (known: name, service, ingress-class, \
+                     ingress-class-controller, gateway-class, gateway, proxy-ip, ingress-controller, answer, ingress-controller-kind, \
                      ingress-controller-config, direct-ip)"
                 ))
             }
@@ -133,11 +180,13 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     rule.service = namespaced(&service)
         .ok_or_else(|| format!("service {service:?} is not [NAMESPACE/]NAME"))?;
     if rule.ingress_classes.is_empty()
+        && rule.ingress_class_controllers.is_empty()
         && rule.gateway_classes.is_empty()
         && rule.gateways.is_empty()
     {
         return Err(
-            "it takes no sources: give ingress-class=, gateway-class= or gateway= (repeatable)"
+            "it takes no sources: give ingress-class=, ingress-class-controller=, \
+                    gateway-class= or gateway= (repeatable)"
                 .into(),
         );
     }
@@ -194,6 +243,30 @@ pub fn check_answer(
     }
 }
 
+/// Checks that each target's direct answer can be written when the CoreDNS answer is a name
+/// (`rewrite`): the ingress controller Service's name, which `direct-ip=` (`--direct-ip`)
+/// alone does not give. Without this a direct pick would silently go through the relay.
+pub fn check_direct_by_name(rules: &[AnswerRule], names: &[TargetRule]) -> Result<(), String> {
+    for r in rules {
+        let may_go_direct =
+            r.answer == AnswerPick::Direct || (r.answer == AnswerPick::Auto && r.config.is_some());
+        if may_go_direct && r.controller_service.is_none() {
+            let flag = match r.target {
+                Target::Default => "--ingress-controller-service NAMESPACE/NAME",
+                Target::Named(_) => "ingress-controller=NAMESPACE/NAME",
+            };
+            return Err(format!(
+                "target {}: answer {} may answer directly, and --coredns-answer rewrite answers \
+                 with the ingress controller Service's name, which direct-ip= alone does not \
+                 give: name the Service with {flag}, or use --coredns-answer template",
+                r.target.name(names),
+                r.answer.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `NAMESPACE/NAME` of a Service (both DNS labels), as `--ingress-controller-service` and
 /// `ingress-controller=` take it.
 pub fn parse_namespaced(s: &str) -> Result<(String, String), String> {
@@ -203,14 +276,49 @@ pub fn parse_namespaced(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Checks a whole `--target` list: unique names, each class and Gateway taken once.
-pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
+/// An IngressClass `spec.controller` value as `ingress-class-controller=` and
+/// `--ingress-class-controller` take it: `DOMAIN/PATH`, as the API server requires of the field
+/// (a domain-prefixed path of at most 250 characters), e.g. `k8s.io/ingress-nginx`.
+pub fn parse_class_controller(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let path_char = |c: char| c.is_ascii_alphanumeric() || "/-._~%!$&'()*+=:".contains(c);
+    match s.split_once('/') {
+        Some((domain, path))
+            if s.len() <= 250
+                && is_subdomain(domain)
+                && !path.is_empty()
+                && path.chars().all(path_char) =>
+        {
+            Ok(s.to_string())
+        }
+        _ => Err(format!(
+            "{s:?} is not an IngressClass controller value: DOMAIN/PATH as the IngressClass's \
+             spec.controller says it, e.g. k8s.io/ingress-nginx or traefik.io/ingress-controller \
+             (kubectl get ingressclass -o custom-columns=NAME:.metadata.name,CONTROLLER:.spec.controller)"
+        )),
+    }
+}
+
+/// Checks a whole `--target` list: unique names, each class, controller value and Gateway
+/// taken once; `default_controllers` are the default target's (`--ingress-class-controller`).
+pub fn check_targets(
+    rules: &[TargetRule],
+    default_controllers: &BTreeSet<String>,
+) -> Result<(), String> {
     if rules.len() > usize::from(u16::MAX) {
         return Err("too many --target flags".into());
     }
     let mut names = BTreeSet::new();
     // "ingress-class=nginx" and the like, with the target that takes it.
-    let mut taken: BTreeMap<String, &str> = BTreeMap::new();
+    let mut taken: BTreeMap<String, String> = default_controllers
+        .iter()
+        .map(|c| {
+            (
+                format!("ingress-class-controller={c}"),
+                "--ingress-class-controller".to_string(),
+            )
+        })
+        .collect();
     for r in rules {
         check_answer(
             &r.name,
@@ -227,6 +335,11 @@ pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
             .iter()
             .map(|c| format!("ingress-class={c}"))
             .chain(
+                r.ingress_class_controllers
+                    .iter()
+                    .map(|c| format!("ingress-class-controller={c}")),
+            )
+            .chain(
                 r.gateway_classes
                     .iter()
                     .map(|c| format!("gateway-class={c}")),
@@ -235,11 +348,11 @@ pub fn check_targets(rules: &[TargetRule]) -> Result<(), String> {
         for k in keys {
             if let Some(other) = taken.get(&k) {
                 return Err(format!(
-                    "{k} is taken by both --target {other} and --target {}",
+                    "{k} is taken by both {other} and --target {}",
                     r.name
                 ));
             }
-            taken.insert(k, &r.name);
+            taken.insert(k, format!("--target {}", r.name));
         }
     }
     Ok(())
@@ -415,7 +528,7 @@ mod tests {
             ("name=t,service=p,ingress-class=x", None),
             ("name=t,service=p,ingress-class=x,answer=skip", None),
         ] {
-            let got = check_targets(&[parse_target(spec).unwrap()]);
+            let got = check_targets(&[parse_target(spec).unwrap()], &BTreeSet::new());
             match err {
                 None => assert_eq!(got, Ok(()), "{spec}"),
                 Some(e) => {
@@ -429,28 +542,77 @@ mod tests {
         }
     }
 
+    /// `direct-ip=` without `ingress-controller=` answers with those addresses in the address
+    /// forms (never the relay: `AnswerRule::direct_from`); a rewrite answers with a name, so
+    /// there it is refused at start-up rather than relayed.
+    #[test]
+    fn a_direct_answer_by_name_needs_the_service() {
+        let rules_of = |spec: &str| {
+            let t = parse_target(spec).unwrap();
+            check_targets(std::slice::from_ref(&t), &BTreeSet::new()).unwrap();
+            let rule = AnswerRule {
+                target: Target::Named(0),
+                answer: t.answer,
+                config: t.controller_config.clone(),
+                controller_service: t.ingress_controller.clone(),
+                direct_ips: t.direct_ips.clone(),
+            };
+            (vec![rule], vec![t])
+        };
+        for (spec, refused) in [
+            (
+                "name=t,service=p,ingress-class=x,answer=direct,direct-ip=10.0.0.1",
+                true,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,direct-ip=10.0.0.1,\
+                 ingress-controller-kind=ingress-nginx,ingress-controller-config=n/n",
+                true,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,answer=direct,direct-ip=10.0.0.1,\
+                 ingress-controller=traefik/traefik",
+                false,
+            ),
+            (
+                "name=t,service=p,ingress-class=x,answer=relay,direct-ip=10.0.0.1",
+                false,
+            ),
+            ("name=t,service=p,ingress-class=x,direct-ip=10.0.0.1", false),
+            ("name=t,service=p,ingress-class=x,answer=skip", false),
+        ] {
+            let (rules, names) = rules_of(spec);
+            match check_direct_by_name(&rules, &names) {
+                Ok(()) => assert!(!refused, "{spec}"),
+                Err(e) => {
+                    assert!(refused, "{spec}: {e}");
+                    assert!(
+                        e.starts_with("target t: answer ")
+                            && e.contains("ingress-controller=NAMESPACE/NAME")
+                            && e.contains("--coredns-answer template"),
+                        "{e}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_class_or_gateway_goes_to_one_target() {
         let a = parse_target("name=a,service=x,ingress-class=nginx,gateway=infra/gw").unwrap();
         let b = parse_target("name=b,service=y,ingress-class=traefik,gateway-class=eg").unwrap();
-        assert!(check_targets(&[a.clone(), b.clone()]).is_ok());
+        assert!(check_targets(&[a.clone(), b.clone()], &BTreeSet::new()).is_ok());
         let dup = parse_target("name=a,service=z,ingress-class=other").unwrap();
-        assert!(check_targets(&[a.clone(), dup])
+        assert!(check_targets(&[a.clone(), dup], &BTreeSet::new())
             .unwrap_err()
             .contains("name \"a\" is given twice"));
         let c = parse_target("name=c,service=z,ingress-class=nginx").unwrap();
         assert_eq!(
-            check_targets(&[a.clone(), b.clone(), c]).unwrap_err(),
+            check_targets(&[a.clone(), b.clone(), c], &BTreeSet::new()).unwrap_err(),
             "ingress-class=nginx is taken by both --target a and --target c"
         );
 
         let rules = [a, b];
-        assert_eq!(
-            for_ingress_class(&rules, Some("traefik")),
-            Some(Target::Named(1))
-        );
-        assert_eq!(for_ingress_class(&rules, Some("other")), None);
-        assert_eq!(for_ingress_class(&rules, None), None);
         // The Gateway named by a beats b's class rule.
         assert_eq!(
             for_gateway(&rules, "infra", "gw", "eg"),
@@ -464,6 +626,232 @@ mod tests {
         assert_eq!(Target::Named(1).name(&rules), "b");
         assert_eq!(Target::Default.name(&rules), "default");
         assert!(Target::Named(7) < Target::Default);
+    }
+
+    #[test]
+    fn class_controller_values() {
+        for ok in [
+            "k8s.io/ingress-nginx",
+            "traefik.io/ingress-controller",
+            "haproxy.org/ingress-controller/haproxy",
+            "nginx.org/ingress-controller",
+            "projectcontour.io/ingress-controller",
+        ] {
+            assert_eq!(
+                parse_class_controller(&format!(" {ok} ")).as_deref(),
+                Ok(ok)
+            );
+        }
+        for bad in [
+            "",
+            "ingress-nginx",
+            "k8s.io/",
+            "/ingress-nginx",
+            "K8S.io/ingress-nginx",
+            "k8s.io/a b",
+            "k8s.io/a,b",
+            "k8s.io/a;b",
+        ] {
+            let e = parse_class_controller(bad).unwrap_err();
+            assert!(e.contains("DOMAIN/PATH"), "{bad:?}: {e}");
+        }
+        let long = format!("k8s.io/{}", "a".repeat(250));
+        assert!(parse_class_controller(&long).is_err());
+
+        let r = parse_target(
+            "name=t,service=p,ingress-class-controller=traefik.io/ingress-controller,\
+             ingress-class-controller=example.com/other",
+        )
+        .unwrap();
+        assert_eq!(
+            r.ingress_class_controllers,
+            [
+                "example.com/other".to_string(),
+                "traefik.io/ingress-controller".to_string()
+            ]
+            .into(),
+            "repeatable, and enough on its own"
+        );
+        let e = parse_target("name=t,service=p,ingress-class-controller=traefik").unwrap_err();
+        assert!(e.starts_with("ingress-class-controller: "), "{e}");
+    }
+
+    #[test]
+    fn a_controller_value_goes_to_one_target() {
+        let t = |spec: &str| parse_target(spec).unwrap();
+        let a = t("name=a,service=x,ingress-class-controller=k8s.io/ingress-nginx");
+        let b = t(
+            "name=b,service=y,ingress-class=nginx,ingress-class-controller=k8s.io/ingress-nginx",
+        );
+        assert_eq!(
+            check_targets(&[a.clone(), b], &BTreeSet::new()).unwrap_err(),
+            "ingress-class-controller=k8s.io/ingress-nginx is taken by both --target a and \
+             --target b"
+        );
+        let default = ["k8s.io/ingress-nginx".to_string()].into();
+        assert_eq!(
+            check_targets(&[a], &default).unwrap_err(),
+            "ingress-class-controller=k8s.io/ingress-nginx is taken by both \
+             --ingress-class-controller and --target a"
+        );
+    }
+
+    /// Where an Ingress goes by its class's name and controller: the controller first, then
+    /// the name, then the default target under its filters.
+    #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases, one Ingress and its expected target each"
+    )]
+    fn the_class_controller_wins_over_the_class_name() {
+        const NGINX: &str = "k8s.io/ingress-nginx";
+        const TRAEFIK: &str = "traefik.io/ingress-controller";
+        let t = |spec: &str| parse_target(spec).unwrap();
+        let filters =
+            |targets: Vec<TargetRule>, class: Option<&str>, controllers: &[&str]| Filters {
+                ingress_class: class.map(str::to_string),
+                ingress_class_controllers: controllers.iter().map(|c| c.to_string()).collect(),
+                targets,
+                ..Filters::default()
+            };
+        // nginx by name, traefik by controller.
+        let by_name_and_controller = filters(
+            vec![
+                t("name=nginx,service=p,ingress-class=nginx"),
+                t(&format!(
+                    "name=traefik,service=q,ingress-class-controller={TRAEFIK}"
+                )),
+            ],
+            None,
+            &[],
+        );
+        // nginx says which controller it is.
+        let nginx_says = filters(
+            vec![t(&format!(
+                "name=nginx,service=p,ingress-class=nginx,ingress-class-controller={NGINX}"
+            ))],
+            None,
+            &[],
+        );
+        // The default proxy is Traefik's; a named target takes class nginx by name.
+        let default_traefik = filters(
+            vec![t("name=nginx,service=p,ingress-class=nginx")],
+            None,
+            &[TRAEFIK],
+        );
+        // The default proxy takes only class nginx or ingress-nginx's classes.
+        let default_filtered = filters(vec![], Some("nginx"), &[NGINX]);
+        let (n0, d) = (Some(Target::Named(0)), Some(Target::Default));
+        for (name, f, class, controller, want) in [
+            (
+                "class nginx served by Traefik",
+                &by_name_and_controller,
+                Some("nginx"),
+                Some(TRAEFIK),
+                Some(Target::Named(1)),
+            ),
+            (
+                "class nginx served by ingress-nginx",
+                &by_name_and_controller,
+                Some("nginx"),
+                Some(NGINX),
+                n0,
+            ),
+            (
+                "class nginx without an IngressClass object",
+                &by_name_and_controller,
+                Some("nginx"),
+                None,
+                n0,
+            ),
+            (
+                "any class served by Traefik",
+                &by_name_and_controller,
+                Some("web"),
+                Some(TRAEFIK),
+                Some(Target::Named(1)),
+            ),
+            (
+                "nobody's class",
+                &by_name_and_controller,
+                Some("other"),
+                Some("example.com/x"),
+                d,
+            ),
+            ("no class", &by_name_and_controller, None, None, d),
+            (
+                "the name of a target serving another controller",
+                &nginx_says,
+                Some("nginx"),
+                Some(TRAEFIK),
+                d,
+            ),
+            (
+                "its own controller",
+                &nginx_says,
+                Some("nginx"),
+                Some(NGINX),
+                n0,
+            ),
+            (
+                "its name, controller unknown",
+                &nginx_says,
+                Some("nginx"),
+                None,
+                n0,
+            ),
+            (
+                "default's controller beats a target's class name",
+                &default_traefik,
+                Some("nginx"),
+                Some(TRAEFIK),
+                d,
+            ),
+            (
+                "a target's class name otherwise",
+                &default_traefik,
+                Some("nginx"),
+                Some(NGINX),
+                n0,
+            ),
+            (
+                "default filter: by controller",
+                &default_filtered,
+                Some("web"),
+                Some(NGINX),
+                d,
+            ),
+            (
+                "default filter: by name",
+                &default_filtered,
+                Some("nginx"),
+                None,
+                d,
+            ),
+            (
+                "default filter: name served by another controller",
+                &default_filtered,
+                Some("nginx"),
+                Some(TRAEFIK),
+                None,
+            ),
+            (
+                "default filter: neither",
+                &default_filtered,
+                Some("web"),
+                Some(TRAEFIK),
+                None,
+            ),
+            (
+                "default filter: no class",
+                &default_filtered,
+                None,
+                None,
+                None,
+            ),
+        ] {
+            assert_eq!(for_ingress(f, class, controller), want, "{name}");
+        }
     }
 
     #[test]

@@ -954,3 +954,55 @@ fn a_host_claimed_by_two_targets_has_one_winner() {
     assert!(d.conflicts.is_empty());
     assert_eq!(d.origins[&shop].len(), 2);
 }
+
+fn served_by(name: &str, controller: &str, default: bool) -> IngressClass {
+    let mut c = class(name, default.then_some("true"), false);
+    c.spec.as_mut().unwrap().controller = Some(controller.into());
+    c
+}
+
+/// Traefik serving `ingressClassName: nginx`: the IngressClass's `spec.controller` picks the
+/// target, for an Ingress naming the class and for one without a class (the default class's
+/// controller); when the class goes back to ingress-nginx its Ingresses follow.
+#[test]
+fn the_ingress_class_controller_picks_the_target() {
+    let rules = targets(&[
+        "name=nginx,service=proxy-nginx,ingress-class=nginx",
+        "name=traefik,service=proxy-traefik,ingress-class=traefik,\
+         ingress-class-controller=traefik.io/ingress-controller",
+    ]);
+    let shop = ingress("shop", Some("nginx"), None, &["shop.example.com"]);
+    let old = ingress("old", None, None, &["old.example.com"]);
+    let legacy = ingress("legacy", None, Some("nginx"), &["legacy.example.com"]);
+    let filters = Filters {
+        targets: rules.clone(),
+        ..Default::default()
+    };
+    assert!(filters.reads_ingress_classes());
+    let place = |classes: &[&IngressClass]| {
+        let sources = Sources {
+            ingresses: vec![&shop, &old, &legacy],
+            ingress_classes: classes.to_vec(),
+            ..Default::default()
+        };
+        by_target(&desired(&sources, &filters, &policy()), &rules)
+    };
+    let by_traefik = served_by("nginx", "traefik.io/ingress-controller", true);
+    assert_eq!(
+        place(&[&by_traefik]),
+        ["traefik: legacy.example.com old.example.com shop.example.com"]
+    );
+    let by_nginx = served_by("nginx", "k8s.io/ingress-nginx", true);
+    assert_eq!(
+        place(&[&by_nginx]),
+        ["nginx: legacy.example.com old.example.com shop.example.com"]
+    );
+    // No IngressClass object: the name decides, and the classless Ingress has no class.
+    assert_eq!(
+        place(&[]),
+        [
+            "nginx: legacy.example.com shop.example.com",
+            "default: old.example.com"
+        ]
+    );
+}

@@ -18,7 +18,7 @@ use kube::{Api, Client};
 use super::error::{ObjectKey, Reason, SinkError};
 use super::routes::Routes;
 use crate::header_verdict::Route;
-use crate::target::Target;
+use crate::target::{DirectFrom, Target};
 
 /// Where the proxy IPs come from.
 pub enum ProxyIps {
@@ -96,6 +96,28 @@ impl ProxyIps {
                 listed: true,
             },
             other => other,
+        }
+    }
+
+    /// A target's direct answer as `from` says: the ingress controller Service's ClusterIPs
+    /// (its `direct-ip=` when given) or the addresses alone; `None` with neither.
+    pub fn direct(
+        client: Option<Client>,
+        from: DirectFrom<'_>,
+        flag: &'static str,
+    ) -> Option<Self> {
+        match from {
+            DirectFrom::Service {
+                service: (namespace, name),
+                ips,
+            } => Some(Self::ingress_controller(
+                client,
+                ips,
+                (namespace, name),
+                flag,
+            )),
+            DirectFrom::Addresses(ips) => Some(ProxyIps::Static(ips.to_vec())),
+            DirectFrom::Nothing => None,
         }
     }
 

@@ -24,6 +24,7 @@ mod edge;
 mod edge_kube_proxy;
 mod edge_lb;
 mod hairpin;
+mod ingress_class;
 mod netns;
 pub mod probe;
 mod resilience;
