@@ -289,7 +289,7 @@ impl HostnameArgs {
             default.answer,
             default.config.as_ref(),
             default.controller_service.is_some() || !default.direct_ips.is_empty(),
-            "--ingress-controller-service NAMESPACE/NAME",
+            "--ingress-controller-service NAMESPACE/NAME (or give its ClusterIPs with --direct-ip)",
         )?;
         Ok(rules)
     }

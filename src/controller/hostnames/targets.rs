@@ -325,7 +325,7 @@ pub fn check_targets(
             r.answer,
             r.controller_config.as_ref(),
             r.ingress_controller.is_some() || !r.direct_ips.is_empty(),
-            "ingress-controller=NAMESPACE/NAME",
+            "ingress-controller=NAMESPACE/NAME (or give its ClusterIPs as direct-ip=IP)",
         )?;
         if !names.insert(r.name.as_str()) {
             return Err(format!("--target name {:?} is given twice", r.name));
