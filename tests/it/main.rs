@@ -32,6 +32,7 @@ mod controller_sync;
 mod doc_paths;
 mod doctor;
 mod doctor_cli;
+mod doctor_client_ip;
 mod edge;
 mod edge_lb;
 mod edge_watch;
