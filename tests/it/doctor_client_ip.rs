@@ -172,11 +172,11 @@ async fn a_run_makes_these_requests_in_order_and_removes_what_it_made() {
     );
     let text = found.to_text("default");
     assert!(
-        text.contains("  client seen    10.244.1.7 (from X-Real-IP)\n"),
+        text.contains("  client seen     10.244.1.7 (from X-Real-IP)\n"),
         "{text}"
     );
     assert!(
-        text.ends_with("  verdict        intact: the backend saw the caller pod's address\n"),
+        text.ends_with("  verdict         intact: the backend saw the caller pod's address\n"),
         "{text}"
     );
 }
@@ -320,8 +320,7 @@ async fn a_caller_that_could_not_reach_the_backend_is_an_error_and_cleaned_up() 
         json!({"call_error": "http://check.example.com/ within 57s: answered 404 Not Found"}),
     );
     // No Ingress or node reads after a failed call: straight to the deletes.
-    r.remove(8);
-    r.remove(8);
+    r.drain(8..10);
     let (outcome, _, calls) = go(r, &plan(60), &CancellationToken::new()).await;
     let Err(Failed::Step(e)) = outcome.result else {
         panic!("a failed call ended otherwise");
@@ -332,4 +331,34 @@ async fn a_caller_that_could_not_reach_the_backend_is_an_error_and_cleaned_up() 
     );
     assert_eq!(calls.iter().filter(|c| c.0 == "DELETE").count(), 4);
     assert!(outcome.left.is_empty());
+}
+
+/// Prints each verdict's report (`cargo test --test it doctor_client_ip::print -- --ignored
+/// --nocapture`): the examples in docs/doctor.md.
+#[tokio::test(start_paused = true)]
+#[ignore]
+async fn print_each_verdict() {
+    for headers in [
+        vec![
+            ("X-Real-IP", "10.244.1.7"),
+            ("X-Forwarded-For", "10.244.1.7"),
+        ],
+        vec![
+            ("X-Real-IP", "203.0.113.10"),
+            ("X-Forwarded-For", "203.0.113.10"),
+        ],
+        vec![
+            ("X-Real-IP", "192.168.1.11"),
+            ("X-Forwarded-For", "192.168.1.11"),
+        ],
+        vec![("User-Agent", "x")],
+    ] {
+        let (outcome, _, _) = go(
+            full_run(whoami(&headers)),
+            &plan(60),
+            &CancellationToken::new(),
+        )
+        .await;
+        println!("{}", outcome.result.unwrap().to_text("default"));
+    }
 }

@@ -559,34 +559,37 @@ impl Found {
     pub fn to_text(&self, ns: &str) -> String {
         let b = &self.backend;
         let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
-        let mut lines = vec![
-            format!("client-ip http://{}/", self.host),
-            format!(
-                "  caller         {} (Pod {ns}/{})",
-                list(&self.caller_ips),
-                self.caller_pod
+        let seen = match self.seen {
+            Some((ip, from)) => format!("{ip} (from {from})"),
+            None => "none".into(),
+        };
+        let nodes = match &self.nodes_unknown {
+            Some(why) => format!("unknown: {why}"),
+            None => list(&self.nodes),
+        };
+        let rows = [
+            (
+                "caller",
+                format!("{} (Pod {ns}/{})", list(&self.caller_ips), self.caller_pod),
             ),
-            format!("  backend peer   {}", or_none(&b.remote_addr)),
-            format!("  X-Real-IP      {}", or_none(&b.x_real_ip)),
-            format!("  X-Forwarded-For {}", or_none(&b.x_forwarded_for)),
-            format!("  Forwarded      {}", or_none(&b.forwarded)),
-            format!("  PROXY header   {}", or_none(&b.proxy_source)),
+            ("backend peer", or_none(&b.remote_addr)),
+            ("X-Real-IP", or_none(&b.x_real_ip)),
+            ("X-Forwarded-For", or_none(&b.x_forwarded_for)),
+            ("Forwarded", or_none(&b.forwarded)),
+            ("PROXY header", or_none(&b.proxy_source)),
+            ("client seen", seen),
+            ("load balancer", list(&self.load_balancer)),
+            ("nodes", nodes),
+            (
+                "verdict",
+                format!("{}: {}", self.verdict.as_str(), self.verdict.explain()),
+            ),
         ];
-        lines.push(match self.seen {
-            Some((ip, from)) => format!("  client seen    {ip} (from {from})"),
-            None => "  client seen    none".into(),
-        });
-        lines.push(format!("  load balancer  {}", list(&self.load_balancer)));
-        lines.push(match &self.nodes_unknown {
-            Some(why) => format!("  nodes          unknown: {why}"),
-            None => format!("  nodes          {}", list(&self.nodes)),
-        });
-        lines.push(format!(
-            "  verdict        {}: {}",
-            self.verdict.as_str(),
-            self.verdict.explain()
-        ));
-        lines.join("\n") + "\n"
+        let mut out = format!("client-ip http://{}/\n", self.host);
+        for (k, v) in rows {
+            out.push_str(&format!("  {k:<16}{v}\n"));
+        }
+        out
     }
 
     pub fn to_json(&self, ns: &str) -> serde_json::Value {

@@ -161,8 +161,8 @@ impl Verdict {
             }
             Verdict::Missing => {
                 "no X-Real-IP, X-Forwarded-For, Forwarded or PROXY header named a client: the \
-                 ingress controller does not pass the client address on (ingress-nginx: \
-                 use-forwarded-headers / compute-full-forwarded-for; Traefik: forwardedHeaders)"
+                 ingress controller does not pass the client address on to backends (check \
+                 its forwarded-header settings)"
             }
         }
     }
