@@ -362,3 +362,120 @@ async fn print_each_verdict() {
         println!("{}", outcome.result.unwrap().to_text("default"));
     }
 }
+
+/// The binary against the mock API over HTTP: a whoami Pod that never becomes ready, a handler
+/// answering creates with what was sent and deletes with success.
+fn pending_cluster() -> (crate::kube_mock::HttpApi, crate::kube_mock::Routed) {
+    use crate::kube_mock::{http, Answer};
+    http(|s| match s.method.as_str() {
+        "POST" => {
+            let mut v = s.body.clone().unwrap();
+            v["metadata"]["resourceVersion"] = json!("1");
+            Answer::Json(201, v)
+        }
+        "GET" => Answer::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": {"containers": []}, "status": {"phase": "Pending"}}),
+        ),
+        "DELETE" => Answer::Json(
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        ),
+        _ => Answer::Json(500, status(500, "InternalError", "unexpected")),
+    })
+}
+
+/// Ctrl-C while waiting: the binary removes what it created, says so and exits 1.
+#[test]
+fn sigint_removes_what_the_binary_created() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (api, routed) = pending_cluster();
+    let mut child = crate::common::command("doctor")
+        .args([
+            "client-ip",
+            "--host",
+            "check.example.com",
+            "--timeout",
+            "60s",
+            "--kubeconfig",
+        ])
+        .arg(api.kubeconfig(dir.path()))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("created Ingress") {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "ended early: {seen}");
+        seen.push_str(&line);
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{seen}{rest}");
+    assert!(
+        rest.lines()
+            .any(|l| l == "error: interrupted; removed what it created"),
+        "{seen}{rest}"
+    );
+    let deletes = routed.matching("DELETE", "/");
+    let kinds: Vec<&str> = deletes
+        .iter()
+        .map(|(u, _)| u.split('/').nth_back(1).unwrap())
+        .collect();
+    assert_eq!(kinds, ["ingresses", "services", "pods"], "{deletes:?}");
+}
+
+/// `--output json` keeps stdout JSON when the run ends without a verdict, and bad flags exit 64
+/// before any API call.
+#[test]
+fn json_on_failure_and_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, routed) = pending_cluster();
+    let out = crate::common::command("doctor")
+        .args([
+            "client-ip",
+            "--host",
+            "check.example.com",
+            "--timeout",
+            "1s",
+            "--output",
+            "json",
+        ])
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig(dir.path()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 1);
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("did not become ready within 1s") && e.ends_with("; removed what it created"),
+        "{e}"
+    );
+    assert_eq!(routed.count("DELETE", "/"), 3);
+    let before = routed.calls().len();
+    let out = crate::common::command("doctor")
+        .args([
+            "client-ip",
+            "--host",
+            "Bad_Host",
+            "--output",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(api.kubeconfig(dir.path()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 64);
+    assert_eq!(routed.calls().len(), before, "a usage error made API calls");
+}
