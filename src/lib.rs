@@ -20,7 +20,7 @@
 //! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
 //! | `probe` | the hairpin probe the controller runs and `doctor --probe` prints: resolve through the cluster DNS, check the answer, send a PROXY-free request (`verdict` and `rotation` PURE; `resolve`, `knock`, `args`) |
-//! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`) |
+//! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`; `doctor::client_ip` the end-to-end client-address check: `objects`, `state`, `verdict` PURE, `call` the caller Pod's side) |
 //! | `manifests` | manifest files to typed objects for `render` (`files`; `documents` and `objects` PURE; `error`) |
 //! | `admin`, `telemetry`, `shutdown`, `runtime`, `kube_client`, `cluster_domain` | process plumbing |
 //! | `sys` | the only `unsafe` code: thin wrappers over the few syscalls no crate covers (`kernel_relay`: the kernel relay's, only with the cargo feature `kernel-relay`) |

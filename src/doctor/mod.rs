@@ -6,6 +6,7 @@
 //! module runs them in a fixed order so the API calls are always the same sequence.
 
 pub mod checks;
+pub mod client_ip;
 pub mod fetch;
 pub mod probe;
 pub mod report;
@@ -173,6 +174,16 @@ pub struct DoctorArgs {
 
     #[command(flatten)]
     pub hostnames: HostnameArgs,
+
+    #[command(subcommand)]
+    pub command: Option<DoctorCommand>,
+}
+
+/// Doctor's own subcommands (without one, doctor runs its checks).
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum DoctorCommand {
+    /// Verify the client address end to end: a temporary whoami behind the ingress controller, called from a caller Pod through the public name; exit 0 when the backend saw the caller's address.
+    ClientIp(client_ip::ClientIpArgs),
 }
 
 impl DoctorArgs {
@@ -748,6 +759,9 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
 
 /// `ouroboros doctor`.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    if let Some(DoctorCommand::ClientIp(c)) = args.command {
+        return client_ip::run(c).await;
+    }
     if let Some(host) = &args.probe {
         args.validate()?;
         let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();

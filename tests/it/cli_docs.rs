@@ -33,7 +33,10 @@ const PAGES: &[(&str, &[&[&str]])] = &[
         ],
     ),
     ("docs/cli/cleanup.md", &[&["cleanup"]]),
-    ("docs/cli/doctor.md", &[&["doctor"]]),
+    (
+        "docs/cli/doctor.md",
+        &[&["doctor"], &["doctor", "client-ip"]],
+    ),
     // The DNS-target flags controller and cleanup share: no reference of its own (the two
     // pages have one), but its table is checked against both.
     ("docs/cli/dns-flags.md", &[&["controller"], &["cleanup"]]),

@@ -35,6 +35,7 @@ mod doc_commands;
 mod doc_paths;
 mod doctor;
 mod doctor_cli;
+mod doctor_client_ip;
 mod edge;
 mod edge_lb;
 mod edge_watch;

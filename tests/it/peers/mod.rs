@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 mod api_rules;
+mod client_ip;
 mod cluster;
 mod controller;
 mod controller_modes;
