@@ -465,9 +465,10 @@ async fn steps(
             (host, at)
         }
     };
-    // The caller's own bound: what is left of the run's, whole seconds.
+    // The caller's own bound: what is left of the run's, less a margin for the Pod to start
+    // and end, so that its own answer (why it got none) is read rather than a timeout here.
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let secs = left.as_secs().max(1);
+    let secs = caller_seconds(left);
     create(
         &pods,
         made,
@@ -487,6 +488,11 @@ async fn steps(
     let backend = verdict::caller_output(&logs)
         .map_err(|e| Failed::Step(format!("the caller could not reach the backend: {e}")))?;
     finish(client, &ingress_at, host, (&caller, run.caller()), backend).await
+}
+
+/// The caller's time out of `left`: 5 s less for its Pod to start and end, at least 1 s.
+fn caller_seconds(left: Duration) -> u64 {
+    left.as_secs().saturating_sub(5).max(1)
 }
 
 /// The host to call of an existing Ingress: `wanted` when it is one of its hosts, else its
@@ -748,6 +754,13 @@ mod tests {
         ] {
             let e = args(&bad).unwrap_err();
             assert!(e.contains(want), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_caller_ends_before_the_run() {
+        for (left, want) in [(120, 115), (6, 1), (5, 1), (0, 1)] {
+            assert_eq!(caller_seconds(Duration::from_secs(left)), want, "{left}");
         }
     }
 
