@@ -48,6 +48,26 @@ pub enum Command {
     Cleanup(crate::cleanup::CleanupArgs),
 }
 
+/// The command line as parsed: `Cli`'s, with every command's usage line fixed to the one its
+/// `--help` prints. clap's usage after a usage error lists the flags that were given as if they
+/// were required (`render etc-hosts --hosts-file <FILE> --proxy-ip <IP> --target <SPEC> ...`
+/// when only `--hosts-file` is), which reads as three required flags.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn fix(cmd: &mut clap::Command) {
+        let usage = cmd.render_usage().to_string();
+        let line = usage.strip_prefix("Usage: ").unwrap_or(&usage).to_owned();
+        *cmd = std::mem::take(cmd).override_usage(line);
+        for sub in cmd.get_subcommands_mut() {
+            fix(sub);
+        }
+    }
+    let mut cmd = Cli::command();
+    cmd.build();
+    fix(&mut cmd);
+    cmd
+}
+
 /// Entry point behind `main.rs`.
 pub fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
@@ -55,7 +75,10 @@ pub fn main() -> ExitCode {
         use clap::CommandFactory;
         env_sourced(&Cli::command(), &argv, |k| std::env::var_os(k).is_some())
     };
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             let message = name_the_variable(&e.render().to_string(), &from_env());
@@ -285,6 +308,36 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// After a missing required flag, the usage line is the command's own, not one that lists
+    /// the flags given as if they were required.
+    #[test]
+    fn a_usage_error_shows_the_commands_usage() {
+        let argv = [
+            "ouroboros",
+            "render",
+            "etc-hosts",
+            "--proxy-ip",
+            "10.0.0.1",
+            "--log-format",
+            "json",
+            "a.yaml",
+        ];
+        let e = command().try_get_matches_from(argv).unwrap_err();
+        let text = e.render().to_string();
+        let usage = text.lines().find(|l| l.starts_with("Usage:")).unwrap();
+        assert_eq!(
+            usage, "Usage: ouroboros render etc-hosts [OPTIONS] --hosts-file <FILE> [MANIFEST]...",
+            "{text}"
+        );
+        let help = command()
+            .try_get_matches_from(["ouroboros", "render", "etc-hosts", "--help"])
+            .unwrap_err()
+            .render()
+            .to_string();
+        assert!(help.contains(usage), "{help}");
     }
 
     /// Every boolean flag, in every subcommand, takes the three spellings users of the

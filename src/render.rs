@@ -453,8 +453,16 @@ fn select_hosts(input: &Input) -> anyhow::Result<Placed> {
         cluster_domain = policy.cluster_domain(),
         "manifests read"
     );
+    // Logged here rather than through the controller's line so that it names this module.
     for c in &desired.conflicts {
-        crate::controller::events::warn_conflict(c, &filters.targets);
+        tracing::warn!(
+            hostname = %c.host,
+            object = %c.loser,
+            proxy_target = c.loser_target.name(&filters.targets),
+            winner = %c.winner,
+            winner_target = c.winner_target.name(&filters.targets),
+            "hostname claimed by two targets in the manifests; the winner's target answers for it"
+        );
     }
     let mut desired = desired;
     let plan = Plan {
@@ -508,7 +516,7 @@ fn routes(
         }
         if rule.answer == AnswerPick::Auto && !reads.is_empty() && !hosts.is_empty() {
             tracing::warn!(
-                target = name,
+                proxy_target = name,
                 answer = route.as_str(),
                 hostnames = hosts.len(),
                 "target {name}: answer=auto depends on {}, which render cannot read: rendered \
@@ -519,7 +527,7 @@ fn routes(
         }
         if route == Route::Skip && !hosts.is_empty() {
             tracing::info!(
-                target = name,
+                proxy_target = name,
                 hostnames = hosts.len(),
                 "target {name}: answer=skip: its names are left out"
             );

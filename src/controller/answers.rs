@@ -59,7 +59,7 @@ fn pick(rule: &AnswerRule, name: &str, verdict: &Verdict, routes: &Routes) -> bo
     let changed = routes.set(rule.target, route, why.clone());
     if changed {
         tracing::info!(
-            target = name,
+            proxy_target = name,
             answer = route.as_str(),
             header = verdict.header.as_str(),
             how = %verdict.how,
@@ -92,7 +92,7 @@ pub async fn start(
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(
-                    target = %name,
+                    proxy_target = %name,
                     config = %config.describe(),
                     error = %describe(&e),
                     "reading the ingress controller's configuration failed: {}; relaying until \
@@ -161,7 +161,7 @@ async fn follow(
                 let cause = Cause::of_watch(&e);
                 if let Some(failures) = failures.failed(cause) {
                     tracing::warn!(
-                        target = %name,
+                        proxy_target = %name,
                         config = %config.describe(),
                         error = %e,
                         failures,

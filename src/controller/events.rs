@@ -90,18 +90,6 @@ pub fn rejected_notice(r: &Rejected) -> Notice {
     }
 }
 
-/// The log line of a hostname claimed by objects of two targets (the controller's and `render`'s).
-pub fn warn_conflict(c: &Conflict, rules: &[TargetRule]) {
-    tracing::warn!(
-        hostname = %c.host,
-        object = %c.loser,
-        target = c.loser_target.name(rules),
-        winner = %c.winner,
-        winner_target = c.winner_target.name(rules),
-        "hostname claimed by two targets; the winner's target answers for it"
-    );
-}
-
 /// The `HostnameConflict` notices: one per losing object, naming each host it lost and the
 /// object and target that won it (`rules` names the targets).
 pub fn conflict_notices(conflicts: &[&Conflict], rules: &[TargetRule]) -> Vec<Notice> {

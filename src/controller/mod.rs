@@ -818,7 +818,14 @@ impl sync::Hooks for ControllerHooks {
             .conflicts_reported
             .fresh(&d.conflicts, events::conflict_key);
         for c in &lost {
-            events::warn_conflict(c, &self.targets);
+            tracing::warn!(
+                hostname = %c.host,
+                object = %c.loser,
+                proxy_target = c.loser_target.name(&self.targets),
+                winner = %c.winner,
+                winner_target = c.winner_target.name(&self.targets),
+                "hostname claimed by two targets; the winner's target answers for it"
+            );
         }
         for n in events::conflict_notices(&lost, &self.targets) {
             self.notifier.send(n);

@@ -359,7 +359,7 @@ impl Task {
             Err(e) => {
                 if state.expect_failed.get(&target) != Some(&e) {
                     tracing::warn!(
-                        target = %name,
+                        proxy_target = %name,
                         "cannot probe the target's names: its expected addresses are unknown: {e}"
                     );
                     state.expect_failed.insert(target, e);
@@ -385,7 +385,7 @@ impl Task {
                 state.series.remove(&host);
                 if let Some(b) = before.filter(|b| !b.is_ok()) {
                     tracing::info!(
-                        target = %label,
+                        proxy_target = %label,
                         hostname = %host,
                         was = b.as_str(),
                         "hairpin probe passes again"
@@ -403,7 +403,7 @@ impl Task {
                 }
                 if before != Some(verdict) {
                     tracing::warn!(
-                        target = %label,
+                        proxy_target = %label,
                         hostname = %host,
                         result = verdict.as_str(),
                         "hairpin probe fails: {why}; {}",

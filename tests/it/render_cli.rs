@@ -778,6 +778,30 @@ fn a_host_claimed_by_two_targets_goes_to_one() {
         "{}",
         out.stderr
     );
+    // As JSON: one `target` key (the module, render's own), the target's name under its own key.
+    let out = render_env(
+        &[
+            "external-dns",
+            IP,
+            "--target",
+            TRAEFIK,
+            "--log-format",
+            "json",
+            "-",
+        ],
+        Some(&manifests("0")),
+        &[],
+    );
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("claimed by two targets"))
+        .unwrap_or_else(|| panic!("no conflict line: {}", out.stderr));
+    assert_eq!(line.matches("\"target\":").count(), 1, "{line}");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["target"], "ouroboros::render", "{line}");
+    assert_eq!(v["proxy_target"], "default", "{line}");
+    assert_eq!(v["winner_target"], "traefik", "{line}");
     // The priority annotation decides first.
     let out = run("5");
     assert_eq!(
