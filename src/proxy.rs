@@ -133,7 +133,7 @@ pub struct ProxyArgs {
     #[arg(long, env = "OUROBOROS_PROXY_DIAL_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub dial_timeout: Duration,
 
-    /// Time /readyz allows for dialling both targets.
+    /// Time /readyz allows for dialling the target of each listener that is on (http, https).
     #[arg(long, env = "OUROBOROS_PROXY_READY_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub ready_timeout: Duration,
 
