@@ -3,6 +3,7 @@
 //! validated [`Hostname`] can reach an editor.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A validated, normalised hostname: lowercase RFC 1123, no trailing dot, at least two labels,
 /// optionally a `*.` wildcard in the leftmost label. It cannot hold whitespace, braces, quotes or
@@ -38,20 +39,35 @@ impl AsRef<str> for Hostname {
     }
 }
 
-/// A name as written in an object (maybe refused: any bytes), for a log field: control
-/// characters escaped, so a newline cannot forge a log line, and quoted only when it is empty
-/// or holds a space or a quote, where the text format would otherwise misread it. Not
-/// Debug-quoted always, which the JSON format would quote a second time.
+/// A name as written in an object (maybe refused: any bytes), for a log field. In text logs:
+/// control characters escaped, so a newline cannot forge a log line, and quoted only when it is
+/// empty or holds a space or a quote, where the text format would otherwise misread it. In JSON
+/// logs, which escape every string value themselves: the name as it is, so that a parser reads
+/// back the object's bytes rather than a quoted, escaped copy of them.
 pub struct LogName<'a>(pub &'a str);
+
+/// Whether logs are JSON: set once by `telemetry::init` before the first line is logged. A
+/// process-wide flag because a log field's `Display` cannot see the formatter it writes to.
+static JSON_LOGS: AtomicBool = AtomicBool::new(false);
+
+/// Tells [`LogName`] that log lines are JSON (`--log-format json`).
+pub fn log_names_in_json() {
+    JSON_LOGS.store(true, Ordering::Relaxed);
+}
 
 impl fmt::Display for LogName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.0;
-        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '"') {
-            write!(f, "{name:?}")
-        } else {
-            write!(f, "{}", name.escape_debug())
-        }
+        write_log_name(f, self.0, JSON_LOGS.load(Ordering::Relaxed))
+    }
+}
+
+fn write_log_name(f: &mut impl fmt::Write, name: &str, json: bool) -> fmt::Result {
+    if json {
+        f.write_str(name)
+    } else if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '"') {
+        write!(f, "{name:?}")
+    } else {
+        write!(f, "{}", name.escape_debug())
     }
 }
 
@@ -278,7 +294,12 @@ mod tests {
             ("\"quoted\"", "\"\\\"quoted\\\"\""),
             ("", "\"\""),
         ] {
-            assert_eq!(LogName(raw).to_string(), shown, "{raw:?}");
+            let mut text = String::new();
+            write_log_name(&mut text, raw, false).unwrap();
+            assert_eq!(text, shown, "{raw:?}");
+            let mut json = String::new();
+            write_log_name(&mut json, raw, true).unwrap();
+            assert_eq!(json, raw, "JSON escapes by itself");
         }
     }
 

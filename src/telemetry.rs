@@ -65,13 +65,16 @@ pub fn init(args: &LogArgs) -> Result<(), LogError> {
         .with_writer(std::io::stderr);
     let result = match args.log_format {
         LogFormat::Text => builder.with_ansi(false).finish().with(kept).try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .finish()
-            .with(kept)
-            .try_init(),
+        LogFormat::Json => {
+            crate::hostname::log_names_in_json();
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .finish()
+                .with(kept)
+                .try_init()
+        }
     };
     result.map_err(|e| LogError::Install(e.into()))
 }

@@ -39,13 +39,16 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and docs/*.md (docs/cli/ is generated from `--help`).
+/// README.md, docs/*.md and docs/cli/*.md (whose prose above the generated flag tables quotes
+/// commands too).
 fn documents() -> Vec<String> {
     let mut out = vec!["README.md".to_string()];
-    for e in std::fs::read_dir(root().join("docs")).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "md") {
-            out.push(format!("docs/{}", p.file_name().unwrap().to_str().unwrap()));
+    for dir in ["docs", "docs/cli"] {
+        for e in std::fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "md") {
+                out.push(format!("{dir}/{}", p.file_name().unwrap().to_str().unwrap()));
+            }
         }
     }
     out.sort();
