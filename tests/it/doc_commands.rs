@@ -47,7 +47,10 @@ fn documents() -> Vec<String> {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "md") {
-                out.push(format!("{dir}/{}", p.file_name().unwrap().to_str().unwrap()));
+                out.push(format!(
+                    "{dir}/{}",
+                    p.file_name().unwrap().to_str().unwrap()
+                ));
             }
         }
     }
@@ -282,9 +285,9 @@ fn the_documented_commands_and_quoted_outputs_are_the_binarys() {
 }
 
 /// README.md's Quickstart: its first command renders the examples' Corefile with our block, and
-/// the only warnings on stderr are the refusals the README announces, of the Ingress it names.
+/// prints no warning: a newcomer's first run shows nothing that looks wrong.
 #[test]
-fn the_quickstart_renders_the_examples_with_only_the_refusals_it_announces() {
+fn the_quickstart_renders_the_examples_without_a_warning() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let start = readme.find("## Quickstart").expect("a Quickstart section");
     let section = &readme[start..];
@@ -309,45 +312,9 @@ fn the_quickstart_renders_the_examples_with_only_the_refusals_it_announces() {
         "{block}"
     );
 
-    // stderr: WARN lines only for the names the README says are refused, of the object it
-    // names; no other warning.
+    // stderr: no WARN or ERROR line.
     let warned = warnings(&out.stderr, true);
-    assert!(!warned.is_empty(), "the README announces refusals");
-    let mut files = vec![];
-    let object_re = regex::Regex::new(r"kind=(\S+) namespace=(\S+) name=(\S+)").unwrap();
-    for w in &warned {
-        assert!(w.contains("skipping a hostname"), "not a refusal: {w}");
-        let object = object_re
-            .captures(w)
-            .unwrap_or_else(|| panic!("no object in {w}"));
-        let file = std::fs::read_dir(root().join("examples"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| {
-                let t = std::fs::read_to_string(p).unwrap_or_default();
-                t.contains(&format!("kind: {}", &object[1]))
-                    && t.contains(&format!("namespace: {}", &object[2]))
-                    && t.contains(&format!("name: {}", &object[3]))
-            })
-            .unwrap_or_else(|| panic!("no file in examples/ holds the object of {w}"));
-        files.push(format!(
-            "examples/{}",
-            file.file_name().unwrap().to_str().unwrap()
-        ));
-    }
-    for f in files {
-        assert!(
-            one_line(section).contains(&f),
-            "the Quickstart does not say that {f} is refused on purpose"
-        );
-    }
-    let count = ["no", "one", "two", "three", "four", "five"]
-        .get(warned.len())
-        .expect("a handful of refusals");
-    assert!(
-        one_line(section).contains(&format!("{count} hostnames")),
-        "the Quickstart does not say how many names are refused ({count})"
-    );
+    assert!(warned.is_empty(), "{warned:?}");
 }
 
 #[test]

@@ -629,7 +629,7 @@ fn examples_render() {
             "www.example.com",
         ])
     );
-    assert_eq!(out.stderr.matches("WARN").count(), 3, "{}", out.stderr);
+    assert_eq!(out.stderr.matches("WARN").count(), 0, "{}", out.stderr);
     assert_eq!(
         names(&[
             "--ingress-class=nginx",

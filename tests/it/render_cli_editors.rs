@@ -73,7 +73,9 @@ fn split_block(text: &str) -> (Vec<String>, String) {
 #[test]
 fn quickstart_corefile_from_examples() {
     let (path, input) = example_corefile();
-    let out = render(&["coredns", "--corefile", &path, &examples()]);
+    // The examples plus the tenant's Ingress with three hostile names added.
+    let tenant = fixture("tenant.yaml");
+    let out = render(&["coredns", "--corefile", &path, &examples(), &tenant]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let (block, rest) = split_block(&out.stdout);
     // Everything outside the block is the input, byte for byte.
