@@ -12,6 +12,8 @@
 //!   document's later commands.
 //! - `<!-- doc-stdout -->` / `<!-- doc-stderr -->` before a fenced block: the last run's stdout,
 //!   exactly; its stderr, line by line with the timestamps masked.
+//! - `<!-- doc-golden: PATH -->` before a fenced block: the block is part of PATH, a golden file
+//!   another test compares with the binary's output (output that needs a cluster, as doctor's).
 //!
 //! OPTIONS: `exit=N` (default 0), `out=TEXT` (the output contains TEXT; repeatable) and
 //! `warn=TEXT` (WARN lines containing TEXT are documented output). A `doc-run` without a
@@ -29,6 +31,7 @@ use crate::support::temp_dir;
 
 const KINDS: &[&str] = &[
     "doc-file",
+    "doc-golden",
     "doc-run",
     "doc-quote",
     "doc-stdout",
@@ -197,6 +200,14 @@ fn check_document(file: &str) -> (Vec<String>, usize) {
         match kind {
             "doc-file" => match fenced_block(m.after) {
                 Some(body) => std::fs::write(dir.path().join(m.args), body).unwrap(),
+                None => fail("no fenced block after the marker".into()),
+            },
+            "doc-golden" => match fenced_block(m.after) {
+                Some(body) => match std::fs::read_to_string(root().join(m.args.trim())) {
+                    Ok(golden) if golden.contains(&body) => {}
+                    Ok(_) => fail(format!("the block is not part of {}", m.args.trim())),
+                    Err(e) => fail(format!("{}: {e}", m.args.trim())),
+                },
                 None => fail("no fenced block after the marker".into()),
             },
             "doc-run" | "doc-quote" => {

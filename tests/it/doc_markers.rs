@@ -53,11 +53,21 @@ pub fn fenced_block(text: &str) -> Option<String> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("```"));
-    lines.next()?;
+    let fence = lines.next()?;
+    // A fence indented in a list item: its lines lose as much indentation as the fence has,
+    // as Markdown renders them.
+    let indent = fence.len() - fence.trim_start().len();
     let body: Vec<&str> = lines
         .take_while(|l| !l.trim_start().starts_with("```"))
         .collect();
-    Some(body.iter().map(|l| format!("{l}\n")).collect())
+    Some(
+        body.iter()
+            .map(|l| {
+                let cut = l.len() - l.trim_start().len();
+                format!("{}\n", &l[cut.min(indent)..])
+            })
+            .collect(),
+    )
 }
 
 /// The first inline code span in `text` (single backticks, possibly over several lines), its
@@ -156,4 +166,12 @@ fn commands_are_split_as_the_shell_would() {
     for bad in ["a $X", "a \"$X\"", "a | b", "a > f", "a && b", "a 'open"] {
         assert!(words(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn an_indented_fence_loses_its_indentation() {
+    assert_eq!(
+        fenced_block("1. step\n\n   ```sh\n   a\n     b\n\n   ```\n").as_deref(),
+        Some("a\n  b\n\n")
+    );
 }
