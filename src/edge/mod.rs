@@ -8,6 +8,7 @@
 pub mod allocate;
 pub mod backends;
 pub mod balance;
+pub mod l2;
 pub mod listeners;
 pub mod load_balancer;
 pub mod pool;
@@ -322,6 +323,16 @@ pub fn source(args: &EdgeArgs) -> Result<Source, String> {
         if args.load_balancer_class.trim().is_empty() {
             return Err("--load-balancer-class must not be empty".into());
         }
+        // Also the prefix of the per-address Leases of layer-2 pools, which add 40 characters.
+        if !crate::dns_name::is_subdomain(&args.lease_name)
+            || args.lease_name.len() > l2::MAX_PREFIX
+        {
+            return Err(format!(
+                "--lease-name {:?}: expected a DNS subdomain name (lowercase letters, digits, '-', '.') of at most {} characters",
+                args.lease_name,
+                l2::MAX_PREFIX
+            ));
+        }
         return Ok(Source::LoadBalancer(pools.clone()));
     }
     // Checked here: clap does not apply `requires` to a flag with a default value.
@@ -598,6 +609,13 @@ fn listed_check(
     })
 }
 
+/// The namespace of the edge's Leases: `--lease-namespace`, else this pod's.
+fn lease_namespace(args: &EdgeArgs) -> String {
+    (args.lease_namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(crate::dns::args::own_namespace)
+}
+
 /// Who writes the load-balancer status: the Lease holder with --leader-elect, else this edge.
 fn leadership(
     args: &EdgeArgs,
@@ -608,9 +626,7 @@ fn leadership(
     if !args.leader_elect {
         return Leadership::always();
     }
-    let namespace = (args.lease_namespace.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(crate::dns::args::own_namespace);
+    let namespace = lease_namespace(args);
     tracing::info!(lease = %format!("{namespace}/{}", args.lease_name), %identity,
         "only the Lease holder writes the load-balancer status");
     Leadership::elect(
@@ -653,7 +669,8 @@ async fn run_load_balancer(
         identity.clone(),
     );
     let lease_stop = CancellationToken::new();
-    let leadership = leadership(args, &client, identity, &lease_stop);
+    let leadership = leadership(args, &client, identity.clone(), &lease_stop);
+    let l2_pools: Vec<pool::Pool> = pools.iter().filter(|p| p.l2.is_some()).cloned().collect();
     let config = load_balancer::Config {
         class: args.load_balancer_class.clone(),
         pools,
@@ -680,12 +697,31 @@ async fn run_load_balancer(
         background.clone(),
     ));
     let balancer = tokio::spawn(load_balancer::run(
-        client,
+        client.clone(),
         config,
         (notifier, leadership.rx.clone()),
         served,
         background.clone(),
     ));
+    // Addresses are given up when accepting stops (after --shutdown-delay), so another edge
+    // takes them over while the connections here finish.
+    let announcing = (!l2_pools.is_empty()).then(|| {
+        let settings = l2::Settings {
+            client: client.clone(),
+            namespace: lease_namespace(args),
+            prefix: args.lease_name.clone(),
+            identity,
+            host: Arc::new(l2::link::System),
+        };
+        tracing::info!(pools = l2_pools.len(), namespace = %settings.namespace,
+            "announcing the addresses of layer-2 pools, one Lease per address");
+        tokio::spawn(l2::follow(
+            settings,
+            l2_pools,
+            watched.clone(),
+            lifecycle.listener_stop(),
+        ))
+    });
     let server = lifecycle.serve::<Route<Arc<Balancer>>>(Vec::new())?;
     let state = Arc::new(ready_state);
     let check = listed_check(state.clone(), watched);
@@ -702,6 +738,9 @@ async fn run_load_balancer(
         )
         .await?;
     background.cancel();
+    if let Some(announcing) = announcing {
+        let _ = announcing.await;
+    }
     let _ = balancer.await;
     let _ = listening.await;
     lease_stop.cancel();
@@ -921,6 +960,14 @@ mod tests {
             (
                 &["--pools", "p.yaml", "--load-balancer-class", " "][..],
                 Err("must not be empty"),
+            ),
+            (
+                &["--pools", "p.yaml", "--lease-name", "Edge"][..],
+                Err("--lease-name \"Edge\": expected a DNS subdomain name"),
+            ),
+            (
+                &["--pools", "p.yaml", "--lease-name", &"a".repeat(214)][..],
+                Err("of at most 213 characters"),
             ),
         ] {
             let a = parse(argv).unwrap();
