@@ -461,7 +461,7 @@ pub(super) fn spawn_edge_in(
 }
 
 /// The LoadBalancer Service `name` of our class (port 443 to the pods' 8443) and its slice.
-async fn with_endpoint(cluster: &Cluster, name: &str, annotations: Value) {
+pub(super) async fn with_endpoint(cluster: &Cluster, name: &str, annotations: Value) {
     cluster
         .apply_yaml(
             &json!({
