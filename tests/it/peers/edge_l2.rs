@@ -75,18 +75,6 @@ fn has_vip(ns: &Netns) -> bool {
     String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/32 "))
 }
 
-/// The MAC the client's neighbour cache has for the address, if any.
-fn client_neighbour(client: &Netns) -> Option<String> {
-    let out = Command::new("ip")
-        .args(["-n", &client.name, "neigh", "show", VIP, "dev", "eth0"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let mut words = text.split_whitespace();
-    words.find(|w| *w == "lladdr")?;
-    words.next().map(String::from)
-}
-
 /// Polls `f` every 100 ms for at most `limit`; how long it took.
 fn within(
     limit: Duration,
@@ -202,7 +190,7 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
     );
     let (holder_mac, other_mac) = (mac(edges[holder].0), mac(edges[other].0));
     assert_ne!(holder_mac, other_mac);
-    assert_eq!(client_neighbour(&client), Some(holder_mac.clone()));
+    assert_eq!(neighbour(&client, VIP), Some(holder_mac.clone()));
 
     // The holder dies with its node: the process killed, its link cut.
     let dead = edges[holder].1.take().unwrap();
@@ -224,7 +212,7 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         Duration::from_secs(3),
         "the client's entry moving to the new holder",
         &snapshot,
-        || client_neighbour(&client).as_deref() == Some(other_mac.as_str()),
+        || neighbour(&client, VIP).as_deref() == Some(other_mac.as_str()),
     );
     let reply = eventually_replies(&client, edges[other].1.as_ref().unwrap(), vip, "v2 ");
     assert!(reply.starts_with(&format!("v2 {CLIENT_IP}:")), "{reply:?}");
@@ -261,4 +249,71 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         "released on shutdown\n{}",
         survivor.tail()
     );
+}
+
+/// The MAC `client`'s neighbour cache has for `ip` on eth0, if any.
+fn neighbour(client: &Netns, ip: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-n", &client.name, "neigh", "show", ip, "dev", "eth0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "lladdr")?;
+    words.next().map(String::from)
+}
+
+/// The host side alone, both families: a holder's add puts the address on the interface at
+/// once (IPv6 without DAD: not tentative) and its announcement replaces a neighbour's stale
+/// entry for it (a gratuitous ARP, an unsolicited NA with the Override flag); remove takes it
+/// off, and removing it again is no error.
+#[test]
+fn a_holder_adds_announces_and_removes_both_families() {
+    use ouroboros::edge::l2::link::{Host, System};
+    if !netns::available() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "the layer-2 test needs root under CI"
+        );
+        eprintln!("SKIPPED: the layer-2 test needs root (network namespaces)");
+        return;
+    }
+    let tag = format!("l2h{}", std::process::id() % 100_000);
+    let [holder, client] = ["holder", "client"].map(|n| Netns::new(&format!("{tag}-{n}")));
+    for ns in [&holder, &client] {
+        // No DAD on the test link's own addresses: the announcement is what is tested.
+        ns.sysctl("net.ipv6.conf.default.accept_dad=0");
+    }
+    netns::veth(&holder, "eth0", "10.247.0.1/24", &client, "eth0", "10.247.0.2/24");
+    holder.ip(&["addr", "add", "fd00:247::1/64", "dev", "eth0", "nodad"]);
+    client.ip(&["addr", "add", "fd00:247::2/64", "dev", "eth0", "nodad"]);
+    let holder_mac = mac(&holder);
+    for (vip, found_by_network) in [("10.247.0.100", true), ("fd00:247::100", false)] {
+        // The client still has the old holder's MAC for the address.
+        client.ip(&["neigh", "replace", vip, "lladdr", "02:00:00:00:00:99", "dev", "eth0", "nud", "stale"]);
+        let ip: std::net::IpAddr = vip.parse().unwrap();
+        let named = (!found_by_network).then_some("eth0");
+        let iface = holder.run(|| System.add(ip, named)).unwrap_or_else(|e| panic!("{vip}: {e}"));
+        assert_eq!(iface, "eth0");
+        let out = Command::new("ip")
+            .args(["-n", &holder.name, "-o", "addr", "show", "dev", "eth0", "to", vip])
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout).to_string();
+        let len = if ip.is_ipv4() { 32 } else { 128 };
+        assert!(shown.contains(&format!(" {vip}/{len} ")), "{vip}: {shown}");
+        assert!(!shown.contains("tentative"), "{vip}: {shown}");
+        within(Duration::from_secs(3), vip, &String::new, || {
+            neighbour(&client, vip).as_deref() == Some(holder_mac.as_str())
+        });
+        // Announced again (as the holder does twice more): still no error.
+        holder.run(|| System.announce(ip, named)).unwrap();
+        holder.run(|| System.remove(ip, named)).unwrap();
+        let out = Command::new("ip")
+            .args(["-n", &holder.name, "-o", "addr", "show", "dev", "eth0", "to", vip])
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty(), "{vip}: still there");
+        holder.run(|| System.remove(ip, named)).unwrap();
+    }
 }
