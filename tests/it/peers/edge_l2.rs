@@ -284,19 +284,48 @@ fn a_holder_adds_announces_and_removes_both_families() {
         // No DAD on the test link's own addresses: the announcement is what is tested.
         ns.sysctl("net.ipv6.conf.default.accept_dad=0");
     }
-    netns::veth(&holder, "eth0", "10.247.0.1/24", &client, "eth0", "10.247.0.2/24");
+    netns::veth(
+        &holder,
+        "eth0",
+        "10.247.0.1/24",
+        &client,
+        "eth0",
+        "10.247.0.2/24",
+    );
     holder.ip(&["addr", "add", "fd00:247::1/64", "dev", "eth0", "nodad"]);
     client.ip(&["addr", "add", "fd00:247::2/64", "dev", "eth0", "nodad"]);
     let holder_mac = mac(&holder);
     for (vip, found_by_network) in [("10.247.0.100", true), ("fd00:247::100", false)] {
         // The client still has the old holder's MAC for the address.
-        client.ip(&["neigh", "replace", vip, "lladdr", "02:00:00:00:00:99", "dev", "eth0", "nud", "stale"]);
+        client.ip(&[
+            "neigh",
+            "replace",
+            vip,
+            "lladdr",
+            "02:00:00:00:00:99",
+            "dev",
+            "eth0",
+            "nud",
+            "stale",
+        ]);
         let ip: std::net::IpAddr = vip.parse().unwrap();
         let named = (!found_by_network).then_some("eth0");
-        let iface = holder.run(|| System.add(ip, named)).unwrap_or_else(|e| panic!("{vip}: {e}"));
+        let iface = holder
+            .run(|| System.add(ip, named))
+            .unwrap_or_else(|e| panic!("{vip}: {e}"));
         assert_eq!(iface, "eth0");
         let out = Command::new("ip")
-            .args(["-n", &holder.name, "-o", "addr", "show", "dev", "eth0", "to", vip])
+            .args([
+                "-n",
+                &holder.name,
+                "-o",
+                "addr",
+                "show",
+                "dev",
+                "eth0",
+                "to",
+                vip,
+            ])
             .output()
             .unwrap();
         let shown = String::from_utf8_lossy(&out.stdout).to_string();
@@ -310,7 +339,17 @@ fn a_holder_adds_announces_and_removes_both_families() {
         holder.run(|| System.announce(ip, named)).unwrap();
         holder.run(|| System.remove(ip, named)).unwrap();
         let out = Command::new("ip")
-            .args(["-n", &holder.name, "-o", "addr", "show", "dev", "eth0", "to", vip])
+            .args([
+                "-n",
+                &holder.name,
+                "-o",
+                "addr",
+                "show",
+                "dev",
+                "eth0",
+                "to",
+                vip,
+            ])
             .output()
             .unwrap();
         assert!(out.stdout.is_empty(), "{vip}: still there");
