@@ -638,6 +638,35 @@ fn leadership(
     )
 }
 
+/// With layer-2 pools (`pools`, none: nothing to do), the task that elects a holder of each of
+/// their addresses until `stop` (`l2`).
+fn spawn_announcer(
+    args: &EdgeArgs,
+    (client, identity): (&kube::Client, String),
+    pools: &[pool::Pool],
+    watched: tokio::sync::watch::Receiver<Option<load_balancer::Served>>,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if pools.is_empty() {
+        return None;
+    }
+    let settings = l2::Settings {
+        client: client.clone(),
+        namespace: lease_namespace(args),
+        prefix: args.lease_name.clone(),
+        identity,
+        host: Arc::new(l2::link::System),
+    };
+    tracing::info!(pools = pools.len(), namespace = %settings.namespace,
+        "announcing the addresses of layer-2 pools, one Lease per address");
+    Some(tokio::spawn(l2::follow(
+        settings,
+        pools.to_vec(),
+        watched,
+        stop,
+    )))
+}
+
 /// `edge --pools`: serves the Services of the class (see `load_balancer`) until a signal.
 async fn run_load_balancer(
     args: &EdgeArgs,
@@ -670,7 +699,7 @@ async fn run_load_balancer(
     );
     let lease_stop = CancellationToken::new();
     let leadership = leadership(args, &client, identity.clone(), &lease_stop);
-    let l2_pools: Vec<pool::Pool> = pools.iter().filter(|p| p.l2.is_some()).cloned().collect();
+    let pools_l2: Vec<pool::Pool> = pools.iter().filter(|p| p.l2.is_some()).cloned().collect();
     let config = load_balancer::Config {
         class: args.load_balancer_class.clone(),
         pools,
@@ -705,23 +734,13 @@ async fn run_load_balancer(
     ));
     // Addresses are given up when accepting stops (after --shutdown-delay), so another edge
     // takes them over while the connections here finish.
-    let announcing = (!l2_pools.is_empty()).then(|| {
-        let settings = l2::Settings {
-            client: client.clone(),
-            namespace: lease_namespace(args),
-            prefix: args.lease_name.clone(),
-            identity,
-            host: Arc::new(l2::link::System),
-        };
-        tracing::info!(pools = l2_pools.len(), namespace = %settings.namespace,
-            "announcing the addresses of layer-2 pools, one Lease per address");
-        tokio::spawn(l2::follow(
-            settings,
-            l2_pools,
-            watched.clone(),
-            lifecycle.listener_stop(),
-        ))
-    });
+    let announcing = spawn_announcer(
+        args,
+        (&client, identity),
+        &pools_l2,
+        watched.clone(),
+        lifecycle.listener_stop(),
+    );
     let server = lifecycle.serve::<Route<Arc<Balancer>>>(Vec::new())?;
     let state = Arc::new(ready_state);
     let check = listed_check(state.clone(), watched);

@@ -165,7 +165,7 @@ fn announce_on(iface: &Iface, ip: IpAddr) -> Result<(), String> {
         .mac
         .ok_or_else(|| format!("interface {:?} has no MAC", iface.name))?;
     let sent = match ip {
-        IpAddr::V4(v4) => send_arp(iface.index, mac, v4.into()),
+        IpAddr::V4(v4) => send_arp(iface.index, mac, v4),
         IpAddr::V6(v6) => send_na(iface.index, mac, v6),
     };
     sent.map_err(|e| hint(&e, &format!("cannot announce {ip} on {}", iface.name)))

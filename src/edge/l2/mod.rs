@@ -111,10 +111,10 @@ pub async fn follow(
             }
         }
         for (ip, l2) in want {
-            if !running.contains_key(&ip) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = running.entry(ip) {
                 let s = CancellationToken::new();
                 let task = tokio::spawn(hold(settings.clone(), ip, l2.clone(), s.clone()));
-                running.insert(ip, (l2, s, task));
+                slot.insert((l2, s, task));
             }
         }
         tokio::select! {

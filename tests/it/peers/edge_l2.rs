@@ -20,6 +20,7 @@ use super::edge_lb::{
     APPS, RELEASE,
 };
 use super::netns::{self, Netns};
+use super::Process;
 use crate::support::temp_dir;
 
 /// The link: the pods' network, where the edge nodes, the backend and the client all are.
@@ -96,23 +97,21 @@ fn within(
     }
 }
 
-#[test]
-fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies() {
+/// Whether the test can run (root, for network namespaces); says why not, and fails under CI.
+fn root() -> bool {
     if !netns::available() {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "the layer-2 test needs root under CI"
+            "the layer-2 tests need root under CI"
         );
-        eprintln!("SKIPPED: the layer-2 test needs root (network namespaces)");
-        return;
+        eprintln!("SKIPPED: the layer-2 tests need root (network namespaces)");
     }
-    let Some(cluster) = cluster::private("edge-l2") else {
-        return;
-    };
-    let install = install();
-    let dir = temp_dir("edge-l2");
-    let pools = pools_file(&install, dir.path());
-    let rt = runtime();
+    netns::available()
+}
+
+/// The bridge (in namespace `lan`), the two edge nodes, the backend pod and the client on it,
+/// and the API server reachable from the nodes at its own address.
+fn wire(cluster: &cluster::Cluster) -> [Netns; 5] {
     let tag = format!("l2{}", std::process::id() % 100_000);
     let [lan, a, b, pods, client] =
         ["lan", "a", "b", "pods", "client"].map(|n| Netns::new(&format!("{tag}-{n}")));
@@ -129,6 +128,74 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
     for node in [&a, &b] {
         netns::forward(node.run(|| std::net::TcpListener::bind(api).unwrap()), api);
     }
+    [lan, a, b, pods, client]
+}
+
+/// The edges' last log lines, for a failure message.
+fn logs(edges: &[(&Netns, Option<Process>)]) -> String {
+    (edges.iter())
+        .filter_map(|(n, p)| p.as_ref().map(|p| format!("--- {}:\n{}", n.name, p.tail())))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Kills edge `holder` with its node (the process, then its link) and waits for the other to
+/// take the address over, for its announcement to move `client`'s neighbour entry before the
+/// client sends anything, and for the client to be served again, within [`FAILOVER_BOUND`].
+fn fail_over(edges: &mut [(&Netns, Option<Process>)], holder: usize, client: &Netns) {
+    let other = 1 - holder;
+    let other_mac = mac(edges[other].0);
+    let vip: SocketAddr = format!("{VIP}:443").parse().unwrap();
+    // The holder dies with its node: the process killed, its link cut.
+    let dead = edges[holder].1.take().unwrap();
+    drop(dead);
+    edges[holder].0.ip(&["link", "set", "eth0", "down"]);
+    let killed = Instant::now();
+
+    // The other edge takes the Lease and the address...
+    let snapshot = || logs(edges);
+    let took = within(FAILOVER_BOUND, "the takeover", &snapshot, || {
+        has_vip(edges[other].0)
+    });
+    eprintln!(
+        "the address moved {:.1} s after the holder died",
+        took.as_secs_f64()
+    );
+    // ... and its gratuitous ARP moves the client's entry before the client sends anything.
+    within(
+        Duration::from_secs(3),
+        "the client's entry moving to the new holder",
+        &snapshot,
+        || neighbour(client, VIP).as_deref() == Some(other_mac.as_str()),
+    );
+    let reply = eventually_replies(client, edges[other].1.as_ref().unwrap(), vip, "v2 ");
+    assert!(reply.starts_with(&format!("v2 {CLIENT_IP}:")), "{reply:?}");
+    let served_again = killed.elapsed();
+    eprintln!(
+        "the client was served again {:.1} s after the holder died",
+        served_again.as_secs_f64()
+    );
+    assert!(
+        served_again < FAILOVER_BOUND,
+        "{served_again:?}\n{}",
+        snapshot()
+    );
+}
+
+#[test]
+fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies() {
+    if !root() {
+        return;
+    }
+    let Some(cluster) = cluster::private("edge-l2") else {
+        return;
+    };
+    let install = install();
+    let dir = temp_dir("edge-l2");
+    let pools = pools_file(&install, dir.path());
+    let rt = runtime();
+    // Every namespace lives until the end of the test (dropped, they are deleted).
+    let [_lan, a, b, _pods, client] = wire(&cluster);
     let kubeconfig = rt.block_on(async {
         install.apply(&cluster).await;
         cluster.ensure_namespace(APPS).await;
@@ -147,12 +214,6 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         spawn_edge_in(node, &install, &pools, &kubeconfig, &d)
     };
     let mut edges = vec![(&a, Some(spawn(&a, "a"))), (&b, Some(spawn(&b, "b")))];
-    let logs = |edges: &[(&Netns, Option<super::Process>)]| -> String {
-        (edges.iter())
-            .filter_map(|(n, p)| p.as_ref().map(|p| format!("--- {}:\n{}", n.name, p.tail())))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     rt.block_on(eventually(
         &cluster,
         edges[0].1.as_ref().unwrap(),
@@ -162,18 +223,18 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
     ));
 
     // One edge holds the address: it alone has it on its interface.
-    let snapshot = logs(&edges);
     within(
         Duration::from_secs(30),
         "one holder",
-        &|| snapshot.clone(),
+        &|| logs(&edges),
         || has_vip(&a) || has_vip(&b),
     );
     let holder = usize::from(has_vip(&b));
     let other = 1 - holder;
     assert!(
         !has_vip(edges[other].0),
-        "both edges have the address\n{snapshot}"
+        "both edges have the address\n{}",
+        logs(&edges)
     );
     let lease = format!("{}-edge-10-246-1-241", install.fullname());
     let first_identity = rt
@@ -188,44 +249,11 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         reply.starts_with(&format!("v2 {CLIENT_IP}:")) && reply.ends_with(&format!(" {VIP}:443\n")),
         "{reply:?}"
     );
-    let (holder_mac, other_mac) = (mac(edges[holder].0), mac(edges[other].0));
-    assert_ne!(holder_mac, other_mac);
+    let holder_mac = mac(edges[holder].0);
+    assert_ne!(holder_mac, mac(edges[other].0));
     assert_eq!(neighbour(&client, VIP), Some(holder_mac.clone()));
 
-    // The holder dies with its node: the process killed, its link cut.
-    let dead = edges[holder].1.take().unwrap();
-    drop(dead);
-    edges[holder].0.ip(&["link", "set", "eth0", "down"]);
-    let killed = Instant::now();
-
-    // The other edge takes the Lease and the address...
-    let snapshot = || logs(&edges);
-    let took = within(FAILOVER_BOUND, "the takeover", &snapshot, || {
-        has_vip(edges[other].0)
-    });
-    eprintln!(
-        "the address moved {:.1} s after the holder died",
-        took.as_secs_f64()
-    );
-    // ... and its gratuitous ARP moves the client's entry before the client sends anything.
-    within(
-        Duration::from_secs(3),
-        "the client's entry moving to the new holder",
-        &snapshot,
-        || neighbour(&client, VIP).as_deref() == Some(other_mac.as_str()),
-    );
-    let reply = eventually_replies(&client, edges[other].1.as_ref().unwrap(), vip, "v2 ");
-    assert!(reply.starts_with(&format!("v2 {CLIENT_IP}:")), "{reply:?}");
-    let served_again = killed.elapsed();
-    eprintln!(
-        "the client was served again {:.1} s after the holder died",
-        served_again.as_secs_f64()
-    );
-    assert!(
-        served_again < FAILOVER_BOUND,
-        "{served_again:?}\n{}",
-        snapshot()
-    );
+    fail_over(&mut edges, holder, &client);
     let identity = rt.block_on(lease_holder(&rt.block_on(cluster.admin()), RELEASE, &lease));
     assert!(
         identity.as_ref().is_some_and(|i| *i != first_identity),
@@ -270,12 +298,7 @@ fn neighbour(client: &Netns, ip: &str) -> Option<String> {
 #[test]
 fn a_holder_adds_announces_and_removes_both_families() {
     use ouroboros::edge::l2::link::{Host, System};
-    if !netns::available() {
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "the layer-2 test needs root under CI"
-        );
-        eprintln!("SKIPPED: the layer-2 test needs root (network namespaces)");
+    if !root() {
         return;
     }
     let tag = format!("l2h{}", std::process::id() % 100_000);
