@@ -146,8 +146,9 @@ pub struct EdgeArgs {
     /// Be the load balancer of Services of `type: LoadBalancer` and class
     /// --load-balancer-class, with addresses from the pools in this YAML file (docs/edge.md; in
     /// the chart, a ConfigMap mounted as the file). Read at start: restart to apply a change.
-    /// Addresses must already be routed to this host. No --listen: listeners follow the
-    /// Services.
+    /// Addresses must be routed to this host, or be in a pool with `l2`, whose addresses one
+    /// elected edge each puts on its interface and announces (ARP/NA; capabilities NET_ADMIN
+    /// and NET_RAW). No --listen: listeners follow the Services.
     #[arg(
         long,
         env = "OUROBOROS_EDGE_POOLS",
@@ -177,7 +178,8 @@ pub struct EdgeArgs {
     )]
     pub leader_elect: bool,
 
-    /// Name of the edge's Lease (with --pools and --leader-elect).
+    /// Name of the edge's Lease (with --pools and --leader-elect), and the prefix of the Leases
+    /// that elect the holder of each address of a layer-2 pool (`NAME-192-0-2-10`).
     #[arg(
         long,
         env = "OUROBOROS_EDGE_LEASE_NAME",
@@ -186,7 +188,8 @@ pub struct EdgeArgs {
     )]
     pub lease_name: String,
 
-    /// Namespace of the edge's Lease [default: this pod's namespace, else `ouroboros`].
+    /// Namespace of the edge's Leases (its own and the per-address ones) [default: this pod's
+    /// namespace, else `ouroboros`].
     #[arg(long, env = "OUROBOROS_EDGE_LEASE_NAMESPACE", value_name = "NS")]
     pub lease_namespace: Option<String>,
 
