@@ -9,8 +9,9 @@
 //! [`super::listeners`]), so a new holder serves the moment the address arrives.
 //!
 //! Failover: a holder that stops releases its Leases; a standby sees that at its next read of
-//! the Lease, at most `DURATION - GRACE` (10 s) later. A holder that dies keeps them until they
-//! expire: at most the lease duration (15 s) plus up to a second before a standby takes it.
+//! the Lease, which comes at the expiry of the renewal it last saw: within the lease duration
+//! (15 s), 10 s apart once renewals are seen. A holder that dies keeps them until they expire:
+//! 15 s after its last renewal, plus up to a second before a standby takes it.
 //!
 //! API calls: those of [`crate::controller::lease`] on each Lease `<--lease-name>-<address>`
 //! (`get`, `patch`, and `create` on leases) in the edge's lease namespace.
