@@ -121,6 +121,9 @@ impl Host for FakeHost {
         self.0.lock().unwrap().remove(&ip);
         Ok(())
     }
+    fn host_addresses(&self) -> Result<Vec<IpAddr>, String> {
+        Ok(self.0.lock().unwrap().iter().copied().collect())
+    }
 }
 
 /// The plans of one Service on `addrs`, port 443.
@@ -145,11 +148,16 @@ struct Edge {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn edge(client: &kube::Client, identity: &str, first: &[&str]) -> Edge {
+/// An edge `identity` serving `first`, whose host has `leftovers` on it (from an earlier run).
+fn edge(client: &kube::Client, identity: &str, first: &[&str], leftovers: &[&str]) -> Edge {
     let pools =
         parse_pools("pools:\n- name: lan\n  addresses: [192.0.2.0/28]\n  l2: {interface: eth0}\n")
             .unwrap();
     let host = FakeHost::default();
+    host.0
+        .lock()
+        .unwrap()
+        .extend(leftovers.iter().map(|ip| ip.parse::<IpAddr>().unwrap()));
     let settings = Settings {
         client: client.clone(),
         namespace: "ouroboros".into(),
@@ -200,9 +208,10 @@ fn holder(store: &Store, ip: &str) -> Option<String> {
 async fn two_edges_elect_a_holder_per_address_and_a_lost_lease_moves_it() {
     let store: Store = Default::default();
     let (client, _api) = route(leases(store.clone()));
-    // Each edge first serves one address alone, so each wins one.
-    let a = edge(&client, "edge-a", &[A]);
-    let mut b = edge(&client, "edge-b", &[B]);
+    // Each edge first serves one address alone, so each wins one. edge-b's host still has A
+    // from an earlier run that was killed: it is taken off at start.
+    let a = edge(&client, "edge-a", &[A], &[]);
+    let mut b = edge(&client, "edge-b", &[B], &[A]);
     until(
         [&a, &b],
         [&[A], &[B]],

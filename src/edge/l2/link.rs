@@ -67,6 +67,15 @@ pub fn choose<'a>(
     Ok(found)
 }
 
+/// The addresses with a host prefix (/32, /128) on `ifaces`: how a holder adds them.
+pub fn host_addresses(ifaces: &[Iface]) -> Vec<IpAddr> {
+    (ifaces.iter())
+        .flat_map(|i| i.networks.iter())
+        .filter(|(ip, len)| u32::from(*len) == if ip.is_ipv4() { 32 } else { 128 })
+        .map(|(ip, _)| *ip)
+        .collect()
+}
+
 /// This host's interfaces, as getifaddrs(3) lists them.
 pub fn interfaces() -> std::io::Result<Vec<Iface>> {
     let mut out: Vec<Iface> = Vec::new();
@@ -112,6 +121,8 @@ pub trait Host: Send + Sync + 'static {
     fn announce(&self, ip: IpAddr, named: Option<&str>) -> Result<(), String>;
     /// Takes `ip` off the interface.
     fn remove(&self, ip: IpAddr, named: Option<&str>) -> Result<(), String>;
+    /// The host addresses (/32, /128) on this host's interfaces now.
+    fn host_addresses(&self) -> Result<Vec<IpAddr>, String>;
 }
 
 /// The host this process runs on (CAP_NET_ADMIN to change addresses, CAP_NET_RAW to announce).
@@ -142,6 +153,11 @@ impl Host for System {
 
     fn announce(&self, ip: IpAddr, named: Option<&str>) -> Result<(), String> {
         announce_on(&find(ip, named)?, ip)
+    }
+
+    fn host_addresses(&self) -> Result<Vec<IpAddr>, String> {
+        let all = interfaces().map_err(|e| format!("cannot list the interfaces: {e}"))?;
+        Ok(host_addresses(&all))
     }
 
     fn remove(&self, ip: IpAddr, named: Option<&str>) -> Result<(), String> {
@@ -255,6 +271,31 @@ mod tests {
             let got = choose(&all, *named, ip.parse().unwrap()).map(|i| i.name.as_str());
             crate::table::expect(&got, want, (named, ip));
         }
+    }
+
+    #[test]
+    fn host_addresses_are_those_of_host_prefixes() {
+        let all = [
+            iface("lo", false, &[("127.0.0.1", 8), ("::1", 128)]),
+            iface(
+                "eth0",
+                true,
+                &[("10.0.0.5", 16), ("192.0.2.10", 32), ("2001:db8::10", 128)],
+            ),
+        ];
+        let got: Vec<String> = host_addresses(&all).iter().map(|i| i.to_string()).collect();
+        assert_eq!(got, ["::1", "192.0.2.10", "2001:db8::10"]);
+    }
+
+    #[test]
+    fn this_hosts_interfaces_are_read() {
+        let all = interfaces().unwrap();
+        let lo = all.iter().find(|i| i.name == "lo").expect("a loopback");
+        assert!(lo.index > 0 && lo.mac.is_none(), "{lo:?}");
+        assert!(
+            lo.networks.contains(&("127.0.0.1".parse().unwrap(), 8)),
+            "{lo:?}"
+        );
     }
 
     #[test]

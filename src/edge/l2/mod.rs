@@ -94,6 +94,7 @@ pub async fn follow(
     mut served: watch::Receiver<Option<Served>>,
     stop: CancellationToken,
 ) {
+    remove_leftovers(&settings, &pools);
     let mut running: BTreeMap<IpAddr, (L2, CancellationToken, tokio::task::JoinHandle<()>)> =
         BTreeMap::new();
     loop {
@@ -128,6 +129,30 @@ pub async fn follow(
     }
     for (_, (_, _, task)) in running {
         let _ = task.await;
+    }
+}
+
+/// Takes off this host the addresses of the layer-2 pools that an earlier run left on it (it
+/// was killed, or could not remove them): this edge holds none yet, and a host that keeps an
+/// address another edge now holds answers ARP and NA for it too, taking part of its traffic.
+fn remove_leftovers(s: &Settings, pools: &[Pool]) {
+    let found = match s.host.host_addresses() {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look for addresses left by an earlier run");
+            return;
+        }
+    };
+    for ip in found {
+        if let Some(pool) = pools.iter().find(|p| p.l2.is_some() && p.contains(ip)) {
+            let named = pool.l2.as_ref().and_then(|l| l.interface.as_deref());
+            match s.host.remove(ip, named) {
+                Ok(()) => tracing::info!(%ip, pool = %pool.name,
+                    "removed an address an earlier run left on this host; it is elected anew"),
+                Err(e) => tracing::error!(%ip, error = %e,
+                    "cannot remove an address an earlier run left on this host; two edges may answer for it"),
+            }
+        }
     }
 }
 

@@ -260,23 +260,59 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         "the Lease went from {first_identity} to {identity:?}"
     );
 
-    // The survivor stops (SIGTERM): it takes the address off its interface and releases the Lease.
+    come_back_and_hand_over(&mut edges, holder, &client, &spawn);
+    let last = rt.block_on(lease_holder(&rt.block_on(cluster.admin()), RELEASE, &lease));
+    assert!(
+        last.is_some() && last != identity,
+        "the Lease went from {identity:?} to {last:?}"
+    );
+}
+
+/// The dead node `holder` comes back with the address still on its link (its edge was killed):
+/// its new edge takes it off at start while the survivor keeps it. Then the survivor stops
+/// (SIGTERM): it takes the address off and releases the Lease, and the new edge takes it over
+/// within the lease duration (after the survivor's --shutdown-delay) and serves the client.
+fn come_back_and_hand_over(
+    edges: &mut [(&Netns, Option<Process>)],
+    holder: usize,
+    client: &Netns,
+    spawn: &dyn Fn(&Netns, &str) -> Process,
+) {
+    let other = 1 - holder;
+    edges[holder].0.ip(&["link", "set", "eth0", "up"]);
+    assert!(has_vip(edges[holder].0), "the killed edge left its address");
+    edges[holder].1 = Some(spawn(edges[holder].0, "again"));
+    within(
+        Duration::from_secs(10),
+        "the leftover address removed at start",
+        &|| logs(edges),
+        || !has_vip(edges[holder].0),
+    );
+    assert!(has_vip(edges[other].0), "the survivor keeps the address");
+
     let survivor = edges[other].1.take().unwrap();
     survivor.terminate();
+    let stopped = Instant::now();
     within(
         Duration::from_secs(20),
         "the address going on shutdown",
         &|| survivor.tail(),
         || !has_vip(edges[other].0),
     );
-    assert_no_refusal(&survivor);
-    let lease_after = rt.block_on(lease_holder(&rt.block_on(cluster.admin()), RELEASE, &lease));
-    assert_eq!(
-        lease_after,
-        None,
-        "released on shutdown\n{}",
-        survivor.tail()
+    within(
+        Duration::from_secs(25),
+        "the hand-over",
+        &|| logs(edges),
+        || has_vip(edges[holder].0),
     );
+    eprintln!(
+        "the restarted edge took the address {:.1} s after the holder was sent SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
+    let vip: SocketAddr = format!("{VIP}:443").parse().unwrap();
+    let reply = eventually_replies(client, edges[holder].1.as_ref().unwrap(), vip, "v2 ");
+    assert!(reply.starts_with(&format!("v2 {CLIENT_IP}:")), "{reply:?}");
+    assert_no_refusal(&survivor);
 }
 
 /// The MAC `client`'s neighbour cache has for `ip` on eth0, if any.
