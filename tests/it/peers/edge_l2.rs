@@ -67,13 +67,20 @@ fn mac(ns: &Netns) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Whether `ns` has the address on its eth0 (as the /32 the holder adds).
-fn has_vip(ns: &Netns) -> bool {
+/// `ip -o addr show dev eth0 to PREFIX` in `ns`: the lines of the addresses in `prefix`.
+fn addresses(ns: &Netns, prefix: &str) -> String {
     let out = Command::new("ip")
-        .args(["-n", &ns.name, "-o", "addr", "show", "dev", "eth0"])
+        .args([
+            "-n", &ns.name, "-o", "addr", "show", "dev", "eth0", "to", prefix,
+        ])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/32 "))
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Whether `ns` has the address on its eth0 (as the /32 the holder adds).
+fn has_vip(ns: &Netns) -> bool {
+    addresses(ns, VIP).contains(&format!("inet {VIP}/32 "))
 }
 
 /// Polls `f` every 100 ms for at most `limit`; how long it took.
@@ -200,13 +207,7 @@ fn the_elected_edge_announces_the_address_and_another_takes_it_over_when_it_dies
         install.apply(&cluster).await;
         cluster.ensure_namespace(APPS).await;
         with_endpoint(&cluster, "web", json!({})).await;
-        cluster
-            .service_account_kubeconfig(
-                RELEASE,
-                &format!("{}-edge", install.fullname()),
-                dir.path(),
-            )
-            .await
+        install.edge_kubeconfig(&cluster, dir.path()).await
     });
     let spawn = |node: &Netns, n: &str| {
         let d = dir.path().join(n);
@@ -373,21 +374,7 @@ fn a_holder_adds_announces_and_removes_both_families() {
             .run(|| System.add(ip, named))
             .unwrap_or_else(|e| panic!("{vip}: {e}"));
         assert_eq!(iface, "eth0");
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                &holder.name,
-                "-o",
-                "addr",
-                "show",
-                "dev",
-                "eth0",
-                "to",
-                vip,
-            ])
-            .output()
-            .unwrap();
-        let shown = String::from_utf8_lossy(&out.stdout).to_string();
+        let shown = addresses(&holder, vip);
         let len = if ip.is_ipv4() { 32 } else { 128 };
         assert!(shown.contains(&format!(" {vip}/{len} ")), "{vip}: {shown}");
         assert!(!shown.contains("tentative"), "{vip}: {shown}");
@@ -397,21 +384,7 @@ fn a_holder_adds_announces_and_removes_both_families() {
         // Announced again (as the holder does twice more): still no error.
         holder.run(|| System.announce(ip, named)).unwrap();
         holder.run(|| System.remove(ip, named)).unwrap();
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                &holder.name,
-                "-o",
-                "addr",
-                "show",
-                "dev",
-                "eth0",
-                "to",
-                vip,
-            ])
-            .output()
-            .unwrap();
-        assert!(out.stdout.is_empty(), "{vip}: still there");
+        assert_eq!(addresses(&holder, vip), "", "{vip}: still there");
         holder.run(|| System.remove(ip, named)).unwrap();
     }
 }
