@@ -29,6 +29,7 @@ const PURE: &[&str] = &[
     "edge/pool.rs",
     "edge/serve.rs",
     "edge/balance/maglev.rs",
+    "edge/l2/frames.rs",
     "probe/verdict.rs",
     "probe/rotation.rs",
     "whoami/http.rs",

@@ -11,6 +11,10 @@
 //!   no resolver crate is in the dependency tree.
 //! - [`listxattr`], [`getxattr`], [`fsetxattr`]: `nix` 0.32 has no extended-attribute calls
 //!   (`rustix` has, but is not a dependency).
+//! - [`send_link_frame`]: sending an Ethernet frame (the edge's ARP announcement) on an
+//!   `AF_PACKET` socket takes a `sockaddr_ll` naming the interface, and neither `nix` 0.32 (its
+//!   `LinkAddr` has no constructor but the unsafe `from_raw`) nor `socket2` (its `SockAddr` is
+//!   built from raw storage only) builds one safely.
 //! - The kernel relay's bpf(2) calls, ring buffer, TCP_INFO, SIOCOUTQ and SO_RCVLOWAT: in
 //!   [`kernel_relay`], compiled only with the cargo feature `kernel-relay` (off by default, so
 //!   the default build has none of that `unsafe`); neither `nix` nor `socket2` has them.
@@ -151,6 +155,43 @@ pub(crate) fn fsetxattr(fd: impl AsFd, name: &CStr, value: &[u8]) -> io::Result<
         )
     };
     if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// sendto(2) of the whole Ethernet frame `frame` (header included) on interface `ifindex` through
+/// `socket`, an `AF_PACKET`/`SOCK_RAW` socket; `dest` and `protocol` (host order) are the frame's
+/// own destination MAC and EtherType, as packet(7) asks them in the address.
+pub(crate) fn send_link_frame(
+    socket: impl AsFd,
+    ifindex: u32,
+    dest: [u8; 6],
+    protocol: u16,
+    frame: &[u8],
+) -> io::Result<()> {
+    // SAFETY: an all-zero sockaddr_ll is a valid value (integers and byte arrays).
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = protocol.to_be();
+    addr.sll_ifindex = ifindex as c_int;
+    addr.sll_halen = 6;
+    addr.sll_addr[..6].copy_from_slice(&dest);
+    // SAFETY: `socket` is borrowed, so open for the call; `frame` is a live slice the kernel only
+    // reads `frame.len()` bytes of; `addr` is a live, initialised sockaddr_ll whose size is passed.
+    let n = unsafe {
+        libc::sendto(
+            socket.as_fd().as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if n < 0 {
         Err(io::Error::last_os_error())
     } else {
         Ok(())

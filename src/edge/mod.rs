@@ -8,6 +8,7 @@
 pub mod allocate;
 pub mod backends;
 pub mod balance;
+pub mod l2;
 pub mod listeners;
 pub mod load_balancer;
 pub mod pool;
@@ -145,8 +146,9 @@ pub struct EdgeArgs {
     /// Be the load balancer of Services of `type: LoadBalancer` and class
     /// --load-balancer-class, with addresses from the pools in this YAML file (docs/edge.md; in
     /// the chart, a ConfigMap mounted as the file). Read at start: restart to apply a change.
-    /// Addresses must already be routed to this host. No --listen: listeners follow the
-    /// Services.
+    /// Addresses must be routed to this host, or be in a pool with `l2`, whose addresses one
+    /// elected edge each puts on its interface and announces (ARP/NA; capabilities NET_ADMIN
+    /// and NET_RAW). No --listen: listeners follow the Services.
     #[arg(
         long,
         env = "OUROBOROS_EDGE_POOLS",
@@ -176,7 +178,8 @@ pub struct EdgeArgs {
     )]
     pub leader_elect: bool,
 
-    /// Name of the edge's Lease (with --pools and --leader-elect).
+    /// Name of the edge's Lease (with --pools and --leader-elect), and the prefix of the Leases
+    /// that elect the holder of each address of a layer-2 pool (`NAME-192-0-2-10`).
     #[arg(
         long,
         env = "OUROBOROS_EDGE_LEASE_NAME",
@@ -185,7 +188,8 @@ pub struct EdgeArgs {
     )]
     pub lease_name: String,
 
-    /// Namespace of the edge's Lease [default: this pod's namespace, else `ouroboros`].
+    /// Namespace of the edge's Leases (its own and the per-address ones) [default: this pod's
+    /// namespace, else `ouroboros`].
     #[arg(long, env = "OUROBOROS_EDGE_LEASE_NAMESPACE", value_name = "NS")]
     pub lease_namespace: Option<String>,
 
@@ -321,6 +325,16 @@ pub fn source(args: &EdgeArgs) -> Result<Source, String> {
     if let Some(pools) = &args.pools {
         if args.load_balancer_class.trim().is_empty() {
             return Err("--load-balancer-class must not be empty".into());
+        }
+        // Also the prefix of the per-address Leases of layer-2 pools, which add 40 characters.
+        if !crate::dns_name::is_subdomain(&args.lease_name)
+            || args.lease_name.len() > l2::MAX_PREFIX
+        {
+            return Err(format!(
+                "--lease-name {:?}: expected a DNS subdomain name (lowercase letters, digits, '-', '.') of at most {} characters",
+                args.lease_name,
+                l2::MAX_PREFIX
+            ));
         }
         return Ok(Source::LoadBalancer(pools.clone()));
     }
@@ -598,6 +612,13 @@ fn listed_check(
     })
 }
 
+/// The namespace of the edge's Leases: `--lease-namespace`, else this pod's.
+fn lease_namespace(args: &EdgeArgs) -> String {
+    (args.lease_namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(crate::dns::args::own_namespace)
+}
+
 /// Who writes the load-balancer status: the Lease holder with --leader-elect, else this edge.
 fn leadership(
     args: &EdgeArgs,
@@ -608,9 +629,7 @@ fn leadership(
     if !args.leader_elect {
         return Leadership::always();
     }
-    let namespace = (args.lease_namespace.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(crate::dns::args::own_namespace);
+    let namespace = lease_namespace(args);
     tracing::info!(lease = %format!("{namespace}/{}", args.lease_name), %identity,
         "only the Lease holder writes the load-balancer status");
     Leadership::elect(
@@ -620,6 +639,35 @@ fn leadership(
         identity,
         stop.clone(),
     )
+}
+
+/// With layer-2 pools (`pools`, none: nothing to do), the task that elects a holder of each of
+/// their addresses until `stop` (`l2`).
+fn spawn_announcer(
+    args: &EdgeArgs,
+    (client, identity): (&kube::Client, String),
+    pools: &[pool::Pool],
+    watched: tokio::sync::watch::Receiver<Option<load_balancer::Served>>,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if pools.is_empty() {
+        return None;
+    }
+    let settings = l2::Settings {
+        client: client.clone(),
+        namespace: lease_namespace(args),
+        prefix: args.lease_name.clone(),
+        identity,
+        host: Arc::new(l2::link::System),
+    };
+    tracing::info!(pools = pools.len(), namespace = %settings.namespace,
+        "announcing the addresses of layer-2 pools, one Lease per address");
+    Some(tokio::spawn(l2::follow(
+        settings,
+        pools.to_vec(),
+        watched,
+        stop,
+    )))
 }
 
 /// `edge --pools`: serves the Services of the class (see `load_balancer`) until a signal.
@@ -653,7 +701,8 @@ async fn run_load_balancer(
         identity.clone(),
     );
     let lease_stop = CancellationToken::new();
-    let leadership = leadership(args, &client, identity, &lease_stop);
+    let leadership = leadership(args, &client, identity.clone(), &lease_stop);
+    let pools_l2: Vec<pool::Pool> = pools.iter().filter(|p| p.l2.is_some()).cloned().collect();
     let config = load_balancer::Config {
         class: args.load_balancer_class.clone(),
         pools,
@@ -680,12 +729,21 @@ async fn run_load_balancer(
         background.clone(),
     ));
     let balancer = tokio::spawn(load_balancer::run(
-        client,
+        client.clone(),
         config,
         (notifier, leadership.rx.clone()),
         served,
         background.clone(),
     ));
+    // Addresses are given up when accepting stops (after --shutdown-delay), so another edge
+    // takes them over while the connections here finish.
+    let announcing = spawn_announcer(
+        args,
+        (&client, identity),
+        &pools_l2,
+        watched.clone(),
+        lifecycle.listener_stop(),
+    );
     let server = lifecycle.serve::<Route<Arc<Balancer>>>(Vec::new())?;
     let state = Arc::new(ready_state);
     let check = listed_check(state.clone(), watched);
@@ -702,6 +760,9 @@ async fn run_load_balancer(
         )
         .await?;
     background.cancel();
+    if let Some(announcing) = announcing {
+        let _ = announcing.await;
+    }
     let _ = balancer.await;
     let _ = listening.await;
     lease_stop.cancel();
@@ -921,6 +982,14 @@ mod tests {
             (
                 &["--pools", "p.yaml", "--load-balancer-class", " "][..],
                 Err("must not be empty"),
+            ),
+            (
+                &["--pools", "p.yaml", "--lease-name", "Edge"][..],
+                Err("--lease-name \"Edge\": expected a DNS subdomain name"),
+            ),
+            (
+                &["--pools", "p.yaml", "--lease-name", &"a".repeat(214)][..],
+                Err("of at most 213 characters"),
             ),
         ] {
             let a = parse(argv).unwrap();

@@ -7,6 +7,7 @@
 //!     namespaces: [web]                      # optional: only Services in these namespaces
 //!     serviceSelector:                       # optional: only Services with these labels
 //!       matchLabels: {edge: public}
+//!     l2: {interface: eth0}                  # optional: announce the addresses (layer 2)
 //! ```
 //!
 //! Rules (documented in docs/edge.md):
@@ -16,7 +17,11 @@
 //!   used whole. IPv6 has no broadcast: CIDRs are used whole. Ranges are taken as written;
 //! - a CIDR with host bits set (`192.0.2.5/28`) is refused, naming the network it probably meant;
 //! - entries may not overlap, inside one pool or across pools: an address belongs to one pool;
-//! - a pool needs a name (a DNS label, unique) and at least one entry.
+//! - a pool needs a name (a DNS label, unique) and at least one entry;
+//! - `l2` makes the edges elect one holder per address, which puts it on an interface and
+//!   announces it (`super::l2`); `l2: {}` finds the interface by the network that contains the
+//!   address, `l2: {interface: NAME}` names it (a Linux interface name: 1 to 15 bytes, no `/`,
+//!   no whitespace). Without `l2`, the addresses must already be routed to the edge hosts.
 //!
 //! The arithmetic is written here: no CIDR crate (ipnet, cidr, ipnetwork) is in Cargo.lock,
 //! and an inclusive `u128` interval per entry is all the allocator needs.
@@ -181,6 +186,17 @@ pub struct Pool {
     pub namespaces: BTreeSet<String>,
     /// Empty: every Service.
     pub match_labels: BTreeMap<String, String>,
+    /// Layer-2 announcement of the addresses; `None`: they are routed to the edge hosts.
+    pub l2: Option<L2>,
+}
+
+/// How a pool's addresses are announced on the link.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L2 {
+    /// The interface to put the addresses on; `None`: the one whose network contains them.
+    #[serde(default)]
+    pub interface: Option<String>,
 }
 
 impl Pool {
@@ -221,6 +237,8 @@ pub enum PoolError {
         entry: String,
         reason: String,
     },
+    #[error("pool {pool:?}, l2.interface {interface:?} is not a Linux interface name (1 to 15 bytes, no '/' or whitespace)")]
+    Interface { pool: String, interface: String },
     #[error("pool {pool:?}, namespace {namespace:?} is not a namespace name (a DNS label)")]
     Namespace { pool: String, namespace: String },
     #[error("pool {pool:?}, entry {entry:?} overlaps pool {other_pool:?}, entry {other_entry:?}: an address belongs to one pool; shrink one of them")]
@@ -248,6 +266,8 @@ struct PoolSpec {
     namespaces: Vec<String>,
     #[serde(default)]
     service_selector: Option<Selector>,
+    #[serde(default)]
+    l2: Option<L2>,
 }
 
 #[derive(Deserialize)]
@@ -346,7 +366,15 @@ fn validate_pool(spec: PoolSpec) -> Result<Pool, PoolError> {
             namespace: ns.clone(),
         });
     }
+    let interface = spec.l2.as_ref().and_then(|l| l.interface.as_deref());
+    if let Some(i) = interface.filter(|i| !is_interface_name(i)) {
+        return Err(PoolError::Interface {
+            pool: spec.name.clone(),
+            interface: i.to_string(),
+        });
+    }
     Ok(Pool {
+        l2: spec.l2,
         name: spec.name,
         ranges,
         namespaces: spec.namespaces.into_iter().collect(),
@@ -355,6 +383,16 @@ fn validate_pool(spec: PoolSpec) -> Result<Pool, PoolError> {
             .map(|s| s.match_labels)
             .unwrap_or_default(),
     })
+}
+
+/// A name Linux accepts for an interface (dev_valid_name in net/core/dev.c).
+fn is_interface_name(s: &str) -> bool {
+    (1..16).contains(&s.len())
+        && s != "."
+        && s != ".."
+        && !s
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace())
 }
 
 #[cfg(test)]
@@ -454,7 +492,28 @@ mod tests {
         assert!(!pools[0].admits("other", &labels));
         assert!(!pools[0].admits("web", &BTreeMap::new()));
         assert!(pools[1].admits("any", &BTreeMap::new()));
+        assert_eq!(pools[0].l2, None);
         assert!(pools[1].contains(ip("198.51.100.20")) && !pools[1].contains(ip("198.51.100.21")));
+    }
+
+    #[test]
+    fn l2_pools_name_their_interface_or_find_it() {
+        let pools = parse_pools(
+            "pools:\n- name: lan\n  addresses: [192.0.2.0/28]\n  l2: {interface: eth0}\n\
+             - name: found\n  addresses: [198.51.100.0/28]\n  l2: {}\n",
+        )
+        .unwrap();
+        let named = L2 {
+            interface: Some("eth0".into()),
+        };
+        assert_eq!(pools[0].l2, Some(named));
+        assert_eq!(pools[1].l2, Some(L2::default()));
+        for ok in ["eth0", "enp0s31f6", "br-lan.100", "a23456789012345"] {
+            assert!(is_interface_name(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "eth 0", "eth0:1", "a/b", "a234567890123456"] {
+            assert!(!is_interface_name(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -473,6 +532,10 @@ mod tests {
             ("pools:\n- name: a\n  addresses: [192.0.2.0/28, 192.0.2.8-192.0.2.9]\n", "pool \"a\", entry \"192.0.2.8-192.0.2.9\" overlaps pool \"a\", entry \"192.0.2.0/28\""),
             ("pools:\n- name: a\n  addresses: ['2001:db8::/120']\n- name: b\n  addresses: ['2001:db8::ff-2001:db8::1ff']\n", "pool \"b\", entry \"2001:db8::ff-2001:db8::1ff\" overlaps pool \"a\""),
             ("pools:\n- name: a\n  addresses: [192.0.2.0/28]\n  namespaces: [Web]\n", "pool \"a\", namespace \"Web\""),
+            ("pools:\n- name: a\n  addresses: [192.0.2.0/28]\n  l2: {interface: eth0/1}\n", "pool \"a\", l2.interface \"eth0/1\" is not"),
+            ("pools:\n- name: a\n  addresses: [192.0.2.0/28]\n  l2: {interface: a-very-long-name}\n", "l2.interface \"a-very-long-name\""),
+            ("pools:\n- name: a\n  addresses: [192.0.2.0/28]\n  l2: {interface: ''}\n", "l2.interface \"\""),
+            ("pools:\n- name: a\n  addresses: [192.0.2.0/28]\n  l2: {iface: eth0}\n", "unknown field `iface`"),
         ];
         for (yaml, want) in cases {
             let err = parse_pools(yaml).unwrap_err().to_string();

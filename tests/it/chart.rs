@@ -333,6 +333,30 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "edge as the load balancer of a layer-2 pool, no leader election",
+        &[
+            "edge.enabled=true",
+            "edge.loadBalancer.enabled=true",
+            "edge.loadBalancer.leaderElect=false",
+            "edge.loadBalancer.pools[0].name=routed",
+            "edge.loadBalancer.pools[0].addresses={192.0.2.0/28}",
+            "edge.loadBalancer.pools[1].name=lan",
+            "edge.loadBalancer.pools[1].addresses={198.51.100.0/28}",
+            "edge.loadBalancer.pools[1].l2.interface=eth0",
+        ],
+    ),
+    (
+        "edge as the load balancer of a layer-2 pool, kernel relay",
+        &[
+            "edge.enabled=true",
+            "edge.copyMode=sockmap",
+            "edge.loadBalancer.enabled=true",
+            "edge.loadBalancer.pools[0].name=lan",
+            "edge.loadBalancer.pools[0].addresses={198.51.100.0/28}",
+            "edge.loadBalancer.pools[0].l2.interface=eth0",
+        ],
+    ),
+    (
         "edge, numbered ports, dual-stack listeners",
         &[
             "edge.enabled=true",
@@ -546,15 +570,24 @@ fn cleanup_needs(args: &[String]) -> Needs {
     Needs::for_cleanup(&f.cleanup.dns, NAMESPACE)
 }
 
-fn edge_needs(args: &[String]) -> EdgeNeeds {
+/// Whether the rendered edge pools (if any) have a layer-2 pool.
+fn edge_l2(objs: &[Value]) -> bool {
+    (objs.iter())
+        .filter(|o| kind(o) == "ConfigMap" && name(o).ends_with("-edge-pools"))
+        .filter_map(|cm| cm["data"]["pools.yaml"].as_str())
+        .flat_map(|y| ouroboros::edge::pool::parse_pools(y).unwrap_or_else(|e| panic!("{e}")))
+        .any(|p| p.l2.is_some())
+}
+
+/// What the edge with `args` needs; `objs`, the rendered chart, holds the pools it reads.
+fn edge_needs(args: &[String], objs: &[Value]) -> EdgeNeeds {
     assert_eq!(args[0], "edge");
     if !flag_values(args, "--pools").is_empty() {
         let elect = flag_values(args, "--leader-elect") != ["false"];
-        let lease = elect.then(|| {
-            let one = |f| flag_values(args, f)[0].to_string();
-            (one("--lease-namespace"), one("--lease-name"))
-        });
-        return EdgeNeeds::LoadBalancer { lease };
+        let one = |f| flag_values(args, f)[0].to_string();
+        let lease = elect.then(|| (one("--lease-namespace"), one("--lease-name")));
+        let l2_leases = edge_l2(objs).then(|| one("--lease-namespace"));
+        return EdgeNeeds::LoadBalancer { lease, l2_leases };
     }
     let service = flag_values(args, "--service");
     let (ns, svc) = service[0].split_once('/').unwrap();
@@ -707,7 +740,10 @@ fn assert_rbac(case: &str, objs: &[Value], fullname: &str) -> usize {
     }
     if let Some(pod) = pod_named(objs, "DaemonSet", &format!("{fullname}-edge")) {
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        let expected = atoms(&workloads::edge_required(&edge_needs(&container_args(pod))));
+        let expected = atoms(&workloads::edge_required(&edge_needs(
+            &container_args(pod),
+            objs,
+        )));
         assert_eq!(granted(objs, sa), expected, "{case}: edge");
         checked += 1;
     }
@@ -1117,9 +1153,10 @@ fn the_load_balancer_edge_reads_the_rendered_pools() {
         "ouroboros-edge-pools"
     );
     assert_eq!(
-        workloads::edge_required(&edge_needs(&args)),
+        workloads::edge_required(&edge_needs(&args, objs)),
         workloads::edge_required(&EdgeNeeds::LoadBalancer {
-            lease: Some(("ouroboros".into(), "ouroboros-edge".into()))
+            lease: Some(("ouroboros".into(), "ouroboros-edge".into())),
+            l2_leases: None,
         })
     );
 }
@@ -1141,7 +1178,7 @@ fn pods_are_hardened() {
             let what = format!("{case}: {w}");
             assert_pod_hardened(&what, &w, pod);
             for c in pod["containers"].as_array().unwrap() {
-                assert_container_hardened(&what, &w, c);
+                assert_container_hardened(&what, &w, c, edge_l2(objs));
             }
             checked += 1;
         }
@@ -1184,8 +1221,8 @@ fn assert_pod_hardened(what: &str, w: &str, pod: &Value) {
 }
 
 /// A container of workload `w`: read-only, unprivileged, no capability but the ones it needs,
-/// with requests and a memory limit.
-fn assert_container_hardened(what: &str, w: &str, c: &Value) {
+/// with requests and a memory limit. `l2`: the edge announces addresses (a layer-2 pool).
+fn assert_container_hardened(what: &str, w: &str, c: &Value, l2: bool) {
     let root_exception = w.ends_with("-etc-hosts") || w.ends_with("-edge");
     let sc = &c["securityContext"];
     assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
@@ -1197,9 +1234,16 @@ fn assert_container_hardened(what: &str, w: &str, c: &Value) {
     let sockmap = has(&strings(&c["args"]), "--copy-mode=sockmap");
     let relay: &[&str] = if sockmap { &["BPF", "NET_ADMIN"] } else { &[] };
     if w.ends_with("-edge") {
+        // Layer 2: NET_ADMIN puts addresses on the interface, NET_RAW sends ARP and NA.
+        let announce: &[&str] = match (l2, sockmap) {
+            (false, _) => &[],
+            (true, false) => &["NET_ADMIN", "NET_RAW"],
+            (true, true) => &["NET_RAW"],
+        };
         let want: Vec<&str> = ["NET_BIND_SERVICE"]
             .into_iter()
             .chain(relay.iter().copied())
+            .chain(announce.iter().copied())
             .collect();
         assert_eq!(added, want, "{what}");
     } else {
@@ -2753,7 +2797,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         &mut table,
         "edge (`edge.enabled`)",
         "edge",
-        &workloads::edge_required(&edge_needs(&container_args(pod))),
+        &workloads::edge_required(&edge_needs(&container_args(pod), objs)),
     );
     matrix_rows(
         &mut table,
@@ -2761,6 +2805,7 @@ fn readme_rbac_matrix_is_generated_from_the_rules() {
         "edge",
         &workloads::edge_required(&EdgeNeeds::LoadBalancer {
             lease: Some(("ouroboros".into(), "ouroboros-edge".into())),
+            l2_leases: None,
         }),
     );
     table.push_str(MATRIX_END);

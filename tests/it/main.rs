@@ -37,6 +37,7 @@ mod doctor;
 mod doctor_cli;
 mod doctor_client_ip;
 mod edge;
+mod edge_l2;
 mod edge_lb;
 mod edge_watch;
 mod editors;

@@ -33,8 +33,12 @@ pub enum EdgeNeeds {
         numbered_port: bool,
     },
     /// `--pools`: the load balancer of a class, over Services in every namespace; with
-    /// `--leader-elect`, the Lease (namespace, name) whose holder writes.
-    LoadBalancer { lease: Option<(String, String)> },
+    /// `--leader-elect`, the Lease (namespace, name) whose holder writes; with a pool that has
+    /// `l2`, the namespace of the per-address Leases (`--lease-namespace`).
+    LoadBalancer {
+        lease: Option<(String, String)>,
+        l2_leases: Option<String>,
+    },
 }
 
 /// The rules of `ouroboros edge`. With `--service`: its EndpointSlices (label selector, so no
@@ -48,7 +52,7 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
             service,
             numbered_port,
         } => (namespace, service, *numbered_port),
-        EdgeNeeds::LoadBalancer { lease } => {
+        EdgeNeeds::LoadBalancer { lease, l2_leases } => {
             let mut rules = vec![
                 rule(
                     Scope::Cluster,
@@ -86,7 +90,30 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
             if let Some((namespace, name)) = lease {
                 rules.extend(super::lease(namespace, name));
             }
+            if let Some(namespace) = l2_leases {
+                let ns = Scope::Namespace(namespace.clone());
+                rules.extend([
+                    // Named after the addresses allocated: not known when the role is written.
+                    rule(
+                        ns.clone(),
+                        "coordination.k8s.io",
+                        "leases",
+                        &[],
+                        &["get", "patch"],
+                        "elect the holder of each address of a layer-2 pool",
+                    ),
+                    rule(
+                        ns,
+                        "coordination.k8s.io",
+                        "leases",
+                        &[],
+                        &["create"],
+                        "leader election (first start)",
+                    ),
+                ]);
+            }
             rules.sort();
+            rules.dedup();
             return rules;
         }
     };
@@ -277,7 +304,10 @@ mod tests {
                 slices,
             ]
         );
-        let lb = edge_required(&EdgeNeeds::LoadBalancer { lease: None });
+        let lb = edge_required(&EdgeNeeds::LoadBalancer {
+            lease: None,
+            l2_leases: None,
+        });
         let verbs = |r: &str| {
             (flat(&lb).into_iter())
                 .find(|f| f.2 == r)
@@ -294,7 +324,10 @@ mod tests {
         assert_eq!(lb.len(), 4);
         // With --leader-elect: the Lease, as the controller's.
         let lease = Some(("ouroboros".to_string(), "ouroboros-edge".to_string()));
-        let elected = edge_required(&EdgeNeeds::LoadBalancer { lease });
+        let elected = edge_required(&EdgeNeeds::LoadBalancer {
+            lease,
+            l2_leases: None,
+        });
         let leases: Vec<_> = flat(&elected)
             .into_iter()
             .filter(|f| f.2 == "leases")
@@ -304,5 +337,28 @@ mod tests {
         want.sort();
         assert_eq!(leases, want);
         assert_eq!(elected.len(), 6);
+        // With a layer-2 pool: any Lease of the namespace (the names come from the addresses),
+        // and create once, shared with the edge's own Lease.
+        let l2 = edge_required(&EdgeNeeds::LoadBalancer {
+            lease: Some(("ouroboros".to_string(), "ouroboros-edge".to_string())),
+            l2_leases: Some("ouroboros".into()),
+        });
+        let leases: Vec<_> = flat(&l2).into_iter().filter(|f| f.2 == "leases").collect();
+        let any = |verbs: Vec<&'static str>| {
+            (
+                "ouroboros".to_string(),
+                "coordination.k8s.io",
+                "leases",
+                vec![],
+                verbs,
+            )
+        };
+        assert!(leases.contains(&any(vec!["get", "patch"])), "{leases:?}");
+        assert_eq!(
+            leases.iter().filter(|l| **l == any(vec!["create"])).count(),
+            1,
+            "{leases:?}"
+        );
+        assert_eq!(l2.len(), 7);
     }
 }

@@ -81,6 +81,15 @@ impl Install {
         format!("{}-ouroboros", self.release)
     }
 
+    /// A kubeconfig of the edge's ServiceAccount (`<fullname>-edge`), written into `dir`: the
+    /// chart's edge RBAC is all the edge may do.
+    pub(super) async fn edge_kubeconfig(&self, cluster: &Cluster, dir: &Path) -> PathBuf {
+        let account = format!("{}-edge", self.fullname());
+        cluster
+            .service_account_kubeconfig(&self.release, &account, dir)
+            .await
+    }
+
     /// The arguments of the first container of the `kind` named `name` (after the subcommand).
     pub(super) fn args(&self, kind: &str, name: &str) -> Vec<String> {
         for doc in yaml_serde::Deserializer::from_str(&self.yaml) {

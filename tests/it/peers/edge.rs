@@ -224,13 +224,7 @@ fn edge_follows_the_real_endpointslices_with_the_charts_rbac() {
             &[(PODS[0], true, false), (PODS[1], true, false)],
         )
         .await;
-        cluster
-            .service_account_kubeconfig(
-                RELEASE,
-                &format!("{}-edge", install.fullname()),
-                dir.path(),
-            )
-            .await
+        install.edge_kubeconfig(cluster, dir.path()).await
     });
 
     let listeners = [named, numbered];

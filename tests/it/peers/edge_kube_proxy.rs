@@ -22,7 +22,7 @@ use super::cluster::{self, Cluster};
 use super::controller_modes::{assert_no_refusal, runtime};
 use super::edge_lb::{
     ask, backend, eventually, eventually_replies, install_with_pool, pools_file, proxy_at,
-    spawn_edge_in, APPS, RELEASE,
+    spawn_edge_in, APPS,
 };
 use super::netns::{self, veth, Netns};
 use super::{binary, spawn, wait_for, Process};
@@ -187,13 +187,7 @@ fn kube_proxy_stops_short_circuiting_once_the_edge_writes_ip_mode_proxy() {
     let kubeconfig = rt.block_on(async {
         install.apply(&cluster).await;
         objects(&cluster).await;
-        cluster
-            .service_account_kubeconfig(
-                RELEASE,
-                &format!("{}-edge", install.fullname()),
-                dir.path(),
-            )
-            .await
+        install.edge_kubeconfig(&cluster, dir.path()).await
     });
     let mut kp = kube_proxy(&node, &cluster, &kube_proxy_binary, dir.path());
     let vip: SocketAddr = format!("{LB_IP}:443").parse().unwrap();

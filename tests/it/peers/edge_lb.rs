@@ -249,13 +249,7 @@ fn edge_is_the_load_balancer_of_its_class_at_the_real_api_server() {
     let kubeconfig = rt.block_on(async {
         install.apply(&cluster).await;
         cluster.ensure_namespace(APPS).await;
-        cluster
-            .service_account_kubeconfig(
-                RELEASE,
-                &format!("{}-edge", install.fullname()),
-                dir.path(),
-            )
-            .await
+        install.edge_kubeconfig(&cluster, dir.path()).await
     });
     let edge = spawn_edge(&install, &pools, &kubeconfig, dir.path(), 1);
 
@@ -461,7 +455,7 @@ pub(super) fn spawn_edge_in(
 }
 
 /// The LoadBalancer Service `name` of our class (port 443 to the pods' 8443) and its slice.
-async fn with_endpoint(cluster: &Cluster, name: &str, annotations: Value) {
+pub(super) async fn with_endpoint(cluster: &Cluster, name: &str, annotations: Value) {
     cluster
         .apply_yaml(
             &json!({
@@ -517,13 +511,7 @@ fn a_client_reaches_the_load_balancer_address_and_the_backend_sees_its_own_addre
         install.apply(&cluster).await;
         cluster.ensure_namespace(APPS).await;
         with_endpoint(&cluster, "web", json!({})).await;
-        cluster
-            .service_account_kubeconfig(
-                RELEASE,
-                &format!("{}-edge", install.fullname()),
-                dir.path(),
-            )
-            .await
+        install.edge_kubeconfig(&cluster, dir.path()).await
     });
     let edge = spawn_edge_in(&node, &install, &pools, &kubeconfig, dir.path());
     rt.block_on(eventually(

@@ -23,6 +23,7 @@ pub mod coredns;
 mod dns;
 mod edge;
 mod edge_kube_proxy;
+mod edge_l2;
 mod edge_lb;
 mod hairpin;
 mod ingress_class;
@@ -68,6 +69,12 @@ pub struct Process {
 impl Process {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends it SIGTERM (the way the kubelet stops a pod).
+    pub fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     }
 
     /// Whether it is still running.
