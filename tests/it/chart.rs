@@ -21,7 +21,8 @@ use ouroboros::controller::hostnames::targets::parse_target;
 use ouroboros::controller::rbac::workloads::{self, EdgeNeeds};
 use ouroboros::controller::rbac::{self, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
-use ouroboros::dns::args::{ExternalDnsOutput, Mode};
+use ouroboros::dns::args::ExternalDnsOutput;
+use ouroboros::dns::Mode;
 
 pub(crate) const RELEASE: &str = "ouroboros";
 pub(crate) const NAMESPACE: &str = "ouroboros";
