@@ -37,9 +37,9 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
-use crate::dns::args::{AnswerForm, DnsArgs};
-use crate::dns::mode::build::{Build, Routing};
+use crate::dns::args::DnsArgs;
 use crate::dns::corefile::Findings;
+use crate::dns::mode::build::{Build, Routing};
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::routes::Routes;
@@ -104,7 +104,9 @@ impl ControllerArgs {
         }
         crate::dns::mode::check(&self.dns)?;
         let rules = self.answer_rules()?;
-        if self.dns.mode.spec().edits_coredns() && self.dns.coredns_answer == AnswerForm::Rewrite {
+        // Answering with a name (`rewrite`), a direct answer needs the ingress controller
+        // Service's name: `direct-ip=` alone gives none.
+        if !self.dns.mode.spec().answers_with_addresses(&self.dns) {
             hostnames::targets::check_direct_by_name(&rules, &self.hostnames.targets)
                 .map_err(UsageError)?;
         }
@@ -734,8 +736,8 @@ impl ControllerHooks {
             watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
         ),
     ) -> Self {
-        let target =
-            (args.dns.mode.spec().edits_corefile()).then(|| configmap_object(&args.dns.coredns_target()));
+        let target = (args.dns.mode.spec().edits_corefile())
+            .then(|| configmap_object(&args.dns.coredns_target()));
         Self {
             guard: args.removal_guard.policy(),
             guard_object: target

@@ -446,7 +446,6 @@ impl DnsArgs {
                 .unwrap_or_else(|| self.proxy_service_name.clone()),
         )
     }
-
 }
 
 #[cfg(test)]

@@ -30,9 +30,9 @@ use crate::controller::hostnames::{
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::args::{AnswerForm, DnsArgs};
-use crate::dns::Mode;
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
+use crate::dns::Mode;
 use crate::flags::UsageError;
 use crate::header_verdict::Route;
 use crate::target::{Target, TargetRule};
@@ -246,8 +246,8 @@ impl DoctorArgs {
     pub fn validate(&self) -> Result<Validated, UsageError> {
         let s = Selection::of(&self.hostnames)?;
         crate::dns::mode::check(&self.dns)?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
-                           // The answers the controller refuses (e.g. `direct` without an ingress controller
-                           // Service), refused here too: the permission check would otherwise miss their reads.
+                                             // The answers the controller refuses (e.g. `direct` without an ingress controller
+                                             // Service), refused here too: the permission check would otherwise miss their reads.
         self.answer_rules()?;
         Ok(Validated {
             fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,

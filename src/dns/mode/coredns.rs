@@ -185,9 +185,9 @@ impl AnswerSource {
                 proxy_ips(&default_proxy(dns), client.clone()),
                 form == AnswerForm::View,
             ),
-            AnswerForm::Rewrite => AnswerSource::Rewrite(
-                dns.proxy_fqdn(at.cluster_domain).map_err(UsageError)?,
-            ),
+            AnswerForm::Rewrite => {
+                AnswerSource::Rewrite(dns.proxy_fqdn(at.cluster_domain).map_err(UsageError)?)
+            }
         };
         let mut out = vec![default];
         let services = dns.target_services(at.targets);

@@ -260,18 +260,39 @@ mod tests {
         }
         for (args, ok) in [
             (&["--mode", "coredns", "--coredns-answer", "view"][..], true),
-            (&["--mode", "coredns-import", "--coredns-answer", "view"], false),
             (
-                &["--mode", "coredns", "--node-local-dns", "--coredns-answer", "rewrite"],
+                &["--mode", "coredns-import", "--coredns-answer", "view"],
                 false,
             ),
             (
-                &["--mode", "coredns-import", "--node-local-dns", "--coredns-answer", "rewrite"],
+                &[
+                    "--mode",
+                    "coredns",
+                    "--node-local-dns",
+                    "--coredns-answer",
+                    "rewrite",
+                ],
+                false,
+            ),
+            (
+                &[
+                    "--mode",
+                    "coredns-import",
+                    "--node-local-dns",
+                    "--coredns-answer",
+                    "rewrite",
+                ],
                 false,
             ),
             // Only the CoreDNS modes write node-local-dns.
             (
-                &["--mode", "external-dns", "--node-local-dns", "--coredns-answer", "rewrite"],
+                &[
+                    "--mode",
+                    "external-dns",
+                    "--node-local-dns",
+                    "--coredns-answer",
+                    "rewrite",
+                ],
                 true,
             ),
         ] {

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 
 use super::{cut, inputs::Got};
 use crate::dns::answer::{self, Answer, Group, Rules};
-use crate::dns::Mode;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::dns::{
     coredns_import, corefile, BEGIN_MARKER, END_MARKER, MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT,
 };
@@ -34,7 +34,10 @@ pub fn corefile_text<'a>(
                      -A | grep -i coredns)",
                 )
             } else {
-                Check::skip(ID, format!("{c}; mode {} does not use it", mode.spec().name()))
+                Check::skip(
+                    ID,
+                    format!("{c}; mode {} does not use it", mode.spec().name()),
+                )
             });
         }
         Ok(Some(cm)) => cm,

@@ -61,7 +61,10 @@ pub fn coredns_version(
 ) -> Check {
     const ID: &str = "coredns-version";
     if !mode.spec().edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.spec().name()));
+        return Check::skip(
+            ID,
+            format!("mode {} does not edit CoreDNS", mode.spec().name()),
+        );
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);

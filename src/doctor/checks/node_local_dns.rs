@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
 use super::{coredns::UNKNOWN, inputs::Got};
-use crate::dns::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::doctor::report::Check;
 
 /// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
 use super::{coredns::UNKNOWN, cut, inputs::Got};
-use crate::dns::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::doctor::report::Check;
 
 /// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so
@@ -28,7 +28,10 @@ pub fn coredns_shadowing(
 ) -> Check {
     const ID: &str = "coredns-shadowing";
     if !mode.spec().edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.spec().name()));
+        return Check::skip(
+            ID,
+            format!("mode {} does not edit CoreDNS", mode.spec().name()),
+        );
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
@@ -100,7 +103,10 @@ pub fn coredns_shadowing(
 pub fn coredns_rewrites(mode: Mode, found: Option<&[corefile::Rewritten]>) -> Check {
     const ID: &str = "coredns-rewrites";
     if !mode.spec().edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.spec().name()));
+        return Check::skip(
+            ID,
+            format!("mode {} does not edit CoreDNS", mode.spec().name()),
+        );
     }
     let Some(found) = found else {
         return Check::skip(ID, UNKNOWN);
