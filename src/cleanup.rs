@@ -64,15 +64,7 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             // The rewrite target does not matter for removal; the domain only has to be valid.
             let domain = crate::cluster_domain::resolve(None);
             // Removal needs no answer, so no named target's Service either.
-            crate::dns::mode::sink(
-                dns,
-                &Build {
-                    client,
-                    cluster_domain: &domain,
-                    targets: &[],
-                    routing: None,
-                },
-            )?
+            crate::dns::mode::sink(dns, &Build::new(client, &domain, &[]))?
         }
     };
     let applied = with_retries(&sink, args.attempts, backoff).await?;

@@ -39,7 +39,7 @@ use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
 use crate::dns::args::DnsArgs;
 use crate::dns::corefile::Findings;
-use crate::dns::mode::build::{Build, Routing};
+use crate::dns::mode::build::Build;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::routes::Routes;
@@ -182,20 +182,9 @@ pub async fn run_with(
         policy,
     } = args.validate()?;
     let (rules, routes) = (args.answer_rules()?, Routes::default());
-    let routing = Some(Routing {
-        rules: &rules,
-        routes: &routes,
-    });
     let targets = &filters.targets;
-    let sink = crate::dns::mode::sink(
-        &args.dns,
-        &Build {
-            client: client.clone(),
-            cluster_domain: &cluster_domain,
-            targets,
-            routing,
-        },
-    )?;
+    let at = Build::new(client.clone(), &cluster_domain, targets).routed(&rules, &routes);
+    let sink = crate::dns::mode::sink(&args.dns, &at)?;
     let mode = sink.mode();
     let identity = lease::identity();
     log_start(&args, mode, &identity, filters.gateway_api, &cluster_domain);

@@ -708,10 +708,7 @@ async fn coredns_section(
             known,
         ));
     } else {
-        out.push(Check::skip(
-            "coredns",
-            format!("mode {} does not edit CoreDNS", mode.spec().name()),
-        ));
+        out.extend(checks::coredns::skip_unless_coredns("coredns", mode));
     }
     out
 }

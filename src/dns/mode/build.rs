@@ -49,7 +49,26 @@ impl Routing<'_> {
     }
 }
 
-impl Build<'_> {
+impl<'a> Build<'a> {
+    /// A build answering every target through its proxy.
+    pub fn new(client: kube::Client, cluster_domain: &'a str, targets: &'a [TargetRule]) -> Self {
+        Self {
+            client,
+            cluster_domain,
+            targets,
+            routing: None,
+        }
+    }
+
+    /// The build with each target answering as the controller's picks in `routes` say,
+    /// `rules` being each target's answer settings (the default target's first).
+    pub fn routed(self, rules: &'a [AnswerRule], routes: &'a Routes) -> Self {
+        Self {
+            routing: Some(Routing { rules, routes }),
+            ..self
+        }
+    }
+
     /// The `i`th target's addresses as the routing routes them.
     pub fn route_at(&self, ips: ProxyIps, i: usize) -> ProxyIps {
         match self

@@ -419,7 +419,7 @@ fn reserve(f: &File, len: usize) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The etc-hosts [`Sink`](crate::dns::write::sink::Sink): one per node, no lease.
+/// The etc-hosts [`Sink`]: one per node, no lease.
 pub struct HostsWriter {
     path: PathBuf,
     /// One per proxy target, the default target's first (see [`Plan`]).

@@ -305,7 +305,7 @@ fn is_owned(
     })
 }
 
-/// The external-dns [`Sink`](crate::dns::write::sink::Sink).
+/// The external-dns [`Sink`].
 pub struct ExternalWriter {
     api: Api<DynamicObject>,
     output: Output,

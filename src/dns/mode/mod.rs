@@ -194,12 +194,7 @@ mod tests {
     }
 
     fn build(client: &kube::Client) -> Build<'static> {
-        Build {
-            client: client.clone(),
-            cluster_domain: "cluster.local",
-            targets: &[],
-            routing: None,
-        }
+        Build::new(client.clone(), "cluster.local", &[])
     }
 
     #[tokio::test]

@@ -397,6 +397,13 @@ pub fn block_reverted(
     .action(action)
 }
 
+/// A CoreDNS check skipped in a mode that does not edit CoreDNS; `None` in one that does.
+pub fn skip_unless_coredns(id: &'static str, mode: Mode) -> Option<Check> {
+    let mode = mode.spec();
+    (!mode.edits_coredns())
+        .then(|| Check::skip(id, format!("mode {} does not edit CoreDNS", mode.name())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

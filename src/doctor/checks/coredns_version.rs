@@ -60,11 +60,8 @@ pub fn coredns_version(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-version";
-    if !mode.spec().edits_coredns() {
-        return Check::skip(
-            ID,
-            format!("mode {} does not edit CoreDNS", mode.spec().name()),
-        );
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);

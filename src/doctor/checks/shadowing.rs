@@ -27,11 +27,8 @@ pub fn coredns_shadowing(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-shadowing";
-    if !mode.spec().edits_coredns() {
-        return Check::skip(
-            ID,
-            format!("mode {} does not edit CoreDNS", mode.spec().name()),
-        );
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
@@ -102,11 +99,8 @@ pub fn coredns_shadowing(
 /// parsed, or the desired hostnames are unknown).
 pub fn coredns_rewrites(mode: Mode, found: Option<&[corefile::Rewritten]>) -> Check {
     const ID: &str = "coredns-rewrites";
-    if !mode.spec().edits_coredns() {
-        return Check::skip(
-            ID,
-            format!("mode {} does not edit CoreDNS", mode.spec().name()),
-        );
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(found) = found else {
         return Check::skip(ID, UNKNOWN);
