@@ -197,6 +197,119 @@ mod tests {
         Build::new(client.clone(), "cluster.local", &[])
     }
 
+    /// Each mode's facts, which the controller's tasks, the RBAC table and doctor follow.
+    #[test]
+    fn facts_per_mode() {
+        type Facts = (bool, bool, bool, Option<&'static str>, Option<&'static str>);
+        let dnsendpoints = Some("dnsendpoints.externaldns.k8s.io");
+        // (edits CoreDNS, edits the Corefile, one per node, CRD for DNSEndpoints, for Services)
+        let table: [(Mode, Facts); 4] = [
+            (Mode::Coredns, (true, true, false, None, None)),
+            (Mode::CorednsImport, (true, false, false, None, None)),
+            (Mode::EtcHosts, (false, false, true, None, None)),
+            (Mode::ExternalDns, (false, false, false, dnsendpoints, None)),
+        ];
+        for (mode, want) in table {
+            let name = mode.spec().name();
+            let crd = |output: &str| {
+                let d = parse(&["--mode", name, "--external-dns-output", output]);
+                mode.spec().crd(&d)
+            };
+            let spec = mode.spec();
+            let got = (
+                spec.edits_coredns(),
+                spec.edits_corefile(),
+                spec.runs_per_node(),
+                crd("dnsendpoint"),
+                crd("service"),
+            );
+            assert_eq!(got, want, "{mode:?}");
+        }
+    }
+
+    /// The Services read for addresses, the default target's and the named ones': none when
+    /// the answer is a name, none for a target whose addresses are given.
+    #[test]
+    fn services_read_per_mode() {
+        let targets = [
+            TargetRule {
+                name: "t".into(),
+                service: (None, "p-t".into()),
+                ..TargetRule::default()
+            },
+            TargetRule {
+                name: "u".into(),
+                service: (None, "p-u".into()),
+                proxy_ips: vec!["10.0.0.9".parse().unwrap()],
+                ..TargetRule::default()
+            },
+        ];
+        let s = |name: &str| Some(("ouroboros".to_string(), name.to_string()));
+        let t = vec![("ouroboros".to_string(), "p-t".to_string())];
+        type Case<'a> = (
+            &'a [&'a str],
+            Option<(String, String)>,
+            Vec<(String, String)>,
+        );
+        let table: [Case<'_>; 8] = [
+            (&["--mode", "coredns"], s("ouroboros-proxy"), t.clone()),
+            (
+                &["--mode", "coredns", "--coredns-answer", "view"],
+                s("ouroboros-proxy"),
+                t.clone(),
+            ),
+            (
+                &["--mode", "coredns", "--coredns-answer", "rewrite"],
+                None,
+                vec![],
+            ),
+            (
+                &["--mode", "coredns-import", "--coredns-answer", "rewrite"],
+                None,
+                vec![],
+            ),
+            (
+                &["--mode", "coredns-import", "--proxy-ip", "10.0.0.1"],
+                None,
+                t.clone(),
+            ),
+            // etc-hosts always answers with addresses.
+            (
+                &["--mode", "etc-hosts", "--coredns-answer", "rewrite"],
+                s("ouroboros-proxy"),
+                t.clone(),
+            ),
+            // external-dns has a Service and addresses of its own.
+            (
+                &[
+                    "--mode",
+                    "external-dns",
+                    "--proxy-ip",
+                    "10.0.0.1",
+                    "--external-dns-proxy-service",
+                    "e",
+                ],
+                s("e"),
+                t.clone(),
+            ),
+            (
+                &[
+                    "--mode",
+                    "external-dns",
+                    "--external-dns-proxy-ip",
+                    "10.0.0.1",
+                ],
+                None,
+                t,
+            ),
+        ];
+        for (args, default, named) in table {
+            let d = parse(args);
+            assert_eq!(proxy_service_read(&d), default, "{args:?}");
+            assert_eq!(target_services_read(&d, &targets), named, "{args:?}");
+        }
+    }
+
     #[tokio::test]
     async fn etc_hosts_and_external_dns_sinks() {
         // Building the sinks makes no request.
