@@ -967,42 +967,51 @@ impl DnsMode for ExternalDns {
     // create: server-side apply (of an absent object creates it); delete: leftovers. See
     // the module's header.
     fn write_grants(&self, dns: &DnsArgs, namespace: &str) -> Vec<Grant> {
-        let (api_group, resource) = written(dns.external_dns_output);
-        vec![Grant {
-            namespace: dns.external_dns_namespace_or(namespace),
-            api_group,
-            resource,
-            names: Vec::new(),
-            verbs: &["list", "create", "patch", "delete"],
-            why: match dns.external_dns_output {
-                ExternalDnsOutput::Dnsendpoint => {
-                    "write DNSEndpoints and delete this instance's leftovers"
-                }
-                ExternalDnsOutput::Service => {
-                    "write annotated headless Services and delete this instance's leftovers"
-                }
-            },
-        }]
+        let why = match dns.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => {
+                "write DNSEndpoints and delete this instance's leftovers"
+            }
+            ExternalDnsOutput::Service => {
+                "write annotated headless Services and delete this instance's leftovers"
+            }
+        };
+        vec![grant(
+            dns,
+            namespace,
+            &["list", "create", "patch", "delete"],
+            why,
+        )]
     }
 
     fn removal_grants(&self, dns: &DnsArgs, namespace: &str) -> Vec<Grant> {
-        let (api_group, resource) = written(dns.external_dns_output);
-        vec![Grant {
-            namespace: dns.external_dns_namespace_or(namespace),
-            api_group,
-            resource,
-            names: Vec::new(),
-            verbs: &["list", "delete"],
-            why: "delete this instance's objects",
-        }]
+        vec![grant(
+            dns,
+            namespace,
+            &["list", "delete"],
+            "delete this instance's objects",
+        )]
     }
 }
 
-/// The API group and resource of what `output` writes.
-fn written(output: ExternalDnsOutput) -> (&'static str, &'static str) {
-    match output {
+/// `verbs` on any object of what the mode writes, in --external-dns-namespace (else
+/// `namespace`).
+fn grant(
+    dns: &DnsArgs,
+    namespace: &str,
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Grant {
+    let (api_group, resource) = match dns.external_dns_output {
         ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
         ExternalDnsOutput::Service => ("", "services"),
+    };
+    Grant {
+        namespace: dns.external_dns_namespace_or(namespace),
+        api_group,
+        resource,
+        names: Vec::new(),
+        verbs,
+        why,
     }
 }
 
