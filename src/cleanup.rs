@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::dns::args::{DnsArgs, Mode};
+use crate::dns::args::DnsArgs;
+use crate::dns::mode::build::Build;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{Reason, SinkError};
-use crate::dns::write::sink::{AnySink, Sink};
+use crate::dns::write::sink::Sink;
 
 #[derive(Args, Debug)]
 pub struct CleanupArgs {
@@ -51,10 +52,9 @@ pub fn backoff(n: u32) -> Duration {
 
 pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let dns = &args.dns;
-    let sink = match dns.mode {
-        // A hosts block is removed without the API (and without the proxy IPs).
-        Mode::EtcHosts => AnySink::EtcHosts(dns.hosts_writer(None)),
-        _ => {
+    let sink = match dns.mode.spec().offline_removal(dns) {
+        Some(sink) => sink,
+        None => {
             let client = crate::kube_client::client(
                 dns.kubeconfig.as_deref(),
                 dns.api_timeout,
@@ -64,7 +64,7 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             // The rewrite target does not matter for removal; the domain only has to be valid.
             let domain = crate::cluster_domain::resolve(None);
             // Removal needs no answer, so no named target's Service either.
-            dns.sink(client, &domain, &[]).await?
+            crate::dns::mode::sink(dns, &Build::new(client, &domain, &[]))?
         }
     };
     let applied = with_retries(&sink, args.attempts, backoff).await?;

@@ -15,9 +15,10 @@
 //! | `accept` | the one accept loop (cap, backoff, drain) behind `proxy`, `edge` and `whoami`, generic over a connection `Handler` |
 //! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy (`mode`: `--copy-mode`; `sockmap`, the kernel relay, only with the cargo feature `kernel-relay`) |
 //! | `proxy`, `edge`, `whoami` | those subcommands (`edge::balance`: `pick`, `maglev` PURE, `backend`, `metrics`; `whoami::http` and `whoami::report` PURE) |
-//! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) |
-//! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share, and the writer they build |
-//! | `dns::write` | the write paths (`apply`, `hosts_writer`, `external_writer`, `proxy_ips`), the `Sink` trait, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
+//! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) and `Mode`, the key of the mode table |
+//! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share |
+//! | `dns::mode` | one module per DNS mode behind the `DnsMode` trait (`coredns`, `coredns_import`, `etc_hosts` and `external_dns`, each with its writer, RBAC and removal), the mode table (`Mode::spec`), and what several modes build with (`build`) |
+//! | `dns::write` | what the writers share: the CoreDNS ConfigMaps' writer (`apply`), the proxies' addresses (`proxy_ips`), the `Sink` trait and `AnySink`, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
 //! | `probe` | the hairpin probe the controller runs and `doctor --probe` prints: resolve through the cluster DNS, check the answer, send a PROXY-free request (`verdict` and `rotation` PURE; `resolve`, `knock`, `args`) |
 //! | `render`, `cleanup`, `doctor` | those subcommands (`doctor::checks` PURE: `inputs`, `ingress`, `sources`, `coredns`, `shadowing`, `coredns_version`, `node_local_dns`, `proxy`, `crd`, `permissions`; `doctor::client_ip` the end-to-end client-address check: `objects`, `state`, `verdict` PURE, `call` the caller Pod's side) |

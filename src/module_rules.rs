@@ -514,14 +514,6 @@ fn sibling_modules_form_no_cycle() {
 /// Breaches the strengthened check found that are not fixed yet, each with why it waits. The
 /// test fails on any other breach, and on a listed one that is gone (so the list stays true).
 const KNOWN_BREACHES: &[&str] = &[
-    // The DNS-target enums (`Mode`, `ExternalDnsOutput`) live in `dns::args`,
-    // which also reads the pod's namespace file and builds the writers; the DNS-mode work
-    // (issue 29) is reshaping where a mode is defined.
-    "doctor/checks/coredns.rs: crate::dns::args (does I/O)",
-    "doctor/checks/coredns_version.rs: crate::dns::args (does I/O)",
-    "doctor/checks/crd.rs: crate::dns::args (does I/O)",
-    "doctor/checks/node_local_dns.rs: crate::dns::args (does I/O)",
-    "doctor/checks/shadowing.rs: crate::dns::args (does I/O)",
     // `load_balancer_ingress` is a pure accessor in the controller's I/O module `ipmode`.
     "doctor/checks/ingress.rs: crate::controller::ipmode (does I/O)",
 ];

@@ -37,9 +37,9 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
-use crate::dns::args::Routing;
-use crate::dns::args::{AnswerForm, DnsArgs, Mode};
+use crate::dns::args::DnsArgs;
 use crate::dns::corefile::Findings;
+use crate::dns::mode::build::Build;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::routes::Routes;
@@ -102,9 +102,11 @@ impl ControllerArgs {
         if self.resync.is_zero() {
             return Err(UsageError::new("--resync must be longer than 0 (e.g. 10m)"));
         }
-        self.dns.check()?;
+        crate::dns::mode::check(&self.dns)?;
         let rules = self.answer_rules()?;
-        if self.dns.mode.edits_coredns() && self.dns.coredns_answer == AnswerForm::Rewrite {
+        // Answering with a name (`rewrite`), a direct answer needs the ingress controller
+        // Service's name: `direct-ip=` alone gives none.
+        if !self.dns.mode.spec().answers_with_addresses(&self.dns) {
             hostnames::targets::check_direct_by_name(&rules, &self.hostnames.targets)
                 .map_err(UsageError)?;
         }
@@ -121,7 +123,7 @@ impl ControllerArgs {
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
     /// run, which writes nothing).
     pub fn elects(&self) -> bool {
-        self.election.leader_elect && self.dns.mode != Mode::EtcHosts && !self.dns.dry_run
+        self.election.leader_elect && !self.dns.mode.spec().runs_per_node() && !self.dns.dry_run
     }
 }
 
@@ -180,14 +182,9 @@ pub async fn run_with(
         policy,
     } = args.validate()?;
     let (rules, routes) = (args.answer_rules()?, Routes::default());
-    let routing = Some(Routing {
-        rules: &rules,
-        routes: &routes,
-    });
     let targets = &filters.targets;
-    let sink = (args.dns)
-        .sink_routed(client.clone(), &cluster_domain, targets, routing)
-        .await?;
+    let at = Build::new(client.clone(), &cluster_domain, targets).routed(&rules, &routes);
+    let sink = crate::dns::mode::sink(&args.dns, &at)?;
     let mode = sink.mode();
     let identity = lease::identity();
     log_start(&args, mode, &identity, filters.gateway_api, &cluster_domain);
@@ -417,13 +414,13 @@ const SIDE_TASKS: &[SideTask] = &[
     // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
     SideTask {
         name: "node-local-dns-check",
-        when: |args| args.dns.mode == Mode::Coredns && !args.dns.node_local_dns.enabled,
+        when: |args| args.dns.mode.spec().edits_corefile() && !args.dns.node_local_dns.enabled,
         spawn: |s| s.node_local_dns_check(),
     },
     // The proxy's and the targets' Service addresses are what the Corefile blocks answer.
     SideTask {
         name: "proxy-watch",
-        when: |args| args.dns.mode.edits_coredns(),
+        when: |args| args.dns.mode.spec().edits_coredns(),
         spawn: |s| s.proxy_watches(),
     },
     // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
@@ -461,10 +458,10 @@ impl SideStart<'_> {
     fn revert_watches(&self) -> Vec<JoinHandle<()>> {
         let dns = &self.args.dns;
         let mut corefiles = Vec::new();
-        if dns.mode == Mode::Coredns {
+        if dns.mode.spec().edits_corefile() {
             corefiles.push(dns.coredns_target());
         }
-        if dns.writes_node_local_dns() {
+        if crate::dns::mode::writes_node_local_dns(dns) {
             corefiles.push(dns.node_local_dns_target());
         }
         corefiles
@@ -493,9 +490,9 @@ impl SideStart<'_> {
 
     fn proxy_watches(&self) -> Vec<JoinHandle<()>> {
         let dns = &self.args.dns;
-        let services = dns.proxy_service_read().into_iter();
+        let services = crate::dns::mode::proxy_service_read(dns).into_iter();
         services
-            .chain(dns.target_services_read(self.targets))
+            .chain(crate::dns::mode::target_services_read(dns, self.targets))
             .map(|(namespace, name)| {
                 tokio::spawn(proxy_watch::watch(
                     self.client.clone(),
@@ -728,8 +725,8 @@ impl ControllerHooks {
             watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
         ),
     ) -> Self {
-        let target =
-            (args.dns.mode == Mode::Coredns).then(|| configmap_object(&args.dns.coredns_target()));
+        let target = (args.dns.mode.spec().edits_corefile())
+            .then(|| configmap_object(&args.dns.coredns_target()));
         Self {
             guard: args.removal_guard.policy(),
             guard_object: target

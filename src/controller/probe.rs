@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
-use crate::dns::args::{AnswerForm, DnsArgs, Mode};
+use crate::dns::args::DnsArgs;
 use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
@@ -72,7 +72,7 @@ impl ProbeScheduleArgs {
 /// external-dns modes; etc-hosts writes the nodes' files, one controller per node, and a dry
 /// run writes nothing to check.
 pub fn applies(dns: &DnsArgs) -> bool {
-    dns.mode != Mode::EtcHosts && !dns.dry_run
+    !dns.mode.spec().runs_per_node() && !dns.dry_run
 }
 
 /// Where a target's expected addresses come from.
@@ -142,28 +142,19 @@ pub fn sources(
     targets: &[TargetRule],
     rules: &[AnswerRule],
 ) -> Result<Vec<Source>, String> {
-    let rewrite = dns.mode.edits_coredns() && dns.coredns_answer == AnswerForm::Rewrite;
+    let mode = dns.mode.spec();
+    let rewrite = !mode.answers_with_addresses(dns);
     let services = dns.target_services(targets);
     let mut out = Vec::new();
     for (i, target) in Target::all(targets.len()).enumerate() {
         let rule = rules.iter().find(|r| r.target == target);
         let controller = rule.and_then(|r| r.controller_service.as_ref().map(|s| (r, s)));
         let (relay_ns, relay_name, given, flag) = match target.rule(targets) {
-            None if dns.mode == Mode::ExternalDns => {
-                let (ns, name) = dns.external_dns_proxy_service();
-                (
-                    ns,
-                    name,
-                    dns.external_dns_proxy_ips.clone(),
-                    "--external-dns-proxy-ip",
-                )
+            None => {
+                let proxy = mode.proxy(dns);
+                let (ns, name) = proxy.service;
+                (ns, name, proxy.ips, proxy.flag)
             }
-            None => (
-                dns.proxy_service_namespace(),
-                dns.proxy_service_name.clone(),
-                dns.proxy_ips.clone(),
-                "--proxy-ip",
-            ),
             Some(t) => {
                 let (ns, name) = services[i - 1].clone();
                 (ns, name, t.proxy_ips.clone(), "--target ...,proxy-ip=")

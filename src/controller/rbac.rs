@@ -5,7 +5,9 @@
 
 use super::args::{ElectionArgs, IpModeArgs};
 use super::hostnames::{args::HostnameArgs, kinds::Kind};
-use crate::dns::args::{DnsArgs, ExternalDnsOutput, Mode};
+use crate::dns::args::DnsArgs;
+use crate::dns::mode::{self, Grant};
+use crate::dns::Mode;
 use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
@@ -46,14 +48,14 @@ pub struct Needs {
     /// The controller's own namespace (Lease).
     pub namespace: String,
     pub lease_name: String,
-    pub coredns_namespace: String,
-    pub coredns_configmap: String,
     /// --node-local-dns: our block is written into node-local-dns's Corefile too.
     pub node_local_dns: bool,
     pub node_local_dns_namespace: String,
     pub node_local_dns_configmap: String,
-    pub import_namespace: String,
-    pub import_configmap: String,
+    /// What the mode writes (`DnsMode::write_grants`).
+    pub writes: Vec<Grant>,
+    /// What removing the mode's writes needs (`DnsMode::removal_grants`).
+    pub removes: Vec<Grant>,
     /// The proxy Service is read for its ClusterIPs (the CoreDNS modes' template answers and
     /// etc-hosts without --proxy-ip, external-dns without --external-dns-proxy-ip).
     pub proxy_service: Option<(String, String)>,
@@ -65,8 +67,6 @@ pub struct Needs {
     /// The ingress controllers' configuration objects read for the header verdict
     /// (`answer=auto` with `ingress-controller-config=`).
     pub controller_configs: Vec<crate::header_verdict::ConfigRef>,
-    pub external_dns_namespace: String,
-    pub external_dns_output: ExternalDnsOutput,
 }
 
 impl Needs {
@@ -90,8 +90,8 @@ impl Needs {
             leader_elect: election.leader_elect,
             namespace: election.lease_namespace_or(namespace),
             lease_name: election.lease_name.clone(),
-            proxy_service: dns.proxy_service_read(),
-            target_services: dns.target_services_read(&hostnames.targets),
+            proxy_service: mode::proxy_service_read(dns),
+            target_services: mode::target_services_read(dns, &hostnames.targets),
             ingress_controller_services: {
                 let mut v: Vec<(String, String)> = ipmode
                     .watched(&hostnames.targets)
@@ -122,8 +122,9 @@ impl Needs {
     /// What `cleanup` with these flags needs (see `cleanup_required`): the DNS targets only; no
     /// sources, no Lease.
     pub fn for_cleanup(dns: &DnsArgs, namespace: &str) -> Needs {
+        let writes_node_local_dns = mode::writes_node_local_dns(dns);
         let nl = |s: &String| {
-            if dns.writes_node_local_dns() {
+            if writes_node_local_dns {
                 s.clone()
             } else {
                 String::new()
@@ -136,24 +137,19 @@ impl Needs {
             leader_elect: false,
             namespace: namespace.to_string(),
             lease_name: String::new(),
-            coredns_namespace: dns.coredns_namespace.clone(),
-            coredns_configmap: dns.coredns_configmap.clone(),
-            node_local_dns: dns.writes_node_local_dns(),
+            node_local_dns: writes_node_local_dns,
             // Only a block written there is removed there.
             node_local_dns_namespace: nl(&dns.node_local_dns.node_local_dns_namespace),
             node_local_dns_configmap: nl(&dns.node_local_dns.node_local_dns_configmap),
-            import_namespace: dns.coredns_import_namespace.clone(),
-            import_configmap: dns.coredns_import_configmap.clone(),
+            writes: dns.mode.spec().write_grants(dns, namespace),
+            removes: dns.mode.spec().removal_grants(dns, namespace),
             // Removing a CoreDNS block needs no answer, so no Service read.
-            proxy_service: dns
-                .proxy_service_read()
-                .filter(|_| !dns.mode.edits_coredns()),
+            proxy_service: mode::proxy_service_read(dns)
+                .filter(|_| !dns.mode.spec().edits_coredns()),
             // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
-            external_dns_namespace: dns.external_dns_namespace_or(namespace),
-            external_dns_output: dns.external_dns_output,
         }
     }
 }
@@ -217,7 +213,7 @@ fn source_rules(n: &Needs) -> Vec<Rule> {
 
 /// The Lease, when a leader is elected.
 fn lease_rules(n: &Needs) -> Vec<Rule> {
-    if n.leader_elect && n.mode != Mode::EtcHosts {
+    if n.leader_elect && !n.mode.spec().runs_per_node() {
         lease(&n.namespace, &n.lease_name)
     } else {
         Vec::new()
@@ -261,7 +257,7 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
     for (ns, name) in n.proxy_service.iter().chain(&n.target_services) {
         services.entry(ns).or_default().push(name);
     }
-    let coredns = n.mode.edits_coredns();
+    let coredns = n.mode.spec().edits_coredns();
     for (ns, names) in services {
         rules.push(rule(
             Scope::Namespace(ns.clone()),
@@ -311,7 +307,7 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
 /// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.
 fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
     let mut rules = Vec::new();
-    if n.mode.edits_coredns() && n.node_local_dns {
+    if n.mode.spec().edits_coredns() && n.node_local_dns {
         rules.push(rule(
             Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
@@ -321,7 +317,7 @@ fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
             &["get", "list", "watch", "update"],
             "write the block into node-local-dns's Corefile and restore it when reverted",
         ));
-    } else if n.mode == Mode::Coredns && !n.node_local_dns_configmap.is_empty() {
+    } else if n.mode.spec().edits_corefile() && !n.node_local_dns_configmap.is_empty() {
         rules.push(rule(
             Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
@@ -334,118 +330,65 @@ fn node_local_dns_rules(n: &Needs) -> Vec<Rule> {
     rules
 }
 
-/// What the DNS mode writes.
+/// What the DNS mode writes (its module's `write_grants`).
 fn mode_rules(n: &Needs) -> Vec<Rule> {
-    use Scope::Namespace;
-    let mut rules = Vec::new();
-    match n.mode {
-        Mode::Coredns => {
-            let ns = Namespace(n.coredns_namespace.clone());
-            rules.push(rule(
-                ns.clone(),
-                "",
-                "configmaps",
-                &[&n.coredns_configmap],
-                // list/watch: the revert watch (field selector metadata.name=<name>).
-                &["get", "list", "watch", "update"],
-                "edit the Corefile and restore it when reverted",
-            ));
-        }
-        Mode::CorednsImport => {
-            let ns = Namespace(n.import_namespace.clone());
-            rules.push(rule(
-                ns.clone(),
-                "",
-                "configmaps",
-                &[&n.import_configmap],
-                // delete: cleanup removes the ConfigMap it created once our key was the last.
-                &["get", "update", "delete"],
-                "write the import snippet",
-            ));
-            rules.push(rule(
-                ns,
-                "",
-                "configmaps",
-                &[],
-                &["create"],
-                "create the import ConfigMap when absent",
-            ));
-        }
-        Mode::EtcHosts => {}
-        Mode::ExternalDns => {
-            // list: this instance's objects (and, before creating, the namespace's names);
-            // patch + create: server-side apply (of an absent object creates it); delete:
-            // leftovers. See dns::write::external_writer.
-            let ns = Namespace(n.external_dns_namespace.clone());
-            let verbs = &["list", "create", "patch", "delete"];
-            match n.external_dns_output {
-                ExternalDnsOutput::Dnsendpoint => rules.push(rule(
-                    ns,
-                    "externaldns.k8s.io",
-                    "dnsendpoints",
-                    &[],
-                    verbs,
-                    "write DNSEndpoints and delete this instance's leftovers",
-                )),
-                ExternalDnsOutput::Service => rules.push(rule(
-                    ns,
-                    "",
-                    "services",
-                    &[],
-                    verbs,
-                    "write annotated headless Services and delete this instance's leftovers",
-                )),
-            }
-        }
-    }
-    rules
+    n.writes.iter().map(grant_rule).collect()
 }
 
 /// What removing the mode's writes needs (`ouroboros cleanup`, the chart's uninstall hook):
-/// beside [`mode_rules`], so a mode's RBAC is in one place. Empty for etc-hosts (a file on the
-/// node, no API call).
+/// its module's `removal_grants`, beside its `write_grants`.
 fn mode_cleanup_rules(n: &Needs) -> Vec<Rule> {
-    match n.mode {
-        Mode::Coredns => vec![rule(
-            Scope::Namespace(n.coredns_namespace.clone()),
-            "",
-            "configmaps",
-            &[&n.coredns_configmap],
-            &["get", "update"],
-            "remove the block from the Corefile",
-        )],
-        Mode::CorednsImport => vec![rule(
-            Scope::Namespace(n.import_namespace.clone()),
-            "",
-            "configmaps",
-            &[&n.import_configmap],
-            &["get", "update", "delete"],
-            "remove the snippet key (delete the ConfigMap when it is ours and empty)",
-        )],
-        Mode::EtcHosts => vec![],
-        Mode::ExternalDns => {
-            let (group, resource) = match n.external_dns_output {
-                ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
-                ExternalDnsOutput::Service => ("", "services"),
-            };
-            vec![rule(
-                Scope::Namespace(n.external_dns_namespace.clone()),
-                group,
-                resource,
-                &[],
-                &["list", "delete"],
-                "delete this instance's objects",
-            )]
-        }
+    n.removes.iter().map(grant_rule).collect()
+}
+
+/// A mode's permission as a Role rule in its namespace.
+fn grant_rule(g: &Grant) -> Rule {
+    Rule {
+        scope: Scope::Namespace(g.namespace.clone()),
+        api_group: g.api_group,
+        resource: g.resource,
+        resource_names: g.names.clone(),
+        verbs: g.verbs.to_vec(),
+        why: g.why,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dns::args::ExternalDnsOutput;
+    use clap::ValueEnum;
+
+    /// What `mode` writes and what removing it needs, with `output` and `extra` flags beside
+    /// the chart's defaults, in namespace `own`.
+    pub(super) fn grants(
+        mode: Mode,
+        output: ExternalDnsOutput,
+        extra: &[&str],
+    ) -> (Vec<Grant>, Vec<Grant>) {
+        let output = output.to_possible_value().unwrap();
+        let mut argv = vec![
+            "--mode",
+            mode.spec().name(),
+            "--external-dns-output",
+            output.get_name(),
+        ];
+        argv.extend_from_slice(extra);
+        let dns: DnsArgs = crate::flags::parse_args(&argv).unwrap();
+        let mode = mode.spec();
+        (
+            mode.write_grants(&dns, "own"),
+            mode.removal_grants(&dns, "own"),
+        )
+    }
 
     /// The chart's defaults, with leader election and the proxy Service read off.
     fn needs(mode: Mode) -> Needs {
+        with_output(mode, ExternalDnsOutput::Dnsendpoint)
+    }
+
+    fn with_output(mode: Mode, output: ExternalDnsOutput) -> Needs {
+        let (writes, removes) = grants(mode, output, &["--external-dns-namespace", "dns"]);
         Needs {
             mode,
             gateway_api: false,
@@ -453,19 +396,15 @@ mod tests {
             leader_elect: false,
             namespace: "ouroboros".into(),
             lease_name: "ouroboros-controller".into(),
-            coredns_namespace: "kube-system".into(),
-            coredns_configmap: "coredns".into(),
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
-            import_namespace: "kube-system".into(),
-            import_configmap: "coredns-custom".into(),
+            writes,
+            removes,
             proxy_service: None,
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
-            external_dns_namespace: "dns".into(),
-            external_dns_output: ExternalDnsOutput::Dnsendpoint,
         }
     }
 
@@ -480,8 +419,7 @@ mod tests {
         Needs {
             leader_elect: true,
             proxy_service: proxy.then(|| ("ouroboros".into(), "ouroboros-proxy".into())),
-            external_dns_output: output,
-            ..needs(mode)
+            ..with_output(mode, output)
         }
     }
 
@@ -617,19 +555,29 @@ mod needs_tests {
                 leader_elect: true,
                 namespace: "own".into(),
                 lease_name: "ouroboros-controller".into(),
-                coredns_namespace: "kube-system".into(),
-                coredns_configmap: "coredns".into(),
                 node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
-                import_namespace: "kube-system".into(),
-                import_configmap: "coredns-custom".into(),
+                writes: vec![Grant {
+                    namespace: "kube-system".into(),
+                    api_group: "",
+                    resource: "configmaps",
+                    names: vec!["coredns".into()],
+                    verbs: &["get", "list", "watch", "update"],
+                    why: "edit the Corefile and restore it when reverted",
+                }],
+                removes: vec![Grant {
+                    namespace: "kube-system".into(),
+                    api_group: "",
+                    resource: "configmaps",
+                    names: vec!["coredns".into()],
+                    verbs: &["get", "update"],
+                    why: "remove the block from the Corefile",
+                }],
                 proxy_service: Some(("proxy-ns".into(), "ouroboros-proxy".into())),
                 target_services: Vec::new(),
                 ingress_controller_services: Vec::new(),
                 controller_configs: Vec::new(),
-                external_dns_namespace: "own".into(),
-                external_dns_output: ExternalDnsOutput::Dnsendpoint,
             }
         );
         // cleanup: the same DNS targets, nothing watched, no Lease, and no proxy Service
@@ -645,6 +593,14 @@ mod needs_tests {
                 ..c
             }
         );
+    }
+
+    /// Where the mode's first grant is: its namespace, then its object's name or, with no
+    /// name, its resource.
+    fn written(n: &Needs) -> (&str, &str) {
+        let g = &n.writes[0];
+        let what = g.names.first().map_or(g.resource, String::as_str);
+        (g.namespace.as_str(), what)
     }
 
     /// Each flag lands in its field; blank --ingress-class and --lease-namespace are unset.
@@ -683,16 +639,18 @@ mod needs_tests {
             }),
             (
                 &["--coredns-namespace", "dns", "--coredns-configmap", "cf"],
-                |n| (n.coredns_namespace.as_str(), n.coredns_configmap.as_str()) == ("dns", "cf"),
+                |n| written(n) == ("dns", "cf"),
             ),
             (
                 &[
+                    "--mode",
+                    "coredns-import",
                     "--coredns-import-namespace",
                     "d",
                     "--coredns-import-configmap",
                     "c",
                 ],
-                |n| (n.import_namespace.as_str(), n.import_configmap.as_str()) == ("d", "c"),
+                |n| written(n) == ("d", "c"),
             ),
             (&["--mode", "etc-hosts"], |n| {
                 n.proxy_service == Some(("proxy-ns".into(), "ouroboros-proxy".into()))
@@ -766,16 +724,17 @@ mod needs_tests {
                 ],
                 |n| {
                     n.proxy_service == Some(("proxy-ns".into(), "p2".into()))
-                        && n.external_dns_namespace == "own"
+                        && written(n) == ("own", "dnsendpoints")
                 },
             ),
             (
                 &["--mode", "external-dns", "--external-dns-namespace", "x"],
-                |n| n.external_dns_namespace == "x",
+                |n| written(n) == ("x", "dnsendpoints"),
             ),
-            (&["--external-dns-output", "service"], |n| {
-                n.external_dns_output == ExternalDnsOutput::Service
-            }),
+            (
+                &["--mode", "external-dns", "--external-dns-output", "service"],
+                |n| written(n) == ("own", "services"),
+            ),
         ];
         for (flags, ok) in table {
             let (n, _) = of(flags);

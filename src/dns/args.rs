@@ -1,6 +1,6 @@
-//! Where and how the DNS configuration is written: the DNS-target flags `controller`, `cleanup`,
-//! `render` and `doctor` share (so `cleanup` finds exactly what `controller` wrote), and the
-//! writer (`AnySink`) they build.
+//! Where the DNS configuration is written: the DNS-target flags `controller`, `cleanup`,
+//! `render` and `doctor` share (so `cleanup` finds exactly what `controller` wrote). What each
+//! mode does with them is its module's, in `dns::mode`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -9,59 +9,9 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::external;
-use crate::dns::write::apply::{CorefileWriter, ImportWriter, Retry};
-use crate::dns::write::external_writer::{ExternalWriter, Output, Settings};
-use crate::dns::write::hosts_writer::HostsWriter;
-use crate::dns::write::proxy_ips::ProxyIps;
-use crate::dns::write::routes::Routes;
-use crate::dns::write::sink::AnySink;
-use crate::dns::write::sink::{AnswerSource, CorednsSink, CorednsTarget};
-use crate::dns::ConfigMapKey;
-use crate::dns::ProxyFqdn;
-use crate::flags::{parse_answer_ip, UsageError};
-use crate::target::{AnswerRule, TargetRule};
-
-/// Where the hairpinned names are published.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
-    Coredns,
-    /// A snippet under one key of the ConfigMap a Corefile imports
-    /// (`import /etc/coredns/custom/*.override`).
-    CorednsImport,
-    /// A marked block in each node's hosts file (one controller per node, no lease).
-    EtcHosts,
-    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
-    ExternalDns,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Coredns => "coredns",
-            Mode::CorednsImport => "coredns-import",
-            Mode::EtcHosts => "etc-hosts",
-            Mode::ExternalDns => "external-dns",
-        }
-    }
-
-    /// Whether the mode writes CoreDNS's configuration (a Corefile block or an imported
-    /// snippet): node-local-dns, the proxy watches, the Services' `list`/`watch` and doctor's
-    /// CoreDNS checks follow it.
-    pub fn edits_coredns(self) -> bool {
-        matches!(self, Mode::Coredns | Mode::CorednsImport)
-    }
-
-    /// The CRD whose objects the mode writes, when it needs one.
-    pub fn crd(self, output: ExternalDnsOutput) -> Option<&'static str> {
-        match (self, output) {
-            (Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint) => {
-                Some("dnsendpoints.externaldns.k8s.io")
-            }
-            _ => None,
-        }
-    }
-}
+use crate::dns::{ConfigMapKey, Mode, ProxyFqdn};
+use crate::flags::parse_answer_ip;
+use crate::target::TargetRule;
 
 /// How the CoreDNS block answers (coredns and coredns-import modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -105,11 +55,6 @@ pub enum ExternalDnsOutput {
     /// Annotated headless Services (external-dns `--source=service`).
     Service,
 }
-
-/// Why `--coredns-answer view` is refused with `--mode coredns-import`.
-pub const VIEW_NEEDS_COREFILE: &str = "--coredns-answer view writes server blocks before the \
-     Corefile's root block, which an `import …/*.override` snippet (inside the root block) \
-     cannot hold: use --mode coredns or --coredns-answer template";
 
 pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
 pub const DEFAULT_NAMESPACE: &str = "ouroboros";
@@ -408,43 +353,6 @@ pub struct NodeLocalDnsArgs {
     pub node_local_dns_configmap: String,
 }
 
-/// Each target's answer settings (the default target's first) and the picks the controller
-/// keeps: a target with an ingress controller Service may be answered with its addresses.
-#[derive(Clone, Copy)]
-pub struct Routing<'a> {
-    pub rules: &'a [AnswerRule],
-    pub routes: &'a Routes,
-}
-
-impl Routing<'_> {
-    /// `relay` answering as `rule`'s pick says: a direct pick with the ingress controller
-    /// Service's addresses, or `direct-ip=` (`--direct-ip`) alone; unchanged with neither
-    /// (which start-up refuses for `direct`).
-    fn wrap(&self, relay: ProxyIps, rule: &AnswerRule, client: Option<kube::Client>) -> ProxyIps {
-        let flag = match rule.target {
-            crate::target::Target::Default => "--direct-ip",
-            crate::target::Target::Named(_) => "--target ...,direct-ip=",
-        };
-        match ProxyIps::direct(client, rule.direct_from(), flag) {
-            Some(direct) => relay.routed(direct, self.routes.clone(), rule.target),
-            None => relay,
-        }
-    }
-}
-
-/// The `i`th target's addresses as `routing` routes them.
-fn route_at(
-    routing: Option<Routing<'_>>,
-    ips: ProxyIps,
-    i: usize,
-    client: &kube::Client,
-) -> ProxyIps {
-    match routing.and_then(|r| r.rules.get(i).map(|rule| (r, rule))) {
-        Some((r, rule)) => r.wrap(ips, rule, Some(client.clone())),
-        None => ips,
-    }
-}
-
 /// This pod's namespace (from its service account), if running in a cluster.
 pub fn pod_namespace() -> Option<String> {
     std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
@@ -502,111 +410,6 @@ impl DnsArgs {
         )
     }
 
-    /// Whether the block is also written into node-local-dns (coredns modes, opted in).
-    pub fn writes_node_local_dns(&self) -> bool {
-        self.node_local_dns.enabled && self.mode.edits_coredns()
-    }
-
-    /// Whether the CoreDNS modes answer with the proxy's addresses.
-    fn template_answers(&self) -> bool {
-        self.mode.edits_coredns()
-            && matches!(self.coredns_answer, AnswerForm::Template | AnswerForm::View)
-    }
-
-    /// Checks the flag combinations of the CoreDNS modes; errors are `UsageError`s (exit 64).
-    pub fn check(&self) -> Result<(), UsageError> {
-        if self.writes_node_local_dns() && self.coredns_answer == AnswerForm::Rewrite {
-            return Err(UsageError::new(
-                "--node-local-dns needs --coredns-answer template or view (it then gets the \
-                 template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster \
-                 name would be forwarded upstream and fail",
-            ));
-        }
-        if self.mode == Mode::CorednsImport && self.coredns_answer == AnswerForm::View {
-            return Err(UsageError::new(VIEW_NEEDS_COREFILE));
-        }
-        Ok(())
-    }
-
-    /// Where the CoreDNS modes' answers come from: the default target's, then each named
-    /// target's (`targets`). `client`: `None` only for removal.
-    fn answer_sources(
-        &self,
-        client: Option<kube::Client>,
-        cluster_domain: &str,
-        targets: &[TargetRule],
-        routing: Option<Routing<'_>>,
-    ) -> Result<Vec<AnswerSource>, UsageError> {
-        let sources = self.answer_sources_relayed(client.clone(), cluster_domain, targets)?;
-        let Some(routing) = routing else {
-            return Ok(sources);
-        };
-        sources
-            .into_iter()
-            .zip(routing.rules)
-            .map(|(source, rule)| {
-                Ok(match (source, rule.controller_service.as_ref()) {
-                    (AnswerSource::Addresses(ips, view), _) => {
-                        AnswerSource::Addresses(routing.wrap(ips, rule, client.clone()), view)
-                    }
-                    // A rewrite answers with a name: the Service's (start-up refuses a direct
-                    // answer from `direct-ip=` alone under rewrite).
-                    (AnswerSource::Rewrite(relay), Some(service)) => AnswerSource::RoutedRewrite {
-                        relay,
-                        direct: ProxyFqdn::for_service(&service.1, &service.0, cluster_domain)
-                            .map_err(UsageError)?,
-                        routes: routing.routes.clone(),
-                        target: rule.target,
-                    },
-                    (other, _) => other,
-                })
-            })
-            .collect()
-    }
-
-    /// [`answer_sources`](Self::answer_sources) through the proxies only.
-    fn answer_sources_relayed(
-        &self,
-        client: Option<kube::Client>,
-        cluster_domain: &str,
-        targets: &[TargetRule],
-    ) -> Result<Vec<AnswerSource>, UsageError> {
-        let default = match self.coredns_answer {
-            form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
-                ProxyIps::new(
-                    client.clone(),
-                    &self.proxy_ips,
-                    &self.proxy_service_namespace(),
-                    &self.proxy_service_name,
-                    "--proxy-ip",
-                ),
-                form == AnswerForm::View,
-            ),
-            AnswerForm::Rewrite => {
-                AnswerSource::Rewrite(self.proxy_fqdn(cluster_domain).map_err(UsageError)?)
-            }
-        };
-        let mut out = vec![default];
-        for (t, (ns, name)) in targets.iter().zip(self.target_services(targets)) {
-            out.push(match self.coredns_answer {
-                form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
-                    ProxyIps::new(
-                        client.clone(),
-                        &t.proxy_ips,
-                        &ns,
-                        &name,
-                        "--target ...,proxy-ip=",
-                    ),
-                    form == AnswerForm::View,
-                ),
-                AnswerForm::Rewrite => AnswerSource::Rewrite(
-                    ProxyFqdn::for_service(&name, &ns, cluster_domain).map_err(UsageError)?,
-                ),
-            });
-        }
-        Ok(out)
-    }
-
     /// (namespace, name) of each named target's proxy Service; without a namespace, in
     /// --proxy-service-namespace.
     pub fn target_services(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
@@ -620,116 +423,6 @@ impl DnsArgs {
                 (ns, name.clone())
             })
             .collect()
-    }
-
-    /// The named targets' Services this mode reads for their ClusterIPs (as
-    /// [`proxy_service_read`](Self::proxy_service_read) for the default one): none for rewrite
-    /// answers, none for a target given its `proxy-ip=`.
-    pub fn target_services_read(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
-        let reads = match self.mode {
-            Mode::Coredns | Mode::CorednsImport => self.template_answers(),
-            Mode::EtcHosts | Mode::ExternalDns => true,
-        };
-        targets
-            .iter()
-            .zip(self.target_services(targets))
-            .filter(|(t, _)| reads && t.proxy_ips.is_empty())
-            .map(|(_, s)| s)
-            .collect()
-    }
-
-    /// The named targets' addresses: given, else their proxy Services' ClusterIPs.
-    fn target_ips(&self, client: Option<&kube::Client>, targets: &[TargetRule]) -> Vec<ProxyIps> {
-        targets
-            .iter()
-            .zip(self.target_services(targets))
-            .map(|(t, (ns, name))| {
-                ProxyIps::new(
-                    client.cloned(),
-                    &t.proxy_ips,
-                    &ns,
-                    &name,
-                    "--target ...,proxy-ip=",
-                )
-            })
-            .collect()
-    }
-
-    /// The backend for `--mode`, with one answer per proxy target (`targets`: the named ones'
-    /// Services, in `--target` order). Flag errors are `UsageError`s (exit 64).
-    pub async fn sink(
-        &self,
-        client: kube::Client,
-        cluster_domain: &str,
-        targets: &[TargetRule],
-    ) -> Result<AnySink, UsageError> {
-        self.sink_routed(client, cluster_domain, targets, None)
-            .await
-    }
-
-    /// [`sink`](Self::sink) whose targets answer as their picks in `routing` say (relay or
-    /// direct), each read when it resolves its addresses.
-    pub async fn sink_routed(
-        &self,
-        client: kube::Client,
-        cluster_domain: &str,
-        targets: &[TargetRule],
-        routing: Option<Routing<'_>>,
-    ) -> Result<AnySink, UsageError> {
-        self.check()?;
-        let coredns = |target| -> Result<AnySink, UsageError> {
-            let node_local = self.writes_node_local_dns().then(|| {
-                CorefileWriter::node_local_dns(
-                    client.clone(),
-                    self.node_local_dns_target(),
-                    Retry::default(),
-                )
-                .dry_run(self.dry_run)
-            });
-            Ok(AnySink::Coredns(CorednsSink {
-                target,
-                node_local,
-                answers: self.answer_sources(
-                    Some(client.clone()),
-                    cluster_domain,
-                    targets,
-                    routing,
-                )?,
-            }))
-        };
-        Ok(match self.mode {
-            Mode::Coredns => coredns(CorednsTarget::Corefile(
-                CorefileWriter::new(client.clone(), self.coredns_target(), Retry::default())
-                    .dry_run(self.dry_run),
-            ))?,
-            Mode::CorednsImport => coredns(CorednsTarget::Import(
-                ImportWriter::new(client.clone(), self.import_target(), Retry::default())
-                    .dry_run(self.dry_run),
-            ))?,
-            Mode::EtcHosts => AnySink::EtcHosts(
-                self.hosts_writer(Some(client.clone()))
-                    .targets(self.target_ips(Some(&client), targets))
-                    .routed(|ips, i| route_at(routing, ips, i, &client)),
-            ),
-            Mode::ExternalDns => AnySink::ExternalDns(
-                self.external_writer(client.clone())?
-                    .targets(self.target_ips(Some(&client), targets))
-                    .routed(|ips, i| route_at(routing, ips, i, &client)),
-            ),
-        })
-    }
-
-    /// The etc-hosts backend. Without a client it can only remove the block (`cleanup`) or
-    /// write with --proxy-ip.
-    pub fn hosts_writer(&self, client: Option<kube::Client>) -> HostsWriter {
-        let ips = ProxyIps::new(
-            client,
-            &self.proxy_ips,
-            &self.proxy_service_namespace(),
-            &self.proxy_service_name,
-            "--proxy-ip",
-        );
-        HostsWriter::new(self.etc_hosts.clone(), ips).dry_run(self.dry_run)
     }
 
     /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
@@ -753,115 +446,12 @@ impl DnsArgs {
                 .unwrap_or_else(|| self.proxy_service_name.clone()),
         )
     }
-
-    /// The Service whose ClusterIPs this mode reads (for RBAC), if any: the CoreDNS modes with
-    /// template answers and etc-hosts without --proxy-ip, external-dns without
-    /// --external-dns-proxy-ip.
-    pub fn proxy_service_read(&self) -> Option<(String, String)> {
-        match self.mode {
-            Mode::EtcHosts | Mode::Coredns | Mode::CorednsImport
-                if self.proxy_ips.is_empty()
-                    && (self.mode == Mode::EtcHosts || self.template_answers()) =>
-            {
-                Some((
-                    self.proxy_service_namespace(),
-                    self.proxy_service_name.clone(),
-                ))
-            }
-            Mode::ExternalDns if self.external_dns_proxy_ips.is_empty() => {
-                Some(self.external_dns_proxy_service())
-            }
-            _ => None,
-        }
-    }
-
-    /// The external-dns backend; invalid labels, annotations or targets are usage errors.
-    pub fn external_writer(&self, client: kube::Client) -> Result<ExternalWriter, UsageError> {
-        let (svc_ns, svc_name) = self.external_dns_proxy_service();
-        let ips = ProxyIps::new(
-            Some(client.clone()),
-            &self.external_dns_proxy_ips,
-            &svc_ns,
-            &svc_name,
-            "--external-dns-proxy-ip",
-        );
-        let output = match self.external_dns_output {
-            ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
-            ExternalDnsOutput::Service => Output::Service,
-        };
-        let settings = Settings {
-            namespace: self.external_dns_namespace(),
-            instance: self.records.instance.clone(),
-            ttl: self.records.external_dns_record_ttl,
-            labels: self.records.external_dns_labels.clone(),
-            annotations: self.records.external_dns_annotations.clone(),
-            annotation_prefix: self.external_dns_annotation_prefix.clone(),
-            adopt: self.external_dns_adopt,
-        };
-        let w = ExternalWriter::new(client, output, settings, ips)
-            .map_err(|e| UsageError(format!("external-dns flags: {e}")))?;
-        Ok(w.dry_run(self.dry_run))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flags::parse_args;
-
-    #[tokio::test]
-    async fn etc_hosts_and_external_dns_sinks() {
-        use crate::dns::write::sink::Sink;
-        // Building the sinks makes no request.
-        let client = crate::test_api::unreachable();
-        let parse = |args: &[&str]| {
-            let mut v = vec!["--proxy-service-namespace", "ouroboros"];
-            v.extend_from_slice(args);
-            parse_args::<DnsArgs>(&v).unwrap()
-        };
-        let d = parse(&["--mode", "etc-hosts", "--etc-hosts", "/tmp/h"]);
-        let s = d.sink(client.clone(), "cluster.local", &[]).await.unwrap();
-        assert_eq!(s.mode(), "etc-hosts");
-        assert_eq!(
-            d.proxy_service_read(),
-            Some(("ouroboros".into(), "ouroboros-proxy".into()))
-        );
-        let d = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]);
-        assert_eq!(d.proxy_service_read(), None);
-
-        let d = parse(&[
-            "--mode",
-            "external-dns",
-            "--external-dns-proxy-service",
-            "edge",
-            "--external-dns-namespace",
-            "dns",
-        ]);
-        let s = d.sink(client.clone(), "cluster.local", &[]).await.unwrap();
-        assert_eq!(s.mode(), "external-dns");
-        assert_eq!(d.external_dns_namespace(), "dns");
-        assert_eq!(
-            d.proxy_service_read(),
-            Some(("ouroboros".into(), "edge".into()))
-        );
-        // Flag values that parse but make no sense are usage errors (exit 64).
-        for bad in [
-            &["--external-dns-label", "ouroboros.io/instance=x"][..],
-            &["--external-dns-annotation", "ouroboros.io/x=y"][..],
-            &["--instance", "not valid"][..],
-            &["--external-dns-namespace", "Bad_NS"][..],
-        ] {
-            let mut args = vec!["--mode", "external-dns"];
-            args.extend_from_slice(bad);
-            // Refused, as a `UsageError` (exit 64): the signature says so.
-            let refused = parse(&args)
-                .sink(client.clone(), "cluster.local", &[])
-                .await;
-            assert!(refused.is_err(), "{bad:?} accepted");
-        }
-        // The unspecified address is refused earlier, by the flag's parser.
-        assert!(parse_args::<DnsArgs>(&["--external-dns-proxy-ip", "0.0.0.0"]).is_err());
-    }
 
     #[test]
     fn external_dns_output_takes_external_dns_own_name_for_dnsendpoints() {

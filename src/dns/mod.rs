@@ -3,7 +3,8 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets, and `args` the DNS-target flags that choose and build one.
+//! them on live targets, `args` the DNS-target flags, and `mode` one module per DNS mode (what
+//! it reads, how it writes and removes, the RBAC it needs), listed in one table (`Mode::spec`).
 
 pub mod answer;
 pub mod args;
@@ -12,11 +13,30 @@ pub mod coredns_import;
 pub mod corefile;
 pub mod etc_hosts;
 pub mod external;
+pub mod mode;
 mod name_regex;
 pub mod rewrite_rule;
 pub mod write;
 
 use std::fmt;
+
+use clap::ValueEnum;
+
+/// Where the hairpinned names are published: the key of the mode table, `Mode::spec` in
+/// `dns::mode`, which holds each mode's facts and behaviour. Here, with no behaviour of its
+/// own, so the flags (`dns::args`) and the pure checks name a mode without importing a writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
+    Coredns,
+    /// A snippet under one key of the ConfigMap a Corefile imports
+    /// (`import /etc/coredns/custom/*.override`).
+    CorednsImport,
+    /// A marked block in each node's hosts file (one controller per node, no lease).
+    EtcHosts,
+    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
+    ExternalDns,
+}
 
 /// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
 /// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).

@@ -29,9 +29,10 @@ use crate::controller::hostnames::{
 };
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::args::{AnswerForm, DnsArgs, Mode};
+use crate::dns::args::{AnswerForm, DnsArgs};
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
+use crate::dns::Mode;
 use crate::flags::UsageError;
 use crate::header_verdict::Route;
 use crate::target::{Target, TargetRule};
@@ -244,9 +245,9 @@ impl DoctorArgs {
     /// Checks the flag combinations; errors are `UsageError`s (exit 64).
     pub fn validate(&self) -> Result<Validated, UsageError> {
         let s = Selection::of(&self.hostnames)?;
-        self.dns.check()?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
-                           // The answers the controller refuses (e.g. `direct` without an ingress controller
-                           // Service), refused here too: the permission check would otherwise miss their reads.
+        crate::dns::mode::check(&self.dns)?; // combinations the controller refuses, e.g. --node-local-dns with rewrite
+                                             // The answers the controller refuses (e.g. `direct` without an ingress controller
+                                             // Service), refused here too: the permission check would otherwise miss their reads.
         self.answer_rules()?;
         Ok(Validated {
             fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
@@ -404,7 +405,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // 7. The controller's ServiceAccount and its permissions.
     out.extend(permission_checks(client, args, &needs).await);
 
-    Ok(Report::new(mode.as_str(), out))
+    Ok(Report::new(mode.spec().name(), out))
 }
 
 /// Section 2: the hostnames the controller would hairpin, less the targets it leaves out
@@ -639,7 +640,7 @@ async fn coredns_section(
 ) -> Vec<Check> {
     let mode = d.mode;
     let mut out = Vec::new();
-    if mode.edits_coredns() {
+    if mode.spec().edits_coredns() {
         let target = d.coredns_target();
         let got: Got<ConfigMap> =
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;
@@ -707,10 +708,7 @@ async fn coredns_section(
             known,
         ));
     } else {
-        out.push(Check::skip(
-            "coredns",
-            format!("mode {} does not edit CoreDNS", mode.as_str()),
-        ));
+        out.extend(checks::coredns::skip_unless_coredns("coredns", mode));
     }
     out
 }
@@ -718,11 +716,8 @@ async fn coredns_section(
 /// Section 6: the CRDs the mode and the sources need.
 async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     let mut crds = Vec::new();
-    for (name, required) in checks::crd::needed_crds(
-        args.dns.mode,
-        args.dns.external_dns_output,
-        args.hostnames.gateway_api,
-    ) {
+    let mode_crd = args.dns.mode.spec().crd(&args.dns);
+    for (name, required) in checks::crd::needed_crds(mode_crd, args.hostnames.gateway_api) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,
             "customresourcedefinitions.apiextensions.k8s.io",
@@ -978,7 +973,8 @@ mod tests {
         ])
         .needs();
         assert_eq!(n.namespace, "ctl");
-        assert_eq!(n.external_dns_namespace, "ctl");
+        // The objects are written in the ServiceAccount's namespace.
+        assert_eq!(n.writes[0].namespace, "ctl");
         assert_eq!(n.proxy_service, Some(("ouroboros".into(), "p2".into())));
         let n = parse(&["--mode", "etc-hosts", "--proxy-ip", "10.0.0.1"]).needs();
         assert_eq!(n.proxy_service, None);
@@ -988,10 +984,12 @@ mod tests {
             "ctl/sa",
             "--lease-namespace",
             "l",
+            "--mode",
+            "external-dns",
         ])
         .needs();
         assert_eq!(
-            (n.namespace.as_str(), n.external_dns_namespace.as_str()),
+            (n.namespace.as_str(), n.writes[0].namespace.as_str()),
             ("l", "ctl")
         );
         assert!(parse(&["--gateway-class", "x"]).validate().is_err());

@@ -21,7 +21,7 @@ use ouroboros::controller::hostnames::targets::parse_target;
 use ouroboros::controller::rbac::workloads::{self, EdgeNeeds};
 use ouroboros::controller::rbac::{self, Needs, Rule, Scope};
 use ouroboros::controller::ControllerArgs;
-use ouroboros::dns::args::{ExternalDnsOutput, Mode};
+use ouroboros::dns::Mode;
 
 pub(crate) const RELEASE: &str = "ouroboros";
 pub(crate) const NAMESPACE: &str = "ouroboros";
@@ -2724,7 +2724,8 @@ fn controller_and_cleanup_args_parse_with_the_shared_flag_groups() {
     ]);
     let needs = controller_needs(&controller_args(out));
     assert_eq!(needs.proxy_service, None);
-    assert_eq!(needs.external_dns_output, ExternalDnsOutput::Dnsendpoint);
+    let written: Vec<_> = needs.writes.iter().map(|g| g.resource).collect();
+    assert_eq!(written, ["dnsendpoints"]);
 }
 
 // --- README ------------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ use crate::kube_mock;
 use crate::kube_mock::{calls, echo, reply, serve, status, Seen};
 
 use ouroboros::dns::external::{self, Options};
-use ouroboros::dns::write::apply::Outcome;
-use ouroboros::dns::write::external_writer::{
+use ouroboros::dns::mode::external_dns::{
     desired, ExternalWriter, Output, Settings, ANNOTATION_PREFIXES,
 };
+use ouroboros::dns::write::apply::Outcome;
 use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::hostname::{HostPolicy, Hostname};
 

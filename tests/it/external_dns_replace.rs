@@ -15,9 +15,9 @@ use crate::external_dns_fake::{Fake, Fault, Kind, Served};
 use crate::kube_mock::serve_fn;
 
 use ouroboros::dns::external;
+use ouroboros::dns::mode::external_dns::{ExternalWriter, Output, Settings};
 use ouroboros::dns::write::apply::Outcome;
 use ouroboros::dns::write::error::SinkError;
-use ouroboros::dns::write::external_writer::{ExternalWriter, Output, Settings};
 use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::hostname::{HostPolicy, Hostname};
 

@@ -14,10 +14,10 @@ use crate::kube_mock::{calls, reply, serve, status};
 use crate::support::{temp_dir, TempDir};
 
 use ouroboros::dns::etc_hosts::{self, HostsGroup};
-use ouroboros::dns::write::apply::Outcome;
-use ouroboros::dns::write::hosts_writer::{
+use ouroboros::dns::mode::etc_hosts::{
     replace_if_unchanged, update, HostsWriter, WriteMethod, Written,
 };
+use ouroboros::dns::write::apply::Outcome;
 use ouroboros::dns::write::proxy_ips::ProxyIps;
 use ouroboros::dns::{BEGIN_MARKER, END_MARKER};
 use ouroboros::hostname::{HostPolicy, Hostname};

@@ -8,7 +8,7 @@ use super::{mode_cleanup_rules, rule, Needs, Rule, Scope, LIST_WATCH};
 /// Empty for etc-hosts (a file on the node, no API call).
 pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
     let mut rules = mode_cleanup_rules(n);
-    if n.node_local_dns && n.mode.edits_coredns() {
+    if n.node_local_dns && n.mode.spec().edits_coredns() {
         rules.push(rule(
             Scope::Namespace(n.node_local_dns_namespace.clone()),
             "",
@@ -144,9 +144,22 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
 mod tests {
     use super::super::required;
     use super::*;
-    use crate::dns::args::{ExternalDnsOutput, Mode};
+    use crate::dns::args::ExternalDnsOutput;
+    use crate::dns::Mode;
 
     fn needs(mode: Mode, output: ExternalDnsOutput) -> Needs {
+        let (writes, removes) = super::super::tests::grants(
+            mode,
+            output,
+            &[
+                "--coredns-import-namespace",
+                "imp",
+                "--coredns-import-configmap",
+                "custom",
+                "--external-dns-namespace",
+                "records",
+            ],
+        );
         Needs {
             mode,
             gateway_api: true,
@@ -154,19 +167,15 @@ mod tests {
             leader_elect: true,
             namespace: "ns".into(),
             lease_name: "lease".into(),
-            coredns_namespace: "kube-system".into(),
-            coredns_configmap: "coredns".into(),
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
-            import_namespace: "imp".into(),
-            import_configmap: "custom".into(),
+            writes,
+            removes,
             proxy_service: Some(("ns".into(), "proxy".into())),
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
-            external_dns_namespace: "records".into(),
-            external_dns_output: output,
         }
     }
 

@@ -1,20 +1,14 @@
-//! The interface between the controller (and `cleanup`) and the four DNS backends: each makes
+//! The interface between the controller (and `cleanup`) and the DNS modes' writers: each makes
 //! its target hold exactly a host set, or removes what it wrote. The controller is generic over
-//! it, so its sync loop, metrics and Events are the same for every mode.
+//! it, so its sync loop, metrics and Events are the same for every mode. Each mode's module
+//! (`dns::mode`) implements it for its writer.
 
 use std::future::Future;
+use std::pin::Pin;
 
-use super::apply::{Applied, ApplyError, CorefileWriter, ImportWriter, Outcome};
-use super::error::{ObjectKey, Reason, SinkError};
-use super::external_writer::ExternalWriter;
-use super::hosts_writer::HostsWriter;
+use super::apply::{Applied, ApplyError};
+use super::error::{ObjectKey, SinkError};
 use super::plan::Plan;
-use super::proxy_ips::ProxyIps;
-use super::routes::Routes;
-use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
-use crate::dns::ProxyFqdn;
-use crate::header_verdict::Route;
-use crate::target::Target;
 
 impl From<ApplyError> for SinkError {
     fn from(e: ApplyError) -> Self {
@@ -48,202 +42,52 @@ pub trait Sink: Send + Sync {
     fn cleanup(&self) -> impl Future<Output = Result<Applied, SinkError>> + Send;
 }
 
-/// Where the CoreDNS modes' answers come from.
-pub enum AnswerSource {
-    /// The proxy's addresses, resolved at each apply, answered by the template pair or, when
-    /// `true`, by the `view` form's server blocks.
-    Addresses(ProxyIps, bool),
-    /// Rewrite lines to the proxy Service's name.
-    Rewrite(ProxyFqdn),
-    /// Rewrite lines to the proxy Service's name or, when `target`'s pick is direct, to the
-    /// ingress controller Service's.
-    RoutedRewrite {
-        relay: ProxyFqdn,
-        direct: ProxyFqdn,
-        routes: Routes,
-        target: Target,
-    },
-}
+/// The backend `--mode` chose (`dns::mode`). `Sink`'s methods are async, which makes it no
+/// trait object, so `AnySink` holds the writer behind [`BoxedSink`], whose methods box each
+/// call's future (a few calls a sync: the allocation does not matter). That keeps the dispatch
+/// in one place with no arm per mode: a mode's writer only implements `Sink`.
+pub struct AnySink(Box<dyn BoxedSink>);
 
-impl AnswerSource {
-    pub async fn resolve(&self) -> Result<Answer, SinkError> {
-        match self {
-            AnswerSource::Rewrite(fqdn) => Ok(Answer::Rewrite(fqdn.clone())),
-            AnswerSource::RoutedRewrite {
-                relay,
-                direct,
-                routes,
-                target,
-            } => Ok(Answer::Rewrite(match routes.get(*target) {
-                Route::Direct => direct.clone(),
-                Route::Relay | Route::Skip => relay.clone(),
-            })),
-            AnswerSource::Addresses(ips, view) => {
-                let ips = ips.resolve().await?;
-                // `resolve` never returns an empty list on success.
-                ProxyAddrs::new(&ips)
-                    .map(if *view {
-                        Answer::View
-                    } else {
-                        Answer::Template
-                    })
-                    .ok_or_else(|| SinkError {
-                        reason: Reason::NoClusterIp,
-                        object: None,
-                        message: "the proxy has no address to answer with".into(),
-                        kept: Box::default(),
-                    })
-            }
-        }
+impl AnySink {
+    pub fn new(sink: impl Sink + 'static) -> Self {
+        Self(Box::new(sink))
     }
 }
 
-/// The CoreDNS target of the coredns or coredns-import mode.
-pub enum CorednsTarget {
-    Corefile(CorefileWriter),
-    Import(ImportWriter),
+/// A boxed future of a write.
+pub type Writing<'a> = Pin<Box<dyn Future<Output = Result<Applied, SinkError>> + Send + 'a>>;
+
+/// [`Sink`] as a trait object: the same calls, each future boxed. Every `Sink` is one.
+pub trait BoxedSink: Send + Sync {
+    fn mode(&self) -> &'static str;
+    fn apply<'a>(&'a self, plan: &'a Plan) -> Writing<'a>;
+    fn cleanup(&self) -> Writing<'_>;
 }
 
-/// The coredns and coredns-import modes: the CoreDNS target and, opted in, node-local-dns's
-/// Corefile, both holding the same rules. Without an address to answer with nothing is
-/// written (an empty answer would black-hole the names).
-pub struct CorednsSink {
-    pub target: CorednsTarget,
-    pub node_local: Option<CorefileWriter>,
-    /// One per proxy target, the default target's first (see [`Plan`]).
-    pub answers: Vec<AnswerSource>,
-}
-
-impl CorednsSink {
-    /// Resolves each target's answer (the default's always, a named target's when it has
-    /// names), then writes the main target and node-local-dns.
-    async fn write(&self, plan: &Plan) -> Result<Applied, SinkError> {
-        let mut rules: Rules = Vec::new();
-        for (i, hosts) in plan.groups(self.answers.len())?.into_iter().enumerate() {
-            if i > 0 && hosts.is_empty() {
-                continue;
-            }
-            let answer = self.answers[i].resolve().await?;
-            rules.push((hosts.into_owned(), answer));
-        }
-        let groups = answer::groups(&rules);
-        let main = match &self.target {
-            CorednsTarget::Corefile(w) => w.apply_groups(&groups).await?,
-            CorednsTarget::Import(w) => w.apply_groups(&groups).await?,
-        };
-        let applied = match &self.node_local {
-            Some(w) => merge(main, w.apply_groups(&groups).await?),
-            None => main,
-        };
-        Ok(Applied {
-            rules: Some(rules),
-            ..applied
-        })
-    }
-}
-
-/// One report for two writes: the main target's change and findings, the node-local one's
-/// write counted in the outcome and conflicts.
-fn merge(main: Applied, node_local: Applied) -> Applied {
-    let outcome = match (main.outcome, node_local.outcome) {
-        (Outcome::Unchanged, other) => other,
-        (own, _) => own,
-    };
-    Applied {
-        rules: None,
-        outcome,
-        conflicts: main.conflicts + node_local.conflicts,
-        change: main.change.or(node_local.change),
-        findings: main.findings,
-        texts: [main.texts, node_local.texts].concat(),
-    }
-}
-
-impl Sink for CorednsSink {
+impl<S: Sink> BoxedSink for S {
     fn mode(&self) -> &'static str {
-        match self.target {
-            CorednsTarget::Corefile(_) => "coredns",
-            CorednsTarget::Import(_) => "coredns-import",
-        }
+        Sink::mode(self)
     }
 
-    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
-        self.write(plan).await
+    fn apply<'a>(&'a self, plan: &'a Plan) -> Writing<'a> {
+        Box::pin(Sink::apply(self, plan))
     }
 
-    /// Needs no answer (and so no proxy address): removing a block only reads the ConfigMap.
-    async fn cleanup(&self) -> Result<Applied, SinkError> {
-        let main = match &self.target {
-            CorednsTarget::Corefile(w) => w.cleanup().await?,
-            CorednsTarget::Import(w) => w.cleanup().await?,
-        };
-        Ok(match &self.node_local {
-            Some(w) => merge(main, w.cleanup().await?),
-            None => main,
-        })
+    fn cleanup(&self) -> Writing<'_> {
+        Box::pin(Sink::cleanup(self))
     }
-}
-
-impl Sink for HostsWriter {
-    fn mode(&self) -> &'static str {
-        "etc-hosts"
-    }
-
-    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
-        HostsWriter::apply_plan(self, plan).await
-    }
-
-    async fn cleanup(&self) -> Result<Applied, SinkError> {
-        HostsWriter::cleanup(self).await
-    }
-}
-
-impl Sink for ExternalWriter {
-    fn mode(&self) -> &'static str {
-        "external-dns"
-    }
-
-    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
-        ExternalWriter::apply_plan(self, plan).await
-    }
-
-    async fn cleanup(&self) -> Result<Applied, SinkError> {
-        ExternalWriter::cleanup(self).await
-    }
-}
-
-/// The backend chosen by `--mode`. (An enum rather than `dyn`: `Sink` has async methods.)
-// One per process, built once: the variants' sizes do not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum AnySink {
-    /// coredns and coredns-import.
-    Coredns(CorednsSink),
-    EtcHosts(HostsWriter),
-    ExternalDns(ExternalWriter),
 }
 
 impl Sink for AnySink {
     fn mode(&self) -> &'static str {
-        match self {
-            AnySink::Coredns(s) => s.mode(),
-            AnySink::EtcHosts(s) => s.mode(),
-            AnySink::ExternalDns(s) => s.mode(),
-        }
+        self.0.mode()
     }
 
     async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
-        match self {
-            AnySink::Coredns(s) => Sink::apply(s, plan).await,
-            AnySink::EtcHosts(s) => Sink::apply(s, plan).await,
-            AnySink::ExternalDns(s) => Sink::apply(s, plan).await,
-        }
+        self.0.apply(plan).await
     }
 
     async fn cleanup(&self) -> Result<Applied, SinkError> {
-        match self {
-            AnySink::Coredns(s) => Sink::cleanup(s).await,
-            AnySink::EtcHosts(s) => Sink::cleanup(s).await,
-            AnySink::ExternalDns(s) => Sink::cleanup(s).await,
-        }
+        self.0.cleanup().await
     }
 }

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 
 use super::{cut, inputs::Got};
 use crate::dns::answer::{self, Answer, Group, Rules};
-use crate::dns::args::Mode;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::dns::{
     coredns_import, corefile, BEGIN_MARKER, END_MARKER, MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT,
 };
@@ -28,13 +28,16 @@ pub fn corefile_text<'a>(
         Err(e) => return Err(e.check(ID)),
         Ok(None) => {
             let c = format!("ConfigMap {}/{} not found", target.namespace, target.name);
-            return Err(if mode.edits_coredns() {
+            return Err(if mode.spec().edits_coredns() {
                 Check::fail(ID, c).action(
                     "check --coredns-namespace and --coredns-configmap (kubectl get configmaps \
                      -A | grep -i coredns)",
                 )
             } else {
-                Check::skip(ID, format!("{c}; mode {} does not use it", mode.as_str()))
+                Check::skip(
+                    ID,
+                    format!("{c}; mode {} does not use it", mode.spec().name()),
+                )
             });
         }
         Ok(Some(cm)) => cm,
@@ -49,7 +52,7 @@ pub fn corefile_text<'a>(
                 .collect();
             let c = Check::new(
                 ID,
-                if mode.edits_coredns() {
+                if mode.spec().edits_coredns() {
                     crate::doctor::report::Status::Fail
                 } else {
                     crate::doctor::report::Status::Skip
@@ -289,7 +292,7 @@ pub fn corefile_checks(
                 "coredns-block",
                 format!(
                     "the Corefile still holds our block, unused in mode {}",
-                    mode.as_str()
+                    mode.spec().name()
                 ),
             )
             .action(
@@ -356,7 +359,7 @@ pub fn block_reverted(
     if mode != Mode::Coredns {
         return Check::skip(
             ID,
-            format!("mode {} leaves the Corefile alone", mode.as_str()),
+            format!("mode {} leaves the Corefile alone", mode.spec().name()),
         );
     }
     let events = match events {
@@ -392,6 +395,13 @@ pub fn block_reverted(
     )
     .evidence_all(last)
     .action(action)
+}
+
+/// A CoreDNS check skipped in a mode that does not edit CoreDNS; `None` in one that does.
+pub fn skip_unless_coredns(id: &'static str, mode: Mode) -> Option<Check> {
+    let mode = mode.spec();
+    (!mode.edits_coredns())
+        .then(|| Check::skip(id, format!("mode {} does not edit CoreDNS", mode.name())))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::coredns::Expected;
 use super::{coredns::UNKNOWN, inputs::Got, inputs::Workload};
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
-use crate::dns::args::Mode;
+use crate::dns::Mode;
 use crate::doctor::report::Check;
 use crate::hostname::Hostname;
 
@@ -60,8 +60,8 @@ pub fn coredns_version(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-version";
-    if !mode.edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);

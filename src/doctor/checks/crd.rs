@@ -3,23 +3,19 @@
 
 use super::inputs::Got;
 use crate::controller::hostnames::{kinds::Kind, kinds::ReadWhen};
-use crate::dns::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 
 /// The CRDs a configuration needs: (name, required). Not required: the controller runs
 /// without it (a Gateway-API kind whose CRD is absent is read as empty, and picked up once the
-/// CRD is installed) but reads nothing of that kind.
-pub fn needed_crds(
-    mode: Mode,
-    output: ExternalDnsOutput,
-    gateway_api: bool,
-) -> Vec<(&'static str, bool)> {
+/// CRD is installed) but reads nothing of that kind. `mode_crd`: the CRD the DNS mode writes
+/// (`DnsMode::crd`), required.
+pub fn needed_crds(mode_crd: Option<&'static str>, gateway_api: bool) -> Vec<(&'static str, bool)> {
     let mut v: Vec<(&'static str, bool)> = Kind::ALL
         .into_iter()
         .filter(|k| gateway_api && k.read_when() == ReadWhen::GatewayApi)
         .map(|k| (k.resource(), false))
         .collect();
-    v.extend(mode.crd(output).map(|crd| (crd, true)));
+    v.extend(mode_crd.map(|crd| (crd, true)));
     v
 }
 
@@ -82,17 +78,14 @@ mod tests {
 
     #[test]
     fn crd_verdicts() {
-        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Dnsendpoint, false).is_empty());
+        assert!(needed_crds(None, false).is_empty());
+        let dnsendpoints = "dnsendpoints.externaldns.k8s.io";
         assert_eq!(
-            needed_crds(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, false),
-            [("dnsendpoints.externaldns.k8s.io", true)]
+            needed_crds(Some(dnsendpoints), false),
+            [(dnsendpoints, true)]
         );
-        assert!(needed_crds(Mode::ExternalDns, ExternalDnsOutput::Service, false).is_empty());
-        assert_eq!(
-            needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true).len(),
-            4
-        );
-        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true)
+        assert_eq!(needed_crds(None, true).len(), 4);
+        assert!(needed_crds(None, true)
             .iter()
             .all(|(_, required)| !required));
         let r = |req: bool, present: bool| vec![("x.y", req, Ok(present.then_some(())))];

@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::{block_lines, block_verdict, Expected};
 use super::{coredns::UNKNOWN, inputs::Got};
-use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::doctor::report::Check;
 
 /// node-local-dns: with --node-local-dns on (coredns modes), its Corefile (`target`) must hold
@@ -22,7 +22,7 @@ pub fn node_local_dns(
 ) -> Check {
     const ID: &str = "node-local-dns";
     let (ns, name) = (&target.namespace, &target.name);
-    let writes = enabled && mode.edits_coredns();
+    let writes = enabled && mode.spec().edits_coredns();
     let cm = match got {
         Err(e) => return e.check(ID),
         Ok(None) if writes => {
@@ -45,12 +45,12 @@ pub fn node_local_dns(
         }
         Ok(Some(cm)) => cm,
     };
-    if !mode.edits_coredns() {
+    if !mode.spec().edits_coredns() {
         return Check::ok(
             ID,
             format!(
                 "node-local-dns is installed; mode {} does not depend on CoreDNS",
-                mode.as_str()
+                mode.spec().name()
             ),
         );
     }

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::coredns::Expected;
 use super::{coredns::UNKNOWN, cut, inputs::Got};
-use crate::dns::args::Mode;
 use crate::dns::corefile;
 use crate::dns::ConfigMapKey;
+use crate::dns::Mode;
 use crate::doctor::report::Check;
 
 /// coredns-shadowing: hairpinned names that a server block for a more specific zone takes, so
@@ -27,8 +27,8 @@ pub fn coredns_shadowing(
     want: Option<&Expected<'_>>,
 ) -> Check {
     const ID: &str = "coredns-shadowing";
-    if !mode.edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(want) = want else {
         return Check::skip(ID, UNKNOWN);
@@ -99,8 +99,8 @@ pub fn coredns_shadowing(
 /// parsed, or the desired hostnames are unknown).
 pub fn coredns_rewrites(mode: Mode, found: Option<&[corefile::Rewritten]>) -> Check {
     const ID: &str = "coredns-rewrites";
-    if !mode.edits_coredns() {
-        return Check::skip(ID, format!("mode {} does not edit CoreDNS", mode.as_str()));
+    if let Some(skip) = super::coredns::skip_unless_coredns(ID, mode) {
+        return skip;
     }
     let Some(found) = found else {
         return Check::skip(ID, UNKNOWN);

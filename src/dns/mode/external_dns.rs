@@ -1,5 +1,5 @@
-//! The external-dns write path: one object per hostname for an external-dns deployment to
-//! publish, either `DNSEndpoint`s (external-dns `--source=crd`) or annotated headless Services
+//! The external-dns mode and its write path: one object per hostname for an external-dns
+//! deployment to publish, either `DNSEndpoint`s (external-dns `--source=crd`) or annotated headless Services
 //! (`--source=service`). The objects are the ones `ouroboros render external-dns` prints
 //! (`dns::external::endpoints`); a Service carries the same names, labels and records as
 //! annotations.
@@ -40,12 +40,17 @@ use kube::api::{
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::apply::{Applied, Change, Outcome, FIELD_MANAGER};
-use super::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
-use super::plan::Plan;
-use super::proxy_ips::ProxyIps;
-use super::replace::{self, Ours, Publishes, Verdict};
+use super::build::{proxy_ips, Build};
+use super::{DnsMode, Grant, ProxySource};
+use crate::dns::args::{DnsArgs, ExternalDnsOutput};
 use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
+use crate::dns::write::apply::{Applied, Change, Outcome, FIELD_MANAGER};
+use crate::dns::write::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
+use crate::dns::write::plan::Plan;
+use crate::dns::write::proxy_ips::ProxyIps;
+use crate::dns::write::replace::{self, Ours, Publishes, Verdict};
+use crate::dns::write::sink::{AnySink, Sink};
+use crate::flags::UsageError;
 use crate::hostname::Hostname;
 use crate::kube_client::describe;
 
@@ -300,7 +305,7 @@ fn is_owned(
     })
 }
 
-/// The external-dns [`Sink`](super::sink::Sink).
+/// The external-dns [`Sink`].
 pub struct ExternalWriter {
     api: Api<DynamicObject>,
     output: Output,
@@ -922,6 +927,127 @@ fn with_kept(mut e: SinkError, kept: Vec<Kept>) -> SinkError {
     }
     e.kept = Box::new(KeptObjects(kept));
     e
+}
+
+pub struct ExternalDns;
+
+/// The CRD of `--external-dns-output dnsendpoint`.
+const DNSENDPOINT_CRD: &str = "dnsendpoints.externaldns.k8s.io";
+
+impl DnsMode for ExternalDns {
+    fn name(&self) -> &'static str {
+        "external-dns"
+    }
+
+    fn crd(&self, dns: &DnsArgs) -> Option<&'static str> {
+        match dns.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => Some(DNSENDPOINT_CRD),
+            ExternalDnsOutput::Service => None,
+        }
+    }
+
+    /// --external-dns-proxy-ip, else the Service --external-dns-proxy-service names.
+    fn proxy(&self, dns: &DnsArgs) -> ProxySource {
+        ProxySource {
+            service: dns.external_dns_proxy_service(),
+            ips: dns.external_dns_proxy_ips.clone(),
+            flag: "--external-dns-proxy-ip",
+        }
+    }
+
+    fn sink(&self, dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
+        Ok(AnySink::new(
+            external_writer(dns, at.client.clone())?
+                .targets(at.target_ips(dns))
+                .routed(|ips, i| at.route_at(ips, i)),
+        ))
+    }
+
+    // list: this instance's objects (and, before creating, the namespace's names); patch +
+    // create: server-side apply (of an absent object creates it); delete: leftovers. See
+    // the module's header.
+    fn write_grants(&self, dns: &DnsArgs, namespace: &str) -> Vec<Grant> {
+        let why = match dns.external_dns_output {
+            ExternalDnsOutput::Dnsendpoint => {
+                "write DNSEndpoints and delete this instance's leftovers"
+            }
+            ExternalDnsOutput::Service => {
+                "write annotated headless Services and delete this instance's leftovers"
+            }
+        };
+        vec![grant(
+            dns,
+            namespace,
+            &["list", "create", "patch", "delete"],
+            why,
+        )]
+    }
+
+    fn removal_grants(&self, dns: &DnsArgs, namespace: &str) -> Vec<Grant> {
+        vec![grant(
+            dns,
+            namespace,
+            &["list", "delete"],
+            "delete this instance's objects",
+        )]
+    }
+}
+
+/// `verbs` on any object of what the mode writes, in --external-dns-namespace (else
+/// `namespace`).
+fn grant(
+    dns: &DnsArgs,
+    namespace: &str,
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Grant {
+    let (api_group, resource) = match dns.external_dns_output {
+        ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
+        ExternalDnsOutput::Service => ("", "services"),
+    };
+    Grant {
+        namespace: dns.external_dns_namespace_or(namespace),
+        api_group,
+        resource,
+        names: Vec::new(),
+        verbs,
+        why,
+    }
+}
+
+/// The external-dns writer; invalid labels, annotations or targets are usage errors.
+pub fn external_writer(dns: &DnsArgs, client: kube::Client) -> Result<ExternalWriter, UsageError> {
+    let ips = proxy_ips(&ExternalDns.proxy(dns), Some(client.clone()));
+    let output = match dns.external_dns_output {
+        ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
+        ExternalDnsOutput::Service => Output::Service,
+    };
+    let settings = Settings {
+        namespace: dns.external_dns_namespace(),
+        instance: dns.records.instance.clone(),
+        ttl: dns.records.external_dns_record_ttl,
+        labels: dns.records.external_dns_labels.clone(),
+        annotations: dns.records.external_dns_annotations.clone(),
+        annotation_prefix: dns.external_dns_annotation_prefix.clone(),
+        adopt: dns.external_dns_adopt,
+    };
+    let w = ExternalWriter::new(client, output, settings, ips)
+        .map_err(|e| UsageError(format!("external-dns flags: {e}")))?;
+    Ok(w.dry_run(dns.dry_run))
+}
+
+impl Sink for ExternalWriter {
+    fn mode(&self) -> &'static str {
+        ExternalDns.name()
+    }
+
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        ExternalWriter::apply_plan(self, plan).await
+    }
+
+    async fn cleanup(&self) -> Result<Applied, SinkError> {
+        ExternalWriter::cleanup(self).await
+    }
 }
 
 #[cfg(test)]

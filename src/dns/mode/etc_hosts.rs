@@ -1,5 +1,7 @@
-//! The etc-hosts write path: our marked block in the node's hosts file (mounted into the pod),
-//! edited with the same pure editor as `ouroboros render etc-hosts`.
+//! The etc-hosts mode: our marked block in each node's hosts file (mounted into the pod),
+//! written by one controller per node (no lease) with the same pure editor as `ouroboros render
+//! etc-hosts`. It writes no API object, so it needs no RBAC of its own, and removal needs no
+//! API client.
 //!
 //! Crash safety: a reader (or a crash) never sees a truncated or half-written file.
 //! - Normally the new text goes to a temporary file next to the target (same owner and mode),
@@ -27,11 +29,16 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::apply::{Applied, Change, Outcome};
-use super::error::{Reason, SinkError};
-use super::plan::Plan;
-use super::proxy_ips::ProxyIps;
+use super::build::{default_proxy, proxy_ips, Build};
+use super::{DnsMode, Grant, ProxySource};
+use crate::dns::args::DnsArgs;
 use crate::dns::etc_hosts::{self, HostsGroup};
+use crate::dns::write::apply::{Applied, Change, Outcome};
+use crate::dns::write::error::{Reason, SinkError};
+use crate::dns::write::plan::Plan;
+use crate::dns::write::proxy_ips::ProxyIps;
+use crate::dns::write::sink::{AnySink, Sink};
+use crate::flags::UsageError;
 use crate::hostname::Hostname;
 
 /// How the file may be replaced.
@@ -412,7 +419,7 @@ fn reserve(f: &File, len: usize) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The etc-hosts [`Sink`](super::sink::Sink): one per node, no lease.
+/// The etc-hosts [`Sink`]: one per node, no lease.
 pub struct HostsWriter {
     path: PathBuf,
     /// One per proxy target, the default target's first (see [`Plan`]).
@@ -561,6 +568,68 @@ impl HostsWriter {
             conflicts: u.restarts,
             change,
         }
+    }
+}
+
+pub struct EtcHosts;
+
+impl DnsMode for EtcHosts {
+    fn name(&self) -> &'static str {
+        "etc-hosts"
+    }
+
+    fn runs_per_node(&self) -> bool {
+        true
+    }
+
+    fn proxy(&self, dns: &DnsArgs) -> ProxySource {
+        default_proxy(dns)
+    }
+
+    fn sink(&self, dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
+        Ok(AnySink::new(
+            hosts_writer(dns, Some(at.client.clone()))
+                .targets(at.target_ips(dns))
+                .routed(|ips, i| at.route_at(ips, i)),
+        ))
+    }
+
+    /// A hosts block is removed without the API (and without the proxy's addresses).
+    fn offline_removal(&self, dns: &DnsArgs) -> Option<AnySink> {
+        Some(AnySink::new(hosts_writer(dns, None)))
+    }
+
+    /// A file on the node: no API call.
+    fn write_grants(&self, _dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
+        Vec::new()
+    }
+
+    fn removal_grants(&self, _dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
+        Vec::new()
+    }
+}
+
+/// The etc-hosts writer. Without a client it can only remove the block (`cleanup`) or write
+/// with --proxy-ip.
+pub fn hosts_writer(dns: &DnsArgs, client: Option<kube::Client>) -> HostsWriter {
+    HostsWriter::new(
+        dns.etc_hosts.clone(),
+        proxy_ips(&default_proxy(dns), client),
+    )
+    .dry_run(dns.dry_run)
+}
+
+impl Sink for HostsWriter {
+    fn mode(&self) -> &'static str {
+        EtcHosts.name()
+    }
+
+    async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
+        HostsWriter::apply_plan(self, plan).await
+    }
+
+    async fn cleanup(&self) -> Result<Applied, SinkError> {
+        HostsWriter::cleanup(self).await
     }
 }
 
