@@ -202,14 +202,11 @@ fn check_document(file: &str) -> (Vec<String>, usize) {
                 Some(body) => std::fs::write(dir.path().join(m.args), body).unwrap(),
                 None => fail("no fenced block after the marker".into()),
             },
-            "doc-golden" => match fenced_block(m.after) {
-                Some(body) => match std::fs::read_to_string(root().join(m.args.trim())) {
-                    Ok(golden) if golden.contains(&body) => {}
-                    Ok(_) => fail(format!("the block is not part of {}", m.args.trim())),
-                    Err(e) => fail(format!("{}: {e}", m.args.trim())),
-                },
-                None => fail("no fenced block after the marker".into()),
-            },
+            "doc-golden" => {
+                if let Err(e) = in_golden_file(&m) {
+                    fail(e);
+                }
+            }
             "doc-run" | "doc-quote" => {
                 let parsed = options(m.args).and_then(|(e, inline)| {
                     if kind == "doc-quote" && inline.is_none() {
@@ -272,6 +269,18 @@ fn check_document(file: &str) -> (Vec<String>, usize) {
     }
     finish(last, &mut errors);
     (errors, ran)
+}
+
+/// A `doc-golden` marker's block is part of the golden file it names.
+fn in_golden_file(m: &Marker) -> Result<(), String> {
+    let path = m.args.trim();
+    let body = fenced_block(m.after).ok_or("no fenced block after the marker")?;
+    let golden = std::fs::read_to_string(root().join(path)).map_err(|e| format!("{path}: {e}"))?;
+    if golden.contains(&body) {
+        Ok(())
+    } else {
+        Err(format!("the block is not part of {path}"))
+    }
 }
 
 #[test]
