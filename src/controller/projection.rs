@@ -34,6 +34,9 @@ use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::hostnames::contour::{HttpProxy, HttpProxySpec};
+use super::hostnames::istio::{IstioGateway, IstioGatewaySpec};
+use super::hostnames::traefik::{IngressRoute, IngressRouteTcp, RoutesSpec};
 use super::hostnames::{
     class::DEFAULT_CLASS_ANNOTATION, class::INGRESS_CLASS_ANNOTATION, model::IngressHosts,
     model::OPT_OUT_ANNOTATION, targets::PRIORITY_ANNOTATION,
@@ -271,6 +274,29 @@ impl Project for TlsRoute {
             status: None,
         }
     }
+}
+
+/// Traefik's, Contour's and Istio's kinds are already structs of the read fields alone: their
+/// spec is read as it is (an absent spec as the empty one).
+macro_rules! project_as_read {
+    ($($ty:ty => $spec:ty;)*) => {$(
+        impl Project for $ty {
+            type Spec = Option<$spec>;
+            fn project(metadata: ObjectMeta, spec: Self::Spec) -> Self {
+                Self {
+                    metadata,
+                    spec: spec.unwrap_or_default(),
+                }
+            }
+        }
+    )*};
+}
+
+project_as_read! {
+    IngressRoute => RoutesSpec;
+    IngressRouteTcp => RoutesSpec;
+    HttpProxy => HttpProxySpec;
+    IstioGateway => IstioGatewaySpec;
 }
 
 /// A watched object as projected, or why it could not be read (with its metadata, for the

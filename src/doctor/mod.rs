@@ -261,7 +261,7 @@ impl DoctorArgs {
 async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Objects> {
     let mut o = Objects::default();
     for kind in Kind::ALL {
-        if kind.is_read(args.gateway_api, ingress_class) {
+        if kind.is_read(args.opt_ins(), ingress_class) {
             hostnames::kinds::by_kind!(kind, T => {
                 *T::list_mut(&mut o) = fetch::list_source::<T>(client).await?.unwrap_or_default();
             });
@@ -721,7 +721,7 @@ async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     for (name, required) in checks::crd::needed_crds(
         args.dns.mode,
         args.dns.external_dns_output,
-        args.hostnames.gateway_api,
+        args.hostnames.opt_ins(),
     ) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,

@@ -1,22 +1,22 @@
-//! crds: the CustomResourceDefinitions a configuration needs (Gateway API, external-dns's
-//! DNSEndpoint), required or optional, and whether they are installed.
+//! crds: the CustomResourceDefinitions a configuration needs (Gateway API, Traefik, Contour,
+//! Istio, external-dns's DNSEndpoint), required or optional, and whether they are installed.
 
 use super::inputs::Got;
-use crate::controller::hostnames::{kinds::Kind, kinds::ReadWhen};
+use crate::controller::hostnames::{kinds::Kind, kinds::OptIns};
 use crate::dns::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 
 /// The CRDs a configuration needs: (name, required). Not required: the controller runs
-/// without it (a Gateway-API kind whose CRD is absent is read as empty, and picked up once the
+/// without it (a source kind whose CRD is absent is read as empty, and picked up once the
 /// CRD is installed) but reads nothing of that kind.
 pub fn needed_crds(
     mode: Mode,
     output: ExternalDnsOutput,
-    gateway_api: bool,
+    opt_ins: OptIns,
 ) -> Vec<(&'static str, bool)> {
     let mut v: Vec<(&'static str, bool)> = Kind::ALL
         .into_iter()
-        .filter(|k| gateway_api && k.read_when() == ReadWhen::GatewayApi)
+        .filter(|k| k.is_crd() && k.is_read(opt_ins, false))
         .map(|k| (k.resource(), false))
         .collect();
     v.extend(mode.crd(output).map(|crd| (crd, true)));
@@ -28,7 +28,8 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
     if results.is_empty() {
         return Check::skip(
             ID,
-            "no custom resources needed (no --gateway-api, no external-dns DNSEndpoints)",
+            "no custom resources needed (no --gateway-api, --traefik-ingressroutes, \
+             --contour-httpproxies or --istio-gateways, no external-dns DNSEndpoints)",
         );
     }
     let mut evidence = Vec::new();
@@ -68,7 +69,8 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
         .evidence_all(evidence)
         .action(
             "install them if objects of those kinds are to be hairpinned (the controller picks \
-             them up once installed); without Gateway API at all, drop --gateway-api",
+             them up once installed); without them at all, drop the flag that reads them \
+             (--gateway-api, --traefik-ingressroutes, --contour-httpproxies, --istio-gateways)",
         )
     } else {
         Check::ok(ID, "every CRD this configuration needs is installed").evidence_all(evidence)
@@ -82,19 +84,52 @@ mod tests {
 
     #[test]
     fn crd_verdicts() {
-        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Dnsendpoint, false).is_empty());
+        let none = OptIns::default();
+        let gw = OptIns {
+            gateway_api: true,
+            ..none
+        };
+        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Dnsendpoint, none).is_empty());
         assert_eq!(
-            needed_crds(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, false),
+            needed_crds(Mode::ExternalDns, ExternalDnsOutput::Dnsendpoint, none),
             [("dnsendpoints.externaldns.k8s.io", true)]
         );
-        assert!(needed_crds(Mode::ExternalDns, ExternalDnsOutput::Service, false).is_empty());
+        assert!(needed_crds(Mode::ExternalDns, ExternalDnsOutput::Service, none).is_empty());
         assert_eq!(
-            needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true).len(),
+            needed_crds(Mode::Coredns, ExternalDnsOutput::Service, gw).len(),
             4
         );
-        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Service, true)
+        assert!(needed_crds(Mode::Coredns, ExternalDnsOutput::Service, gw)
             .iter()
             .all(|(_, required)| !required));
+        for (opt_ins, want) in [
+            (
+                OptIns {
+                    traefik_ingressroutes: true,
+                    ..none
+                },
+                &["ingressroutes.traefik.io", "ingressroutetcps.traefik.io"][..],
+            ),
+            (
+                OptIns {
+                    contour_httpproxies: true,
+                    ..none
+                },
+                &["httpproxies.projectcontour.io"],
+            ),
+            (
+                OptIns {
+                    istio_gateways: true,
+                    ..none
+                },
+                &["gateways.networking.istio.io"],
+            ),
+        ] {
+            let got = needed_crds(Mode::Coredns, ExternalDnsOutput::Service, opt_ins);
+            let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
+            assert_eq!(names, want);
+            assert!(got.iter().all(|(_, required)| !required));
+        }
         let r = |req: bool, present: bool| vec![("x.y", req, Ok(present.then_some(())))];
         assert_eq!(crds(&r(true, true)).status, Status::Ok);
         assert_eq!(crds(&r(true, false)).status, Status::Fail);
