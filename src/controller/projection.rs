@@ -569,4 +569,42 @@ mod tests {
             Some([(DEFAULT_CLASS_ANNOTATION.to_string(), "true".to_string())].into())
         );
     }
+
+    /// The CRD kinds without published types read through the same projection: the read
+    /// fields kept, an absent spec read as empty, a field of the wrong type an unreadable
+    /// object.
+    #[test]
+    fn crd_kinds_keep_their_host_fields() {
+        let r: IngressRoute = read(json!({
+            "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+            "metadata": {"name": "shop", "namespace": "web",
+                         "annotations": {LAST_APPLIED: "{}", OPT_OUT_ANNOTATION: "false"}},
+            "spec": {"entryPoints": ["websecure"], "tls": {"secretName": "c"},
+                     "routes": [{"match": "Host(`shop.example.com`)", "kind": "Rule",
+                                 "middlewares": [{"name": "m"}]}]}
+        }))
+        .0
+        .unwrap();
+        assert_eq!(r.spec.hosts().names, ["shop.example.com"]);
+        assert_eq!(
+            r.metadata.annotations,
+            Some([(OPT_OUT_ANNOTATION.to_string(), "false".to_string())].into())
+        );
+        let bare: HttpProxy = read(json!({"metadata": {"name": "child"}})).0.unwrap();
+        assert!(bare.spec.hosts().is_empty());
+        let gw: IstioGateway = read(json!({
+            "metadata": {"name": "public", "namespace": "istio-system"},
+            "spec": {"servers": [{"port": {"number": 443}, "hosts": ["./app.example.com"]}]}
+        }))
+        .0
+        .unwrap();
+        assert_eq!(gw.spec.hosts(), ["app.example.com"]);
+        let bad = read::<IngressRouteTcp>(json!({
+            "metadata": {"name": "pg", "namespace": "db"},
+            "spec": {"routes": [{"match": 5}]}
+        }));
+        let e = bad.0.unwrap_err();
+        assert!(e.error.contains("spec"), "{}", e.error);
+        assert_eq!(e.metadata.name.as_deref(), Some("pg"));
+    }
 }
