@@ -624,6 +624,55 @@ async fn a_gateway_api_crd_installed_later_is_picked_up() {
     assert_eq!(api.count("PUT", COREDNS), 2);
 }
 
+/// One object of each of Traefik's, Contour's and Istio's kinds, by the list path serving it.
+fn crd_objects() -> Vec<(&'static str, Vec<Value>)> {
+    vec![
+        (
+            "/apis/traefik.io/v1alpha1/ingressroutes?",
+            vec![json!({
+                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+                "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
+                "spec": {"entryPoints": ["websecure"], "routes": [
+                    {"match": "Host(`blog.example.com`) && PathPrefix(`/`)", "kind": "Rule",
+                     "services": [{"name": "blog", "port": 80}]},
+                    {"match": "HostRegexp(`^.+\\.example\\.org$`)", "kind": "Rule",
+                     "services": [{"name": "any", "port": 80}]}
+                ]}
+            })],
+        ),
+        (
+            "/apis/traefik.io/v1alpha1/ingressroutetcps?",
+            vec![json!({
+                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
+                "metadata": {"name": "pg", "namespace": "db", "resourceVersion": "8"},
+                "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)",
+                                     "services": [{"name": "pg", "port": 5432}]}],
+                         "tls": {"passthrough": true}}
+            })],
+        ),
+        (
+            "/apis/projectcontour.io/v1/httpproxies?",
+            vec![json!({
+                "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+                "metadata": {"name": "docs", "namespace": "web", "resourceVersion": "9"},
+                "spec": {"virtualhost": {"fqdn": "docs.example.com", "tls": {"secretName": "c"}},
+                         "routes": [{"services": [{"name": "docs", "port": 80}]}]}
+            })],
+        ),
+        (
+            "/apis/networking.istio.io/v1/gateways?",
+            vec![json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+                "metadata": {"name": "public", "namespace": "istio-system", "resourceVersion": "10"},
+                "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
+                    {"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                     "hosts": ["web/app.example.com"], "tls": {"mode": "SIMPLE", "credentialName": "c"}}
+                ]}
+            })],
+        ),
+    ]
+}
+
 /// Traefik's, Contour's and Istio's CRDs missing at start: the Ingress hosts are written at
 /// once; the CRDs installed later (objects already there, as `kubectl apply` of a chart with
 /// its CRDs leaves them) are picked up, and all their hosts arrive in one write. A rule
@@ -648,51 +697,7 @@ async fn traefik_contour_and_istio_crds_installed_later_are_picked_up_in_one_wri
     for path in [ROUTES, TCP, PROXIES, GATEWAYS] {
         assert!(r.api.count("GET", path) >= 1, "{path} listed");
     }
-    let objects = vec![
-        (
-            ROUTES,
-            vec![json!({
-                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
-                "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
-                "spec": {"entryPoints": ["websecure"], "routes": [
-                    {"match": "Host(`blog.example.com`) && PathPrefix(`/`)", "kind": "Rule",
-                     "services": [{"name": "blog", "port": 80}]},
-                    {"match": "HostRegexp(`^.+\\.example\\.org$`)", "kind": "Rule",
-                     "services": [{"name": "any", "port": 80}]}
-                ]}
-            })],
-        ),
-        (
-            TCP,
-            vec![json!({
-                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
-                "metadata": {"name": "pg", "namespace": "db", "resourceVersion": "8"},
-                "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)",
-                                     "services": [{"name": "pg", "port": 5432}]}],
-                         "tls": {"passthrough": true}}
-            })],
-        ),
-        (
-            PROXIES,
-            vec![json!({
-                "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
-                "metadata": {"name": "docs", "namespace": "web", "resourceVersion": "9"},
-                "spec": {"virtualhost": {"fqdn": "docs.example.com", "tls": {"secretName": "c"}},
-                         "routes": [{"services": [{"name": "docs", "port": 80}]}]}
-            })],
-        ),
-        (
-            GATEWAYS,
-            vec![json!({
-                "apiVersion": "networking.istio.io/v1", "kind": "Gateway",
-                "metadata": {"name": "public", "namespace": "istio-system", "resourceVersion": "10"},
-                "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
-                    {"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
-                     "hosts": ["web/app.example.com"], "tls": {"mode": "SIMPLE", "credentialName": "c"}}
-                ]}
-            })],
-        ),
-    ];
+    let objects = crd_objects();
     // Traefik's CRDs first: the IngressRoute's name arrives in one write.
     let (traefik, others): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(p, _)| *p == ROUTES);
     r.state.lock().unwrap().crd_objects = traefik;

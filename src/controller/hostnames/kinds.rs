@@ -9,7 +9,7 @@
 //!
 //! Traefik's, Contour's and Istio's kinds have no Rust types published; each is a small struct
 //! of the fields read (in `traefik`, `contour`, `istio`), made a `kube::Resource` here from its
-//! row ([`crd_resource!`]), so the watches, `doctor`'s lists and `render`'s reader treat them
+//! row (`crd_resource!`), so the watches, `doctor`'s lists and `render`'s reader treat them
 //! like the typed kinds.
 
 use gateway_api::apis::standard::gateways::Gateway;
@@ -603,7 +603,7 @@ mod tests {
         let only = |o: OptIn| {
             let mut v = OptIns::default();
             for x in OptIn::ALL {
-                assert_eq!(v.has(x), false);
+                assert!(!v.has(x));
             }
             match o {
                 OptIn::GatewayApi => v.gateway_api = true,

@@ -1008,8 +1008,7 @@ fn the_ingress_class_controller_picks_the_target() {
 }
 
 /// Traefik's, Contour's and Istio's kinds: read only with their flag, their names to the
-/// default target (none has a class), the opt-out and priority annotations honoured as on an
-/// Ingress, a rule naming hosts by a pattern reported, and a hostile name stopped by the policy.
+/// default target (none has a class), the opt-out annotation honoured as on an Ingress, a rule naming hosts by a pattern reported, and a hostile name stopped by the policy.
 #[test]
 fn traefik_contour_and_istio_kinds() {
     use super::contour::HttpProxy;
@@ -1025,19 +1024,13 @@ fn traefik_contour_and_istio_kinds() {
             {"match": "Host(`evil.example.com\n}`)"}
         ]}
     }));
-    let tcp: IngressRouteTcp = from(json!({
-        "metadata": meta(Some("db"), "pg", &[], false),
-        "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)", "services": [{"name": "pg", "port": 5432}]},
-                            {"match": "HostSNI(`*`)"}]}
-    }));
-    let proxy: HttpProxy = from(json!({
-        "metadata": meta(Some("blog"), "root", &[(PRIORITY_ANNOTATION, "5")], false),
-        "spec": {"virtualhost": {"fqdn": "blog.example.com"}, "includes": [{"name": "child"}]}
-    }));
-    let child: HttpProxy = from(json!({
-        "metadata": meta(Some("blog"), "child", &[], false),
-        "spec": {"routes": [{"services": [{"name": "b", "port": 80}]}]}
-    }));
+    let tcp: IngressRouteTcp = from(json!({"metadata": meta(Some("db"), "pg", &[], false),
+        "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)"}, {"match": "HostSNI(`*`)"}]}}));
+    let proxy: HttpProxy = from(json!({"metadata": meta(Some("blog"), "root", &[], false),
+        "spec": {"virtualhost": {"fqdn": "blog.example.com"}, "includes": [{"name": "child"}]}}));
+    // Included by the root: no virtualhost, no name.
+    let child: HttpProxy = from(json!({"metadata": meta(Some("blog"), "child", &[], false),
+        "spec": {"routes": [{"services": [{"name": "b", "port": 80}]}]}}));
     let gw: IstioGateway = from(json!({
         "metadata": meta(Some("istio-system"), "public", &[], false),
         "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
@@ -1056,9 +1049,11 @@ fn traefik_contour_and_istio_kinds() {
         istio_gateways: vec![&gw, &opted],
         ..Default::default()
     };
-    // Without the flags: nothing.
     let d = desired(&sources, &Filters::default(), &policy());
-    assert!(d.hosts.is_empty() && d.rejected.is_empty() && d.excluded.is_empty());
+    assert!(
+        d.hosts.is_empty() && d.rejected.is_empty() && d.excluded.is_empty(),
+        "no flag"
+    );
     let all = Filters {
         traefik_ingressroutes: true,
         contour_httpproxies: true,
@@ -1095,33 +1090,37 @@ fn traefik_contour_and_istio_kinds() {
         ["Gateway.networking.istio.io istio-system/private: opted out with ouroboros.io/hairpin: \"false\""]
     );
     // Each flag alone reads its kinds only.
-    for (filters, want) in [
-        (
-            Filters {
-                traefik_ingressroutes: true,
-                ..Default::default()
-            },
-            &["pg.example.com", "shop.example.com"][..],
-        ),
-        (
-            Filters {
-                contour_httpproxies: true,
-                ..Default::default()
-            },
-            &["blog.example.com"],
-        ),
-        (
-            Filters {
-                istio_gateways: true,
-                ..Default::default()
-            },
-            &["api.example.com", "app.example.com"],
-        ),
-    ] {
-        assert_eq!(hosts(&desired(&sources, &filters, &policy())), want);
-    }
-    // The priority annotation settles a name claimed by an object of another target: the
-    // HTTPProxy (priority 5) keeps blog.example.com for the default target.
+    let alone = |set: fn(&mut Filters)| {
+        let mut f = Filters::default();
+        set(&mut f);
+        hosts(&desired(&sources, &f, &policy()))
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        alone(|f| f.traefik_ingressroutes = true),
+        ["pg.example.com", "shop.example.com"]
+    );
+    assert_eq!(
+        alone(|f| f.contour_httpproxies = true),
+        ["blog.example.com"]
+    );
+    assert_eq!(
+        alone(|f| f.istio_gateways = true),
+        ["api.example.com", "app.example.com"]
+    );
+}
+
+/// The priority annotation on an HTTPProxy settles a name claimed by an Ingress of another
+/// target: the HTTPProxy (priority 5) keeps blog.example.com for the default target.
+#[test]
+fn a_classless_kinds_priority_annotation_counts() {
+    use super::contour::HttpProxy;
+    let proxy: HttpProxy = from(json!({
+        "metadata": meta(Some("blog"), "root", &[(PRIORITY_ANNOTATION, "5")], false),
+        "spec": {"virtualhost": {"fqdn": "blog.example.com"}}
+    }));
     let rules = targets(&["name=nginx,service=proxy-nginx,ingress-class=nginx"]);
     let ing = ingress("blog", Some("nginx"), None, &["blog.example.com"]);
     let sources = Sources {

@@ -359,6 +359,10 @@ mod tests {
     use Rejection::*;
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of cases, one rule and what is read of it each"
+    )]
     fn rules() {
         type Case = (
             &'static str,

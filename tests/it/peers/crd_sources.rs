@@ -24,6 +24,60 @@ fn crd_sets() -> Option<[PathBuf; 3]> {
     ])
 }
 
+/// One object of each kind in `apps`, as the projects' docs write them.
+fn objects(apps: &str) -> [serde_json::Value; 4] {
+    [
+        json!({
+            "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+            "metadata": {"name": "blog", "namespace": apps},
+            "spec": {
+                "entryPoints": ["websecure"],
+                "routes": [
+                    {"match": "Host(`blog.crd.example.com`) && PathPrefix(`/bar`)",
+                     "kind": "Rule", "priority": 12,
+                     "services": [{"name": "whoami", "port": 80}]},
+                    {"match": "HostRegexp(`^.+\\.regexp\\.crd\\.example\\.com$`)",
+                     "kind": "Rule", "services": [{"name": "whoami", "port": 80}]},
+                ],
+                "tls": {"secretName": "supersecret"},
+            },
+        }),
+        json!({
+            "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
+            "metadata": {"name": "pg", "namespace": apps},
+            "spec": {
+                "entryPoints": ["footcp"],
+                "routes": [{"match": "HostSNI(`pg.crd.example.com`)",
+                            "services": [{"name": "whoamitcp", "port": 8080}]}],
+                "tls": {"passthrough": true},
+            },
+        }),
+        json!({
+            "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+            "metadata": {"name": "basic", "namespace": apps},
+            "spec": {
+                "virtualhost": {"fqdn": "docs.crd.example.com"},
+                "routes": [{"conditions": [{"prefix": "/"}],
+                            "services": [{"name": "s1", "port": 80}]}],
+            },
+        }),
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+            "metadata": {"name": "my-gateway", "namespace": apps},
+            "spec": {
+                "selector": {"app": "my-gateway-controller"},
+                "servers": [
+                    {"port": {"number": 443, "name": "https-443", "protocol": "HTTPS"},
+                     "hosts": ["uk.crd.example.com", "ns1/eu.crd.example.com"],
+                     "tls": {"mode": "SIMPLE", "credentialName": "bookinfo-secret"}},
+                    {"port": {"number": 80, "name": "http", "protocol": "HTTP"},
+                     "hosts": ["*/*.istio.crd.example.com"]},
+                ],
+            },
+        }),
+    ]
+}
+
 #[test]
 fn traefik_contour_and_istio_objects_are_read_once_their_crds_are_installed() {
     let Some(cluster) = cluster::shared() else {
@@ -85,56 +139,7 @@ fn traefik_contour_and_istio_objects_are_read_once_their_crds_are_installed() {
         for set in &crds {
             cluster.install_crds(set).await;
         }
-        for doc in [
-            json!({
-                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
-                "metadata": {"name": "blog", "namespace": apps},
-                "spec": {
-                    "entryPoints": ["websecure"],
-                    "routes": [
-                        {"match": "Host(`blog.crd.example.com`) && PathPrefix(`/bar`)",
-                         "kind": "Rule", "priority": 12,
-                         "services": [{"name": "whoami", "port": 80}]},
-                        {"match": "HostRegexp(`^.+\\.regexp\\.crd\\.example\\.com$`)",
-                         "kind": "Rule", "services": [{"name": "whoami", "port": 80}]},
-                    ],
-                    "tls": {"secretName": "supersecret"},
-                },
-            }),
-            json!({
-                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
-                "metadata": {"name": "pg", "namespace": apps},
-                "spec": {
-                    "entryPoints": ["footcp"],
-                    "routes": [{"match": "HostSNI(`pg.crd.example.com`)",
-                                "services": [{"name": "whoamitcp", "port": 8080}]}],
-                    "tls": {"passthrough": true},
-                },
-            }),
-            json!({
-                "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
-                "metadata": {"name": "basic", "namespace": apps},
-                "spec": {
-                    "virtualhost": {"fqdn": "docs.crd.example.com"},
-                    "routes": [{"conditions": [{"prefix": "/"}],
-                                "services": [{"name": "s1", "port": 80}]}],
-                },
-            }),
-            json!({
-                "apiVersion": "networking.istio.io/v1", "kind": "Gateway",
-                "metadata": {"name": "my-gateway", "namespace": apps},
-                "spec": {
-                    "selector": {"app": "my-gateway-controller"},
-                    "servers": [
-                        {"port": {"number": 443, "name": "https-443", "protocol": "HTTPS"},
-                         "hosts": ["uk.crd.example.com", "ns1/eu.crd.example.com"],
-                         "tls": {"mode": "SIMPLE", "credentialName": "bookinfo-secret"}},
-                        {"port": {"number": 80, "name": "http", "protocol": "HTTP"},
-                         "hosts": ["*/*.istio.crd.example.com"]},
-                    ],
-                },
-            }),
-        ] {
+        for doc in objects(&apps) {
             cluster.apply_yaml(&doc.to_string()).await;
         }
     });
