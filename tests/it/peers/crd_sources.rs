@@ -10,10 +10,9 @@ use serde_json::json;
 
 use super::cluster;
 use super::controller_modes::{
-    answers, assert_no_refusal, configmap_text, ingress, run_controller, runtime, Install,
+    answers, assert_no_refusal, configmap_text, runtime, ImportRun, IMPORT_KEY,
 };
 use super::{binary, wait_for};
-use crate::support::temp_dir;
 
 /// The three CRD sets, or `None` (skipped with the reason) when one was not fetched.
 fn crd_sets() -> Option<[PathBuf; 3]> {
@@ -86,60 +85,28 @@ fn traefik_contour_and_istio_objects_are_read_once_their_crds_are_installed() {
     let Some(crds) = crd_sets() else {
         return;
     };
-    let release = "modes-crd";
-    let dns = format!("{release}-dns");
-    let apps = format!("{release}-apps");
-    let configmap = "coredns-custom-crd";
-    let install = Install::render(
-        release,
+    let rt = runtime();
+    let run = ImportRun::start(
+        cluster,
+        &rt,
+        "modes-crd",
+        "coredns-custom-crd",
         &[
-            "controller.mode=coredns-import".into(),
             "controller.traefikIngressRoutes=true".into(),
             "controller.contourHttpProxies=true".into(),
             "controller.istioGateways=true".into(),
-            format!("controller.corednsImport.namespace={dns}"),
-            format!("controller.corednsImport.configmap={configmap}"),
-            format!("controller.includeNamespaces={{{apps}}}"),
         ],
+        "shop.crd.example.com",
     );
-    let key = "ouroboros.override";
-    let dir = temp_dir("controller-crd-sources");
-    let rt = runtime();
-    let mut controller = rt.block_on(async {
-        cluster.ensure_namespace(&dns).await;
-        install.apply(cluster).await;
-        cluster.ensure_namespace(&apps).await;
-        ingress(cluster, &apps, "shop", &["shop.crd.example.com"]).await;
-        run_controller(
-            cluster,
-            &install,
-            &install.controller_args(),
-            dir.path(),
-            "a",
-        )
-        .await
-        .0
-    });
-    // The CRDs are missing: the Ingress's name is written all the same.
-    wait_for(
-        "writing the Ingress's name",
-        &mut controller,
-        Duration::from_secs(60),
-        || {
-            rt.block_on(async {
-                let client = cluster.admin().await;
-                let text = configmap_text(&client, &dns, configmap, key).await?;
-                answers(&text, "shop.crd.example.com").then_some(())
-            })
-        },
-    );
+    let (dns, apps, configmap) = (&run.dns, &run.apps, &run.configmap);
+    let mut controller = run.controller;
 
     // Installed while it runs, then one object of each kind as the projects' docs write them.
     rt.block_on(async {
         for set in &crds {
             cluster.install_crds(set).await;
         }
-        for doc in objects(&apps) {
+        for doc in objects(apps) {
             cluster.apply_yaml(&doc.to_string()).await;
         }
     });
@@ -158,7 +125,7 @@ fn traefik_contour_and_istio_objects_are_read_once_their_crds_are_installed() {
         || {
             rt.block_on(async {
                 let client = cluster.admin().await;
-                let text = configmap_text(&client, &dns, configmap, key).await?;
+                let text = configmap_text(&client, dns, configmap, IMPORT_KEY).await?;
                 want.iter().all(|h| answers(&text, h)).then_some(text)
             })
         },
