@@ -2,7 +2,7 @@
 //! Istio, external-dns's DNSEndpoint), required or optional, and whether they are installed.
 
 use super::inputs::Got;
-use crate::controller::hostnames::{kinds::Kind, kinds::OptIns};
+use crate::controller::hostnames::{kinds::Kind, kinds::OptIns, kinds::ReadWhen};
 use crate::dns::args::{ExternalDnsOutput, Mode};
 use crate::doctor::report::Check;
 
@@ -21,6 +21,22 @@ pub fn needed_crds(
         .collect();
     v.extend(mode.crd(output).map(|crd| (crd, true)));
     v
+}
+
+/// The flags that read the kinds of these CRDs, each once.
+fn flags_reading(crds: &[&str]) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    for kind in Kind::ALL
+        .into_iter()
+        .filter(|k| crds.contains(&k.resource()))
+    {
+        if let ReadWhen::OptIn(o) = kind.read_when() {
+            if !flags.contains(&o.flag()) {
+                flags.push(o.flag());
+            }
+        }
+    }
+    flags
 }
 
 pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
@@ -67,11 +83,11 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
             ),
         )
         .evidence_all(evidence)
-        .action(
+        .action(format!(
             "install them if objects of those kinds are to be hairpinned (the controller picks \
-             them up once installed); without them at all, drop the flag that reads them \
-             (--gateway-api, --traefik-ingressroutes, --contour-httpproxies, --istio-gateways)",
-        )
+             them up once installed); without them at all, drop {}",
+            flags_reading(&missing_optional).join(", ")
+        ))
     } else {
         Check::ok(ID, "every CRD this configuration needs is installed").evidence_all(evidence)
     }
@@ -135,5 +151,15 @@ mod tests {
         assert_eq!(crds(&r(true, false)).status, Status::Fail);
         assert_eq!(crds(&r(false, false)).status, Status::Warn);
         assert_eq!(crds(&[]).status, Status::Skip);
+        let missing = [
+            ("tlsroutes.gateway.networking.k8s.io", false, Ok(None)),
+            ("httproutes.gateway.networking.k8s.io", false, Ok(None)),
+            ("gateways.networking.istio.io", false, Ok(None)),
+        ];
+        let action = crds(&missing).action.unwrap();
+        assert!(
+            action.ends_with("drop --gateway-api, --istio-gateways"),
+            "{action}"
+        );
     }
 }
