@@ -11,6 +11,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::first_of_each;
+
 /// An Istio Gateway (not the Gateway API's): its servers' hosts.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct IstioGateway {
@@ -40,14 +42,13 @@ pub fn server_host(host: &str) -> &str {
 impl IstioGatewaySpec {
     /// Every server's hosts, prefixes dropped, each once.
     pub fn hosts(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for h in self.servers.iter().flat_map(|s| &s.hosts) {
-            let h = server_host(h).to_string();
-            if !out.contains(&h) {
-                out.push(h);
-            }
-        }
-        out
+        first_of_each(
+            self.servers
+                .iter()
+                .flat_map(|s| &s.hosts)
+                .map(|h| server_host(h).to_string())
+                .collect(),
+        )
     }
 }
 

@@ -16,6 +16,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::first_of_each;
 use crate::hostname::Rejection;
 
 /// An IngressRoute: its routes' `match` rules.
@@ -56,13 +57,10 @@ impl RoutesSpec {
         let mut all = RuleHosts::default();
         for r in &self.routes {
             let one = rule_hosts(&r.rule);
-            for n in one.names {
-                if !all.names.contains(&n) {
-                    all.names.push(n);
-                }
-            }
+            all.names.extend(one.names);
             all.unread.extend(one.unread);
         }
+        all.names = first_of_each(all.names);
         all
     }
 }
@@ -92,6 +90,7 @@ pub fn rule_hosts(rule: &str) -> RuleHosts {
         rule,
         tokens,
         at: 0,
+        depth: 0,
     };
     let Some(found) = p.or() else {
         return whole();
@@ -99,14 +98,8 @@ pub fn rule_hosts(rule: &str) -> RuleHosts {
     if p.at != p.tokens.len() {
         return whole();
     }
-    let mut names = Vec::new();
-    for n in found.names {
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
     RuleHosts {
-        names,
+        names: first_of_each(found.names),
         unread: found.unread,
     }
 }
@@ -212,7 +205,13 @@ struct Parser<'r> {
     rule: &'r str,
     tokens: Vec<(Tok, usize, usize)>,
     at: usize,
+    /// How many `(` and `!` enclose the current token.
+    depth: usize,
 }
+
+/// The deepest nesting of `(` and `!` read. The rule is tenant input: a million `(` would
+/// otherwise recurse a million frames deep and overflow the controller's stack.
+const MAX_DEPTH: usize = 64;
 
 impl Parser<'_> {
     fn peek(&self) -> Option<&Tok> {
@@ -257,11 +256,12 @@ impl Parser<'_> {
                 acc
             } else if acc.unread.is_empty() && next.unread.is_empty() {
                 // A host both sides match; a side that also matches any host lets the other's
-                // names through.
+                // names through. Looked up in a set: both lists are tenant input.
+                let other: std::collections::HashSet<&String> = next.names.iter().collect();
                 let mut names: Vec<String> = acc
                     .names
                     .iter()
-                    .filter(|n| next.any || next.names.contains(n))
+                    .filter(|n| next.any || other.contains(n))
                     .cloned()
                     .collect();
                 if acc.any {
@@ -286,6 +286,16 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Option<Found> {
+        self.depth += 1;
+        let found = self.unary_nested();
+        self.depth -= 1;
+        found
+    }
+
+    fn unary_nested(&mut self) -> Option<Found> {
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
         let from = self.at;
         if self.eat(&Tok::Not) {
             let inner = self.unary()?;
@@ -478,6 +488,12 @@ mod tests {
                 &[("Host(\"a\\x2e.com\")", UnreadRule)],
             ),
             ("Host()", &[], &[("Host()", UnreadRule)]),
+            // Nested deeper than read: reported, and no stack overflow.
+            (
+                "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((Host(`a`))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))",
+                &[],
+                &[("((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((Host(`a`))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))", UnreadRule)],
+            ),
             (
                 "Host(`a.example.com`) || Fancy(`b`)",
                 &["a.example.com"],
@@ -492,6 +508,30 @@ mod tests {
             };
             assert_eq!(got, want, "{rule}");
         }
+    }
+
+    #[test]
+    fn hostile_nesting_is_reported_not_recursed() {
+        for rule in ["(".repeat(1_000_000), "!".repeat(1_000_000)] {
+            let h = rule_hosts(&rule);
+            assert!(h.names.is_empty());
+            assert_eq!(h.unread.len(), 1);
+            assert_eq!(h.unread[0].1, UnreadRule);
+        }
+        let ok = format!("{}Host(`a.example.com`){}", "(".repeat(60), ")".repeat(60));
+        assert_eq!(rule_hosts(&ok).names, ["a.example.com"]);
+        // 200,000 names each side of `&&`, each twice: read in linear time (a search of one
+        // list for each name of the other would be 4 * 10^10 comparisons).
+        let many = |p: &str| {
+            (0..200_000)
+                .map(|i| format!("`{p}{}.example.com`", i % 100_000))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let rule = format!("Host({}) && Host({})", many("a"), many("a"));
+        let started = std::time::Instant::now();
+        assert_eq!(rule_hosts(&rule).names.len(), 100_000);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
     }
 
     #[test]
