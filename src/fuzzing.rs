@@ -435,9 +435,12 @@ pub fn manifest(data: &[u8]) {
 
 fn check_desired(m: &Manifests) {
     let policy = HostPolicy::new("cluster.local", &[], &[]);
-    for gateway_api in [false, true] {
+    for every in [false, true] {
         let filters = Filters {
-            gateway_api,
+            gateway_api: every,
+            traefik_ingressroutes: every,
+            contour_httpproxies: every,
+            istio_gateways: every,
             ..Filters::default()
         };
         let d = hostnames::desired(&m.sources(), &filters, &policy);

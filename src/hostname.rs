@@ -86,10 +86,18 @@ pub enum Rejection {
     InternalZone,
     NotAllowed,
     Denied,
+    /// A routing rule matches hosts by a regular expression (Traefik `HostRegexp`,
+    /// `HostSNIRegexp`), not by name.
+    Pattern,
+    /// A routing rule excludes hosts (Traefik `!Host(...)`).
+    Negated,
+    /// A routing rule is no expression ouroboros reads (unbalanced, an unknown matcher, a
+    /// `Host()` argument that is not a quoted literal).
+    UnreadRule,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 12] = [
+    pub const ALL: [Rejection; 15] = [
         Rejection::Empty,
         Rejection::TooLong,
         Rejection::InvalidCharacter,
@@ -102,6 +110,9 @@ impl Rejection {
         Rejection::InternalZone,
         Rejection::NotAllowed,
         Rejection::Denied,
+        Rejection::Pattern,
+        Rejection::Negated,
+        Rejection::UnreadRule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +129,9 @@ impl Rejection {
             Rejection::InternalZone => "internal-zone",
             Rejection::NotAllowed => "not-in-allow-list",
             Rejection::Denied => "denied",
+            Rejection::Pattern => "pattern",
+            Rejection::Negated => "negated",
+            Rejection::UnreadRule => "unread-rule",
         }
     }
 
@@ -147,6 +161,18 @@ impl Rejection {
             }
             Rejection::NotAllowed => "the name is not under any --allow-domain suffix",
             Rejection::Denied => "the name is under a --deny-domain suffix",
+            Rejection::Pattern => {
+                "the rule matches hosts by a regular expression, not by name: the names it \
+                 covers are not guessed; name them with Host()/HostSNI() to hairpin them"
+            }
+            Rejection::Negated => {
+                "the rule matches every host but some (a negated Host()): the names it covers \
+                 are not guessed; name them with Host()/HostSNI() to hairpin them"
+            }
+            Rejection::UnreadRule => {
+                "the rule is no match expression ouroboros reads (unbalanced, an unknown \
+                 matcher, or a Host() argument that is not a quoted name): no name is taken from it"
+            }
         }
     }
 }

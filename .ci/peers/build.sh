@@ -4,7 +4,8 @@
 # and kube-proxy, from the Go module proxy, pinned by the go.mod/go.sum files beside this script
 # (own modules: etcd's and Kubernetes' go.mod files have replace directives, so `go install`
 # refuses them). It also takes the CRDs the controller reads or writes (Gateway API's standard
-# channel, external-dns's DNSEndpoint) from their Go modules, at the versions pinned below, into
+# channel, external-dns's DNSEndpoint, and the Traefik, Contour and Istio CRDs whose objects it
+# reads hosts from) from their Go modules, at the versions pinned below, into
 # $OUROBOROS_PEERS_DIR/crds/.
 #
 # Binaries are cached outside the clone, in $OUROBOROS_PEERS_CACHE (default ~/.cache/ouroboros-peers),
@@ -18,12 +19,15 @@
 #
 # Usage: .ci/peers/build.sh [--strict] [PEER...]
 #   (PEER: coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api
-#    crds-external-dns)
+#    crds-external-dns crds-traefik crds-contour crds-istio)
 set -euo pipefail
 
 # The CRD modules: the newest release the Go module proxy serves of each.
 gateway_api=v1.7.0
 external_dns=v0.23.0
+traefik=v3.7.13
+contour=v1.33.8
+istio_api=v1.32.0
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${OUROBOROS_PEERS_CACHE:-${HOME}/.cache/ouroboros-peers}
 bin=${OUROBOROS_PEERS_DIR:-$here/bin}
@@ -83,6 +87,7 @@ json_field() {
 
 # crds NAME MODULE VERSION SUBDIR [FILE...]: the YAML files of SUBDIR of MODULE@VERSION (all of
 # them, or FILEs) into the cache unless already there, then links bin/crds/NAME to that directory.
+# A FILE named *.yml (Traefik's spelling) is stored as *.yaml, which is what the tests read.
 crds() {
     local name=$1 module=$2 version=$3 sub=$4
     shift 4
@@ -125,6 +130,10 @@ crds() {
                 echo "unzip is not installed (apt-get install unzip)" >>"$log"
             fi
         fi
+        local f
+        for f in "$out"/*.yml; do
+            [[ -e $f ]] && mv "$f" "${f%.yml}.yaml"
+        done
         if ((ok == 0)) || ! compgen -G "$out/*.yaml" >/dev/null; then
             {
                 echo "CRDs $name of $module@$version not fetched:"
@@ -173,8 +182,18 @@ peer() {
         crds external-dns sigs.k8s.io/external-dns "$external_dns" config/crd/standard \
             dnsendpoints.externaldns.k8s.io.yaml
         ;;
+    crds-traefik)
+        crds traefik github.com/traefik/traefik/v3 "$traefik" docs/content/reference/dynamic-configuration \
+            kubernetes-crd-definition-v1.yml
+        ;;
+    crds-contour)
+        crds contour github.com/projectcontour/contour "$contour" examples/contour 01-crds.yaml
+        ;;
+    crds-istio)
+        crds istio istio.io/api "$istio_api" kubernetes customresourcedefinitions.gen.yaml
+        ;;
     *)
-        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)" >&2
+        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio)" >&2
         return 2
         ;;
     esac
@@ -182,7 +201,7 @@ peer() {
 
 failed=0
 peers=("$@")
-((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns)
+((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio)
 for p in "${peers[@]}"; do
     peer "$p" || failed=$((failed + 1))
 done

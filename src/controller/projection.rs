@@ -34,6 +34,9 @@ use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::hostnames::contour::{HttpProxy, HttpProxySpec};
+use super::hostnames::istio::{IstioGateway, IstioGatewaySpec};
+use super::hostnames::traefik::{IngressRoute, IngressRouteTcp, RoutesSpec};
 use super::hostnames::{
     class::DEFAULT_CLASS_ANNOTATION, class::INGRESS_CLASS_ANNOTATION, model::IngressHosts,
     model::OPT_OUT_ANNOTATION, targets::PRIORITY_ANNOTATION,
@@ -271,6 +274,29 @@ impl Project for TlsRoute {
             status: None,
         }
     }
+}
+
+/// Traefik's, Contour's and Istio's kinds are already structs of the read fields alone: their
+/// spec is read as it is (an absent spec as the empty one).
+macro_rules! project_as_read {
+    ($($ty:ty => $spec:ty;)*) => {$(
+        impl Project for $ty {
+            type Spec = Option<$spec>;
+            fn project(metadata: ObjectMeta, spec: Self::Spec) -> Self {
+                Self {
+                    metadata,
+                    spec: spec.unwrap_or_default(),
+                }
+            }
+        }
+    )*};
+}
+
+project_as_read! {
+    IngressRoute => RoutesSpec;
+    IngressRouteTcp => RoutesSpec;
+    HttpProxy => HttpProxySpec;
+    IstioGateway => IstioGatewaySpec;
 }
 
 /// A watched object as projected, or why it could not be read (with its metadata, for the
@@ -542,5 +568,43 @@ mod tests {
             class.metadata.annotations,
             Some([(DEFAULT_CLASS_ANNOTATION.to_string(), "true".to_string())].into())
         );
+    }
+
+    /// The CRD kinds without published types read through the same projection: the read
+    /// fields kept, an absent spec read as empty, a field of the wrong type an unreadable
+    /// object.
+    #[test]
+    fn crd_kinds_keep_their_host_fields() {
+        let r: IngressRoute = read(json!({
+            "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+            "metadata": {"name": "shop", "namespace": "web",
+                         "annotations": {LAST_APPLIED: "{}", OPT_OUT_ANNOTATION: "false"}},
+            "spec": {"entryPoints": ["websecure"], "tls": {"secretName": "c"},
+                     "routes": [{"match": "Host(`shop.example.com`)", "kind": "Rule",
+                                 "middlewares": [{"name": "m"}]}]}
+        }))
+        .0
+        .unwrap();
+        assert_eq!(r.spec.hosts().names, ["shop.example.com"]);
+        assert_eq!(
+            r.metadata.annotations,
+            Some([(OPT_OUT_ANNOTATION.to_string(), "false".to_string())].into())
+        );
+        let bare: HttpProxy = read(json!({"metadata": {"name": "child"}})).0.unwrap();
+        assert!(bare.spec.hosts().is_empty());
+        let gw: IstioGateway = read(json!({
+            "metadata": {"name": "public", "namespace": "istio-system"},
+            "spec": {"servers": [{"port": {"number": 443}, "hosts": ["./app.example.com"]}]}
+        }))
+        .0
+        .unwrap();
+        assert_eq!(gw.spec.hosts(), ["app.example.com"]);
+        let bad = read::<IngressRouteTcp>(json!({
+            "metadata": {"name": "pg", "namespace": "db"},
+            "spec": {"routes": [{"match": 5}]}
+        }));
+        let e = bad.0.unwrap_err();
+        assert!(e.error.contains("spec"), "{}", e.error);
+        assert_eq!(e.metadata.name.as_deref(), Some("pg"));
     }
 }

@@ -4,7 +4,7 @@
 //! same change that adds a call.
 
 use super::args::{ElectionArgs, IpModeArgs};
-use super::hostnames::{args::HostnameArgs, kinds::Kind};
+use super::hostnames::{args::HostnameArgs, kinds::Kind, kinds::OptIns};
 use crate::dns::args::DnsArgs;
 use crate::dns::mode::{self, Grant};
 use crate::dns::Mode;
@@ -41,6 +41,9 @@ pub struct Rule {
 pub struct Needs {
     pub mode: Mode,
     pub gateway_api: bool,
+    /// The other opt-in CRD sources (`--traefik-ingressroutes`, `--contour-httpproxies`,
+    /// `--istio-gateways`); `gateway_api` above stands for `--gateway-api`.
+    pub crd_sources: OptIns,
     /// `--ingress-class` is set (IngressClasses are watched for the default-class rule).
     pub ingress_class_filter: bool,
     /// `--leader-elect` (never in etc-hosts mode).
@@ -86,6 +89,7 @@ impl Needs {
             .unwrap_or_default();
         Needs {
             gateway_api: hostnames.gateway_api,
+            crd_sources: hostnames.opt_ins(),
             ingress_class_filter: hostnames.reads_ingress_classes(),
             leader_elect: election.leader_elect,
             namespace: election.lease_namespace_or(namespace),
@@ -133,6 +137,7 @@ impl Needs {
         Needs {
             mode: dns.mode,
             gateway_api: false,
+            crd_sources: OptIns::default(),
             ingress_class_filter: false,
             leader_elect: false,
             namespace: namespace.to_string(),
@@ -197,7 +202,11 @@ pub fn required(n: &Needs) -> Vec<Rule> {
 fn source_rules(n: &Needs) -> Vec<Rule> {
     let mut rules = Vec::new();
     for kind in Kind::ALL {
-        if kind.is_read(n.gateway_api, n.ingress_class_filter) {
+        let opt_ins = OptIns {
+            gateway_api: n.gateway_api,
+            ..n.crd_sources
+        };
+        if kind.is_read(opt_ins, n.ingress_class_filter) {
             rules.push(rule(
                 Scope::Cluster,
                 kind.group(),
@@ -392,6 +401,7 @@ mod tests {
         Needs {
             mode,
             gateway_api: false,
+            crd_sources: OptIns::default(),
             ingress_class_filter: false,
             leader_elect: false,
             namespace: "ouroboros".into(),
@@ -551,6 +561,7 @@ mod needs_tests {
             Needs {
                 mode: Mode::Coredns,
                 gateway_api: false,
+                crd_sources: OptIns::default(),
                 ingress_class_filter: false,
                 leader_elect: true,
                 namespace: "own".into(),
@@ -613,6 +624,13 @@ mod needs_tests {
         type Case = (&'static [&'static str], fn(&Needs) -> bool);
         let table: &[Case] = &[
             (&["--gateway-api"], |n| n.gateway_api),
+            (&["--traefik-ingressroutes"], |n| {
+                n.crd_sources.traefik_ingressroutes
+            }),
+            (&["--contour-httpproxies"], |n| {
+                n.crd_sources.contour_httpproxies
+            }),
+            (&["--istio-gateways"], |n| n.crd_sources.istio_gateways),
             (&["--ingress-class", "nginx"], |n| n.ingress_class_filter),
             (&["--ingress-class", " "], |n| !n.ingress_class_filter),
             // Who serves a class is in its IngressClass's spec.controller.

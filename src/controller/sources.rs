@@ -1,11 +1,12 @@
 //! The watch caches: one list/watch (`list_watch`) into a kube-runtime reflector store per
 //! source kind (Ingress always, IngressClass with `--ingress-class`,
-//! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`), each object read straight into
+//! Gateway/HTTPRoute/GRPCRoute/TLSRoute with `--gateway-api`, Traefik's, Contour's and Istio's
+//! kinds with their flags), each object read straight into
 //! its projection (`projection`: only what [`hostnames::desired`] reads is ever allocated).
 //! Tells the sync engine when something changed and when every kind has delivered its initial
 //! list.
 //!
-//! A Gateway-API kind whose CRD is not installed (404 on list) is logged once and counted as
+//! A CRD kind (Gateway API, Traefik, Contour, Istio) whose CRD is not installed (404 on list) is logged once and counted as
 //! "synced, empty", so it does not hold back writes; the watch keeps retrying with kube-runtime's
 //! default backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
 //!
@@ -43,8 +44,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
 use super::hostnames::{
-    self, kinds::ReadWhen, kinds::SourceObject, kinds::Sources, model::Desired, model::Filters,
-    model::IngressHosts,
+    self, contour::HttpProxy, istio::IstioGateway, kinds::SourceObject, kinds::Sources,
+    model::Desired, model::Filters, model::IngressHosts, traefik::IngressRoute,
+    traefik::IngressRouteTcp,
 };
 use super::metrics::{KindLabel, Metrics};
 use super::projection::{Project, Projected};
@@ -154,6 +156,10 @@ pub struct Stores {
     http_routes: Option<Store<HttpRoute>>,
     grpc_routes: Option<Store<GrpcRoute>>,
     tls_routes: Option<Store<TlsRoute>>,
+    ingress_routes: Option<Store<IngressRoute>>,
+    ingress_route_tcps: Option<Store<IngressRouteTcp>>,
+    http_proxies: Option<Store<HttpProxy>>,
+    istio_gateways: Option<Store<IstioGateway>>,
 }
 
 fn state<K: Resource + Clone>(s: &Option<Store<K>>) -> Vec<Arc<K>>
@@ -172,6 +178,10 @@ impl Stores {
         let http = state(&self.http_routes);
         let grpc = state(&self.grpc_routes);
         let tls = state(&self.tls_routes);
+        let ingress_routes = state(&self.ingress_routes);
+        let ingress_route_tcps = state(&self.ingress_route_tcps);
+        let http_proxies = state(&self.http_proxies);
+        let istio_gateways = state(&self.istio_gateways);
         let sources = Sources {
             ingresses: ingresses.iter().map(AsRef::as_ref).collect(),
             ingress_classes: classes.iter().map(AsRef::as_ref).collect(),
@@ -179,6 +189,10 @@ impl Stores {
             http_routes: http.iter().map(AsRef::as_ref).collect(),
             grpc_routes: grpc.iter().map(AsRef::as_ref).collect(),
             tls_routes: tls.iter().map(AsRef::as_ref).collect(),
+            ingress_routes: ingress_routes.iter().map(AsRef::as_ref).collect(),
+            ingress_route_tcps: ingress_route_tcps.iter().map(AsRef::as_ref).collect(),
+            http_proxies: http_proxies.iter().map(AsRef::as_ref).collect(),
+            istio_gateways: istio_gateways.iter().map(AsRef::as_ref).collect(),
         };
         hostnames::desired_without_origins(&sources, &self.filters, policy)
     }
@@ -222,6 +236,10 @@ pub fn start(
         http_routes: w.follow(),
         grpc_routes: w.follow(),
         tls_routes: w.follow(),
+        ingress_routes: w.follow(),
+        ingress_route_tcps: w.follow(),
+        http_proxies: w.follow(),
+        istio_gateways: w.follow(),
     };
     Watches {
         stores,
@@ -251,12 +269,12 @@ impl Starter<'_> {
     {
         let f = self.filters;
         K::KIND
-            .is_read(f.gateway_api, f.reads_ingress_classes())
+            .is_read(f.opt_ins(), f.reads_ingress_classes())
             .then(|| {
                 follow(
                     Api::<Projected<K>>::all(self.client.clone()),
                     Reading {
-                        optional: K::KIND.read_when() == ReadWhen::GatewayApi,
+                        optional: K::KIND.is_crd(),
                         ingress_hosts: f.ingress_hosts,
                     },
                     &self.progress,

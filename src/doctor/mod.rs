@@ -262,7 +262,7 @@ impl DoctorArgs {
 async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Objects> {
     let mut o = Objects::default();
     for kind in Kind::ALL {
-        if kind.is_read(args.gateway_api, ingress_class) {
+        if kind.is_read(args.opt_ins(), ingress_class) {
             hostnames::kinds::by_kind!(kind, T => {
                 *T::list_mut(&mut o) = fetch::list_source::<T>(client).await?.unwrap_or_default();
             });
@@ -717,7 +717,7 @@ async fn coredns_section(
 async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     let mut crds = Vec::new();
     let mode_crd = args.dns.mode.spec().crd(&args.dns);
-    for (name, required) in checks::crd::needed_crds(mode_crd, args.hostnames.gateway_api) {
+    for (name, required) in checks::crd::needed_crds(mode_crd, args.hostnames.opt_ins()) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,
             "customresourcedefinitions.apiextensions.k8s.io",

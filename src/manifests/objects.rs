@@ -11,10 +11,7 @@ use serde_json::Value;
 
 use super::error::DocumentError;
 use super::Manifests;
-use crate::controller::hostnames::{kinds::Kind, GATEWAY_GROUP};
-
-/// Gateway-API versions whose Gateway/route fields that matter here match v1.
-const GATEWAY_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha2"];
+use crate::controller::hostnames::kinds::Kind;
 
 /// The objects of one text, and the objects of API versions not read, to warn about in input
 /// order once the whole text was read (files are parsed on several threads).
@@ -38,7 +35,7 @@ impl Unread {
             api_version = self.api_version,
             kind = self.kind,
             name = self.name,
-            "skipping an object of an API version ouroboros does not read; convert it to networking.k8s.io/v1 (Ingress) or gateway.networking.k8s.io/v1"
+            "skipping an object of an API version ouroboros does not read; convert it to networking.k8s.io/v1 (Ingress), gateway.networking.k8s.io/v1, traefik.io/v1alpha1, projectcontour.io/v1 or networking.istio.io/v1"
         );
     }
 }
@@ -96,8 +93,7 @@ impl Batch {
         }
         let direct = api_version
             .split_once('/')
-            .filter(|(_, version)| *version == "v1")
-            .and_then(|(group, _)| Kind::of(group, kind));
+            .and_then(|(group, version)| Kind::of(group, kind).filter(|k| k.version() == version));
         let Some(direct) = direct else {
             return slow(self);
         };
@@ -154,11 +150,7 @@ impl Batch {
             }
         }
         let known = Kind::of(group, &kind);
-        let read = match known {
-            Some(k) if k.group() == GATEWAY_GROUP && GATEWAY_VERSIONS.contains(&version) => Some(k),
-            Some(k) if k.group() != GATEWAY_GROUP && version == "v1" => Some(k),
-            _ => None,
-        };
+        let read = known.filter(|k| k.manifest_versions().contains(&version));
         if let Some(k) = read {
             if k == Kind::TlsRoute {
                 // Before v1, TLSRoute's hostnames and rules were optional.

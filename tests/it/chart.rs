@@ -211,6 +211,18 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "coredns, Traefik, Contour and Istio sources",
+        &[
+            "controller.traefikIngressRoutes=true",
+            "controller.contourHttpProxies=true",
+            "controller.istioGateways=true",
+        ],
+    ),
+    (
+        "etc-hosts alone, Traefik sources only",
+        &["etcHosts.enabled=true", "controller.traefikIngressRoutes=true"],
+    ),
+    (
         "coredns, view answers, node-local-dns",
         &[
             "controller.corednsAnswer=view",

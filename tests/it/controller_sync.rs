@@ -122,6 +122,10 @@ struct State {
     gateway_crds: bool,
     /// HTTPRoutes served once `gateway_crds` is set.
     http_routes: Vec<Value>,
+    /// Traefik's, Contour's and Istio's objects by list path prefix
+    /// (`/apis/traefik.io/v1alpha1/ingressroutes?`), served once their CRD is: a path absent
+    /// here is answered 404 (CRD not installed).
+    crd_objects: Vec<(&'static str, Vec<Value>)>,
     /// List paths never answered.
     hold_lists: Vec<&'static str>,
     /// Replies for the next PUTs on the CoreDNS ConfigMap (default: accept).
@@ -209,6 +213,20 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
                     st.ingress_classes.clone(),
                 ),
             ),
+            "GET"
+                if [
+                    "/apis/traefik.io/",
+                    "/apis/projectcontour.io/",
+                    "/apis/networking.istio.io/",
+                ]
+                .iter()
+                .any(|p| u.starts_with(p)) =>
+            {
+                match st.crd_objects.iter().find(|(p, _)| u.starts_with(p)) {
+                    Some((_, items)) => Answer::Json(200, list("v1", "List", "100", items.clone())),
+                    None => not_found("the server could not find the requested resource"),
+                }
+            }
             "GET" if u.starts_with("/apis/gateway.networking.k8s.io/v1/") => {
                 if st.gateway_crds {
                     let items = if u.contains("/httproutes?") {
@@ -604,6 +622,130 @@ async fn a_gateway_api_crd_installed_later_is_picked_up() {
     );
     let api = r.shutdown().await;
     assert_eq!(api.count("PUT", COREDNS), 2);
+}
+
+/// One object of each of Traefik's, Contour's and Istio's kinds, by the list path serving it.
+fn crd_objects() -> Vec<(&'static str, Vec<Value>)> {
+    vec![
+        (
+            "/apis/traefik.io/v1alpha1/ingressroutes?",
+            vec![json!({
+                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+                "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
+                "spec": {"entryPoints": ["websecure"], "routes": [
+                    {"match": "Host(`blog.example.com`) && PathPrefix(`/`)", "kind": "Rule",
+                     "services": [{"name": "blog", "port": 80}]},
+                    {"match": "HostRegexp(`^.+\\.example\\.org$`)", "kind": "Rule",
+                     "services": [{"name": "any", "port": 80}]}
+                ]}
+            })],
+        ),
+        (
+            "/apis/traefik.io/v1alpha1/ingressroutetcps?",
+            vec![json!({
+                "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
+                "metadata": {"name": "pg", "namespace": "db", "resourceVersion": "8"},
+                "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)",
+                                     "services": [{"name": "pg", "port": 5432}]}],
+                         "tls": {"passthrough": true}}
+            })],
+        ),
+        (
+            "/apis/projectcontour.io/v1/httpproxies?",
+            vec![json!({
+                "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+                "metadata": {"name": "docs", "namespace": "web", "resourceVersion": "9"},
+                "spec": {"virtualhost": {"fqdn": "docs.example.com", "tls": {"secretName": "c"}},
+                         "routes": [{"services": [{"name": "docs", "port": 80}]}]}
+            })],
+        ),
+        (
+            "/apis/networking.istio.io/v1/gateways?",
+            vec![json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+                "metadata": {"name": "public", "namespace": "istio-system", "resourceVersion": "10"},
+                "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
+                    {"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                     "hosts": ["web/app.example.com"], "tls": {"mode": "SIMPLE", "credentialName": "c"}}
+                ]}
+            })],
+        ),
+    ]
+}
+
+/// Traefik's, Contour's and Istio's CRDs missing at start: the Ingress hosts are written at
+/// once; the CRDs installed later (objects already there, as `kubectl apply` of a chart with
+/// its CRDs leaves them) are picked up, and all their hosts arrive in one write. A rule
+/// naming hosts by a pattern is reported, not guessed.
+#[tokio::test]
+async fn traefik_contour_and_istio_crds_installed_later_are_picked_up_in_one_write() {
+    const ROUTES: &str = "/apis/traefik.io/v1alpha1/ingressroutes?";
+    const TCP: &str = "/apis/traefik.io/v1alpha1/ingressroutetcps?";
+    const PROXIES: &str = "/apis/projectcontour.io/v1/httpproxies?";
+    const GATEWAYS: &str = "/apis/networking.istio.io/v1/gateways?";
+    let st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--traefik-ingressroutes",
+            "--contour-httpproxies",
+            "--istio-gateways",
+        ],
+    );
+    assert!(r.api.wait_for(10, |a| a.count("PUT", COREDNS) >= 1).await);
+    for path in [ROUTES, TCP, PROXIES, GATEWAYS] {
+        assert!(r.api.count("GET", path) >= 1, "{path} listed");
+    }
+    let objects = crd_objects();
+    // Traefik's CRDs first: the IngressRoute's name arrives in one write.
+    let (traefik, others): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(p, _)| *p == ROUTES);
+    r.state.lock().unwrap().crd_objects = traefik;
+    let has = |r: &Running, h: &str| {
+        r.state
+            .lock()
+            .unwrap()
+            .corefile
+            .contains(&format!("rewrite name {h} "))
+    };
+    assert!(
+        r.api.wait_for(40, |_| has(&r, "blog.example.com")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert_eq!(r.api.count("PUT", COREDNS), 2);
+    assert!(has(&r, "shop.example.com"));
+    // Then the others, each picked up when its list is retried.
+    r.state.lock().unwrap().crd_objects.extend(others);
+    let want = ["app.example.com", "docs.example.com", "pg.example.com"];
+    assert!(
+        r.api
+            .wait_for(40, |_| want.iter().all(|h| has(&r, h)))
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let corefile = r.state.lock().unwrap().corefile.clone();
+    assert!(!corefile.contains("example.org"), "{corefile}");
+    let api = r.shutdown().await;
+    // The pattern is reported on the IngressRoute, not guessed.
+    let rejected: Vec<Value> = api
+        .matching("POST", EVENTS)
+        .into_iter()
+        .filter_map(|(_, b)| b)
+        .filter(|e| e["reason"] == "HostnameRejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:#?}");
+    assert_eq!(rejected[0]["regarding"]["kind"], "IngressRoute");
+    assert_eq!(
+        rejected[0]["regarding"]["apiVersion"],
+        "traefik.io/v1alpha1"
+    );
+    let note = rejected[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("HostRegexp") && note.contains("regular expression"),
+        "{note}"
+    );
 }
 
 // Paused clock: the sleep below is virtual, so everything the controller does in that time

@@ -489,6 +489,100 @@ fn broken() -> Cluster {
         .deny("create leases")
 }
 
+/// Traefik's, Contour's and Istio's kinds: listed with their flags, their names counted and
+/// their unread rules reported by the hostnames check; the crds check names a CRD that is
+/// missing (Istio's here, whose list is a 404 too), and the rbac check asks for list and watch
+/// on each kind.
+#[tokio::test]
+async fn crd_source_kinds_are_listed_and_their_crds_checked() {
+    let route = json!({
+        "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+        "metadata": {"name": "app", "namespace": "web"},
+        "spec": {"routes": [{"match": "Host(`app.example.com`) || HostRegexp(`^x`)", "kind": "Rule"}]}
+    });
+    let proxy = json!({
+        "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+        "metadata": {"name": "docs", "namespace": "web"},
+        "spec": {"virtualhost": {"fqdn": "docs.example.com"}}
+    });
+    let crd = |name: &str| json!({"metadata": {"name": name}});
+    let cluster = healthy()
+        .at(
+            "/apis/traefik.io/v1alpha1/ingressroutes?",
+            list("IngressRouteList", "traefik.io/v1alpha1", vec![route]),
+        )
+        .at(
+            "/apis/traefik.io/v1alpha1/ingressroutetcps?",
+            list("IngressRouteTCPList", "traefik.io/v1alpha1", vec![]),
+        )
+        .at(
+            "/apis/projectcontour.io/v1/httpproxies?",
+            list("HTTPProxyList", "projectcontour.io/v1", vec![proxy]),
+        )
+        .at(
+            &format!("{CRD}ingressroutes.traefik.io"),
+            crd("ingressroutes.traefik.io"),
+        )
+        .at(
+            &format!("{CRD}ingressroutetcps.traefik.io"),
+            crd("ingressroutetcps.traefik.io"),
+        )
+        .at(
+            &format!("{CRD}httpproxies.projectcontour.io"),
+            crd("httpproxies.projectcontour.io"),
+        );
+    let flags = [
+        "--traefik-ingressroutes",
+        "--contour-httpproxies",
+        "--istio-gateways",
+    ];
+    let (report, seen) = run(cluster, &args(&flags)).await;
+    let hostnames = check(&report, "hostnames");
+    assert!(hostnames.summary.contains("5 hostname"), "{hostnames:#?}");
+    assert!(
+        hostnames
+            .evidence
+            .iter()
+            .any(|e| e.contains("IngressRoute web/app")
+                && e.contains("HostRegexp(`^x`)")
+                && e.contains("pattern")),
+        "{hostnames:#?}"
+    );
+    let crds = check(&report, "crds");
+    assert_eq!(crds.status, Status::Warn, "{crds:#?}");
+    assert!(
+        crds.summary.contains("gateways.networking.istio.io"),
+        "{crds:#?}"
+    );
+    assert!(!crds.summary.contains("traefik"), "{crds:#?}");
+    for path in [
+        "/apis/traefik.io/v1alpha1/ingressroutes?",
+        "/apis/projectcontour.io/v1/httpproxies?",
+        "/apis/networking.istio.io/v1/gateways?",
+    ] {
+        assert!(seen.iter().any(|s| s.uri == path), "{path} not listed");
+    }
+    let asked: Vec<String> = seen
+        .iter()
+        .filter(|s| s.uri == SAR)
+        .map(|s| {
+            let ra = &s.body.as_ref().unwrap()["spec"]["resourceAttributes"];
+            format!("{} {} {}", ra["verb"], ra["group"], ra["resource"])
+        })
+        .collect();
+    for (group, resource) in [
+        ("traefik.io", "ingressroutes"),
+        ("traefik.io", "ingressroutetcps"),
+        ("projectcontour.io", "httpproxies"),
+        ("networking.istio.io", "gateways"),
+    ] {
+        for verb in ["list", "watch"] {
+            let want = format!("\"{verb}\" \"{group}\" \"{resource}\"");
+            assert!(asked.contains(&want), "{want} not asked: {asked:#?}");
+        }
+    }
+}
+
 const BROKEN_ARGS: &[&str] = &["--gateway-api", "--coredns-answer", "rewrite"];
 
 #[tokio::test]

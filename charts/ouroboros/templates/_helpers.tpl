@@ -536,6 +536,15 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- if include "ouroboros.gatewayApi" . }}
 - --gateway-api
 {{- end }}
+{{- if $v.traefikIngressRoutes }}
+- --traefik-ingressroutes
+{{- end }}
+{{- if $v.contourHttpProxies }}
+- --contour-httpproxies
+{{- end }}
+{{- if $v.istioGateways }}
+- --istio-gateways
+{{- end }}
 {{- with $v.ingressClass }}
 - --ingress-class={{ . }}
 {{- end }}

@@ -4,7 +4,7 @@
 use super::targets::{
     check_answer, check_targets, controller_config, parse_class_controller, parse_target,
 };
-use super::{model::Filters, model::IngressHosts, non_empty};
+use super::{kinds::OptIns, model::Filters, model::IngressHosts, non_empty};
 use crate::header_verdict::AnswerPick;
 use crate::header_verdict::{ConfigRef, ControllerKind};
 use crate::hostname::HostPolicy;
@@ -29,6 +29,52 @@ pub struct HostnameArgs {
         action = clap::ArgAction::Set
     )]
     pub gateway_api: bool,
+
+    /// Also read Traefik's IngressRoute and IngressRouteTCP (`traefik.io/v1alpha1`): the names
+    /// in `Host()`, `HostSNI()` of their `match` rules. A rule naming hosts by a pattern
+    /// (`HostRegexp`) or a negation is reported, not guessed. Read once the CRDs are installed.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_TRAEFIK_INGRESSROUTES",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub traefik_ingressroutes: bool,
+
+    /// Also read Contour's HTTPProxy (`projectcontour.io/v1`): `spec.virtualhost.fqdn` of root
+    /// HTTPProxies. Read once the CRD is installed.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_CONTOUR_HTTPPROXIES",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub contour_httpproxies: bool,
+
+    /// Also read Istio's Gateway (`networking.istio.io/v1`): `spec.servers[].hosts`, the
+    /// namespace prefix (`ns/`, `*/`, `./`) dropped. Read once the CRD is installed.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_ISTIO_GATEWAYS",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub istio_gateways: bool,
 
     /// Only Ingresses of this class: `spec.ingressClassName`, else the `kubernetes.io/ingress.class`
     /// annotation, else the IngressClass annotated `ingressclass.kubernetes.io/is-default-class:
@@ -208,6 +254,16 @@ impl HostnameArgs {
                 .any(|t| !t.ingress_classes.is_empty() || !t.ingress_class_controllers.is_empty())
     }
 
+    /// The opt-in sources read.
+    pub fn opt_ins(&self) -> OptIns {
+        OptIns {
+            gateway_api: self.gateway_api,
+            traefik_ingressroutes: self.traefik_ingressroutes,
+            contour_httpproxies: self.contour_httpproxies,
+            istio_gateways: self.istio_gateways,
+        }
+    }
+
     /// The filters, or a usage message for a combination that makes no sense.
     pub fn filters(&self) -> Result<Filters, String> {
         let ingress_class = self.ingress_class_filter().map(str::to_string);
@@ -246,6 +302,9 @@ impl HostnameArgs {
         };
         Ok(Filters {
             gateway_api: self.gateway_api,
+            traefik_ingressroutes: self.traefik_ingressroutes,
+            contour_httpproxies: self.contour_httpproxies,
+            istio_gateways: self.istio_gateways,
             ingress_class,
             ingress_class_controllers: self.ingress_class_controllers.iter().cloned().collect(),
             gateway_class,

@@ -8,7 +8,7 @@ use super::{
     model::Conflict, model::Desired, model::Excluded, model::Exclusion, model::ObjectRef,
     model::Rejected,
 };
-use crate::hostname::{HostPolicy, Hostname};
+use crate::hostname::{HostPolicy, Hostname, Rejection};
 use crate::target::Target;
 
 /// Who claims a name: the object, the target its hostnames go to, its priority annotation.
@@ -72,6 +72,15 @@ impl Collector {
                 }),
             }
         }
+    }
+
+    /// A name (or the part of a rule that names hosts) left out before the policy.
+    pub(super) fn reject(&mut self, object: ObjectRef, raw: String, reason: Rejection) {
+        self.out.rejected.push(Rejected {
+            object,
+            raw,
+            reason,
+        });
     }
 
     pub(super) fn exclude(&mut self, object: ObjectRef, why: Exclusion) {

@@ -6,6 +6,11 @@
 //! hostname rules that read it (`hostnames::compute`), the watch cache's projection
 //! (`controller::projection`) and store (`controller::sources`), and the chart's RBAC:
 //! docs/architecture.md lists them.
+//!
+//! Traefik's, Contour's and Istio's kinds have no Rust types published; each is a small struct
+//! of the fields read (in `traefik`, `contour`, `istio`), made a `kube::Resource` here from its
+//! row (`crd_resource!`), so the watches, `doctor`'s lists and `render`'s reader treat them
+//! like the typed kinds.
 
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
@@ -14,6 +19,9 @@ use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::de::DeserializeOwned;
 
+use super::contour::HttpProxy;
+use super::istio::IstioGateway;
+use super::traefik::{IngressRoute, IngressRouteTcp};
 use super::GATEWAY_GROUP;
 
 /// The kinds the controller reads. All but `IngressClass` contribute hostnames; that one
@@ -26,6 +34,14 @@ pub enum Kind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    /// Traefik's `IngressRoute` (`traefik.io`).
+    TraefikIngressRoute,
+    /// Traefik's `IngressRouteTCP`.
+    TraefikIngressRouteTcp,
+    /// Contour's `HTTPProxy` (`projectcontour.io`).
+    ContourHttpProxy,
+    /// Istio's `Gateway` (`networking.istio.io`), not the Gateway API's.
+    IstioGateway,
 }
 
 /// When a kind is read.
@@ -35,18 +51,82 @@ pub enum ReadWhen {
     /// With `--ingress-class`, `--ingress-class-controller` or a `--target` mapping by class
     /// or controller (to find the default class and each class's `spec.controller`).
     IngressClassFilter,
-    /// With `--gateway-api`; the kind is a CRD that may be absent.
+    /// With the flag of this opt-in; the kind is a CRD that may be absent.
+    OptIn(OptIn),
+}
+
+/// The CRD sources read only when asked for, one flag each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OptIn {
+    /// `--gateway-api`: Gateway, HTTPRoute, GRPCRoute, TLSRoute.
     GatewayApi,
+    /// `--traefik-ingressroutes`: IngressRoute and IngressRouteTCP.
+    TraefikIngressRoutes,
+    /// `--contour-httpproxies`: HTTPProxy.
+    ContourHttpProxies,
+    /// `--istio-gateways`: Istio's Gateway.
+    IstioGateways,
+}
+
+impl OptIn {
+    pub const ALL: [OptIn; 4] = [
+        OptIn::GatewayApi,
+        OptIn::TraefikIngressRoutes,
+        OptIn::ContourHttpProxies,
+        OptIn::IstioGateways,
+    ];
+
+    /// The flag that turns it on.
+    pub fn flag(self) -> &'static str {
+        match self {
+            OptIn::GatewayApi => "--gateway-api",
+            OptIn::TraefikIngressRoutes => "--traefik-ingressroutes",
+            OptIn::ContourHttpProxies => "--contour-httpproxies",
+            OptIn::IstioGateways => "--istio-gateways",
+        }
+    }
+}
+
+/// Which opt-in sources a configuration reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptIns {
+    pub gateway_api: bool,
+    pub traefik_ingressroutes: bool,
+    pub contour_httpproxies: bool,
+    pub istio_gateways: bool,
+}
+
+impl OptIns {
+    /// Every one of them (tests, fuzzing).
+    pub const EVERY: OptIns = OptIns {
+        gateway_api: true,
+        traefik_ingressroutes: true,
+        contour_httpproxies: true,
+        istio_gateways: true,
+    };
+
+    pub fn has(self, o: OptIn) -> bool {
+        match o {
+            OptIn::GatewayApi => self.gateway_api,
+            OptIn::TraefikIngressRoutes => self.traefik_ingressroutes,
+            OptIn::ContourHttpProxies => self.contour_httpproxies,
+            OptIn::IstioGateways => self.istio_gateways,
+        }
+    }
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::GrpcRoute,
         Kind::TlsRoute,
+        Kind::TraefikIngressRoute,
+        Kind::TraefikIngressRouteTcp,
+        Kind::ContourHttpProxy,
+        Kind::IstioGateway,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,13 +138,37 @@ impl Kind {
         self.row().1
     }
 
-    /// The resource (plural) name, as RBAC rules and URLs spell it.
-    pub fn plural(self) -> &'static str {
+    /// The version the controller reads (and Events name).
+    pub fn version(self) -> &'static str {
         self.row().2
     }
 
-    pub fn read_when(self) -> ReadWhen {
+    /// The resource (plural) name, as RBAC rules and URLs spell it.
+    pub fn plural(self) -> &'static str {
         self.row().3
+    }
+
+    pub fn read_when(self) -> ReadWhen {
+        self.row().4
+    }
+
+    /// Whether the kind is a CRD that may be absent (read as empty until it is installed).
+    pub fn is_crd(self) -> bool {
+        matches!(self.read_when(), ReadWhen::OptIn(_))
+    }
+
+    /// The versions `render` reads from manifests: [`version`](Self::version) and the older
+    /// ones whose fields read here are the same.
+    pub fn manifest_versions(self) -> &'static [&'static str] {
+        match self {
+            Kind::Gateway | Kind::HttpRoute | Kind::GrpcRoute | Kind::TlsRoute => {
+                &["v1", "v1beta1", "v1alpha2"]
+            }
+            // `servers[].hosts` is the same in every version Istio serves.
+            Kind::IstioGateway => &["v1", "v1beta1", "v1alpha3"],
+            Kind::TraefikIngressRoute | Kind::TraefikIngressRouteTcp => &["v1alpha1"],
+            Kind::Ingress | Kind::IngressClass | Kind::ContourHttpProxy => &["v1"],
+        }
     }
 
     /// Why the controller reads it (the RBAC rule's reason).
@@ -75,28 +179,84 @@ impl Kind {
                 "find the default IngressClass and who serves each class (spec.controller) for \
                  --ingress-class and the IngressClass mappings"
             }
-            ReadWhen::GatewayApi => "read Gateway-API hostnames",
+            ReadWhen::OptIn(OptIn::GatewayApi) => "read Gateway-API hostnames",
+            ReadWhen::OptIn(OptIn::TraefikIngressRoutes) => {
+                "read Traefik IngressRoute and IngressRouteTCP hosts (--traefik-ingressroutes)"
+            }
+            ReadWhen::OptIn(OptIn::ContourHttpProxies) => {
+                "read Contour HTTPProxy fqdns (--contour-httpproxies)"
+            }
+            ReadWhen::OptIn(OptIn::IstioGateways) => {
+                "read Istio Gateway server hosts (--istio-gateways)"
+            }
         }
     }
 
-    /// `kind`, `group`, `plural`, when read: the table.
-    fn row(self) -> (&'static str, &'static str, &'static str, ReadWhen) {
-        use ReadWhen::*;
+    /// `kind`, `group`, `version`, `plural`, when read: the table.
+    fn row(
+        self,
+    ) -> (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        ReadWhen,
+    ) {
+        use self::OptIn::{ContourHttpProxies, GatewayApi, IstioGateways, TraefikIngressRoutes};
+        use ReadWhen::{Always, IngressClassFilter, OptIn};
         const NET: &str = "networking.k8s.io";
         const GW: &str = GATEWAY_GROUP;
+        const TRAEFIK: &str = "traefik.io";
         match self {
-            Kind::Ingress => ("Ingress", NET, "ingresses", Always),
-            Kind::IngressClass => ("IngressClass", NET, "ingressclasses", IngressClassFilter),
-            Kind::Gateway => ("Gateway", GW, "gateways", GatewayApi),
-            Kind::HttpRoute => ("HTTPRoute", GW, "httproutes", GatewayApi),
-            Kind::GrpcRoute => ("GRPCRoute", GW, "grpcroutes", GatewayApi),
-            Kind::TlsRoute => ("TLSRoute", GW, "tlsroutes", GatewayApi),
+            Kind::Ingress => ("Ingress", NET, "v1", "ingresses", Always),
+            Kind::IngressClass => (
+                "IngressClass",
+                NET,
+                "v1",
+                "ingressclasses",
+                IngressClassFilter,
+            ),
+            Kind::Gateway => ("Gateway", GW, "v1", "gateways", OptIn(GatewayApi)),
+            Kind::HttpRoute => ("HTTPRoute", GW, "v1", "httproutes", OptIn(GatewayApi)),
+            Kind::GrpcRoute => ("GRPCRoute", GW, "v1", "grpcroutes", OptIn(GatewayApi)),
+            Kind::TlsRoute => ("TLSRoute", GW, "v1", "tlsroutes", OptIn(GatewayApi)),
+            // Traefik v3 (and v2 from 2.10) serve these in `traefik.io/v1alpha1` only.
+            Kind::TraefikIngressRoute => (
+                "IngressRoute",
+                TRAEFIK,
+                "v1alpha1",
+                "ingressroutes",
+                OptIn(TraefikIngressRoutes),
+            ),
+            Kind::TraefikIngressRouteTcp => (
+                "IngressRouteTCP",
+                TRAEFIK,
+                "v1alpha1",
+                "ingressroutetcps",
+                OptIn(TraefikIngressRoutes),
+            ),
+            Kind::ContourHttpProxy => (
+                "HTTPProxy",
+                "projectcontour.io",
+                "v1",
+                "httpproxies",
+                OptIn(ContourHttpProxies),
+            ),
+            // `v1` since Istio 1.22; older releases serve `v1beta1` only, which reads as a
+            // missing CRD here.
+            Kind::IstioGateway => (
+                "Gateway",
+                "networking.istio.io",
+                "v1",
+                "gateways",
+                OptIn(IstioGateways),
+            ),
         }
     }
 
-    /// The `apiVersion` the controller reads and Events name (`group/v1`).
+    /// The `apiVersion` the controller reads and Events name (`group/version`).
     pub fn api_version(self) -> String {
-        format!("{}/v1", self.group())
+        format!("{}/{}", self.group(), self.version())
     }
 
     /// `plural.group`: the CRD's name for the Gateway-API kinds, and the resource name
@@ -109,21 +269,25 @@ impl Kind {
             Kind::HttpRoute => "httproutes.gateway.networking.k8s.io",
             Kind::GrpcRoute => "grpcroutes.gateway.networking.k8s.io",
             Kind::TlsRoute => "tlsroutes.gateway.networking.k8s.io",
+            Kind::TraefikIngressRoute => "ingressroutes.traefik.io",
+            Kind::TraefikIngressRouteTcp => "ingressroutetcps.traefik.io",
+            Kind::ContourHttpProxy => "httpproxies.projectcontour.io",
+            Kind::IstioGateway => "gateways.networking.istio.io",
         }
     }
 
     /// Whether objects of this kind are Gateway-API routes (attached to Gateways by
     /// `parentRefs`, read through [`Route`]).
     pub fn is_route(self) -> bool {
-        self.read_when() == ReadWhen::GatewayApi && self != Kind::Gateway
+        self.read_when() == ReadWhen::OptIn(OptIn::GatewayApi) && self != Kind::Gateway
     }
 
     /// Whether a configuration reads this kind.
-    pub fn is_read(self, gateway_api: bool, ingress_class_filter: bool) -> bool {
+    pub fn is_read(self, opt_ins: OptIns, ingress_class_filter: bool) -> bool {
         match self.read_when() {
             ReadWhen::Always => true,
             ReadWhen::IngressClassFilter => ingress_class_filter,
-            ReadWhen::GatewayApi => gateway_api,
+            ReadWhen::OptIn(o) => opt_ins.has(o),
         }
     }
 
@@ -144,6 +308,10 @@ pub struct Objects {
     pub http_routes: Vec<HttpRoute>,
     pub grpc_routes: Vec<GrpcRoute>,
     pub tls_routes: Vec<TlsRoute>,
+    pub ingress_routes: Vec<IngressRoute>,
+    pub ingress_route_tcps: Vec<IngressRouteTcp>,
+    pub http_proxies: Vec<HttpProxy>,
+    pub istio_gateways: Vec<IstioGateway>,
 }
 
 /// The objects to read, by kind, borrowed: so the controller can pass its cache entries and
@@ -156,6 +324,10 @@ pub struct Sources<'a> {
     pub http_routes: Vec<&'a HttpRoute>,
     pub grpc_routes: Vec<&'a GrpcRoute>,
     pub tls_routes: Vec<&'a TlsRoute>,
+    pub ingress_routes: Vec<&'a IngressRoute>,
+    pub ingress_route_tcps: Vec<&'a IngressRouteTcp>,
+    pub http_proxies: Vec<&'a HttpProxy>,
+    pub istio_gateways: Vec<&'a IstioGateway>,
 }
 
 /// A typed source object: its kind and its lists in [`Objects`] and [`Sources`].
@@ -196,6 +368,49 @@ source_object! {
     HttpRoute => HttpRoute, http_routes;
     GrpcRoute => GrpcRoute, grpc_routes;
     TlsRoute => TlsRoute, tls_routes;
+    IngressRoute => TraefikIngressRoute, ingress_routes;
+    IngressRouteTcp => TraefikIngressRouteTcp, ingress_route_tcps;
+    HttpProxy => ContourHttpProxy, http_proxies;
+    IstioGateway => IstioGateway, istio_gateways;
+}
+
+/// `kube::Resource` for a struct of the fields read of a kind without published Rust types,
+/// from its row of the table (one place says its group, version and plural). Namespaced, as
+/// each of these CRDs is.
+macro_rules! crd_resource {
+    ($($ty:ty => $kind:ident;)*) => {$(
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                Kind::$kind.as_str().into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                Kind::$kind.group().into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                Kind::$kind.version().into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                Kind::$kind.plural().into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    )*};
+}
+
+crd_resource! {
+    IngressRoute => TraefikIngressRoute;
+    IngressRouteTcp => TraefikIngressRouteTcp;
+    HttpProxy => ContourHttpProxy;
+    IstioGateway => IstioGateway;
 }
 
 /// A Gateway-API route kind as the attachment rule reads it: its `parentRefs` (group, kind,
@@ -237,7 +452,7 @@ route! {
 
 /// Runs `$body` with the type alias `$t` set to the Rust type of the runtime kind `$kind`: the
 /// one place a [`Kind`] value meets its type, so callers write one generic body instead of a
-/// six-arm match.
+/// match with an arm per kind.
 macro_rules! by_kind {
     ($kind:expr, $t:ident => $body:expr) => {{
         use $crate::controller::hostnames::kinds::Kind as K;
@@ -264,6 +479,22 @@ macro_rules! by_kind {
             }
             K::TlsRoute => {
                 type $t = gateway_api::apis::standard::tlsroutes::TlsRoute;
+                $body
+            }
+            K::TraefikIngressRoute => {
+                type $t = $crate::controller::hostnames::traefik::IngressRoute;
+                $body
+            }
+            K::TraefikIngressRouteTcp => {
+                type $t = $crate::controller::hostnames::traefik::IngressRouteTcp;
+                $body
+            }
+            K::ContourHttpProxy => {
+                type $t = $crate::controller::hostnames::contour::HttpProxy;
+                $body
+            }
+            K::IstioGateway => {
+                type $t = $crate::controller::hostnames::istio::IstioGateway;
                 $body
             }
         }
@@ -359,19 +590,64 @@ mod tests {
                 format!("{}.{}", kind.plural(), kind.group())
             );
         }
-        let read = |g, c| {
+        let read = |o, c| {
             Kind::ALL
                 .into_iter()
-                .filter(|k| k.is_read(g, c))
-                .map(Kind::as_str)
+                .filter(|k| k.is_read(o, c))
+                .map(|k| k.to_string())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(read(false, false), ["Ingress"]);
-        assert_eq!(read(false, true), ["Ingress", "IngressClass"]);
+        let none = OptIns::default();
+        assert_eq!(read(none, false), ["Ingress"]);
+        assert_eq!(read(none, true), ["Ingress", "IngressClass"]);
+        let only = |o: OptIn| {
+            let mut v = OptIns::default();
+            for x in OptIn::ALL {
+                assert!(!v.has(x));
+            }
+            match o {
+                OptIn::GatewayApi => v.gateway_api = true,
+                OptIn::TraefikIngressRoutes => v.traefik_ingressroutes = true,
+                OptIn::ContourHttpProxies => v.contour_httpproxies = true,
+                OptIn::IstioGateways => v.istio_gateways = true,
+            }
+            assert!(v.has(o));
+            v
+        };
         assert_eq!(
-            read(true, false),
+            read(only(OptIn::GatewayApi), false),
             ["Ingress", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute"]
         );
+        assert_eq!(
+            read(only(OptIn::TraefikIngressRoutes), false),
+            ["Ingress", "IngressRoute", "IngressRouteTCP"]
+        );
+        assert_eq!(
+            read(only(OptIn::ContourHttpProxies), false),
+            ["Ingress", "HTTPProxy"]
+        );
+        // Named apart from the Gateway API's Gateway.
+        assert_eq!(
+            read(only(OptIn::IstioGateways), false),
+            ["Ingress", "Gateway.networking.istio.io"]
+        );
+        assert_eq!(read(OptIns::EVERY, true).len(), Kind::ALL.len());
+        for (kind, api_version) in [
+            (Kind::TraefikIngressRoute, "traefik.io/v1alpha1"),
+            (Kind::TraefikIngressRouteTcp, "traefik.io/v1alpha1"),
+            (Kind::ContourHttpProxy, "projectcontour.io/v1"),
+            (Kind::IstioGateway, "networking.istio.io/v1"),
+        ] {
+            assert_eq!(kind.api_version(), api_version);
+            assert!(kind.is_crd() && !kind.is_route());
+            assert!(kind.manifest_versions().contains(&kind.version()));
+            assert_eq!(Kind::of(kind.group(), kind.as_str()), Some(kind));
+            // The Resource made from the row says the same.
+            by_kind!(kind, T => {
+                assert_eq!(<T as kube::Resource>::api_version(&()), api_version);
+                assert_eq!(<T as kube::Resource>::plural(&()), kind.plural());
+            });
+        }
     }
 
     #[test]
@@ -390,8 +666,13 @@ mod tests {
         assert!(o
             .push_value(Kind::Gateway, serde_json::json!({"spec": 1}))
             .is_err());
+        o.push_value(
+            Kind::TraefikIngressRoute,
+            serde_json::json!({"metadata": {"name": "t"}, "spec": {"routes": [{"match": "Host(`a.example.com`)"}]}}),
+        )
+        .unwrap();
         let counts: Vec<usize> = Kind::ALL.into_iter().map(|k| o.count(k)).collect();
-        assert_eq!(counts, [1, 0, 0, 1, 0, 0]);
+        assert_eq!(counts, [1, 0, 0, 1, 0, 0, 1, 0, 0, 0]);
         let mut all = Objects::default();
         all.append(&mut o);
         assert_eq!(all.sources().ingresses.len(), 1);

@@ -12,13 +12,17 @@
 //! | `class` | which IngressClass an Ingress belongs to (its own, the annotation, the default) |
 //! | `args` | the flags ([`HostnameArgs`](args::HostnameArgs)) that become the filters and the hostname policy |
 //! | `targets` | `--target` parsed into [`TargetRule`]s, which rule takes an object, conflict priorities |
+//! | `traefik`, `contour`, `istio` | those projects' kinds as far as their hosts go, and how their hosts are read (Traefik's `match` rules) |
 
 pub mod args;
 pub mod class;
 mod collect;
+pub mod contour;
+pub mod istio;
 pub mod kinds;
 pub mod model;
 pub mod targets;
+pub mod traefik;
 
 use class::{class_controller, default_ingress_class, ingress_class};
 use kinds::{Kind, Route, Sources};
@@ -28,7 +32,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::hostname::HostPolicy;
+use crate::hostname::{HostPolicy, Rejection};
 use crate::target::{Target, TargetRule};
 use collect::Collector;
 
@@ -72,6 +76,17 @@ fn skipped(meta: &ObjectMeta, filters: &Filters) -> Option<Exclusion> {
     } else {
         None
     }
+}
+
+/// `names` in their order, each at its first place. A set, not a search of the list so far:
+/// the names are tenant input, and an object of 100,000 names would otherwise cost 10^10
+/// comparisons.
+fn first_of_each(names: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect()
 }
 
 fn non_empty(s: Option<&str>) -> Option<&str> {
@@ -131,14 +146,56 @@ fn compute(
         rules: &filters.targets,
     };
     names.ingresses(sources, &mut out);
-    if !filters.gateway_api {
-        return out.finish();
+    if filters.gateway_api {
+        let gateways = names.gateways(sources, &mut out);
+        names.routes(&sources.http_routes, &gateways, &mut out);
+        names.routes(&sources.grpc_routes, &gateways, &mut out);
+        names.routes(&sources.tls_routes, &gateways, &mut out);
     }
-    let gateways = names.gateways(sources, &mut out);
-    names.routes(&sources.http_routes, &gateways, &mut out);
-    names.routes(&sources.grpc_routes, &gateways, &mut out);
-    names.routes(&sources.tls_routes, &gateways, &mut out);
+    if filters.traefik_ingressroutes {
+        names.classless(&sources.ingress_routes, &mut out);
+        names.classless(&sources.ingress_route_tcps, &mut out);
+    }
+    if filters.contour_httpproxies {
+        names.classless(&sources.http_proxies, &mut out);
+    }
+    if filters.istio_gateways {
+        names.classless(&sources.istio_gateways, &mut out);
+    }
     out.finish()
+}
+
+/// A kind with neither a class nor a parent (Traefik's, Contour's and Istio's): its names go to
+/// the default target, as a Gateway-API route attached to no Gateway's do.
+trait Classless: kinds::SourceObject {
+    /// Its names, and the parts of it that name hosts in a way not read (text, why).
+    fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>);
+}
+
+impl Classless for traefik::IngressRoute {
+    fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>) {
+        let h = self.spec.hosts();
+        (h.names, h.unread)
+    }
+}
+
+impl Classless for traefik::IngressRouteTcp {
+    fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>) {
+        let h = self.spec.hosts();
+        (h.names, h.unread)
+    }
+}
+
+impl Classless for contour::HttpProxy {
+    fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>) {
+        (self.spec.hosts(), Vec::new())
+    }
+}
+
+impl Classless for istio::IstioGateway {
+    fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>) {
+        (self.spec.hosts(), Vec::new())
+    }
 }
 
 /// What decides where an object's names go: the filters, the hostname policy, the targets.
@@ -261,6 +318,25 @@ impl Names<'_> {
             }
             let target = (target.unwrap_or(Target::Default), targets::priority(meta));
             out.add(self.policy, object, target, route.hostnames());
+        }
+    }
+
+    /// Each object's names, to the default target; what it names in a way not read is
+    /// reported as rejected.
+    fn classless<C: Classless>(&self, objects: &[&C], out: &mut Collector) {
+        for o in objects {
+            let meta = o.meta();
+            let object = ObjectRef::new(C::KIND, meta);
+            if let Some(why) = skipped(meta, self.filters) {
+                out.exclude(object, why);
+                continue;
+            }
+            let (names, unread) = o.names();
+            for (raw, reason) in unread {
+                out.reject(object.clone(), raw, reason);
+            }
+            let target = (Target::Default, targets::priority(meta));
+            out.add(self.policy, object, target, &names);
         }
     }
 }

@@ -8,15 +8,25 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::kinds::Kind;
+use super::kinds::{Kind, OptIns};
 use super::namespace;
 use crate::dns::write::plan::Plan;
 use crate::hostname::{Hostname, Rejection};
 use crate::target::{Target, TargetRule};
 
+/// The kind's name; `name.group` when a kind before it in the table has the same name (Istio's
+/// Gateway after the Gateway API's), so warnings and `doctor` say which.
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        let shared = Kind::ALL
+            .iter()
+            .take_while(|k| *k != self)
+            .any(|k| k.as_str() == self.as_str());
+        if shared {
+            write!(f, "{}.{}", self.as_str(), self.group())
+        } else {
+            f.write_str(self.as_str())
+        }
     }
 }
 
@@ -103,6 +113,12 @@ pub const OPT_OUT_ANNOTATION: &str = "ouroboros.io/hairpin";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filters {
     pub gateway_api: bool,
+    /// Traefik IngressRoutes and IngressRouteTCPs (`--traefik-ingressroutes`).
+    pub traefik_ingressroutes: bool,
+    /// Contour HTTPProxies (`--contour-httpproxies`).
+    pub contour_httpproxies: bool,
+    /// Istio Gateways (`--istio-gateways`).
+    pub istio_gateways: bool,
     pub ingress_class: Option<String>,
     /// The default target's IngressClass `spec.controller` values (`--ingress-class-controller`).
     pub ingress_class_controllers: BTreeSet<String>,
@@ -117,6 +133,16 @@ pub struct Filters {
 }
 
 impl Filters {
+    /// The opt-in sources read.
+    pub fn opt_ins(&self) -> OptIns {
+        OptIns {
+            gateway_api: self.gateway_api,
+            traefik_ingressroutes: self.traefik_ingressroutes,
+            contour_httpproxies: self.contour_httpproxies,
+            istio_gateways: self.istio_gateways,
+        }
+    }
+
     /// Whether an Ingress's class matters: under --ingress-class or --ingress-class-controller,
     /// or a --target mapping by class or controller (the default-class rule and
     /// `spec.controller` then need the IngressClasses).

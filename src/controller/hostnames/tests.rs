@@ -1006,3 +1006,138 @@ fn the_ingress_class_controller_picks_the_target() {
         ]
     );
 }
+
+/// Traefik's, Contour's and Istio's kinds: read only with their flag, their names to the
+/// default target (none has a class), the opt-out annotation honoured as on an Ingress, a rule naming hosts by a pattern reported, and a hostile name stopped by the policy.
+#[test]
+fn traefik_contour_and_istio_kinds() {
+    use super::contour::HttpProxy;
+    use super::istio::IstioGateway;
+    use super::traefik::{IngressRoute, IngressRouteTcp};
+    let route: IngressRoute = from(json!({
+        "metadata": meta(Some("web"), "shop", &[], false),
+        "spec": {"entryPoints": ["websecure"], "routes": [
+            {"match": "Host(`shop.example.com`) && PathPrefix(`/`)", "kind": "Rule",
+             "services": [{"name": "shop", "port": 80}]},
+            {"match": "HostRegexp(`^.+\\.example\\.org$`)", "kind": "Rule",
+             "services": [{"name": "any", "port": 80}]},
+            {"match": "Host(`evil.example.com\n}`)"}
+        ]}
+    }));
+    let tcp: IngressRouteTcp = from(json!({"metadata": meta(Some("db"), "pg", &[], false),
+        "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)"}, {"match": "HostSNI(`*`)"}]}}));
+    let proxy: HttpProxy = from(json!({"metadata": meta(Some("blog"), "root", &[], false),
+        "spec": {"virtualhost": {"fqdn": "blog.example.com"}, "includes": [{"name": "child"}]}}));
+    // Included by the root: no virtualhost, no name.
+    let child: HttpProxy = from(json!({"metadata": meta(Some("blog"), "child", &[], false),
+        "spec": {"routes": [{"services": [{"name": "b", "port": 80}]}]}}));
+    let gw: IstioGateway = from(json!({
+        "metadata": meta(Some("istio-system"), "public", &[], false),
+        "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+             "hosts": ["prod/app.example.com", "*/api.example.com", "*"]}
+        ]}
+    }));
+    let opted: IstioGateway = from(json!({
+        "metadata": meta(Some("istio-system"), "private", &[(OPT_OUT_ANNOTATION, "false")], false),
+        "spec": {"servers": [{"hosts": ["private.example.com"]}]}
+    }));
+    let sources = Sources {
+        ingress_routes: vec![&route],
+        ingress_route_tcps: vec![&tcp],
+        http_proxies: vec![&proxy, &child],
+        istio_gateways: vec![&gw, &opted],
+        ..Default::default()
+    };
+    let d = desired(&sources, &Filters::default(), &policy());
+    assert!(
+        d.hosts.is_empty() && d.rejected.is_empty() && d.excluded.is_empty(),
+        "no flag"
+    );
+    let all = Filters {
+        traefik_ingressroutes: true,
+        contour_httpproxies: true,
+        istio_gateways: true,
+        ..Default::default()
+    };
+    let d = desired(&sources, &all, &policy());
+    assert_eq!(
+        hosts(&d),
+        [
+            "api.example.com",
+            "app.example.com",
+            "blog.example.com",
+            "pg.example.com",
+            "shop.example.com"
+        ]
+    );
+    assert!(d.placed.is_empty(), "every name to the default target");
+    let rejected: Vec<String> = d
+        .rejected
+        .iter()
+        .map(|r| format!("{}: {:?} {}", r.object, r.raw, r.reason))
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            "IngressRoute web/shop: \"HostRegexp(`^.+\\\\.example\\\\.org$`)\" pattern",
+            "IngressRoute web/shop: \"evil.example.com\\n}\" invalid-character",
+            "Gateway.networking.istio.io istio-system/public: \"*\" bad-wildcard",
+        ]
+    );
+    assert_eq!(
+        excluded(&d),
+        ["Gateway.networking.istio.io istio-system/private: opted out with ouroboros.io/hairpin: \"false\""]
+    );
+    // Each flag alone reads its kinds only.
+    let alone = |set: fn(&mut Filters)| {
+        let mut f = Filters::default();
+        set(&mut f);
+        hosts(&desired(&sources, &f, &policy()))
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        alone(|f| f.traefik_ingressroutes = true),
+        ["pg.example.com", "shop.example.com"]
+    );
+    assert_eq!(
+        alone(|f| f.contour_httpproxies = true),
+        ["blog.example.com"]
+    );
+    assert_eq!(
+        alone(|f| f.istio_gateways = true),
+        ["api.example.com", "app.example.com"]
+    );
+}
+
+/// The priority annotation on an HTTPProxy settles a name claimed by an Ingress of another
+/// target: the HTTPProxy (priority 5) keeps blog.example.com for the default target.
+#[test]
+fn a_classless_kinds_priority_annotation_counts() {
+    use super::contour::HttpProxy;
+    let proxy: HttpProxy = from(json!({
+        "metadata": meta(Some("blog"), "root", &[(PRIORITY_ANNOTATION, "5")], false),
+        "spec": {"virtualhost": {"fqdn": "blog.example.com"}}
+    }));
+    let rules = targets(&["name=nginx,service=proxy-nginx,ingress-class=nginx"]);
+    let ing = ingress("blog", Some("nginx"), None, &["blog.example.com"]);
+    let sources = Sources {
+        ingresses: vec![&ing],
+        http_proxies: vec![&proxy],
+        ..Default::default()
+    };
+    let d = desired(
+        &sources,
+        &Filters {
+            contour_httpproxies: true,
+            targets: rules.clone(),
+            ..Default::default()
+        },
+        &policy(),
+    );
+    assert_eq!(by_target(&d, &rules), ["default: blog.example.com"]);
+    assert_eq!(d.conflicts.len(), 1);
+    assert_eq!(d.conflicts[0].winner.to_string(), "HTTPProxy blog/root");
+}

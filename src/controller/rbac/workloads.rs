@@ -163,6 +163,7 @@ mod tests {
         Needs {
             mode,
             gateway_api: true,
+            crd_sources: crate::controller::hostnames::kinds::OptIns::default(),
             ingress_class_filter: true,
             leader_elect: true,
             namespace: "ns".into(),

@@ -1,22 +1,38 @@
-//! crds: the CustomResourceDefinitions a configuration needs (Gateway API, external-dns's
-//! DNSEndpoint), required or optional, and whether they are installed.
+//! crds: the CustomResourceDefinitions a configuration needs (Gateway API, Traefik, Contour,
+//! Istio, external-dns's DNSEndpoint), required or optional, and whether they are installed.
 
 use super::inputs::Got;
-use crate::controller::hostnames::{kinds::Kind, kinds::ReadWhen};
+use crate::controller::hostnames::{kinds::Kind, kinds::OptIns, kinds::ReadWhen};
 use crate::doctor::report::Check;
 
 /// The CRDs a configuration needs: (name, required). Not required: the controller runs
-/// without it (a Gateway-API kind whose CRD is absent is read as empty, and picked up once the
+/// without it (a source kind whose CRD is absent is read as empty, and picked up once the
 /// CRD is installed) but reads nothing of that kind. `mode_crd`: the CRD the DNS mode writes
 /// (`DnsMode::crd`), required.
-pub fn needed_crds(mode_crd: Option<&'static str>, gateway_api: bool) -> Vec<(&'static str, bool)> {
+pub fn needed_crds(mode_crd: Option<&'static str>, opt_ins: OptIns) -> Vec<(&'static str, bool)> {
     let mut v: Vec<(&'static str, bool)> = Kind::ALL
         .into_iter()
-        .filter(|k| gateway_api && k.read_when() == ReadWhen::GatewayApi)
+        .filter(|k| k.is_crd() && k.is_read(opt_ins, false))
         .map(|k| (k.resource(), false))
         .collect();
     v.extend(mode_crd.map(|crd| (crd, true)));
     v
+}
+
+/// The flags that read the kinds of these CRDs, each once.
+fn flags_reading(crds: &[&str]) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    for kind in Kind::ALL
+        .into_iter()
+        .filter(|k| crds.contains(&k.resource()))
+    {
+        if let ReadWhen::OptIn(o) = kind.read_when() {
+            if !flags.contains(&o.flag()) {
+                flags.push(o.flag());
+            }
+        }
+    }
+    flags
 }
 
 pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
@@ -24,7 +40,8 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
     if results.is_empty() {
         return Check::skip(
             ID,
-            "no custom resources needed (no --gateway-api, no external-dns DNSEndpoints)",
+            "no custom resources needed (no --gateway-api, --traefik-ingressroutes, \
+             --contour-httpproxies or --istio-gateways, no external-dns DNSEndpoints)",
         );
     }
     let mut evidence = Vec::new();
@@ -62,10 +79,11 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
             ),
         )
         .evidence_all(evidence)
-        .action(
+        .action(format!(
             "install them if objects of those kinds are to be hairpinned (the controller picks \
-             them up once installed); without Gateway API at all, drop --gateway-api",
-        )
+             them up once installed); without them at all, drop {}",
+            flags_reading(&missing_optional).join(", ")
+        ))
     } else {
         Check::ok(ID, "every CRD this configuration needs is installed").evidence_all(evidence)
     }
@@ -78,20 +96,61 @@ mod tests {
 
     #[test]
     fn crd_verdicts() {
-        assert!(needed_crds(None, false).is_empty());
+        let none = OptIns::default();
+        let gw = OptIns {
+            gateway_api: true,
+            ..none
+        };
+        assert!(needed_crds(None, none).is_empty());
         let dnsendpoints = "dnsendpoints.externaldns.k8s.io";
         assert_eq!(
-            needed_crds(Some(dnsendpoints), false),
+            needed_crds(Some(dnsendpoints), none),
             [(dnsendpoints, true)]
         );
-        assert_eq!(needed_crds(None, true).len(), 4);
-        assert!(needed_crds(None, true)
-            .iter()
-            .all(|(_, required)| !required));
+        assert_eq!(needed_crds(None, gw).len(), 4);
+        assert!(needed_crds(None, gw).iter().all(|(_, required)| !required));
+        for (opt_ins, want) in [
+            (
+                OptIns {
+                    traefik_ingressroutes: true,
+                    ..none
+                },
+                &["ingressroutes.traefik.io", "ingressroutetcps.traefik.io"][..],
+            ),
+            (
+                OptIns {
+                    contour_httpproxies: true,
+                    ..none
+                },
+                &["httpproxies.projectcontour.io"],
+            ),
+            (
+                OptIns {
+                    istio_gateways: true,
+                    ..none
+                },
+                &["gateways.networking.istio.io"],
+            ),
+        ] {
+            let got = needed_crds(None, opt_ins);
+            let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
+            assert_eq!(names, want);
+            assert!(got.iter().all(|(_, required)| !required));
+        }
         let r = |req: bool, present: bool| vec![("x.y", req, Ok(present.then_some(())))];
         assert_eq!(crds(&r(true, true)).status, Status::Ok);
         assert_eq!(crds(&r(true, false)).status, Status::Fail);
         assert_eq!(crds(&r(false, false)).status, Status::Warn);
         assert_eq!(crds(&[]).status, Status::Skip);
+        let missing = [
+            ("tlsroutes.gateway.networking.k8s.io", false, Ok(None)),
+            ("httproutes.gateway.networking.k8s.io", false, Ok(None)),
+            ("gateways.networking.istio.io", false, Ok(None)),
+        ];
+        let action = crds(&missing).action.unwrap();
+        assert!(
+            action.ends_with("drop --gateway-api, --istio-gateways"),
+            "{action}"
+        );
     }
 }

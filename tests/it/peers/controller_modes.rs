@@ -199,6 +199,80 @@ pub(super) async fn run_controller(
     (spawn(&format!("controller {replica}"), cmd, &log), health)
 }
 
+/// The key of the coredns-import snippet.
+pub(super) const IMPORT_KEY: &str = "ouroboros.override";
+
+/// A coredns-import release `release` with `extra` values, reading only `<release>-apps` and
+/// writing its snippet into ConfigMap `configmap` of `<release>-dns`, with an Ingress `shop`
+/// of `host` in the apps namespace; its controller started and waited for until it has
+/// written `host`.
+pub(super) struct ImportRun {
+    pub dns: String,
+    pub apps: String,
+    pub configmap: String,
+    pub controller: Process,
+    /// The controller's kubeconfig and log, removed when the run is dropped.
+    _dir: tempfile::TempDir,
+}
+
+impl ImportRun {
+    pub(super) fn start(
+        cluster: &Cluster,
+        rt: &tokio::runtime::Runtime,
+        release: &str,
+        configmap: &str,
+        extra: &[String],
+        host: &str,
+    ) -> ImportRun {
+        let dns = format!("{release}-dns");
+        let apps = format!("{release}-apps");
+        let mut sets = vec![
+            "controller.mode=coredns-import".to_string(),
+            format!("controller.corednsImport.namespace={dns}"),
+            format!("controller.corednsImport.configmap={configmap}"),
+            format!("controller.includeNamespaces={{{apps}}}"),
+        ];
+        sets.extend_from_slice(extra);
+        let install = Install::render(release, &sets);
+        let dir = temp_dir(release);
+        let mut controller = rt.block_on(async {
+            cluster.ensure_namespace(&dns).await;
+            install.apply(cluster).await;
+            cluster.ensure_namespace(&apps).await;
+            ingress(cluster, &apps, "shop", &[host]).await;
+            run_controller(
+                cluster,
+                &install,
+                &install.controller_args(),
+                dir.path(),
+                "a",
+            )
+            .await
+            .0
+        });
+        // Whatever else is missing (CRDs), the Ingress's name is written.
+        wait_for(
+            "writing the Ingress's name",
+            &mut controller,
+            Duration::from_secs(60),
+            || {
+                rt.block_on(async {
+                    let client = cluster.admin().await;
+                    let text = configmap_text(&client, &dns, configmap, IMPORT_KEY).await?;
+                    answers(&text, host).then_some(())
+                })
+            },
+        );
+        ImportRun {
+            dns,
+            apps,
+            configmap: configmap.to_string(),
+            controller,
+            _dir: dir,
+        }
+    }
+}
+
 /// Server-side applies an Ingress `name` in `namespace` with `hosts` as its TLS hosts.
 pub(super) async fn ingress(cluster: &Cluster, namespace: &str, name: &str, hosts: &[&str]) {
     cluster
@@ -869,51 +943,18 @@ fn gateway_api_crds_installed_while_the_controller_runs_are_picked_up() {
     let Some(crds) = gateway_crds() else {
         return;
     };
-    let release = "modes-gw";
-    let dns = format!("{release}-dns");
-    let apps = format!("{release}-apps");
-    let install = Install::render(
-        release,
-        &[
-            "controller.mode=coredns-import".into(),
-            "controller.gatewayApi=true".into(),
-            format!("controller.corednsImport.namespace={dns}"),
-            "controller.corednsImport.configmap=coredns-custom-gw".into(),
-            format!("controller.includeNamespaces={{{apps}}}"),
-        ],
-    );
-    let key = "ouroboros.override";
-    let dir = temp_dir("controller-gw");
     let rt = runtime();
-    let mut controller = rt.block_on(async {
-        cluster.ensure_namespace(&dns).await;
-        install.apply(cluster).await;
-        cluster.ensure_namespace(&apps).await;
-        ingress(cluster, &apps, "shop", &["shop.gw.example.com"]).await;
-        run_controller(
-            cluster,
-            &install,
-            &install.controller_args(),
-            dir.path(),
-            "a",
-        )
-        .await
-        .0
-    });
-
-    // Without the CRDs it still writes the Ingress's name (the missing kinds count as empty).
-    wait_for(
-        "writing the Ingress's name",
-        &mut controller,
-        Duration::from_secs(60),
-        || {
-            rt.block_on(async {
-                let client = cluster.admin().await;
-                let text = configmap_text(&client, &dns, "coredns-custom-gw", key).await?;
-                answers(&text, "shop.gw.example.com").then_some(())
-            })
-        },
+    let run = ImportRun::start(
+        cluster,
+        &rt,
+        "modes-gw",
+        "coredns-custom-gw",
+        &["controller.gatewayApi=true".into()],
+        "shop.gw.example.com",
     );
+    let (apps, dns) = (run.apps.clone(), run.dns.clone());
+    let mut controller = run.controller;
+    let key = IMPORT_KEY;
     // Several retries of the missing kinds' lists (the backoff starts under a second): each
     // kind is reported once, not once per retry.
     std::thread::sleep(Duration::from_secs(8));

@@ -20,6 +20,7 @@ mod cluster;
 mod controller;
 mod controller_modes;
 pub mod coredns;
+mod crd_sources;
 mod dns;
 mod edge;
 mod edge_kube_proxy;
