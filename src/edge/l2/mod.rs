@@ -39,8 +39,16 @@ use link::Host;
 pub const ANNOUNCEMENTS: u32 = 3;
 /// Time between two announcements.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
-/// Wait before campaigning again after the address could not be put on the interface.
+/// Wait before campaigning again after the address could not be put on the interface: the
+/// first time; each failure in a row doubles it, up to [`RETRY_MAX`].
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// The longest wait between two attempts to hold an address that cannot be added.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The wait after a failure that followed a wait of `last`.
+fn next_retry(last: Duration) -> Duration {
+    (last * 2).min(RETRY_MAX)
+}
 
 /// The Lease that elects the holder of `ip`: `PREFIX-` and the address with dashes (IPv6 in
 /// all eight groups of four digits, so no two addresses share a name and the name never ends
@@ -160,6 +168,7 @@ fn remove_leftovers(s: &Settings, pools: &[Pool]) {
 async fn hold(s: Settings, ip: IpAddr, l2: L2, stop: CancellationToken) {
     let named = l2.interface.as_deref();
     let lease = lease_name(&s.prefix, ip);
+    let mut retry = RETRY_AFTER_FAILURE;
     loop {
         let lease_stop = CancellationToken::new();
         let leadership = Leadership::elect(
@@ -169,23 +178,36 @@ async fn hold(s: Settings, ip: IpAddr, l2: L2, stop: CancellationToken) {
             s.identity.clone(),
             lease_stop.clone(),
         );
-        let failed = serve(&s, ip, named, &lease, leadership.rx.clone(), &stop).await;
+        let ended = serve(&s, ip, named, &lease, leadership.rx.clone(), &stop, retry).await;
         // Off the interface before the Lease goes, so the next holder has the address alone.
         lease_stop.cancel();
         leadership.finish(Duration::from_secs(5)).await;
-        if !failed {
+        let Ended::AddFailed { held_before } = ended else {
             return;
+        };
+        if held_before {
+            retry = RETRY_AFTER_FAILURE;
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(RETRY_AFTER_FAILURE) => {}
+            _ = tokio::time::sleep(retry) => {}
         }
+        retry = next_retry(retry);
     }
 }
 
+/// How [`serve`] ended.
+enum Ended {
+    /// `stop`, or the election ended.
+    Stopped,
+    /// The address could not be added: the Lease is to be given up, so another edge can hold
+    /// it, and campaigned for again after a wait (shorter when it was held in this term).
+    AddFailed { held_before: bool },
+}
+
 /// Follows the Lease of `ip`: adds and announces it on gaining it, removes it on losing it,
-/// and before returning. True when the address could not be added (the Lease is to be given
-/// up, so another edge can hold it).
+/// and before returning. `retry`: the wait before the next attempt after a failure, for its
+/// log line.
 async fn serve(
     s: &Settings,
     ip: IpAddr,
@@ -193,10 +215,12 @@ async fn serve(
     lease: &str,
     mut leader: watch::Receiver<bool>,
     stop: &CancellationToken,
-) -> bool {
+    retry: Duration,
+) -> Ended {
     let mut holding = false;
+    let mut held_before = false;
     let mut left = 0;
-    let mut failed = false;
+    let mut ended = Ended::Stopped;
     loop {
         let want = *leader.borrow_and_update();
         if want && !holding {
@@ -204,13 +228,19 @@ async fn serve(
                 Ok(iface) => {
                     tracing::info!(%ip, %iface, %lease, "holding the address: added and announced");
                     holding = true;
+                    held_before = true;
                     left = ANNOUNCEMENTS.saturating_sub(1);
                 }
                 Err(e) => {
-                    tracing::error!(%ip, %lease, error = %e,
-                        "cannot hold the address; giving up its Lease so another edge can, retrying in {} s",
-                        RETRY_AFTER_FAILURE.as_secs());
-                    failed = true;
+                    let retry = if held_before {
+                        RETRY_AFTER_FAILURE
+                    } else {
+                        retry
+                    };
+                    // Once per attempt: the wait doubles with each failure in a row.
+                    tracing::error!(%ip, %lease, error = %e, retry_in_s = retry.as_secs(),
+                        "cannot hold the address; giving up its Lease so another edge can, retrying");
+                    ended = Ended::AddFailed { held_before };
                     break;
                 }
             }
@@ -233,7 +263,7 @@ async fn serve(
     if holding {
         release(s, ip, named, lease, "stopping");
     }
-    failed
+    ended
 }
 
 fn release(s: &Settings, ip: IpAddr, named: Option<&str>, lease: &str, why: &str) {
@@ -247,6 +277,16 @@ fn release(s: &Settings, ip: IpAddr, named: Option<&str>, lease: &str, why: &str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_in_a_row_wait_longer_up_to_the_cap() {
+        let mut waits = vec![RETRY_AFTER_FAILURE];
+        for _ in 0..8 {
+            waits.push(next_retry(*waits.last().unwrap()));
+        }
+        let secs: Vec<u64> = waits.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+    }
 
     #[test]
     fn lease_names_from_addresses() {
