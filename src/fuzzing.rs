@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::controller::hostnames::{self, kinds::Kind, model::Filters};
+use crate::controller::hostnames::{self, kinds::Kind, kinds::OptIns, model::Filters};
 use crate::dns::answer::{Answer, ProxyAddrs};
 use crate::dns::{
     coredns_import, corefile, etc_hosts, ProxyFqdn, BEGIN_MARKER, DEFAULT_PROXY_FQDN, END_MARKER,
@@ -437,10 +437,11 @@ fn check_desired(m: &Manifests) {
     let policy = HostPolicy::new("cluster.local", &[], &[]);
     for every in [false, true] {
         let filters = Filters {
-            gateway_api: every,
-            traefik_ingressroutes: every,
-            contour_httpproxies: every,
-            istio_gateways: every,
+            opt_ins: if every {
+                OptIns::EVERY
+            } else {
+                OptIns::default()
+            },
             ..Filters::default()
         };
         let d = hostnames::desired(&m.sources(), &filters, &policy);

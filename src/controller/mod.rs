@@ -187,7 +187,13 @@ pub async fn run_with(
     let sink = crate::dns::mode::sink(&args.dns, &at)?;
     let mode = sink.mode();
     let identity = lease::identity();
-    log_start(&args, mode, &identity, filters.gateway_api, &cluster_domain);
+    log_start(
+        &args,
+        mode,
+        &identity,
+        filters.opt_ins.gateway_api,
+        &cluster_domain,
+    );
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);

@@ -40,10 +40,9 @@ pub struct Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Needs {
     pub mode: Mode,
-    pub gateway_api: bool,
-    /// The other opt-in CRD sources (`--traefik-ingressroutes`, `--contour-httpproxies`,
-    /// `--istio-gateways`); `gateway_api` above stands for `--gateway-api`.
-    pub crd_sources: OptIns,
+    /// The opt-in source kinds (`--gateway-api`, `--traefik-ingressroutes`,
+    /// `--contour-httpproxies`, `--istio-gateways`).
+    pub sources: OptIns,
     /// `--ingress-class` is set (IngressClasses are watched for the default-class rule).
     pub ingress_class_filter: bool,
     /// `--leader-elect` (never in etc-hosts mode).
@@ -88,8 +87,7 @@ impl Needs {
             .answer_rules(ipmode.ingress_controller_service.clone())
             .unwrap_or_default();
         Needs {
-            gateway_api: hostnames.gateway_api,
-            crd_sources: hostnames.opt_ins(),
+            sources: hostnames.opt_ins(),
             ingress_class_filter: hostnames.reads_ingress_classes(),
             leader_elect: election.leader_elect,
             namespace: election.lease_namespace_or(namespace),
@@ -136,8 +134,7 @@ impl Needs {
         };
         Needs {
             mode: dns.mode,
-            gateway_api: false,
-            crd_sources: OptIns::default(),
+            sources: OptIns::default(),
             ingress_class_filter: false,
             leader_elect: false,
             namespace: namespace.to_string(),
@@ -202,11 +199,7 @@ pub fn required(n: &Needs) -> Vec<Rule> {
 fn source_rules(n: &Needs) -> Vec<Rule> {
     let mut rules = Vec::new();
     for kind in Kind::ALL {
-        let opt_ins = OptIns {
-            gateway_api: n.gateway_api,
-            ..n.crd_sources
-        };
-        if kind.is_read(opt_ins, n.ingress_class_filter) {
+        if kind.is_read(n.sources, n.ingress_class_filter) {
             rules.push(rule(
                 Scope::Cluster,
                 kind.group(),
@@ -400,8 +393,7 @@ mod tests {
         let (writes, removes) = grants(mode, output, &["--external-dns-namespace", "dns"]);
         Needs {
             mode,
-            gateway_api: false,
-            crd_sources: OptIns::default(),
+            sources: OptIns::default(),
             ingress_class_filter: false,
             leader_elect: false,
             namespace: "ouroboros".into(),
@@ -560,8 +552,7 @@ mod needs_tests {
             c,
             Needs {
                 mode: Mode::Coredns,
-                gateway_api: false,
-                crd_sources: OptIns::default(),
+                sources: OptIns::default(),
                 ingress_class_filter: false,
                 leader_elect: true,
                 namespace: "own".into(),
@@ -623,14 +614,14 @@ mod needs_tests {
     fn each_flag_lands_in_its_field() {
         type Case = (&'static [&'static str], fn(&Needs) -> bool);
         let table: &[Case] = &[
-            (&["--gateway-api"], |n| n.gateway_api),
+            (&["--gateway-api"], |n| n.sources.gateway_api),
             (&["--traefik-ingressroutes"], |n| {
-                n.crd_sources.traefik_ingressroutes
+                n.sources.traefik_ingressroutes
             }),
             (&["--contour-httpproxies"], |n| {
-                n.crd_sources.contour_httpproxies
+                n.sources.contour_httpproxies
             }),
-            (&["--istio-gateways"], |n| n.crd_sources.istio_gateways),
+            (&["--istio-gateways"], |n| n.sources.istio_gateways),
             (&["--ingress-class", "nginx"], |n| n.ingress_class_filter),
             (&["--ingress-class", " "], |n| !n.ingress_class_filter),
             // Who serves a class is in its IngressClass's spec.controller.

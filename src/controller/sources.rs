@@ -269,7 +269,7 @@ impl Starter<'_> {
     {
         let f = self.filters;
         K::KIND
-            .is_read(f.opt_ins(), f.reads_ingress_classes())
+            .is_read(f.opt_ins, f.reads_ingress_classes())
             .then(|| {
                 follow(
                     Api::<Projected<K>>::all(self.client.clone()),

@@ -301,10 +301,7 @@ impl HostnameArgs {
                 .collect::<Result<_, _>>()
         };
         Ok(Filters {
-            gateway_api: self.gateway_api,
-            traefik_ingressroutes: self.traefik_ingressroutes,
-            contour_httpproxies: self.contour_httpproxies,
-            istio_gateways: self.istio_gateways,
+            opt_ins: self.opt_ins(),
             ingress_class,
             ingress_class_controllers: self.ingress_class_controllers.iter().cloned().collect(),
             gateway_class,
@@ -435,7 +432,7 @@ mod tests {
         assert_eq!(
             args.filters().unwrap(),
             Filters {
-                gateway_api: true,
+                opt_ins: OptIns::GATEWAY_API,
                 ingress_class: None,
                 gateway_class: Some("pp".into()),
                 ..Filters::default()

@@ -97,6 +97,13 @@ pub struct OptIns {
 }
 
 impl OptIns {
+    /// The Gateway API alone (`--gateway-api`).
+    pub const GATEWAY_API: OptIns = OptIns {
+        gateway_api: true,
+        traefik_ingressroutes: false,
+        contour_httpproxies: false,
+        istio_gateways: false,
+    };
     /// Every one of them (tests, fuzzing).
     pub const EVERY: OptIns = OptIns {
         gateway_api: true,

@@ -146,20 +146,20 @@ fn compute(
         rules: &filters.targets,
     };
     names.ingresses(sources, &mut out);
-    if filters.gateway_api {
+    if filters.opt_ins.gateway_api {
         let gateways = names.gateways(sources, &mut out);
         names.routes(&sources.http_routes, &gateways, &mut out);
         names.routes(&sources.grpc_routes, &gateways, &mut out);
         names.routes(&sources.tls_routes, &gateways, &mut out);
     }
-    if filters.traefik_ingressroutes {
+    if filters.opt_ins.traefik_ingressroutes {
         names.classless(&sources.ingress_routes, &mut out);
         names.classless(&sources.ingress_route_tcps, &mut out);
     }
-    if filters.contour_httpproxies {
+    if filters.opt_ins.contour_httpproxies {
         names.classless(&sources.http_proxies, &mut out);
     }
-    if filters.istio_gateways {
+    if filters.opt_ins.istio_gateways {
         names.classless(&sources.istio_gateways, &mut out);
     }
     out.finish()

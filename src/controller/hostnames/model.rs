@@ -112,13 +112,9 @@ pub const OPT_OUT_ANNOTATION: &str = "ouroboros.io/hairpin";
 /// Which objects count. `None` filters mean all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filters {
-    pub gateway_api: bool,
-    /// Traefik IngressRoutes and IngressRouteTCPs (`--traefik-ingressroutes`).
-    pub traefik_ingressroutes: bool,
-    /// Contour HTTPProxies (`--contour-httpproxies`).
-    pub contour_httpproxies: bool,
-    /// Istio Gateways (`--istio-gateways`).
-    pub istio_gateways: bool,
+    /// The opt-in source kinds read (`--gateway-api`, `--traefik-ingressroutes`,
+    /// `--contour-httpproxies`, `--istio-gateways`).
+    pub opt_ins: OptIns,
     pub ingress_class: Option<String>,
     /// The default target's IngressClass `spec.controller` values (`--ingress-class-controller`).
     pub ingress_class_controllers: BTreeSet<String>,
@@ -134,15 +130,6 @@ pub struct Filters {
 
 impl Filters {
     /// The opt-in sources read.
-    pub fn opt_ins(&self) -> OptIns {
-        OptIns {
-            gateway_api: self.gateway_api,
-            traefik_ingressroutes: self.traefik_ingressroutes,
-            contour_httpproxies: self.contour_httpproxies,
-            istio_gateways: self.istio_gateways,
-        }
-    }
-
     /// Whether an Ingress's class matters: under --ingress-class or --ingress-class-controller,
     /// or a --target mapping by class or controller (the default-class rule and
     /// `spec.controller` then need the IngressClasses).

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
 use super::class::{DEFAULT_CLASS_ANNOTATION, INGRESS_CLASS_ANNOTATION};
+use super::kinds::OptIns;
 use super::model::Excluded;
 use super::targets::{parse_target, PRIORITY_ANNOTATION};
 use super::*;
@@ -187,7 +188,7 @@ fn deleting_objects_are_ignored() {
             ..Default::default()
         },
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             ..Default::default()
         },
         &policy(),
@@ -336,7 +337,7 @@ fn gateway_api_needs_the_flag() {
     let on = desired(
         &sources,
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             ..Default::default()
         },
         &policy(),
@@ -364,7 +365,7 @@ fn every_route_kind_contributes() {
             ..Default::default()
         },
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             ..Default::default()
         },
         &policy(),
@@ -457,7 +458,7 @@ fn gateway_class_filter_and_parent_refs() {
         let filtered = desired(
             &sources,
             &Filters {
-                gateway_api: true,
+                opt_ins: OptIns::GATEWAY_API,
                 gateway_class: Some("pp".into()),
                 ..Default::default()
             },
@@ -488,7 +489,7 @@ fn gateway_class_filter_and_parent_refs() {
         let open = desired(
             &sources,
             &Filters {
-                gateway_api: true,
+                opt_ins: OptIns::GATEWAY_API,
                 ..Default::default()
             },
             &policy(),
@@ -522,7 +523,7 @@ fn missing_namespace_means_default() {
             ..Default::default()
         },
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             gateway_class: Some("pp".into()),
             ..Default::default()
         },
@@ -543,7 +544,7 @@ fn same_name_from_several_objects() {
             ..Default::default()
         },
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             ..Default::default()
         },
         &policy(),
@@ -581,7 +582,7 @@ fn without_origins_is_the_same_set() {
         ..Default::default()
     };
     let filters = Filters {
-        gateway_api: true,
+        opt_ins: OptIns::GATEWAY_API,
         ..Default::default()
     };
     let full = desired(&sources, &filters, &policy());
@@ -668,7 +669,7 @@ fn opt_out_annotation_on_ingress_gateway_and_route() {
             ..Default::default()
         },
         &Filters {
-            gateway_api: true,
+            opt_ins: OptIns::GATEWAY_API,
             ..Default::default()
         },
         &policy(),
@@ -738,7 +739,7 @@ fn namespace_include_and_exclude() {
         let d = desired(
             &sources,
             &Filters {
-                gateway_api: true,
+                opt_ins: OptIns::GATEWAY_API,
                 include_namespaces: set(&include),
                 exclude_namespaces: set(&exclude),
                 ..Default::default()
@@ -821,7 +822,7 @@ fn classes_and_gateways_go_to_their_targets() {
         ..Default::default()
     };
     let filters = Filters {
-        gateway_api: true,
+        opt_ins: OptIns::GATEWAY_API,
         targets: rules.clone(),
         ..Default::default()
     };
@@ -1055,9 +1056,10 @@ fn traefik_contour_and_istio_kinds() {
         "no flag"
     );
     let all = Filters {
-        traefik_ingressroutes: true,
-        contour_httpproxies: true,
-        istio_gateways: true,
+        opt_ins: OptIns {
+            gateway_api: false,
+            ..OptIns::EVERY
+        },
         ..Default::default()
     };
     let d = desired(&sources, &all, &policy());
@@ -1099,15 +1101,15 @@ fn traefik_contour_and_istio_kinds() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        alone(|f| f.traefik_ingressroutes = true),
+        alone(|f| f.opt_ins.traefik_ingressroutes = true),
         ["pg.example.com", "shop.example.com"]
     );
     assert_eq!(
-        alone(|f| f.contour_httpproxies = true),
+        alone(|f| f.opt_ins.contour_httpproxies = true),
         ["blog.example.com"]
     );
     assert_eq!(
-        alone(|f| f.istio_gateways = true),
+        alone(|f| f.opt_ins.istio_gateways = true),
         ["api.example.com", "app.example.com"]
     );
 }
@@ -1131,7 +1133,10 @@ fn a_classless_kinds_priority_annotation_counts() {
     let d = desired(
         &sources,
         &Filters {
-            contour_httpproxies: true,
+            opt_ins: OptIns {
+                contour_httpproxies: true,
+                ..OptIns::default()
+            },
             targets: rules.clone(),
             ..Default::default()
         },

@@ -162,8 +162,10 @@ mod tests {
         );
         Needs {
             mode,
-            gateway_api: true,
-            crd_sources: crate::controller::hostnames::kinds::OptIns::default(),
+            sources: crate::controller::hostnames::kinds::OptIns {
+                gateway_api: true,
+                ..Default::default()
+            },
             ingress_class_filter: true,
             leader_elect: true,
             namespace: "ns".into(),
