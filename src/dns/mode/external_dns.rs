@@ -47,7 +47,7 @@ use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
 use crate::dns::write::apply::{Applied, Change, Outcome, FIELD_MANAGER};
 use crate::dns::write::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
 use crate::dns::write::plan::Plan;
-use crate::dns::write::proxy_ips::ProxyIps;
+use crate::dns::write::proxy_ips::{route_each, set_named, ProxyIps};
 use crate::dns::write::replace::{self, Ours, Publishes, Verdict};
 use crate::dns::write::sink::{AnySink, Sink};
 use crate::flags::UsageError;
@@ -346,18 +346,15 @@ impl ExternalWriter {
         })
     }
 
-    /// The named proxy targets' addresses, in `--target` order (index 1 on).
+    /// The named proxy targets' addresses ([`set_named`]).
     pub fn targets(mut self, ips: Vec<ProxyIps>) -> Self {
-        self.ips.truncate(1);
-        self.ips.extend(ips);
+        set_named(&mut self.ips, ips);
         self
     }
 
-    /// Each target's addresses (index `i`, the default target's 0) passed through `f`: how a
-    /// target answered directly gets its ingress controller's.
+    /// Each target's addresses passed through `f` ([`route_each`]).
     pub fn routed(mut self, f: impl Fn(ProxyIps, usize) -> ProxyIps) -> Self {
-        let ips = std::mem::take(&mut self.ips);
-        self.ips = ips.into_iter().enumerate().map(|(i, p)| f(p, i)).collect();
+        route_each(&mut self.ips, f);
         self
     }
 

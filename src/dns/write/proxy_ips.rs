@@ -250,6 +250,24 @@ impl ProxyIps {
     }
 }
 
+/// A writer's per-target addresses (the default target's first) with the named targets'
+/// after it, in `--target` order (index 1 on).
+pub fn set_named(ips: &mut Vec<ProxyIps>, named: Vec<ProxyIps>) {
+    ips.truncate(1);
+    ips.extend(named);
+}
+
+/// Each target's addresses (index `i`, the default target's 0) passed through `f`: how a
+/// target answered directly gets its ingress controller's.
+pub fn route_each(ips: &mut Vec<ProxyIps>, f: impl Fn(ProxyIps, usize) -> ProxyIps) {
+    let taken = std::mem::take(ips);
+    *ips = taken
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| f(p, i))
+        .collect();
+}
+
 /// A Service's ClusterIPs (`spec.clusterIPs`, else `spec.clusterIP`), sorted, IPv4 first.
 pub fn cluster_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
     let spec = svc.spec.as_ref();
