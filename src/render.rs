@@ -14,7 +14,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::controller::args::Selection;
-use crate::controller::hostnames::{self, args::HostnameArgs, kinds::Kind};
+use crate::controller::hostnames::{
+    self, args::HostnameArgs, kinds::Kind, kinds::OptIn, kinds::ReadWhen,
+};
 use crate::dns::answer::{groups, Answer, ProxyAddrs, Rules};
 use crate::dns::args::{AnswerForm, RecordArgs};
 use crate::dns::etc_hosts::HostsGroup;
@@ -448,6 +450,12 @@ fn select_hosts(input: &Input) -> anyhow::Result<Placed> {
         routes = Kind::ALL
             .into_iter()
             .filter(|k| k.is_route())
+            .map(|k| manifests.count(k))
+            .sum::<usize>(),
+        // Traefik, Contour and Istio objects: the opt-in kinds outside the Gateway API.
+        other_sources = Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_crd() && k.read_when() != ReadWhen::OptIn(OptIn::GatewayApi))
             .map(|k| manifests.count(k))
             .sum::<usize>(),
         other_objects = manifests.skipped,
