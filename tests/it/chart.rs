@@ -358,6 +358,19 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        EDGE_DEPLOYMENT_CASE,
+        &[
+            "edge.enabled=true",
+            "edge.kind=Deployment",
+            "edge.replicas=3",
+            "edge.nodeSelector.role=edge",
+            "edge.loadBalancer.enabled=true",
+            "edge.loadBalancer.pools[0].name=lan",
+            "edge.loadBalancer.pools[0].addresses={198.51.100.0/28}",
+            "edge.loadBalancer.pools[0].l2.interface=eth0",
+        ],
+    ),
+    (
         "edge as the load balancer of a layer-2 pool, kernel relay",
         &[
             "edge.enabled=true",
@@ -750,7 +763,10 @@ fn assert_rbac(case: &str, objs: &[Value], fullname: &str) -> usize {
         );
         checked += 1;
     }
-    if let Some(pod) = pod_named(objs, "DaemonSet", &format!("{fullname}-edge")) {
+    let edge = format!("{fullname}-edge");
+    let edge_pod =
+        pod_named(objs, "DaemonSet", &edge).or_else(|| pod_named(objs, "Deployment", &edge));
+    if let Some(pod) = edge_pod {
         let sa = pod["serviceAccountName"].as_str().unwrap();
         let expected = atoms(&workloads::edge_required(&edge_needs(
             &container_args(pod),
@@ -975,7 +991,42 @@ fn assert_refused(sets: &[&str], refusal: &Refusal) {
 }
 
 /// Typos and bad values the schema refuses.
+const EDGE_DEPLOYMENT_CASE: &str = "edge as a Deployment of three pods with a layer-2 pool";
+
+/// `edge.kind=Deployment`: the DaemonSet's pod as a Deployment of `edge.replicas` pods, one per
+/// node (they bind the same host ports), rolled without a surge for the same reason.
+#[test]
+fn the_edge_as_a_deployment_runs_the_daemonsets_pod_one_per_node() {
+    let sets = CASES
+        .iter()
+        .find(|c| c.0 == EDGE_DEPLOYMENT_CASE)
+        .unwrap()
+        .1;
+    let objs = rendered(sets);
+    let as_daemonset: Vec<&str> = sets
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("edge.kind=") && !s.starts_with("edge.replicas="))
+        .collect();
+    let ds = rendered(&as_daemonset);
+    assert!(find(objs, "DaemonSet", "ouroboros-edge").is_none());
+    let dep = find(objs, "Deployment", "ouroboros-edge").unwrap();
+    assert_eq!(dep["spec"]["replicas"], 3);
+    assert_eq!(dep["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0);
+    let mut pod = dep["spec"]["template"]["spec"].clone();
+    let term =
+        &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(
+        term["labelSelector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    pod.as_object_mut().unwrap().remove("affinity");
+    assert_eq!(&pod, pod_named(ds, "DaemonSet", "ouroboros-edge").unwrap());
+}
+
 const TYPOS: &[(&[&str], Refusal)] = &[
+    (&["edge.kind=Daemonset"], Schema("kind")),
     (&["controller.mdoe=external-dns"], Schema("mdoe")),
     (&["proxy.replica=3"], Schema("replica")),
     (&["typo=1"], Schema("typo")),
