@@ -27,23 +27,58 @@ pub fn temp_dir(tag: &str) -> TempDir {
         .unwrap_or_else(|e| panic!("creating a temp dir for {tag}: {e}"))
 }
 
-/// A port the OS just handed out on `ip` (for servers that take a port in their config).
+/// A port free on `ip` now, for TCP and UDP (for servers that take a port in their config).
 pub fn free_port(ip: IpAddr) -> u16 {
     free_ports(ip, 1)[0]
 }
 
-/// `n` distinct ports free on `ip` now: all are held until the last is picked, so two calls in a
-/// row cannot hand out the same port.
+/// `n` distinct ports free on `ip` now, for TCP and UDP alike, and never handed out twice in
+/// this process.
+///
+/// Below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768 on by default):
+/// a port the kernel hands out for `:0` can be taken again at once by any test's outgoing
+/// socket, a DNS query's UDP source port above all, between this check and the server's own
+/// bind; CoreDNS then fails with "address already in use". Ports below that range are only
+/// ever bound by asking for them. Each process starts at its own offset, so two test binaries
+/// running at once seldom try the same port (and skip it if the other bound it first).
 pub fn free_ports(ip: IpAddr, n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| {
-            TcpListener::bind((ip, 0))
-                .unwrap_or_else(|e| panic!("binding {ip}:0 for a free port: {e}"))
-        })
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    use std::net::UdpSocket;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let end = ephemeral_start().max(FIRST + 1_000);
+    let span = end - FIRST;
+    let offset = std::process::id() * 97 % span;
+    let any = match ip {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..span {
+        if out.len() == n {
+            break;
+        }
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FIRST + (offset + i) % span).unwrap();
+        // Free on every address of the family, for both protocols: servers such as CoreDNS
+        // bind the wildcard address.
+        let free = [ip, any]
+            .iter()
+            .all(|a| TcpListener::bind((*a, port)).is_ok() && UdpSocket::bind((*a, port)).is_ok());
+        if free {
+            out.push(port);
+        }
+    }
+    assert_eq!(out.len(), n, "no {n} free ports on {ip} below {end}");
+    out
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Gives `s` a read deadline of [`DEADLINE`] unless it has one already, and returns it: a read
