@@ -9,11 +9,13 @@
 //! | --- | --- |
 //! | `verdict` | PURE: the DNS check against the expected addresses, replies as verdicts |
 //! | `rotation` | PURE: which names a round probes |
+//! | `header` | PURE: whether a listener takes the PROXY header, from a bare knock and one behind a header |
 //! | `resolve` | the DNS queries (UDP, TCP when truncated) |
 //! | `knock` | the connection and the request |
 //! | `args` | the flags `controller` and `doctor` share |
 
 pub mod args;
+pub mod header;
 pub mod knock;
 pub mod resolve;
 pub mod rotation;
