@@ -62,7 +62,7 @@ pub fn verdict(addr: &str, hello: Hello, without: &Reply, with: &Reply) -> Verdi
     Verdict {
         header,
         how: format!(
-            "probed {addr} with a {}: without a PROXY header {bare_says}, behind a PROXY v1 \
+            "probed {addr} ({}): without a PROXY header {bare_says}, behind a PROXY v1 \
              header {headed_says}{why}",
             hello.as_str()
         ),
@@ -115,7 +115,7 @@ mod tests {
                 Reply::Closed,
                 ok(),
                 Header::Required,
-                "probed 10.96.0.80:80 with a HTTP HEAD: without a PROXY header closed without \
+                "probed 10.96.0.80:80 (HTTP HEAD): without a PROXY header closed without \
                  answering, behind a PROXY v1 header answered \"HTTP/1.1 200 OK\"",
             ),
             (
