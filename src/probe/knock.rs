@@ -2,7 +2,8 @@
 //! or `HEAD / HTTP/1.1` with the name as Host. Only whether the listener answers matters, so
 //! the probe reads the first bytes of the answer and closes: the TLS handshake is never
 //! finished and no certificate is checked (an empty root store is enough for that). The same
-//! request behind a PROXY header tells whether the listener takes one ([`header_verdict`]).
+//! request behind a PROXY header tells whether the listener takes one
+//! ([`super::header_verdict`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,9 +13,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::header;
 use super::verdict::Reply;
-use crate::header_verdict::Verdict;
 use crate::proxy_protocol::{encode_tcp, Destination, Source, Version, MAX_ENCODED};
 
 /// What is sent.
@@ -105,24 +104,6 @@ async fn exchange(addr: SocketAddr, header: bool, request: &[u8], timeout: Durat
         Ok(Ok(b)) if b.is_empty() => Reply::Closed,
         Ok(Ok(b)) => Reply::Bytes(b),
     }
-}
-
-/// Whether the listener at `addr` requires, takes optionally or refuses the PROXY header:
-/// `hello` for `host` sent bare and behind a v1 header, both at once, each bounded by
-/// `timeout` (see [`super::header`] for what counts as answered). Err: `host` cannot be an
-/// SNI name.
-pub async fn header_verdict(
-    addr: SocketAddr,
-    hello: Hello,
-    host: &str,
-    timeout: Duration,
-) -> Result<Verdict, String> {
-    let request = request(hello, host)?;
-    let (without, with) = tokio::join!(
-        knock(addr, &request, timeout),
-        knock_behind_header(addr, &request, timeout)
-    );
-    Ok(header::verdict(&addr.to_string(), hello, &without, &with))
 }
 
 #[cfg(test)]

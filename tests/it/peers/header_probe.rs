@@ -1,4 +1,4 @@
-//! The header probe (`ouroboros::probe::knock::header_verdict`) against real listeners: the
+//! The header probe (`ouroboros::probe::header_verdict`) against real listeners: the
 //! same request sent bare and behind a PROXY v1 header to real nginx (`listen ...
 //! proxy_protocol`) and real HAProxy (`accept-proxy`, over HTTP and TLS), which answer only
 //! behind it; to plain HAProxy listeners, which answer only without it (the header gets a
@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ouroboros::header_verdict::{Header, Verdict};
-use ouroboros::probe::knock::{header_verdict, Hello};
+use ouroboros::probe::header_verdict;
+use ouroboros::probe::knock::Hello;
 
 use super::probe::{plain_haproxy, self_signed_pem};
 use crate::support::{free_port, temp_dir, Haproxy, Nginx, Whoami, V4};
