@@ -1,7 +1,9 @@
 //! The request a client sends, without a PROXY header: a TLS ClientHello with the name as SNI,
 //! or `HEAD / HTTP/1.1` with the name as Host. Only whether the listener answers matters, so
 //! the probe reads the first bytes of the answer and closes: the TLS handshake is never
-//! finished and no certificate is checked (an empty root store is enough for that).
+//! finished and no certificate is checked (an empty root store is enough for that). The same
+//! request behind a PROXY header tells whether the listener takes one
+//! ([`super::header_verdict`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::verdict::Reply;
+use crate::proxy_protocol::{encode_tcp, Destination, Source, Version, MAX_ENCODED};
 
 /// What is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,13 +66,33 @@ fn client_hello(host: &str) -> Result<Vec<u8>, String> {
 /// Connects to `addr`, sends `request` and waits for the first bytes of an answer: each of
 /// connecting and answering within `timeout`.
 pub async fn knock(addr: SocketAddr, request: &[u8], timeout: Duration) -> Reply {
+    exchange(addr, false, request, timeout).await
+}
+
+/// Like [`knock`], with a PROXY v1 header before `request` naming the connection's own
+/// addresses (this end as the source, `addr` as the destination), as the relay sends it.
+pub async fn knock_behind_header(addr: SocketAddr, request: &[u8], timeout: Duration) -> Reply {
+    exchange(addr, true, request, timeout).await
+}
+
+async fn exchange(addr: SocketAddr, header: bool, request: &[u8], timeout: Duration) -> Reply {
     let mut stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Reply::NoAnswer,
         Ok(Err(e)) => return Reply::Failed(e),
         Ok(Ok(s)) => s,
     };
     let exchange = async {
-        stream.write_all(request).await?;
+        let mut bytes = Vec::with_capacity(MAX_ENCODED + request.len());
+        if header {
+            let (src, dst) = (
+                Source(stream.local_addr()?),
+                Destination(stream.peer_addr()?),
+            );
+            bytes.extend_from_slice(encode_tcp(Version::V1, src, dst).as_bytes());
+        }
+        // One write: the header and the request arrive together, as the relay's do.
+        bytes.extend_from_slice(request);
+        stream.write_all(&bytes).await?;
         let mut buf = vec![0u8; 512];
         let n = stream.read(&mut buf).await?;
         buf.truncate(n);

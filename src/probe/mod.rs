@@ -3,17 +3,20 @@
 //! the answer and send what a client sends, without a PROXY header (a TLS ClientHello with SNI,
 //! a `HEAD` with Host), and check the listener answers instead of closing the connection. The
 //! controller runs it on an interval (`controller::probe`); `doctor --probe HOST` runs it once
-//! and prints each step.
+//! and prints each step. [`header_verdict`] knocks a listener both bare and behind a PROXY
+//! header, to tell whether it requires, takes or refuses the header.
 //!
 //! | module | owns |
 //! | --- | --- |
 //! | `verdict` | PURE: the DNS check against the expected addresses, replies as verdicts |
 //! | `rotation` | PURE: which names a round probes |
+//! | `header` | PURE: whether a listener takes the PROXY header, from a bare knock and one behind a header |
 //! | `resolve` | the DNS queries (UDP, TCP when truncated) |
-//! | `knock` | the connection and the request |
+//! | `knock` | the connection and the request (bare or behind a PROXY header) |
 //! | `args` | the flags `controller` and `doctor` share |
 
 pub mod args;
+pub mod header;
 pub mod knock;
 pub mod resolve;
 pub mod rotation;
@@ -203,4 +206,22 @@ async fn knock_all(
         }
     }
     None
+}
+
+/// Whether the listener at `addr` requires, takes optionally or refuses the PROXY header:
+/// `hello` for `host` sent bare and behind a v1 header, both at once, each bounded by
+/// `timeout` (see [`header`] for what counts as answered). Err: `host` cannot be an
+/// SNI name.
+pub async fn header_verdict(
+    addr: SocketAddr,
+    hello: Hello,
+    host: &str,
+    timeout: Duration,
+) -> Result<crate::header_verdict::Verdict, String> {
+    let request = knock::request(hello, host)?;
+    let (without, with) = tokio::join!(
+        knock::knock(addr, &request, timeout),
+        knock::knock_behind_header(addr, &request, timeout)
+    );
+    Ok(header::verdict(&addr.to_string(), hello, &without, &with))
 }

@@ -27,6 +27,7 @@ mod edge_kube_proxy;
 mod edge_l2;
 mod edge_lb;
 mod hairpin;
+mod header_probe;
 mod ingress_class;
 mod netns;
 pub mod probe;

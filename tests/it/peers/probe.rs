@@ -35,9 +35,9 @@ pub fn hosts_dns(dir: &Path, hosts: &[(&str, &str)]) -> Option<CoreDns> {
     Some(CoreDns::start(&coredns, dir, &corefile, port))
 }
 
-/// HAProxy answering plain clients: TLS (a self-signed certificate) on the first port, HTTP on
-/// the second.
-fn plain_haproxy(dir: &TempDir) -> (Haproxy, u16, u16) {
+/// A self-signed certificate and its key for `app.example.test`, in one PEM file in `dir` (as
+/// HAProxy's `crt` takes it).
+pub fn self_signed_pem(dir: &TempDir) -> std::path::PathBuf {
     let (key, cert, pem) = (
         dir.path().join("key.pem"),
         dir.path().join("cert.pem"),
@@ -61,6 +61,13 @@ fn plain_haproxy(dir: &TempDir) -> (Haproxy, u16, u16) {
     let mut both = std::fs::read(&cert).unwrap();
     both.extend(std::fs::read(&key).unwrap());
     std::fs::write(&pem, both).unwrap();
+    pem
+}
+
+/// HAProxy answering plain clients: TLS (a self-signed certificate) on the first port, HTTP on
+/// the second.
+pub fn plain_haproxy(dir: &TempDir) -> (Haproxy, u16, u16) {
+    let pem = self_signed_pem(dir);
     let (tls, http) = (free_port(V4), free_port(V4));
     let config = format!(
         r#"global

@@ -1,0 +1,155 @@
+//! PURE: whether a listener requires, takes optionally or refuses the PROXY header, from two
+//! knocks on it with the same request: one bare, one behind a PROXY v1 header carrying the
+//! prober's own connection addresses (`TCP4`/`TCP6`, as the relay sends by default).
+//!
+//! v1 with real addresses rather than v2 LOCAL or `PROXY UNKNOWN`: it is the header the proxy
+//! actually sends, so the knock asks exactly what the relay will ask; a LOCAL or UNKNOWN
+//! header makes some receivers skip their source checks (or refuse it), which would answer a
+//! different question. Every controller ouroboros reads accepts v1 and v2 alike.
+//!
+//! What counts as answered is stricter than "some bytes came back", because a listener that
+//! does not expect the header still answers it with an error: a plain HTTP server reads the
+//! `PROXY ...` line as a malformed request line and sends `400 Bad Request`, a TLS server may
+//! send an alert. So a TLS knock is answered only by a TLS handshake record (the
+//! ServerHello), and an HTTP knock only by an HTTP status line other than 400.
+
+use super::knock::Hello;
+use super::verdict::{describe_reply, io_verdict, Reply};
+use crate::header_verdict::{Header, Verdict};
+
+/// Whether `reply` answers `hello` as a listener that understood the connection would, and
+/// what it was (for the verdict's `how`).
+pub fn answered(hello: Hello, reply: &Reply) -> (bool, String) {
+    match reply {
+        Reply::Bytes(b) => {
+            let what = describe_reply(b);
+            let ok = match hello {
+                Hello::Tls => matches!(b[..], [0x16, 3, ..]),
+                Hello::Http => http_status(b).is_some_and(|s| s != 400),
+            };
+            (ok, format!("answered {what}"))
+        }
+        Reply::Closed => (false, "closed without answering".into()),
+        Reply::Failed(e) => (false, format!("{} ({e})", io_verdict(e).as_str())),
+        Reply::NoAnswer => (false, "no answer in time".into()),
+    }
+}
+
+/// The status code of an `HTTP/x.y NNN ...` status line.
+fn http_status(bytes: &[u8]) -> Option<u16> {
+    let line = bytes.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split_ascii_whitespace();
+    parts.next().filter(|v| v.starts_with("HTTP/"))?;
+    parts.next()?.parse().ok()
+}
+
+/// The header verdict from the replies to `hello` at `addr` (`host:port`, for `how`), bare
+/// (`without`) and behind a v1 header (`with`).
+pub fn verdict(addr: &str, hello: Hello, without: &Reply, with: &Reply) -> Verdict {
+    let (bare, bare_says) = answered(hello, without);
+    let (headed, headed_says) = answered(hello, with);
+    let header = match (bare, headed) {
+        (false, true) => Header::Required,
+        (true, true) => Header::Optional,
+        (true, false) => Header::Refused,
+        (false, false) => Header::Unknown,
+    };
+    let why = match header {
+        Header::Unknown => ": answered neither way, so nothing is concluded",
+        _ => "",
+    };
+    Verdict {
+        header,
+        how: format!(
+            "probed {addr} ({}): without a PROXY header {bare_says}, behind a PROXY v1 \
+             header {headed_says}{why}",
+            hello.as_str()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    const HELLO: &[u8] = &[0x16, 3, 3, 0, 0x7a];
+    const ALERT: &[u8] = &[0x15, 3, 3, 0, 2];
+
+    fn bytes(b: &[u8]) -> Reply {
+        Reply::Bytes(b.to_vec())
+    }
+
+    fn refused() -> Reply {
+        Reply::Failed(io::Error::from(io::ErrorKind::ConnectionRefused))
+    }
+
+    #[test]
+    fn answered_only_by_a_server_hello_or_a_status_line_other_than_400() {
+        for (hello, reply, want) in [
+            (Hello::Tls, bytes(HELLO), true),
+            (Hello::Tls, bytes(ALERT), false),
+            (Hello::Tls, bytes(b"HTTP/1.1 400 Bad Request\r\n"), false),
+            (Hello::Http, bytes(b"HTTP/1.1 200 OK\r\n"), true),
+            (Hello::Http, bytes(b"HTTP/1.0 404 Not Found\r\n"), true),
+            (Hello::Http, bytes(b"HTTP/1.1 400 Bad Request\r\n"), false),
+            (Hello::Http, bytes(b"HTTP/1.1 400"), false),
+            (Hello::Http, bytes(b"SSH-2.0-OpenSSH\r\n"), false),
+            (Hello::Http, bytes(HELLO), false),
+            (Hello::Http, bytes(b""), false),
+            (Hello::Http, Reply::Closed, false),
+            (Hello::Tls, Reply::NoAnswer, false),
+            (Hello::Tls, refused(), false),
+        ] {
+            assert_eq!(answered(hello, &reply).0, want, "{hello:?} {reply:?}");
+        }
+    }
+
+    #[test]
+    fn verdict_from_two_knocks() {
+        let ok = || bytes(b"HTTP/1.1 200 OK\r\n");
+        let bad = || bytes(b"HTTP/1.1 400 Bad Request\r\n");
+        for (without, with, want, says) in [
+            (
+                Reply::Closed,
+                ok(),
+                Header::Required,
+                "probed 10.96.0.80:80 (HTTP HEAD): without a PROXY header closed without \
+                 answering, behind a PROXY v1 header answered \"HTTP/1.1 200 OK\"",
+            ),
+            (
+                ok(),
+                ok(),
+                Header::Optional,
+                "without a PROXY header answered",
+            ),
+            (
+                ok(),
+                bad(),
+                Header::Refused,
+                "behind a PROXY v1 header answered \"HTTP/1.1 400 Bad Request\"",
+            ),
+            (
+                refused(),
+                refused(),
+                Header::Unknown,
+                "without a PROXY header refused (connection refused), behind a PROXY v1 header \
+                 refused (connection refused): answered neither way, so nothing is concluded",
+            ),
+            (
+                Reply::NoAnswer,
+                Reply::Closed,
+                Header::Unknown,
+                "no answer in time",
+            ),
+        ] {
+            let v = verdict("10.96.0.80:80", Hello::Http, &without, &with);
+            assert_eq!(v.header, want, "{}", v.how);
+            assert!(v.how.contains(says), "{says:?} in {:?}", v.how);
+        }
+        let v = verdict("10.96.0.80:443", Hello::Tls, &bytes(ALERT), &bytes(HELLO));
+        assert_eq!(v.header, Header::Required, "{}", v.how);
+        assert!(v.how.contains("a TLS alert"), "{}", v.how);
+    }
+}
