@@ -64,14 +64,19 @@ pub struct Outcome {
     pub failure: Option<String>,
 }
 
-fn list(ips: &[IpAddr]) -> String {
+/// `ips` comma-separated for a report line, or `empty` when there are none.
+pub fn address_list(ips: &[IpAddr], empty: &str) -> String {
     if ips.is_empty() {
-        return "no address".into();
+        return empty.into();
     }
     ips.iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+fn list(ips: &[IpAddr]) -> String {
+    address_list(ips, "no address")
 }
 
 /// What `expected` says, for the report.

@@ -551,13 +551,7 @@ async fn finish(
 }
 
 fn list(ips: &[IpAddr]) -> String {
-    if ips.is_empty() {
-        return "none".into();
-    }
-    ips.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::probe::address_list(ips, "none")
 }
 
 impl Found {
