@@ -224,17 +224,23 @@ fn lease_rules(n: &Needs) -> Vec<Rule> {
 
 /// What leader election on Lease `namespace/name` needs (the controller's and the edge's).
 pub fn lease(namespace: &str, name: &str) -> Vec<Rule> {
+    leases(namespace, &[name], "leader election")
+}
+
+/// What leader election on the Leases `names` of `namespace` needs (`[]`: any name, for Leases
+/// named only at run time), `why` they are needed.
+pub fn leases(namespace: &str, names: &[&str], why: &'static str) -> Vec<Rule> {
     let ns = Scope::Namespace(namespace.to_string());
     vec![
         rule(
             ns.clone(),
             "coordination.k8s.io",
             "leases",
-            &[name],
+            names,
             // kube-lease-manager reads the Lease and patches it (server-side apply to lock,
             // strategic merge to renew and release).
             &["get", "patch"],
-            "leader election",
+            why,
         ),
         // RBAC cannot restrict create by name.
         rule(

@@ -91,26 +91,12 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
                 rules.extend(super::lease(namespace, name));
             }
             if let Some(namespace) = l2_leases {
-                let ns = Scope::Namespace(namespace.clone());
-                rules.extend([
-                    // Named after the addresses allocated: not known when the role is written.
-                    rule(
-                        ns.clone(),
-                        "coordination.k8s.io",
-                        "leases",
-                        &[],
-                        &["get", "patch"],
-                        "elect the holder of each address of a layer-2 pool",
-                    ),
-                    rule(
-                        ns,
-                        "coordination.k8s.io",
-                        "leases",
-                        &[],
-                        &["create"],
-                        "leader election (first start)",
-                    ),
-                ]);
+                // Named after the addresses allocated: not known when the role is written.
+                rules.extend(super::leases(
+                    namespace,
+                    &[],
+                    "elect the holder of each address of a layer-2 pool",
+                ));
             }
             rules.sort();
             rules.dedup();
