@@ -178,15 +178,20 @@ async fn hold(s: Settings, ip: IpAddr, l2: L2, stop: CancellationToken) {
             s.identity.clone(),
             lease_stop.clone(),
         );
-        let ended = serve(&s, ip, named, &lease, leadership.rx.clone(), &stop, retry).await;
+        let ended = serve(&s, ip, named, &lease, leadership.rx.clone(), &stop).await;
+        if let Ended::AddFailed { held_before, error } = &ended {
+            if *held_before {
+                retry = RETRY_AFTER_FAILURE;
+            }
+            // Once per attempt: the wait doubles with each failure in a row.
+            tracing::error!(%ip, %lease, %error, retry_in_s = retry.as_secs(),
+                "cannot hold the address; giving up its Lease so another edge can, retrying");
+        }
         // Off the interface before the Lease goes, so the next holder has the address alone.
         lease_stop.cancel();
         leadership.finish(Duration::from_secs(5)).await;
-        let Ended::AddFailed { held_before } = ended else {
+        if matches!(ended, Ended::Stopped) {
             return;
-        };
-        if held_before {
-            retry = RETRY_AFTER_FAILURE;
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -202,12 +207,11 @@ enum Ended {
     Stopped,
     /// The address could not be added: the Lease is to be given up, so another edge can hold
     /// it, and campaigned for again after a wait (shorter when it was held in this term).
-    AddFailed { held_before: bool },
+    AddFailed { held_before: bool, error: String },
 }
 
 /// Follows the Lease of `ip`: adds and announces it on gaining it, removes it on losing it,
-/// and before returning. `retry`: the wait before the next attempt after a failure, for its
-/// log line.
+/// and before returning.
 async fn serve(
     s: &Settings,
     ip: IpAddr,
@@ -215,7 +219,6 @@ async fn serve(
     lease: &str,
     mut leader: watch::Receiver<bool>,
     stop: &CancellationToken,
-    retry: Duration,
 ) -> Ended {
     let mut holding = false;
     let mut held_before = false;
@@ -231,16 +234,8 @@ async fn serve(
                     held_before = true;
                     left = ANNOUNCEMENTS.saturating_sub(1);
                 }
-                Err(e) => {
-                    let retry = if held_before {
-                        RETRY_AFTER_FAILURE
-                    } else {
-                        retry
-                    };
-                    // Once per attempt: the wait doubles with each failure in a row.
-                    tracing::error!(%ip, %lease, error = %e, retry_in_s = retry.as_secs(),
-                        "cannot hold the address; giving up its Lease so another edge can, retrying");
-                    ended = Ended::AddFailed { held_before };
+                Err(error) => {
+                    ended = Ended::AddFailed { held_before, error };
                     break;
                 }
             }
