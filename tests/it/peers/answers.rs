@@ -1,0 +1,287 @@
+//! `answer=` against the real API server, with the chart's RBAC for the values used: the
+//! default target names ingress-nginx's ConfigMap (`use-proxy-protocol: "true"`: relayed), a
+//! named target Envoy Gateway's ClientTrafficPolicy (`proxyProtocol: {optional: true}`, on the
+//! real CRD: answered with its Service's ClusterIPs) and a third is `answer=skip` (left out).
+//! The ConfigMap flipped to `"false"` moves the default target's names to ingress-nginx's
+//! Service in one write of the real CoreDNS ConfigMap; deleted, they go back through the proxy
+//! (nothing says, so relay), in one write again.
+//!
+//! The controller reads each object with the ServiceAccount the chart binds to the chart's
+//! per-object Roles, so a grant the chart lacked would be refused by the server: the Envoy
+//! target would stay relayed, a flip would never be seen, and the log would hold the refusal.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, DeleteParams};
+use serde_json::{json, Value};
+
+use super::binary;
+use super::cluster::{self, Cluster};
+use super::controller_modes::{
+    answered_with, answers, assert_no_refusal, run_controller, runtime, writes_during, Install,
+    BEGIN,
+};
+use super::coredns::corefile_fixture;
+use crate::support::temp_dir;
+
+const RELEASE: &str = "ans";
+const COREFILE: &str = "coredns-ans";
+/// Where ingress-nginx and Envoy Gateway run, each with its Service and configuration object.
+const NGINX_NS: &str = "ans-nginx";
+const NGINX: &str = "ingress-nginx-controller";
+const ENVOY_NS: &str = "ans-eg";
+const ENVOY: &str = "envoy-ans-eg";
+const POLICY: &str = "proxy-protocol";
+
+const SHOP: &str = "shop.ans.example.com";
+const DOCS: &str = "docs.ans.example.com";
+const WIKI: &str = "wiki.ans.example.com";
+
+/// ingress-nginx's ConfigMap as its users write it (the Helm chart's `controller.config`).
+fn nginx_configmap(use_proxy_protocol: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": NGINX, "namespace": NGINX_NS},
+        "data": {"use-proxy-protocol": use_proxy_protocol, "use-forwarded-headers": "true"},
+    })
+}
+
+/// Envoy Gateway's ClientTrafficPolicy as its proxy-protocol task writes it.
+fn client_traffic_policy() -> Value {
+    json!({
+        "apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "ClientTrafficPolicy",
+        "metadata": {"name": POLICY, "namespace": ENVOY_NS},
+        "spec": {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "eg"}],
+            "proxyProtocol": {"optional": true},
+        },
+    })
+}
+
+/// An ingress controller's Service, dual-stack, so a direct answer has both families.
+fn controller_service(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "ipFamilyPolicy": "RequireDualStack",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}],
+        },
+    })
+}
+
+/// An Ingress of class `class` for `host`, with TLS (whose hosts are what is hairpinned).
+fn classed_ingress(apps: &str, name: &str, class: &str, host: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": apps},
+        "spec": {
+            "ingressClassName": class,
+            "tls": [{"hosts": [host], "secretName": format!("{name}-tls")}],
+            "rules": [{"host": host, "http": {"paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "web", "port": {"number": 80}}}
+            }]}}],
+        },
+    })
+}
+
+async fn cluster_ips(cluster: &Cluster, namespace: &str, name: &str) -> Vec<String> {
+    let spec = Api::<Service>::namespaced(cluster.admin().await, namespace)
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    spec.cluster_ips.unwrap()
+}
+
+/// Whether every address of `ips` answers `host` in `corefile`.
+fn answered_by_all(corefile: &str, ips: &[String], host: &str) -> bool {
+    ips.iter().all(|ip| answered_with(corefile, ip, host))
+}
+
+/// The addresses the block is checked against.
+struct Addresses {
+    proxy: Vec<String>,
+    envoy_proxy: Vec<String>,
+    internal_proxy: Vec<String>,
+    nginx: Vec<String>,
+    envoy: Vec<String>,
+}
+
+impl Addresses {
+    /// The Envoy target answered with its Service's addresses and never its proxy's; the skip
+    /// target's name absent and its proxy's addresses nowhere.
+    fn assert_envoy_direct_and_wiki_left_out(&self, corefile: &str) {
+        assert!(answered_by_all(corefile, &self.envoy, DOCS), "{corefile}");
+        for ip in self.envoy_proxy.iter().chain(&self.internal_proxy) {
+            assert!(!corefile.contains(ip.as_str()), "{ip} in {corefile}");
+        }
+        assert!(!answers(corefile, WIKI), "{corefile}");
+    }
+
+    fn shop_relayed(&self, corefile: &str) -> bool {
+        answered_by_all(corefile, &self.proxy, SHOP)
+            && !self.nginx.iter().any(|ip| corefile.contains(ip.as_str()))
+    }
+
+    fn shop_direct(&self, corefile: &str) -> bool {
+        answered_by_all(corefile, &self.nginx, SHOP)
+            && !self.proxy.iter().any(|ip| corefile.contains(ip.as_str()))
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario whose steps depend on each other"
+)]
+#[test]
+fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_write() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let Some(crds) = binary("crds/envoy-gateway") else {
+        return;
+    };
+    let (dns, apps) = (format!("{RELEASE}-dns"), format!("{RELEASE}-apps"));
+    let install = Install::with_own_coredns(
+        RELEASE,
+        COREFILE,
+        &[
+            format!("proxy.target.serviceName={NGINX}"),
+            format!("proxy.target.serviceNamespace={NGINX_NS}"),
+            "proxy.ingressControllerKind=ingress-nginx".into(),
+            format!("proxy.ingressControllerConfig={NGINX_NS}/{NGINX}"),
+            "proxies[0].name=envoy".into(),
+            "proxies[0].ingressClasses={eg}".into(),
+            format!("proxies[0].target.serviceName={ENVOY}"),
+            format!("proxies[0].target.serviceNamespace={ENVOY_NS}"),
+            "proxies[0].ingressControllerKind=envoy-gateway".into(),
+            format!("proxies[0].ingressControllerConfig={ENVOY_NS}/{POLICY}"),
+            "proxies[1].name=internal".into(),
+            "proxies[1].ingressClasses={internal}".into(),
+            format!("proxies[1].target.host=internal.{RELEASE}-apps"),
+            "proxies[1].answer=skip".into(),
+        ],
+    );
+    let args = install.controller_args();
+    assert!(
+        args.contains(&format!("--ingress-controller-config={NGINX_NS}/{NGINX}")),
+        "{args:?}"
+    );
+    let fullname = install.fullname();
+    let dir = temp_dir("answers");
+    let rt = runtime();
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let client = rt.block_on(cluster.admin());
+    let target = (dns.as_str(), COREFILE, "Corefile");
+
+    let addresses = rt.block_on(async {
+        for ns in [&dns, &apps, &NGINX_NS.to_string(), &ENVOY_NS.to_string()] {
+            cluster.ensure_namespace(ns).await;
+        }
+        cluster.install_crds(&crds).await;
+        let docs = [
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": COREFILE, "namespace": dns},
+                "data": {"Corefile": kubeadm},
+            }),
+            nginx_configmap("true"),
+            controller_service(NGINX_NS, NGINX),
+            client_traffic_policy(),
+            controller_service(ENVOY_NS, ENVOY),
+            classed_ingress(&apps, "shop", "nginx", SHOP),
+            classed_ingress(&apps, "docs", "eg", DOCS),
+            classed_ingress(&apps, "wiki", "internal", WIKI),
+        ];
+        for doc in docs {
+            cluster.apply_yaml(&doc.to_string()).await;
+        }
+        // The chart's objects, its per-object Roles among them.
+        install.apply(cluster).await;
+        Addresses {
+            proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy")).await,
+            envoy_proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy-envoy")).await,
+            internal_proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy-internal"))
+                .await,
+            nginx: cluster_ips(cluster, NGINX_NS, NGINX).await,
+            envoy: cluster_ips(cluster, ENVOY_NS, ENVOY).await,
+        }
+    });
+    assert_eq!(
+        addresses.nginx.len(),
+        2,
+        "dual-stack: {:?}",
+        addresses.nginx
+    );
+
+    // Both objects are read before the first write, which is the only one.
+    let mut controller = None;
+    let first = rt.block_on(writes_during(
+        &client,
+        target,
+        async {
+            controller = Some(
+                run_controller(cluster, &install, &args, dir.path(), "a")
+                    .await
+                    .0,
+            );
+        },
+        |text| text.contains(BEGIN) && answers(text, SHOP) && answers(text, DOCS),
+    ));
+    let mut controller = controller.unwrap();
+    assert_eq!(
+        first.len(),
+        1,
+        "one first write: {first:#?}\n{}",
+        controller.tail()
+    );
+    assert!(addresses.shop_relayed(&first[0]), "{}", first[0]);
+    addresses.assert_envoy_direct_and_wiki_left_out(&first[0]);
+
+    // use-proxy-protocol "false": ingress-nginx refuses the header, so direct, in one write.
+    let flipped = rt.block_on(writes_during(
+        &client,
+        target,
+        cluster.apply_yaml(&nginx_configmap("false").to_string()),
+        |text| addresses.shop_direct(text),
+    ));
+    assert_eq!(flipped.len(), 1, "one write moves the names: {flipped:#?}");
+    assert!(addresses.shop_direct(&flipped[0]), "{}", flipped[0]);
+    addresses.assert_envoy_direct_and_wiki_left_out(&flipped[0]);
+
+    // Deleted: nothing says whether the header is needed, so back through the proxy.
+    let deleted = rt.block_on(writes_during(
+        &client,
+        target,
+        async {
+            Api::<ConfigMap>::namespaced(client.clone(), NGINX_NS)
+                .delete(NGINX, &DeleteParams::default())
+                .await
+                .unwrap();
+        },
+        |text| addresses.shop_relayed(text),
+    ));
+    assert_eq!(
+        deleted.len(),
+        1,
+        "one write moves the names back: {deleted:#?}"
+    );
+    assert!(addresses.shop_relayed(&deleted[0]), "{}", deleted[0]);
+    addresses.assert_envoy_direct_and_wiki_left_out(&deleted[0]);
+
+    // Each pick logged with what was read.
+    let log = controller.log_text();
+    for says in [
+        "use-proxy-protocol: \\\"true\\\"",
+        "use-proxy-protocol: \\\"false\\\"",
+        &format!("ConfigMap {NGINX_NS}/{NGINX} not found"),
+        "spec.proxyProtocol.optional: true",
+    ] {
+        assert!(log.contains(says), "{says} not in\n{log}");
+    }
+    assert!(controller.running(), "{}", controller.tail());
+    assert_no_refusal(&controller);
+}
