@@ -10,17 +10,20 @@
 //! per-object Roles, so a grant the chart lacked would be refused by the server: the Envoy
 //! target would stay relayed, a flip would never be seen, and the log would hold the refusal.
 
+use std::path::Path;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams};
+use kube::Client;
 use serde_json::{json, Value};
 
-use super::binary;
 use super::cluster::{self, Cluster};
 use super::controller_modes::{
     answered_with, answers, assert_no_refusal, run_controller, runtime, writes_during, Install,
     BEGIN,
 };
 use super::coredns::corefile_fixture;
+use super::{binary, Process};
 use crate::support::temp_dir;
 
 const RELEASE: &str = "ans";
@@ -132,10 +135,120 @@ impl Addresses {
     }
 }
 
-#[allow(
-    clippy::too_many_lines,
-    reason = "one scenario whose steps depend on each other"
-)]
+/// The three targets installed with the chart's values and RBAC, and the controller started.
+struct Run {
+    addresses: Addresses,
+    controller: Process,
+    /// Every write of the CoreDNS ConfigMap until the names were first written (and 5 s more).
+    first: Vec<String>,
+    client: Client,
+    /// The controller's kubeconfig and log, removed when the run is dropped.
+    _dir: tempfile::TempDir,
+}
+
+/// The ConfigMap the controller writes, and its key.
+const WRITTEN: (&str, &str, &str) = ("ans-dns", COREFILE, "Corefile");
+
+impl Run {
+    /// With `crds` (Envoy Gateway's), the CRD and the ClientTrafficPolicy are there before the
+    /// controller starts; without, neither is.
+    fn start(cluster: &Cluster, rt: &tokio::runtime::Runtime, crds: Option<&Path>) -> Run {
+        let (dns, apps) = (format!("{RELEASE}-dns"), format!("{RELEASE}-apps"));
+        assert_eq!(dns, WRITTEN.0);
+        let install = Install::with_own_coredns(
+            RELEASE,
+            COREFILE,
+            &[
+                format!("proxy.target.serviceName={NGINX}"),
+                format!("proxy.target.serviceNamespace={NGINX_NS}"),
+                "proxy.ingressControllerKind=ingress-nginx".into(),
+                format!("proxy.ingressControllerConfig={NGINX_NS}/{NGINX}"),
+                "proxies[0].name=envoy".into(),
+                "proxies[0].ingressClasses={eg}".into(),
+                format!("proxies[0].target.serviceName={ENVOY}"),
+                format!("proxies[0].target.serviceNamespace={ENVOY_NS}"),
+                "proxies[0].ingressControllerKind=envoy-gateway".into(),
+                format!("proxies[0].ingressControllerConfig={ENVOY_NS}/{POLICY}"),
+                "proxies[1].name=internal".into(),
+                "proxies[1].ingressClasses={internal}".into(),
+                format!("proxies[1].target.host=internal.{RELEASE}-apps"),
+                "proxies[1].answer=skip".into(),
+            ],
+        );
+        let args = install.controller_args();
+        assert!(
+            args.contains(&format!("--ingress-controller-config={NGINX_NS}/{NGINX}")),
+            "{args:?}"
+        );
+        let fullname = install.fullname();
+        let dir = temp_dir("answers");
+        let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+        let client = rt.block_on(cluster.admin());
+
+        let addresses = rt.block_on(async {
+            for ns in [&dns, &apps, &NGINX_NS.to_string(), &ENVOY_NS.to_string()] {
+                cluster.ensure_namespace(ns).await;
+            }
+            if let Some(crds) = crds {
+                cluster.install_crds(crds).await;
+                cluster
+                    .apply_yaml(&client_traffic_policy().to_string())
+                    .await;
+            }
+            let docs = [
+                json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": COREFILE, "namespace": dns},
+                    "data": {"Corefile": kubeadm},
+                }),
+                nginx_configmap("true"),
+                controller_service(NGINX_NS, NGINX),
+                controller_service(ENVOY_NS, ENVOY),
+                classed_ingress(&apps, "shop", "nginx", SHOP),
+                classed_ingress(&apps, "docs", "eg", DOCS),
+                classed_ingress(&apps, "wiki", "internal", WIKI),
+            ];
+            for doc in docs {
+                cluster.apply_yaml(&doc.to_string()).await;
+            }
+            // The chart's objects, its per-object Roles among them.
+            install.apply(cluster).await;
+            let proxy = |suffix: &str| format!("{fullname}-proxy{suffix}");
+            Addresses {
+                proxy: cluster_ips(cluster, RELEASE, &proxy("")).await,
+                envoy_proxy: cluster_ips(cluster, RELEASE, &proxy("-envoy")).await,
+                internal_proxy: cluster_ips(cluster, RELEASE, &proxy("-internal")).await,
+                nginx: cluster_ips(cluster, NGINX_NS, NGINX).await,
+                envoy: cluster_ips(cluster, ENVOY_NS, ENVOY).await,
+            }
+        });
+        assert_eq!(
+            addresses.nginx.len(),
+            2,
+            "dual-stack: {:?}",
+            addresses.nginx
+        );
+
+        let mut controller = None;
+        let first = rt.block_on(writes_during(
+            &client,
+            WRITTEN,
+            async {
+                let started = run_controller(cluster, &install, &args, dir.path(), "a").await;
+                controller = Some(started.0);
+            },
+            |text| text.contains(BEGIN) && answers(text, SHOP) && answers(text, DOCS),
+        ));
+        Run {
+            addresses,
+            controller: controller.unwrap(),
+            first,
+            client,
+            _dir: dir,
+        }
+    }
+}
+
 #[test]
 fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_write() {
     let Some(cluster) = cluster::shared() else {
@@ -144,107 +257,26 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
     let Some(crds) = binary("crds/envoy-gateway") else {
         return;
     };
-    let (dns, apps) = (format!("{RELEASE}-dns"), format!("{RELEASE}-apps"));
-    let install = Install::with_own_coredns(
-        RELEASE,
-        COREFILE,
-        &[
-            format!("proxy.target.serviceName={NGINX}"),
-            format!("proxy.target.serviceNamespace={NGINX_NS}"),
-            "proxy.ingressControllerKind=ingress-nginx".into(),
-            format!("proxy.ingressControllerConfig={NGINX_NS}/{NGINX}"),
-            "proxies[0].name=envoy".into(),
-            "proxies[0].ingressClasses={eg}".into(),
-            format!("proxies[0].target.serviceName={ENVOY}"),
-            format!("proxies[0].target.serviceNamespace={ENVOY_NS}"),
-            "proxies[0].ingressControllerKind=envoy-gateway".into(),
-            format!("proxies[0].ingressControllerConfig={ENVOY_NS}/{POLICY}"),
-            "proxies[1].name=internal".into(),
-            "proxies[1].ingressClasses={internal}".into(),
-            format!("proxies[1].target.host=internal.{RELEASE}-apps"),
-            "proxies[1].answer=skip".into(),
-        ],
-    );
-    let args = install.controller_args();
-    assert!(
-        args.contains(&format!("--ingress-controller-config={NGINX_NS}/{NGINX}")),
-        "{args:?}"
-    );
-    let fullname = install.fullname();
-    let dir = temp_dir("answers");
     let rt = runtime();
-    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
-    let client = rt.block_on(cluster.admin());
-    let target = (dns.as_str(), COREFILE, "Corefile");
-
-    let addresses = rt.block_on(async {
-        for ns in [&dns, &apps, &NGINX_NS.to_string(), &ENVOY_NS.to_string()] {
-            cluster.ensure_namespace(ns).await;
-        }
-        cluster.install_crds(&crds).await;
-        let docs = [
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": COREFILE, "namespace": dns},
-                "data": {"Corefile": kubeadm},
-            }),
-            nginx_configmap("true"),
-            controller_service(NGINX_NS, NGINX),
-            client_traffic_policy(),
-            controller_service(ENVOY_NS, ENVOY),
-            classed_ingress(&apps, "shop", "nginx", SHOP),
-            classed_ingress(&apps, "docs", "eg", DOCS),
-            classed_ingress(&apps, "wiki", "internal", WIKI),
-        ];
-        for doc in docs {
-            cluster.apply_yaml(&doc.to_string()).await;
-        }
-        // The chart's objects, its per-object Roles among them.
-        install.apply(cluster).await;
-        Addresses {
-            proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy")).await,
-            envoy_proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy-envoy")).await,
-            internal_proxy: cluster_ips(cluster, RELEASE, &format!("{fullname}-proxy-internal"))
-                .await,
-            nginx: cluster_ips(cluster, NGINX_NS, NGINX).await,
-            envoy: cluster_ips(cluster, ENVOY_NS, ENVOY).await,
-        }
-    });
-    assert_eq!(
-        addresses.nginx.len(),
-        2,
-        "dual-stack: {:?}",
-        addresses.nginx
-    );
+    let Run {
+        addresses,
+        mut controller,
+        first,
+        client,
+        _dir,
+    } = Run::start(cluster, &rt, Some(&crds));
 
     // Both objects are read before the first write, which is the only one.
-    let mut controller = None;
-    let first = rt.block_on(writes_during(
-        &client,
-        target,
-        async {
-            controller = Some(
-                run_controller(cluster, &install, &args, dir.path(), "a")
-                    .await
-                    .0,
-            );
-        },
-        |text| text.contains(BEGIN) && answers(text, SHOP) && answers(text, DOCS),
-    ));
-    let mut controller = controller.unwrap();
     assert_eq!(
         first.len(),
         1,
         "one first write: {first:#?}\n{}",
         controller.tail()
     );
-    assert!(addresses.shop_relayed(&first[0]), "{}", first[0]);
-    addresses.assert_envoy_direct_and_wiki_left_out(&first[0]);
-
     // use-proxy-protocol "false": ingress-nginx refuses the header, so direct, in one write.
     let flipped = rt.block_on(writes_during(
         &client,
-        target,
+        WRITTEN,
         cluster.apply_yaml(&nginx_configmap("false").to_string()),
         |text| addresses.shop_direct(text),
     ));
@@ -255,7 +287,7 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
     // Deleted: nothing says whether the header is needed, so back through the proxy.
     let deleted = rt.block_on(writes_during(
         &client,
-        target,
+        WRITTEN,
         async {
             Api::<ConfigMap>::namespaced(client.clone(), NGINX_NS)
                 .delete(NGINX, &DeleteParams::default())
@@ -284,4 +316,73 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
     }
     assert!(controller.running(), "{}", controller.tail());
     assert_no_refusal(&controller);
+}
+
+/// Envoy Gateway installed after the controller started: while its CRD is missing nothing says
+/// whether the header is needed (relayed, and the watch retries); the CRD and the policy
+/// installed, the Envoy target goes direct in one write. A control plane of its own: the shared
+/// one has the CRD from the test above.
+#[test]
+fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_write() {
+    let Some(crds) = binary("crds/envoy-gateway") else {
+        return;
+    };
+    let Some(cluster) = cluster::private("answers-late-crd") else {
+        return;
+    };
+    let rt = runtime();
+    let Run {
+        addresses,
+        mut controller,
+        first,
+        client,
+        _dir,
+    } = Run::start(&cluster, &rt, None);
+    assert_eq!(
+        first.len(),
+        1,
+        "one first write: {first:#?}\n{}",
+        controller.tail()
+    );
+    let envoy_relayed = |text: &str| answered_by_all(text, &addresses.envoy_proxy, DOCS);
+    assert!(envoy_relayed(&first[0]), "{}", first[0]);
+    assert!(addresses.shop_relayed(&first[0]), "{}", first[0]);
+
+    let installed = rt.block_on(writes_during(
+        &client,
+        WRITTEN,
+        async {
+            cluster.install_crds(&crds).await;
+            cluster
+                .apply_yaml(&client_traffic_policy().to_string())
+                .await;
+        },
+        |text| answered_by_all(text, &addresses.envoy, DOCS),
+    ));
+    assert_eq!(
+        installed.len(),
+        1,
+        "one write moves the Envoy names: {installed:#?}\n{}",
+        controller.tail()
+    );
+    addresses.assert_envoy_direct_and_wiki_left_out(&installed[0]);
+    assert!(addresses.shop_relayed(&installed[0]), "{}", installed[0]);
+    assert!(controller.running(), "{}", controller.tail());
+    assert_no_refusal(&controller);
+    // The real server answers a resource it does not serve with a plain 404 (no Status): said
+    // as what it is, with what to do, not as a missing object.
+    let not_served = "the API server does not serve clienttrafficpolicies.gateway.envoyproxy.io \
+                      v1alpha1 (404): install envoy-gateway's CRDs";
+    let log = controller.log_text();
+    for message in [
+        "reading the ingress controller's configuration failed",
+        "watching the ingress controller's configuration failed",
+        "answer picked: whether the ingress controller takes the header is unknown",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(message) && l.contains(not_served)),
+            "{message}: {not_served} not in\n{log}"
+        );
+    }
 }
