@@ -142,6 +142,8 @@ struct Run {
     /// Every write of the CoreDNS ConfigMap until the names were first written (and 5 s more).
     first: Vec<String>,
     client: Client,
+    /// The controller's arguments that `doctor` takes too.
+    doctor_args: Vec<String>,
     /// The controller's kubeconfig and log, removed when the run is dropped.
     _dir: tempfile::TempDir,
 }
@@ -239,11 +241,25 @@ impl Run {
             },
             |text| text.contains(BEGIN) && answers(text, SHOP) && answers(text, DOCS),
         ));
+        let doctor_args = args
+            .into_iter()
+            .filter(|a| {
+                let flags = [
+                    "--mode",
+                    "--proxy-service",
+                    "--coredns-",
+                    "--node-local-dns",
+                ];
+                let more = ["--ingress-controller", "--target", "--include-namespace"];
+                flags.iter().chain(&more).any(|f| a.starts_with(f))
+            })
+            .collect();
         Run {
             addresses,
             controller: controller.unwrap(),
             first,
             client,
+            doctor_args,
             _dir: dir,
         }
     }
@@ -264,6 +280,7 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
         first,
         client,
         _dir,
+        ..
     } = Run::start(cluster, &rt, Some(&crds));
 
     // Both objects are read before the first write, which is the only one.
@@ -336,6 +353,7 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
         mut controller,
         first,
         client,
+        doctor_args,
         _dir,
     } = Run::start(&cluster, &rt, None);
     assert_eq!(
@@ -347,6 +365,31 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
     let envoy_relayed = |text: &str| answered_by_all(text, &addresses.envoy_proxy, DOCS);
     assert!(envoy_relayed(&first[0]), "{}", first[0]);
     assert!(addresses.shop_relayed(&first[0]), "{}", first[0]);
+    // doctor, as the admin, says the same of the Envoy target.
+    let out = crate::common::run(
+        crate::common::command("doctor")
+            .args(&doctor_args)
+            .args(["--leader-elect=false", "--output", "json", "--kubeconfig"])
+            .arg(cluster.admin_kubeconfig()),
+        None,
+    );
+    let report: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", out.stdout, out.stderr));
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "answer" && c["target"] == "envoy")
+        .unwrap_or_else(|| panic!("no answer check of envoy: {report:#}"))
+        .clone();
+    assert_eq!(check["status"], "WARN", "{check:#}");
+    assert!(
+        check["action"].as_str().unwrap().starts_with(
+            "the API server does not serve clienttrafficpolicies.gateway.envoyproxy.io (is its \
+             CRD installed?)"
+        ),
+        "{check:#}"
+    );
 
     let installed = rt.block_on(writes_during(
         &client,
