@@ -135,6 +135,30 @@ impl Addresses {
     }
 }
 
+/// The chart with the three targets: its flags and its per-object Roles.
+fn install() -> Install {
+    Install::with_own_coredns(
+        RELEASE,
+        COREFILE,
+        &[
+            format!("proxy.target.serviceName={NGINX}"),
+            format!("proxy.target.serviceNamespace={NGINX_NS}"),
+            "proxy.ingressControllerKind=ingress-nginx".into(),
+            format!("proxy.ingressControllerConfig={NGINX_NS}/{NGINX}"),
+            "proxies[0].name=envoy".into(),
+            "proxies[0].ingressClasses={eg}".into(),
+            format!("proxies[0].target.serviceName={ENVOY}"),
+            format!("proxies[0].target.serviceNamespace={ENVOY_NS}"),
+            "proxies[0].ingressControllerKind=envoy-gateway".into(),
+            format!("proxies[0].ingressControllerConfig={ENVOY_NS}/{POLICY}"),
+            "proxies[1].name=internal".into(),
+            "proxies[1].ingressClasses={internal}".into(),
+            format!("proxies[1].target.host=internal.{RELEASE}-apps"),
+            "proxies[1].answer=skip".into(),
+        ],
+    )
+}
+
 /// The three targets installed with the chart's values and RBAC, and the controller started.
 struct Run {
     addresses: Addresses,
@@ -157,26 +181,7 @@ impl Run {
     fn start(cluster: &Cluster, rt: &tokio::runtime::Runtime, crds: Option<&Path>) -> Run {
         let (dns, apps) = (format!("{RELEASE}-dns"), format!("{RELEASE}-apps"));
         assert_eq!(dns, WRITTEN.0);
-        let install = Install::with_own_coredns(
-            RELEASE,
-            COREFILE,
-            &[
-                format!("proxy.target.serviceName={NGINX}"),
-                format!("proxy.target.serviceNamespace={NGINX_NS}"),
-                "proxy.ingressControllerKind=ingress-nginx".into(),
-                format!("proxy.ingressControllerConfig={NGINX_NS}/{NGINX}"),
-                "proxies[0].name=envoy".into(),
-                "proxies[0].ingressClasses={eg}".into(),
-                format!("proxies[0].target.serviceName={ENVOY}"),
-                format!("proxies[0].target.serviceNamespace={ENVOY_NS}"),
-                "proxies[0].ingressControllerKind=envoy-gateway".into(),
-                format!("proxies[0].ingressControllerConfig={ENVOY_NS}/{POLICY}"),
-                "proxies[1].name=internal".into(),
-                "proxies[1].ingressClasses={internal}".into(),
-                format!("proxies[1].target.host=internal.{RELEASE}-apps"),
-                "proxies[1].answer=skip".into(),
-            ],
-        );
+        let install = install();
         let args = install.controller_args();
         assert!(
             args.contains(&format!("--ingress-controller-config={NGINX_NS}/{NGINX}")),
