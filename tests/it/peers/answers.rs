@@ -163,8 +163,8 @@ fn install() -> Install {
 struct Run {
     addresses: Addresses,
     controller: Process,
-    /// Every write of the CoreDNS ConfigMap until the names were first written (and 5 s more).
-    first: Vec<String>,
+    /// The controller's first write of the CoreDNS ConfigMap: the only one until 5 s after it.
+    first: String,
     client: Client,
     /// The controller's arguments that `doctor` takes too.
     doctor_args: Vec<String>,
@@ -237,7 +237,7 @@ impl Run {
         );
 
         let mut controller = None;
-        let first = rt.block_on(writes_during(
+        let mut first = rt.block_on(writes_during(
             &client,
             WRITTEN,
             async {
@@ -259,10 +259,17 @@ impl Run {
                 flags.iter().chain(&more).any(|f| a.starts_with(f))
             })
             .collect();
+        let controller = controller.unwrap();
+        assert_eq!(
+            first.len(),
+            1,
+            "one first write: {first:#?}\n{}",
+            controller.tail()
+        );
         Run {
             addresses,
-            controller: controller.unwrap(),
-            first,
+            controller,
+            first: first.remove(0),
             client,
             doctor_args,
             _dir: dir,
@@ -279,55 +286,47 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
         return;
     };
     let rt = runtime();
-    let Run {
-        addresses,
-        mut controller,
-        first,
-        client,
-        _dir,
-        ..
-    } = Run::start(cluster, &rt, Some(&crds));
-
+    let mut run = Run::start(cluster, &rt, Some(&crds));
     // Both objects are read before the first write, which is the only one.
-    assert_eq!(
-        first.len(),
-        1,
-        "one first write: {first:#?}\n{}",
-        controller.tail()
-    );
+    assert!(run.addresses.shop_relayed(&run.first), "{}", run.first);
+    run.addresses
+        .assert_envoy_direct_and_wiki_left_out(&run.first);
+
     // use-proxy-protocol "false": ingress-nginx refuses the header, so direct, in one write.
     let flipped = rt.block_on(writes_during(
-        &client,
+        &run.client,
         WRITTEN,
         cluster.apply_yaml(&nginx_configmap("false").to_string()),
-        |text| addresses.shop_direct(text),
+        |text| run.addresses.shop_direct(text),
     ));
     assert_eq!(flipped.len(), 1, "one write moves the names: {flipped:#?}");
-    assert!(addresses.shop_direct(&flipped[0]), "{}", flipped[0]);
-    addresses.assert_envoy_direct_and_wiki_left_out(&flipped[0]);
+    assert!(run.addresses.shop_direct(&flipped[0]), "{}", flipped[0]);
+    run.addresses
+        .assert_envoy_direct_and_wiki_left_out(&flipped[0]);
 
     // Deleted: nothing says whether the header is needed, so back through the proxy.
     let deleted = rt.block_on(writes_during(
-        &client,
+        &run.client,
         WRITTEN,
         async {
-            Api::<ConfigMap>::namespaced(client.clone(), NGINX_NS)
+            Api::<ConfigMap>::namespaced(run.client.clone(), NGINX_NS)
                 .delete(NGINX, &DeleteParams::default())
                 .await
                 .unwrap();
         },
-        |text| addresses.shop_relayed(text),
+        |text| run.addresses.shop_relayed(text),
     ));
     assert_eq!(
         deleted.len(),
         1,
         "one write moves the names back: {deleted:#?}"
     );
-    assert!(addresses.shop_relayed(&deleted[0]), "{}", deleted[0]);
-    addresses.assert_envoy_direct_and_wiki_left_out(&deleted[0]);
+    assert!(run.addresses.shop_relayed(&deleted[0]), "{}", deleted[0]);
+    run.addresses
+        .assert_envoy_direct_and_wiki_left_out(&deleted[0]);
 
     // Each pick logged with what was read.
-    let log = controller.log_text();
+    let log = run.controller.log_text();
     for says in [
         "use-proxy-protocol: \\\"true\\\"",
         "use-proxy-protocol: \\\"false\\\"",
@@ -336,8 +335,8 @@ fn auto_answers_from_ingress_nginx_and_envoy_gateway_objects_and_a_flip_is_one_w
     ] {
         assert!(log.contains(says), "{says} not in\n{log}");
     }
-    assert!(controller.running(), "{}", controller.tail());
-    assert_no_refusal(&controller);
+    assert!(run.controller.running(), "{}", run.controller.tail());
+    assert_no_refusal(&run.controller);
 }
 
 /// Envoy Gateway installed after the controller started: while its CRD is missing nothing says
@@ -353,27 +352,17 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
         return;
     };
     let rt = runtime();
-    let Run {
-        addresses,
-        mut controller,
-        first,
-        client,
-        doctor_args,
-        _dir,
-    } = Run::start(&cluster, &rt, None);
-    assert_eq!(
-        first.len(),
-        1,
-        "one first write: {first:#?}\n{}",
-        controller.tail()
+    let mut run = Run::start(&cluster, &rt, None);
+    assert!(
+        answered_by_all(&run.first, &run.addresses.envoy_proxy, DOCS),
+        "{}",
+        run.first
     );
-    let envoy_relayed = |text: &str| answered_by_all(text, &addresses.envoy_proxy, DOCS);
-    assert!(envoy_relayed(&first[0]), "{}", first[0]);
-    assert!(addresses.shop_relayed(&first[0]), "{}", first[0]);
+    assert!(run.addresses.shop_relayed(&run.first), "{}", run.first);
     // doctor, as the admin, says the same of the Envoy target.
     let out = crate::common::run(
         crate::common::command("doctor")
-            .args(&doctor_args)
+            .args(&run.doctor_args)
             .args(["--leader-elect=false", "--output", "json", "--kubeconfig"])
             .arg(cluster.admin_kubeconfig()),
         None,
@@ -397,7 +386,7 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
     );
 
     let installed = rt.block_on(writes_during(
-        &client,
+        &run.client,
         WRITTEN,
         async {
             cluster.install_crds(&crds).await;
@@ -405,23 +394,28 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
                 .apply_yaml(&client_traffic_policy().to_string())
                 .await;
         },
-        |text| answered_by_all(text, &addresses.envoy, DOCS),
+        |text| answered_by_all(text, &run.addresses.envoy, DOCS),
     ));
     assert_eq!(
         installed.len(),
         1,
         "one write moves the Envoy names: {installed:#?}\n{}",
-        controller.tail()
+        run.controller.tail()
     );
-    addresses.assert_envoy_direct_and_wiki_left_out(&installed[0]);
-    assert!(addresses.shop_relayed(&installed[0]), "{}", installed[0]);
-    assert!(controller.running(), "{}", controller.tail());
-    assert_no_refusal(&controller);
+    run.addresses
+        .assert_envoy_direct_and_wiki_left_out(&installed[0]);
+    assert!(
+        run.addresses.shop_relayed(&installed[0]),
+        "{}",
+        installed[0]
+    );
+    assert!(run.controller.running(), "{}", run.controller.tail());
+    assert_no_refusal(&run.controller);
     // The real server answers a resource it does not serve with a plain 404 (no Status): said
     // as what it is, with what to do, not as a missing object.
     let not_served = "the API server does not serve clienttrafficpolicies.gateway.envoyproxy.io \
                       v1alpha1 (404): install envoy-gateway's CRDs";
-    let log = controller.log_text();
+    let log = run.controller.log_text();
     for message in [
         "reading the ingress controller's configuration failed",
         "watching the ingress controller's configuration failed",
