@@ -4,8 +4,9 @@
 # and kube-proxy, from the Go module proxy, pinned by the go.mod/go.sum files beside this script
 # (own modules: etcd's and Kubernetes' go.mod files have replace directives, so `go install`
 # refuses them). It also takes the CRDs the controller reads or writes (Gateway API's standard
-# channel, external-dns's DNSEndpoint, and the Traefik, Contour and Istio CRDs whose objects it
-# reads hosts from) from their Go modules, at the versions pinned below, into
+# channel, external-dns's DNSEndpoint, the Traefik, Contour and Istio CRDs whose objects it
+# reads hosts from, and Envoy Gateway's ClientTrafficPolicy, whose proxyProtocol it reads) from
+# their Go modules, at the versions pinned below, into
 # $OUROBOROS_PEERS_DIR/crds/.
 #
 # Binaries are cached outside the clone, in $OUROBOROS_PEERS_CACHE (default ~/.cache/ouroboros-peers),
@@ -19,7 +20,7 @@
 #
 # Usage: .ci/peers/build.sh [--strict] [PEER...]
 #   (PEER: coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api
-#    crds-external-dns crds-traefik crds-contour crds-istio)
+#    crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)
 set -euo pipefail
 
 # The CRD modules: the newest release the Go module proxy serves of each.
@@ -28,6 +29,7 @@ external_dns=v0.23.0
 traefik=v3.7.13
 contour=v1.33.8
 istio_api=v1.32.0
+envoy_gateway=v1.9.1
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${OUROBOROS_PEERS_CACHE:-${HOME}/.cache/ouroboros-peers}
 bin=${OUROBOROS_PEERS_DIR:-$here/bin}
@@ -192,8 +194,14 @@ peer() {
     crds-istio)
         crds istio istio.io/api "$istio_api" kubernetes customresourcedefinitions.gen.yaml
         ;;
+    crds-envoy-gateway)
+        # The ClientTrafficPolicy CRD alone, as the gateway-helm chart installs it (a plain file
+        # of the CRD subchart, no template in it).
+        crds envoy-gateway github.com/envoyproxy/gateway "$envoy_gateway" charts/gateway-helm/charts/crds/crds/generated \
+            gateway.envoyproxy.io_clienttrafficpolicies.yaml
+        ;;
     *)
-        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio)" >&2
+        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)" >&2
         return 2
         ;;
     esac
@@ -201,7 +209,7 @@ peer() {
 
 failed=0
 peers=("$@")
-((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio)
+((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)
 for p in "${peers[@]}"; do
     peer "$p" || failed=$((failed + 1))
 done

@@ -88,21 +88,21 @@ pub async fn start(
                 continue;
             }
         };
-        let object = match api(client, &config).get_opt(&config.name).await {
-            Ok(o) => o,
+        let verdict = match api(client, &config).get_opt(&config.name).await {
+            Ok(o) => judge(&config, o.as_ref()),
             Err(e) => {
+                let hint = hint(&config, Cause::of(&e));
                 tracing::warn!(
                     proxy_target = %name,
                     config = %config.describe(),
                     error = %describe(&e),
-                    "reading the ingress controller's configuration failed: {}; relaying until \
-                     its watch reads it",
-                    Cause::of(&e).hint(&grant(&config))
+                    "reading the ingress controller's configuration failed: {hint}; relaying \
+                     until its watch reads it"
                 );
-                None
+                unread(&config, &hint)
             }
         };
-        pick(rule, &name, &judge(&config, object.as_ref()), routes);
+        pick(rule, &name, &verdict, routes);
         tasks.push(tokio::spawn(follow(
             client.clone(),
             (rule.clone(), name),
@@ -122,6 +122,34 @@ fn first_verdict(rule: &AnswerRule) -> Verdict {
             how: format!("answer={} is set; nothing read", rule.answer.as_str()),
         },
         None => Verdict::not_configured(),
+    }
+}
+
+/// The verdict of an object that could not be read (why: `hint`'s words).
+fn unread(config: &ConfigRef, hint: &str) -> Verdict {
+    Verdict {
+        header: crate::header_verdict::Header::Unknown,
+        how: format!("{} could not be read: {hint}", config.describe()),
+    }
+}
+
+/// What to do about a failed read or watch of `config`. A 404 here is never a missing object
+/// (`get_opt` reads that as `None`, and a list by name answers an empty list): the API server
+/// does not serve the resource at all, which a real one answers for a CRD that is not
+/// installed (with a plain `404 page not found`, not a Status). Only the CRD kinds get one:
+/// ConfigMaps and workloads are always served.
+fn hint(config: &ConfigRef, cause: Cause) -> String {
+    let r = config.resource;
+    match cause {
+        Cause::NotFound => format!(
+            "the API server does not serve {}.{} {} (404): install {}'s CRDs, or correct \
+             ingress-controller-kind",
+            r.plural,
+            r.group,
+            r.version,
+            config.kind.as_str()
+        ),
+        other => other.hint(&grant(config)),
     }
 }
 
@@ -167,7 +195,7 @@ async fn follow(
                         failures,
                         "watching the ingress controller's configuration failed: {}; the answer \
                          stays as picked, retrying with backoff",
-                        cause.hint(&grant(&config))
+                        hint(&config, cause)
                     );
                 }
                 continue;
@@ -207,8 +235,35 @@ pub fn may_go_direct(rule: &AnswerRule) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header_verdict::Route;
+    use crate::header_verdict::{ControllerKind, Header, Route};
     use crate::target::Target;
+
+    #[test]
+    fn a_404_says_the_resource_is_not_served_and_a_403_what_to_grant() {
+        let ctp = ConfigRef::parse(ControllerKind::EnvoyGateway, "eg/proxy-protocol").unwrap();
+        let cm = ConfigRef::parse(ControllerKind::IngressNginx, "ingress-nginx/c").unwrap();
+        let cases = [
+            (
+                &ctp,
+                Cause::NotFound,
+                "ClientTrafficPolicy eg/proxy-protocol could not be read: the API server does \
+                 not serve clienttrafficpolicies.gateway.envoyproxy.io v1alpha1 (404): install \
+                 envoy-gateway's CRDs, or correct ingress-controller-kind",
+            ),
+            (
+                &cm,
+                Cause::Forbidden,
+                "ConfigMap ingress-nginx/c could not be read: forbidden (403); grant the \
+                 controller's ServiceAccount `get`, `list` and `watch` on configmaps \
+                 (resourceNames: [c]) in ingress-nginx",
+            ),
+        ];
+        for (config, cause, want) in cases {
+            let v = unread(config, &hint(config, cause));
+            assert_eq!(v.header, Header::Unknown);
+            assert_eq!(v.how, want, "{cause:?}");
+        }
+    }
 
     #[test]
     fn skipped_takes_ipmode_only_for_auto_targets() {

@@ -68,7 +68,8 @@ pub struct Target<'a> {
 impl Target<'_> {
     fn failure(&self, e: kube::Error) -> ApiFailure {
         let (code, message) = match &e {
-            kube::Error::Api(s) => (Some(s.code), s.message.clone()),
+            // The real server's plain 404 ends with a line break.
+            kube::Error::Api(s) => (Some(s.code), s.message.trim_end().to_string()),
             other => (None, other.to_string()),
         };
         ApiFailure {
@@ -88,6 +89,19 @@ fn found<T>(t: &Target<'_>, r: Result<T, kube::Error>) -> Got<T> {
         Ok(v) => Ok(Some(v)),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(e) => Err(t.failure(e)),
+    }
+}
+
+/// As [`found`], for a GET of one object of a kind that may be a CRD's: a 404 that is not the
+/// object's own `NotFound` is a failure, not a missing object. The real API server answers a
+/// resource it does not serve (its CRD not installed) with a plain `404 page not found`, no
+/// Status, which kube reads with another reason.
+fn object_found<T>(t: &Target<'_>, r: Result<T, kube::Error>) -> Got<T> {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 404 && s.reason != "NotFound" => {
+            Err(t.failure(kube::Error::Api(s)))
+        }
+        other => found(t, other),
     }
 }
 
@@ -133,7 +147,7 @@ pub async fn get_config(client: &Client, config: &crate::header_verdict::ConfigR
         name: Some(&config.name),
     };
     let a = crate::controller::answers::api(client, config);
-    let got = found(&t, retrying(|| a.get(&config.name)).await)?;
+    let got = object_found(&t, retrying(|| a.get(&config.name)).await)?;
     Ok(got.and_then(|o| serde_json::to_value(o).ok()))
 }
 
@@ -319,4 +333,40 @@ pub async fn may(
         .await
         .map_err(|e| t.failure(e))?;
     Ok(r.status.is_some_and(|s| s.allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", reason)
+                .with_code(404)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_404_of_a_resource_not_served_is_a_failure_and_a_missing_object_is_none() {
+        let t = Target {
+            verb: "get",
+            resource: "clienttrafficpolicies.gateway.envoyproxy.io",
+            namespace: Some("eg"),
+            name: Some("proxy-protocol"),
+        };
+        assert!(matches!(
+            object_found::<()>(&t, Err(status("NotFound"))),
+            Ok(None)
+        ));
+        // What kube makes of the real server's `404 page not found`.
+        let failure = object_found::<()>(&t, Err(status("Failed to parse error data")))
+            .expect_err("not served");
+        assert_eq!(failure.code, Some(404));
+        assert_eq!(
+            failure.action(),
+            "the API server does not serve clienttrafficpolicies.gateway.envoyproxy.io (is its \
+             CRD installed?): install it, or correct the kind named"
+        );
+    }
 }

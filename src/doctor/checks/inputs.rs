@@ -57,6 +57,12 @@ impl ApiFailure {
                     .unwrap_or_default()
             ),
             Some(401) => "the credentials were rejected: refresh the kubeconfig's token".into(),
+            // Only a GET that tells a missing object from a resource not served returns this.
+            Some(404) => format!(
+                "the API server does not serve {} (is its CRD installed?): install it, or \
+                 correct the kind named",
+                self.resource
+            ),
             _ => "check that the API server is reachable (kubectl get --raw /readyz) and run \
                   doctor again"
                 .into(),

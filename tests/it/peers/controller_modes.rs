@@ -345,6 +345,69 @@ pub(super) fn answers(text: &str, host: &str) -> bool {
         .any(|p| Regex::new(p).unwrap().is_match(&query))
 }
 
+/// Whether a template of `corefile` answering with `ip` (an A template for IPv4, AAAA for
+/// IPv6) matches `host`.
+pub(super) fn answered_with(corefile: &str, ip: &str, host: &str) -> bool {
+    let rtype = if ip.contains(':') { "AAAA" } else { "A" };
+    let answer = format!("answer \"{{{{ .Name }}}} 30 IN {rtype} {ip}\"");
+    corefile
+        .split(&format!("template IN {rtype} "))
+        .skip(1)
+        .any(|pair| {
+            let lines: Vec<&str> = pair.lines().take_while(|l| l.trim() != "}").collect();
+            lines.iter().any(|l| l.trim() == answer)
+                && lines.iter().any(|l| {
+                    l.trim()
+                        .strip_prefix("match ")
+                        .is_some_and(|re| Regex::new(re).unwrap().is_match(&format!("{host}.")))
+                })
+        })
+}
+
+/// Every write of key `key` of ConfigMap `namespace/name` from just before `change` runs: its
+/// texts, in order, watched from the resourceVersion read first, so none is missed. Watched
+/// until 5 s (five times the chart's 1 s debounce) after the first write for which `done`
+/// holds, for a second write that must not come, or for 60 s when none does.
+pub(super) async fn writes_during(
+    client: &Client,
+    (namespace, name, key): (&str, &str, &str),
+    change: impl std::future::Future<Output = ()>,
+    done: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{WatchEvent, WatchParams};
+    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let rv = api
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let wp = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut events = api.watch(&wp, &rv).await.unwrap().boxed();
+    change.await;
+    let mut writes = Vec::new();
+    let mut settling = false;
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
+            Err(_) => break,
+            Ok(e) => e.unwrap(),
+        };
+        let Some(WatchEvent::Modified(cm)) = event else {
+            continue;
+        };
+        let text = cm.data.unwrap_or_default().remove(key).unwrap_or_default();
+        if !settling && done(&text) {
+            settling = true;
+            deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        }
+        writes.push(text);
+    }
+    writes
+}
+
 // ---------------------------------------------------------------------------------------------
 // external-dns mode
 

@@ -5,16 +5,15 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::IngressClass;
-use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
-use regex::Regex;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use super::cluster;
 use super::controller_modes::{
-    assert_no_refusal, configmap_text, run_controller, runtime, Install, BEGIN,
+    answered_with, assert_no_refusal, configmap_text, run_controller, runtime, writes_during,
+    Install, BEGIN,
 };
 use super::coredns::corefile_fixture;
 use super::wait_for;
@@ -22,20 +21,6 @@ use crate::support::temp_dir;
 
 const TRAEFIK: &str = "traefik.io/ingress-controller";
 const INGRESS_NGINX: &str = "k8s.io/ingress-nginx";
-
-/// Whether an A template of `corefile` answering with `ip` matches `host`.
-fn answered_with(corefile: &str, ip: &str, host: &str) -> bool {
-    let answer = format!("answer \"{{{{ .Name }}}} 30 IN A {ip}\"");
-    corefile.split("template IN A ").skip(1).any(|pair| {
-        let lines: Vec<&str> = pair.lines().take_while(|l| l.trim() != "}").collect();
-        lines.iter().any(|l| l.trim() == answer)
-            && lines.iter().any(|l| {
-                l.trim()
-                    .strip_prefix("match ")
-                    .is_some_and(|re| Regex::new(re).unwrap().is_match(&format!("{host}.")))
-            })
-    })
-}
 
 fn ingress_class(controller: &str) -> IngressClass {
     serde_json::from_value(json!({
@@ -152,45 +137,25 @@ fn the_ingress_class_controller_picks_the_target_and_a_replaced_class_moves_host
     // Replaced (spec.controller is immutable) with ingress-nginx's: watched from here, every
     // write of the ConfigMap is seen.
     let writes = rt.block_on(async {
-        let api = Api::<ConfigMap>::namespaced(cluster.admin().await, &dns);
-        let rv = api
-            .get(configmap)
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap();
-        let wp = WatchParams::default().fields(&format!("metadata.name={configmap}"));
-        let mut events = api.watch(&wp, &rv).await.unwrap().boxed();
-        classes()
-            .await
-            .delete("nginx", &DeleteParams::default())
-            .await
-            .unwrap();
-        classes()
-            .await
-            .create(&PostParams::default(), &ingress_class(INGRESS_NGINX))
-            .await
-            .unwrap();
-        let mut writes = Vec::new();
-        // Until the move, then 5 s more (five times the chart's 1 s debounce) for a second
-        // write that must not come.
-        let mut deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
-                Err(_) => break,
-                Ok(e) => e.unwrap(),
-            };
-            let Some(WatchEvent::Modified(cm)) = event else {
-                continue;
-            };
-            let text = cm.data.unwrap_or_default().remove("Corefile").unwrap();
-            if answered_with(&text, &nginx_ip, host) && writes.is_empty() {
-                deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            }
-            writes.push(text);
-        }
-        writes
+        let replace = async {
+            classes()
+                .await
+                .delete("nginx", &DeleteParams::default())
+                .await
+                .unwrap();
+            classes()
+                .await
+                .create(&PostParams::default(), &ingress_class(INGRESS_NGINX))
+                .await
+                .unwrap();
+        };
+        writes_during(
+            &cluster.admin().await,
+            (&dns, configmap, "Corefile"),
+            replace,
+            |text| answered_with(text, &nginx_ip, host),
+        )
+        .await
     });
     assert_eq!(writes.len(), 1, "one write moves the host: {writes:#?}");
     assert!(answered_with(&writes[0], &nginx_ip, host), "{}", writes[0]);

@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod answers;
 mod api_rules;
 mod client_ip;
 mod cluster;
