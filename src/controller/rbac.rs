@@ -8,6 +8,7 @@ use super::hostnames::{args::HostnameArgs, kinds::Kind, kinds::OptIns};
 use crate::dns::args::DnsArgs;
 use crate::dns::mode::{self, Grant};
 use crate::dns::Mode;
+use crate::header_verdict::HeaderSource;
 use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
@@ -69,6 +70,9 @@ pub struct Needs {
     /// The ingress controllers' configuration objects read for the header verdict
     /// (`answer=auto` with `ingress-controller-config=`).
     pub controller_configs: Vec<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Services knocked on for the header verdict (`answer=auto` with
+    /// `ingress-controller-kind=probe`): read, listed and watched by name.
+    pub probed_services: Vec<(String, String)>,
 }
 
 impl Needs {
@@ -113,8 +117,22 @@ impl Needs {
             controller_configs: answers
                 .iter()
                 .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
-                .filter_map(|r| r.config.clone())
+                .filter_map(|r| match &r.config {
+                    Some(HeaderSource::Object(c)) => Some(c.clone()),
+                    _ => None,
+                })
                 .collect(),
+            probed_services: {
+                let mut v: Vec<(String, String)> = answers
+                    .iter()
+                    .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
+                    .filter(|r| r.config == Some(HeaderSource::Probe))
+                    .filter_map(|r| r.controller_service.clone())
+                    .collect();
+                v.sort();
+                v.dedup();
+                v
+            },
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
             node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
@@ -152,6 +170,7 @@ impl Needs {
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
+            probed_services: Vec::new(),
         }
     }
 }
@@ -309,6 +328,21 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             "read whether the ingress controller takes the PROXY header (answer=auto)",
         ));
     }
+    let mut probed: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (ns, name) in &n.probed_services {
+        probed.entry(ns).or_default().push(name);
+    }
+    for (ns, names) in probed {
+        rules.push(rule(
+            Scope::Namespace(ns.clone()),
+            "",
+            "services",
+            &names,
+            &["get", "list", "watch"],
+            "read the ingress controller Service to knock on it, whether it takes the PROXY \
+             header (answer=auto, ingress-controller-kind=probe)",
+        ));
+    }
     rules
 }
 
@@ -413,6 +447,7 @@ mod tests {
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
+            probed_services: Vec::new(),
         }
     }
 
@@ -586,6 +621,7 @@ mod needs_tests {
                 target_services: Vec::new(),
                 ingress_controller_services: Vec::new(),
                 controller_configs: Vec::new(),
+                probed_services: Vec::new(),
             }
         );
         // cleanup: the same DNS targets, nothing watched, no Lease, and no proxy Service
