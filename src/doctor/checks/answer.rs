@@ -312,6 +312,38 @@ mod tests {
     }
 
     #[test]
+    fn probe_shows_doctors_own_knock_and_warns_when_it_got_none() {
+        let mut probe = rule(AnswerPick::Auto, None);
+        probe.config = Some(HeaderSource::Probe);
+        let required = Verdict {
+            header: Header::Required,
+            how: "Service ingress-nginx/ingress-nginx-controller: probed 10.96.0.80:443".into(),
+        };
+        let (c, r) = answer(&probe, Some(Found::Knocked(&required)), false);
+        assert_eq!((c.status, r), (Status::Ok, Route::Relay), "{c:?}");
+        assert_eq!(
+            c.evidence[..2],
+            [
+                "ingress controller: probe (knocked on its Service, without and with a PROXY \
+                 header)",
+                "header: required: Service ingress-nginx/ingress-nginx-controller: probed \
+                 10.96.0.80:443",
+            ]
+        );
+        let unreached = Verdict {
+            header: Header::Unknown,
+            how: "probed 10.96.0.80:443 (TLS ClientHello): no answer in time".into(),
+        };
+        let (c, r) = answer(&probe, Some(Found::Knocked(&unreached)), false);
+        assert_eq!((c.status, r), (Status::Warn, Route::Relay), "{c:?}");
+        let action = c.action.unwrap();
+        assert!(
+            action.contains("out of reach") && action.contains("`answer picked`"),
+            "{action}"
+        );
+    }
+
+    #[test]
     fn evidence_says_how_the_verdict_is_known() {
         let (c, _) = answer(&rule(AnswerPick::Auto, None), None, false);
         assert_eq!(
