@@ -2568,7 +2568,10 @@ async fn probe_follows_the_ingress_controller_service_one_write_per_flip() {
         .position(|(m, u)| m == "GET" && u.ends_with("/services/ingress-nginx-controller"))
         .expect("the Service read");
     let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
-    assert!(read_at < put_at, "read and knocked on before the first write");
+    assert!(
+        read_at < put_at,
+        "read and knocked on before the first write"
+    );
 
     // No longer requires the header: the next resync knocks and answers directly.
     first.store(false, Ordering::SeqCst);
