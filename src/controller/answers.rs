@@ -250,18 +250,8 @@ async fn follow_probe(
                 Some(Ok(Event::Delete(_))) => (Known::of(None), false),
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => {
-                    let cause = Cause::of_watch(&e);
-                    if let Some(failures) = failures.failed(cause) {
-                        tracing::warn!(
-                            proxy_target = %name,
-                            service = %format!("{ns}/{svc_name}"),
-                            error = %e,
-                            failures,
-                            "watching the ingress controller Service to probe it failed: {}; \
-                             the answer stays as picked, knocked on again every --resync",
-                            cause.hint(&grant("services", &svc_name, &ns))
-                        );
-                    }
+                    let what = (format!("Service {ns}/{svc_name}"), grant("services", &svc_name, &ns));
+                    watch_failed(&mut failures, &e, &name, &what);
                     continue;
                 }
             },
@@ -333,19 +323,11 @@ async fn follow(
             Some(Ok(Event::Delete(_))) => judge(&config, None),
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
-                // The watcher retries with capped backoff; logged once per doubling.
-                let cause = Cause::of_watch(&e);
-                if let Some(failures) = failures.failed(cause) {
-                    tracing::warn!(
-                        proxy_target = %name,
-                        config = %config.describe(),
-                        error = %e,
-                        failures,
-                        "watching the ingress controller's configuration failed: {}; the answer \
-                         stays as picked, retrying with backoff",
-                        cause.hint(&grant(config.resource.plural, &config.name, &config.namespace))
-                    );
-                }
+                let what = (
+                    config.describe(),
+                    grant(config.resource.plural, &config.name, &config.namespace),
+                );
+                watch_failed(&mut failures, &e, &name, &what);
                 continue;
             }
         };
@@ -353,6 +335,29 @@ async fn follow(
         if pick(&rule, &name, &verdict, &routes) {
             forced.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+}
+
+/// Logs a failed watch of `object` (what it is, and the grant that lets it be read) for the
+/// target `name`, once per doubling of `failures`: the watcher retries with capped backoff,
+/// and the answer stays as picked meanwhile.
+fn watch_failed(
+    failures: &mut Repeats,
+    e: &watcher::Error,
+    name: &str,
+    (object, grant): &(String, String),
+) {
+    let cause = Cause::of_watch(e);
+    if let Some(failures) = failures.failed(cause) {
+        tracing::warn!(
+            proxy_target = %name,
+            object = %object,
+            error = %e,
+            failures,
+            "watching the ingress controller's {object} failed: {}; the answer stays as picked, \
+             retrying with backoff",
+            cause.hint(grant)
+        );
     }
 }
 

@@ -303,21 +303,12 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             },
         ));
     }
-    let mut controllers: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
-    for (ns, name) in &n.ingress_controller_services {
-        controllers.entry(ns).or_default().push(name);
-    }
-    for (ns, names) in controllers {
-        rules.push(rule(
-            Scope::Namespace(ns.clone()),
-            "",
-            "services",
-            &names,
-            LIST_WATCH,
-            "watch the ingress controller's load-balancer ipMode (KEP-1860) and list its \
-             ClusterIPs for direct answers",
-        ));
-    }
+    rules.extend(services_by_namespace(
+        &n.ingress_controller_services,
+        LIST_WATCH,
+        "watch the ingress controller's load-balancer ipMode (KEP-1860) and list its \
+         ClusterIPs for direct answers",
+    ));
     for c in &n.controller_configs {
         rules.push(rule(
             Scope::Namespace(c.namespace.clone()),
@@ -328,22 +319,38 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             "read whether the ingress controller takes the PROXY header (answer=auto)",
         ));
     }
-    let mut probed: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
-    for (ns, name) in &n.probed_services {
-        probed.entry(ns).or_default().push(name);
-    }
-    for (ns, names) in probed {
-        rules.push(rule(
-            Scope::Namespace(ns.clone()),
-            "",
-            "services",
-            &names,
-            &["get", "list", "watch"],
-            "read the ingress controller Service to knock on it, whether it takes the PROXY \
-             header (answer=auto, ingress-controller-kind=probe)",
-        ));
-    }
+    rules.extend(services_by_namespace(
+        &n.probed_services,
+        &["get", "list", "watch"],
+        "read the ingress controller Service to knock on it, whether it takes the PROXY header \
+         (answer=auto, ingress-controller-kind=probe)",
+    ));
     rules
+}
+
+/// One rule per namespace of `services` (`NAMESPACE`, `NAME`), on those Services by name.
+fn services_by_namespace(
+    services: &[(String, String)],
+    verbs: &[&'static str],
+    why: &'static str,
+) -> Vec<Rule> {
+    let mut by_ns: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (ns, name) in services {
+        by_ns.entry(ns).or_default().push(name);
+    }
+    by_ns
+        .into_iter()
+        .map(|(ns, names)| {
+            rule(
+                Scope::Namespace(ns.clone()),
+                "",
+                "services",
+                &names,
+                verbs,
+                why,
+            )
+        })
+        .collect()
 }
 
 /// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.

@@ -2403,6 +2403,39 @@ fn last_corefile(a: &Routed) -> String {
         .unwrap_or_default()
 }
 
+/// The controller answering with templates, the proxy at 10.96.0.53, the default target's
+/// ingress controller Service `ouroboros/ingress-nginx-controller`, and `extra` flags.
+fn start_auto(mut st: State, extra: &[&str]) -> Running {
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    let mut flags = vec![
+        "--leader-elect=false",
+        "--coredns-answer",
+        "template",
+        "--proxy-service-namespace",
+        "ouroboros",
+        "--ingress-controller-service",
+        "ouroboros/ingress-nginx-controller",
+    ];
+    flags.extend_from_slice(extra);
+    start(st, &flags)
+}
+
+/// Whether the `n`th write of the CoreDNS ConfigMap has been made, answering with `ip`.
+fn wrote(n: usize, ip: &'static str) -> impl Fn(&Routed) -> bool {
+    move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
+}
+
+/// Asserts that the object at the path ending in `suffix` was read before the first write.
+fn read_before_the_first_write(api: &Routed, suffix: &str) {
+    let calls = api.calls();
+    let read_at = calls
+        .iter()
+        .position(|(m, u)| m == "GET" && u.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no read of {suffix}: {calls:#?}"));
+    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
+    assert!(read_at < put_at, "{suffix} read before the first write");
+}
+
 /// `--answer auto` with ingress-nginx's ConfigMap: the header is required, so the names go to
 /// the proxy, read before the first write (one write); `use-proxy-protocol` flipped to false
 /// answers them with the ingress controller Service's ClusterIPs in exactly one more write,
@@ -2413,28 +2446,17 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     const CONTROLLER_LIST: &str = "/api/v1/namespaces/ouroboros/services?&fieldSelector=\
          metadata.name%3Dingress-nginx-controller";
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
-    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
     st.services = vec![service("ingress-nginx-controller", &["10.96.7.7"])];
     st.configmaps = vec![nginx_config("true", 3)];
-    let r = start(
+    let r = start_auto(
         st,
         &[
-            "--leader-elect=false",
-            "--coredns-answer",
-            "template",
-            "--proxy-service-namespace",
-            "ouroboros",
-            "--ingress-controller-service",
-            "ouroboros/ingress-nginx-controller",
             "--ingress-controller-kind",
             "ingress-nginx",
             "--ingress-controller-config",
             "ouroboros/ingress-nginx-controller",
         ],
     );
-    let wrote = |n: usize, ip: &'static str| {
-        move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
-    };
     assert!(
         r.api.wait_for(10, wrote(1, "10.96.0.53")).await,
         "{:#?}",
@@ -2444,13 +2466,7 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
         let event = json!({"type": "MODIFIED", "object": nginx_config(on, rv)});
         r.api.deliver(CONFIG_WATCH, event)
     };
-    let first = r.api.calls();
-    let read_at = first
-        .iter()
-        .position(|(m, u)| m == "GET" && u.ends_with("/configmaps/ingress-nginx-controller"))
-        .expect("the ConfigMap read");
-    let put_at = first.iter().position(|(m, _)| m == "PUT").unwrap();
-    assert!(read_at < put_at, "read before the first write");
+    read_before_the_first_write(&r.api, "/configmaps/ingress-nginx-controller");
 
     flip("false", 4).await;
     assert!(
@@ -2535,18 +2551,10 @@ async fn probe_follows_the_ingress_controller_service_one_write_per_flip() {
     let port = header_listener(first.clone()).await;
     let other = header_listener(Arc::new(AtomicBool::new(true))).await;
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
-    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
     st.services = vec![probed_service(port, 100)];
-    let r = start(
+    let r = start_auto(
         st,
         &[
-            "--leader-elect=false",
-            "--coredns-answer",
-            "template",
-            "--proxy-service-namespace",
-            "ouroboros",
-            "--ingress-controller-service",
-            "ouroboros/ingress-nginx-controller",
             "--ingress-controller-kind",
             "probe",
             "--skip-proxy-ipmode=false",
@@ -2554,24 +2562,12 @@ async fn probe_follows_the_ingress_controller_service_one_write_per_flip() {
             "2s",
         ],
     );
-    let wrote = |n: usize, ip: &'static str| {
-        move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
-    };
     assert!(
         r.api.wait_for(10, wrote(1, "10.96.0.53")).await,
         "{:#?}",
         r.api.calls()
     );
-    let calls = r.api.calls();
-    let read_at = calls
-        .iter()
-        .position(|(m, u)| m == "GET" && u.ends_with("/services/ingress-nginx-controller"))
-        .expect("the Service read");
-    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
-    assert!(
-        read_at < put_at,
-        "read and knocked on before the first write"
-    );
+    read_before_the_first_write(&r.api, "/services/ingress-nginx-controller");
 
     // No longer requires the header: the next resync knocks and answers directly.
     first.store(false, Ordering::SeqCst);
