@@ -846,4 +846,36 @@ mod answer_tests {
         ]);
         assert!(c.controller_configs.is_empty() && c.ingress_controller_services.is_empty());
     }
+
+    /// `probe`: `get`, `list`, `watch` on the ingress controller Service by name, no object;
+    /// `relay` knocks on nothing.
+    #[test]
+    fn probe_reads_the_ingress_controller_service_by_name() {
+        let flags = |answer| {
+            [
+                "--skip-proxy-ipmode=false",
+                "--answer",
+                answer,
+                "--ingress-controller-service",
+                "haproxy/haproxy-kubernetes-ingress",
+                "--ingress-controller-kind",
+                "probe",
+            ]
+        };
+        let (c, _) = of(&flags("auto"));
+        assert!(c.controller_configs.is_empty(), "{c:#?}");
+        let rules = required(&c);
+        let got: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| r.scope == Scope::Namespace("haproxy".into()))
+            .filter(|r| r.verbs == ["get", "list", "watch"])
+            .collect();
+        assert_eq!(got.len(), 1, "{rules:#?}");
+        assert_eq!(
+            (got[0].resource, got[0].resource_names.as_slice()),
+            ("services", &["haproxy-kubernetes-ingress".to_string()][..])
+        );
+        let (c, _) = of(&flags("relay"));
+        assert!(c.probed_services.is_empty(), "{c:#?}");
+    }
 }
