@@ -6,6 +6,9 @@
 //! object (`ingress-controller-kind=` and `ingress-controller-config=` in a `--target`,
 //! `--ingress-controller-kind` and `--ingress-controller-config` for the default one), so the
 //! controller reads exactly one object per target, by name, and RBAC grants exactly that.
+//! Where the API does not show the setting, `ingress-controller-kind=probe` reads no object
+//! ([`HeaderSource::Probe`]): the verdict then comes from knocks on the ingress controller
+//! Service (`probe::header`).
 //! Each kind's rule follows its project's documentation (cited in docs/targets.md). Every
 //! controller here accepts v1 and v2 of the header alike (they detect the version), so a
 //! verdict names no version of its own.

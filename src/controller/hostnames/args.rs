@@ -122,7 +122,8 @@ pub struct HostnameArgs {
     pub targets: Vec<TargetRule>,
 
     /// How the default target's names are answered: `auto` (picked from what
-    /// --ingress-controller-config says: `relay` when the ingress controller requires the PROXY
+    /// --ingress-controller-config says, or the knocks of --ingress-controller-kind probe:
+    /// `relay` when the ingress controller requires the PROXY
     /// header, `direct` when it takes connections without one, `skip` when its load balancer
     /// reports ipMode Proxy, `relay` when nothing says), `relay` (the proxy's addresses),
     /// `direct` (the ingress controller Service's ClusterIPs, no relay hop; needs
