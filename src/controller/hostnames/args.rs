@@ -353,7 +353,13 @@ impl HostnameArgs {
                 !default.direct_ips.is_empty(),
             ),
             ("--ingress-controller-service NAMESPACE/NAME", "--direct-ip"),
-        )?;
+        )
+        .map_err(|e| {
+            e.replace(
+                "ingress-controller-kind=probe",
+                "--ingress-controller-kind probe",
+            )
+        })?;
         Ok(rules)
     }
 
