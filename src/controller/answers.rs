@@ -250,7 +250,10 @@ async fn follow_probe(
                 Some(Ok(Event::Delete(_))) => (Known::of(None), false),
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => {
-                    let what = (format!("Service {ns}/{svc_name}"), grant("services", &svc_name, &ns));
+                    let what = (
+                        format!("Service {ns}/{svc_name}"),
+                        grant("services", &svc_name, &ns),
+                    );
                     watch_failed(&mut failures, &e, &name, &what);
                     continue;
                 }
