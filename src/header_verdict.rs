@@ -6,6 +6,9 @@
 //! object (`ingress-controller-kind=` and `ingress-controller-config=` in a `--target`,
 //! `--ingress-controller-kind` and `--ingress-controller-config` for the default one), so the
 //! controller reads exactly one object per target, by name, and RBAC grants exactly that.
+//! Where the API does not show the setting, `ingress-controller-kind=probe` reads no object
+//! ([`HeaderSource::Probe`]): the verdict then comes from knocks on the ingress controller
+//! Service (`probe::header`).
 //! Each kind's rule follows its project's documentation (cited in docs/targets.md). Every
 //! controller here accepts v1 and v2 of the header alike (they detect the version), so a
 //! verdict names no version of its own.
@@ -123,6 +126,53 @@ impl ControllerKind {
             ControllerKind::Traefik | ControllerKind::Contour => DEPLOYMENT,
             ControllerKind::EnvoyGateway => CLIENT_TRAFFIC_POLICY,
             ControllerKind::NginxGatewayFabric => NGINX_PROXY,
+        }
+    }
+}
+
+/// What `ingress-controller-kind=` (`--ingress-controller-kind`) names: a controller whose
+/// configuration object is read, or `probe`, which reads none and knocks on the ingress
+/// controller Service instead (for a controller whose setting the API does not show).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    Read(ControllerKind),
+    Probe,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Read(k) => k.as_str(),
+            SourceKind::Probe => "probe",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s.trim() == "probe" {
+            return Ok(SourceKind::Probe);
+        }
+        ControllerKind::parse(s)
+            .map(SourceKind::Read)
+            .map_err(|e| format!("{e}, or probe (knock on the ingress controller Service)"))
+    }
+}
+
+/// Where a target's header verdict comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeaderSource {
+    /// The kind's configuration object, read and watched by name.
+    Object(ConfigRef),
+    /// Two knocks on the target's ingress controller Service, bare and behind a header
+    /// (`ingress-controller-kind=probe`; see `probe::header`).
+    Probe,
+}
+
+impl HeaderSource {
+    /// What is read or knocked on, as logs, `render` and doctor name it.
+    pub fn describe(&self) -> String {
+        match self {
+            HeaderSource::Object(c) => c.describe(),
+            HeaderSource::Probe => "its ingress controller Service (probed)".into(),
         }
     }
 }

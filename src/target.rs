@@ -36,10 +36,11 @@ pub struct TargetRule {
     pub ingress_controller: Option<(String, String)>,
     /// How its names are answered (`answer=`, as --answer for the default target).
     pub answer: AnswerPick,
-    /// Where its ingress controller says whether it takes the PROXY header
-    /// (`ingress-controller-kind=` and `ingress-controller-config=`, as
-    /// --ingress-controller-kind and --ingress-controller-config for the default target).
-    pub controller_config: Option<crate::header_verdict::ConfigRef>,
+    /// Where its ingress controller's header verdict comes from: the object that says whether
+    /// it takes the PROXY header (`ingress-controller-kind=` and `ingress-controller-config=`),
+    /// or knocks on its Service (`ingress-controller-kind=probe`); as
+    /// --ingress-controller-kind and --ingress-controller-config for the default target.
+    pub controller_config: Option<crate::header_verdict::HeaderSource>,
     /// The ingress controller Service's ClusterIPs when given (`direct-ip=`; `render` needs them
     /// for `answer=direct`): no Service lookup then.
     pub direct_ips: Vec<IpAddr>,
@@ -51,8 +52,8 @@ pub struct TargetRule {
 pub struct AnswerRule {
     pub target: Target,
     pub answer: AnswerPick,
-    /// The object read for the header verdict (`auto`).
-    pub config: Option<crate::header_verdict::ConfigRef>,
+    /// Where the header verdict comes from (`auto`): an object read, or knocks on the Service.
+    pub config: Option<crate::header_verdict::HeaderSource>,
     /// The ingress controller Service (`NAMESPACE`, `NAME`): the direct answer's addresses.
     pub controller_service: Option<(String, String)>,
     /// Its addresses when given: no Service lookup then.

@@ -234,7 +234,7 @@ pub async fn run_with(
         &rules,
         &filters.targets,
         &routes,
-        (&forced_tx, &stop),
+        (&forced_tx, &stop, args.resync),
     )
     .await;
     drop((applied_rx, forced_tx));

@@ -8,6 +8,7 @@ use super::hostnames::{args::HostnameArgs, kinds::Kind, kinds::OptIns};
 use crate::dns::args::DnsArgs;
 use crate::dns::mode::{self, Grant};
 use crate::dns::Mode;
+use crate::header_verdict::HeaderSource;
 use std::collections::BTreeMap;
 
 // The uninstall hook's and edge's rules (used by the chart).
@@ -69,6 +70,9 @@ pub struct Needs {
     /// The ingress controllers' configuration objects read for the header verdict
     /// (`answer=auto` with `ingress-controller-config=`).
     pub controller_configs: Vec<crate::header_verdict::ConfigRef>,
+    /// The ingress controller Services knocked on for the header verdict (`answer=auto` with
+    /// `ingress-controller-kind=probe`): read, listed and watched by name.
+    pub probed_services: Vec<(String, String)>,
 }
 
 impl Needs {
@@ -113,8 +117,22 @@ impl Needs {
             controller_configs: answers
                 .iter()
                 .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
-                .filter_map(|r| r.config.clone())
+                .filter_map(|r| match &r.config {
+                    Some(HeaderSource::Object(c)) => Some(c.clone()),
+                    _ => None,
+                })
                 .collect(),
+            probed_services: {
+                let mut v: Vec<(String, String)> = answers
+                    .iter()
+                    .filter(|r| r.answer == crate::header_verdict::AnswerPick::Auto)
+                    .filter(|r| r.config == Some(HeaderSource::Probe))
+                    .filter_map(|r| r.controller_service.clone())
+                    .collect();
+                v.sort();
+                v.dedup();
+                v
+            },
             node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
             node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
@@ -152,6 +170,7 @@ impl Needs {
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
+            probed_services: Vec::new(),
         }
     }
 }
@@ -284,21 +303,12 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             },
         ));
     }
-    let mut controllers: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
-    for (ns, name) in &n.ingress_controller_services {
-        controllers.entry(ns).or_default().push(name);
-    }
-    for (ns, names) in controllers {
-        rules.push(rule(
-            Scope::Namespace(ns.clone()),
-            "",
-            "services",
-            &names,
-            LIST_WATCH,
-            "watch the ingress controller's load-balancer ipMode (KEP-1860) and list its \
-             ClusterIPs for direct answers",
-        ));
-    }
+    rules.extend(services_by_namespace(
+        &n.ingress_controller_services,
+        LIST_WATCH,
+        "watch the ingress controller's load-balancer ipMode (KEP-1860) and list its \
+         ClusterIPs for direct answers",
+    ));
     for c in &n.controller_configs {
         rules.push(rule(
             Scope::Namespace(c.namespace.clone()),
@@ -309,7 +319,38 @@ fn service_rules(n: &Needs) -> Vec<Rule> {
             "read whether the ingress controller takes the PROXY header (answer=auto)",
         ));
     }
+    rules.extend(services_by_namespace(
+        &n.probed_services,
+        &["get", "list", "watch"],
+        "read the ingress controller Service to knock on it, whether it takes the PROXY header \
+         (answer=auto, ingress-controller-kind=probe)",
+    ));
     rules
+}
+
+/// One rule per namespace of `services` (`NAMESPACE`, `NAME`), on those Services by name.
+fn services_by_namespace(
+    services: &[(String, String)],
+    verbs: &[&'static str],
+    why: &'static str,
+) -> Vec<Rule> {
+    let mut by_ns: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (ns, name) in services {
+        by_ns.entry(ns).or_default().push(name);
+    }
+    by_ns
+        .into_iter()
+        .map(|(ns, names)| {
+            rule(
+                Scope::Namespace(ns.clone()),
+                "",
+                "services",
+                &names,
+                verbs,
+                why,
+            )
+        })
+        .collect()
 }
 
 /// node-local-dns's ConfigMap: written with --node-local-dns, else read for the warning.
@@ -413,6 +454,7 @@ mod tests {
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
+            probed_services: Vec::new(),
         }
     }
 
@@ -586,6 +628,7 @@ mod needs_tests {
                 target_services: Vec::new(),
                 ingress_controller_services: Vec::new(),
                 controller_configs: Vec::new(),
+                probed_services: Vec::new(),
             }
         );
         // cleanup: the same DNS targets, nothing watched, no Lease, and no proxy Service
@@ -802,5 +845,37 @@ mod answer_tests {
             "ingress-nginx/ingress-nginx-controller",
         ]);
         assert!(c.controller_configs.is_empty() && c.ingress_controller_services.is_empty());
+    }
+
+    /// `probe`: `get`, `list`, `watch` on the ingress controller Service by name, no object;
+    /// `relay` knocks on nothing.
+    #[test]
+    fn probe_reads_the_ingress_controller_service_by_name() {
+        let flags = |answer| {
+            [
+                "--skip-proxy-ipmode=false",
+                "--answer",
+                answer,
+                "--ingress-controller-service",
+                "haproxy/haproxy-kubernetes-ingress",
+                "--ingress-controller-kind",
+                "probe",
+            ]
+        };
+        let (c, _) = of(&flags("auto"));
+        assert!(c.controller_configs.is_empty(), "{c:#?}");
+        let rules = required(&c);
+        let got: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| r.scope == Scope::Namespace("haproxy".into()))
+            .filter(|r| r.verbs == ["get", "list", "watch"])
+            .collect();
+        assert_eq!(got.len(), 1, "{rules:#?}");
+        assert_eq!(
+            (got[0].resource, got[0].resource_names.as_slice()),
+            ("services", &["haproxy-kubernetes-ingress".to_string()][..])
+        );
+        let (c, _) = of(&flags("relay"));
+        assert!(c.probed_services.is_empty(), "{c:#?}");
     }
 }

@@ -34,7 +34,7 @@ use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
 use crate::dns::Mode;
 use crate::flags::UsageError;
-use crate::header_verdict::Route;
+use crate::header_verdict::{Header, HeaderSource, Route, Verdict};
 use crate::target::{Target, TargetRule};
 use checks::{ingress::ControllerKind, inputs::Got, proxy::Dial, proxy::Dials};
 use report::{Check, Report};
@@ -590,11 +590,16 @@ async fn answers_section(
     let mut directs = BTreeMap::new();
     for rule in args.answer_rules()? {
         let read = match &rule.config {
-            Some(c) => Some(fetch::get_config(client, c).await),
+            Some(HeaderSource::Object(c)) => Some(Ok(fetch::get_config(client, c).await)),
+            Some(HeaderSource::Probe) => Some(Err(knock_service(&rule, controllers).await)),
             None => None,
         };
+        let found = read.as_ref().map(|r| match r {
+            Ok(object) => checks::answer::Found::Object(object),
+            Err(verdict) => checks::answer::Found::Knocked(verdict),
+        });
         let ipmode = controllers.proxied.contains(&rule.target);
-        let (check, route) = checks::answer::answer(&rule, read.as_ref(), ipmode);
+        let (check, route) = checks::answer::answer(&rule, found, ipmode);
         out.push(match rule.target {
             Target::Default => check,
             t => check.for_target(t.name(names)),
@@ -608,6 +613,31 @@ async fn answers_section(
         }
     }
     Ok((routes, directs))
+}
+
+/// doctor's own knocks on a `probe` target's ingress controller Service, as read for the
+/// `ingress-controller` checks (Unknown, saying so, when it was not read).
+async fn knock_service(rule: &crate::target::AnswerRule, controllers: &Controllers) -> Verdict {
+    let Some((ns, name)) = &rule.controller_service else {
+        return Verdict {
+            header: Header::Unknown,
+            how: "no ingress controller Service named to knock on".into(),
+        };
+    };
+    match controllers.services.get(&rule.target) {
+        Some(svc) => {
+            crate::probe::service_header_verdict(
+                &format!("{ns}/{name}"),
+                Some(svc),
+                crate::probe::header::SERVICE_KNOCK_TIMEOUT,
+            )
+            .await
+        }
+        None => Verdict {
+            header: Header::Unknown,
+            how: format!("Service {ns}/{name} could not be read (see the ingress-controller checks): nothing knocked on"),
+        },
+    }
 }
 
 /// The answer the controller writes for a target picked `direct`: `direct-ip=` (else the

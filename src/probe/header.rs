@@ -13,9 +13,63 @@
 //! send an alert. So a TLS knock is answered only by a TLS handshake record (the
 //! ServerHello), and an HTTP knock only by an HTTP status line other than 400.
 
+use std::net::SocketAddr;
+
+use k8s_openapi::api::core::v1::Service;
+
 use super::knock::Hello;
 use super::verdict::{describe_reply, io_verdict, Reply};
+use crate::dns::write::proxy_ips::cluster_ips;
 use crate::header_verdict::{Header, Verdict};
+
+/// The name the knocks on an ingress controller Service carry (SNI, Host): it serves no name
+/// of ours in particular, and a made-up one under `.invalid` (RFC 2606) routes to its default
+/// server, which answers as well as any (a 404 counts as answered).
+pub const SERVICE_KNOCK_HOST: &str = "ouroboros-header-probe.invalid";
+
+/// Each knock's connect and first answer on an ingress controller Service (both knocks run at
+/// once): a Service in the cluster answers well within it.
+pub const SERVICE_KNOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where an ingress controller Service is knocked on, and with what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceKnock {
+    /// Its first ClusterIP and the Service port.
+    pub addr: SocketAddr,
+    pub hello: Hello,
+}
+
+/// Where to knock on `svc` (the ingress controller Service): its first ClusterIP (IPv4 first),
+/// at the port numbered 443 or named `https` with a TLS hello when it has one (what most
+/// clients use, and where a controller's header setting applies alike), else at the port
+/// numbered 80 or named `http` with an HTTP request. Err: why there is nothing to knock on.
+pub fn service_knock(svc: &Service) -> Result<ServiceKnock, String> {
+    let ip = *cluster_ips(svc)?.first().ok_or("it has no ClusterIP")?;
+    let ports = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default();
+    let find = |number: i32, name: &str| {
+        ports
+            .iter()
+            .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .find(|p| p.port == number || p.name.as_deref() == Some(name))
+    };
+    let (port, hello) = match (find(443, "https"), find(80, "http")) {
+        (Some(p), _) => (p, Hello::Tls),
+        (None, Some(p)) => (p, Hello::Http),
+        (None, None) => {
+            return Err("it has no TCP port numbered 443 or named https, nor 80 or http".into())
+        }
+    };
+    let port =
+        u16::try_from(port.port).map_err(|_| format!("its port {} is out of range", port.port))?;
+    Ok(ServiceKnock {
+        addr: SocketAddr::new(ip, port),
+        hello,
+    })
+}
 
 /// Whether `reply` answers `hello` as a listener that understood the connection would, and
 /// what it was (for the verdict's `how`).
@@ -72,7 +126,87 @@ pub fn verdict(addr: &str, hello: Hello, without: &Reply, with: &Reply) -> Verdi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use std::io;
+
+    fn service(ips: &[&str], ports: &[(i32, Option<&str>, Option<&str>)]) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                cluster_ip: ips.first().map(|s| s.to_string()),
+                cluster_ips: Some(ips.iter().map(|s| s.to_string()).collect()),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(port, name, protocol)| ServicePort {
+                            port: *port,
+                            name: name.map(str::to_string),
+                            protocol: protocol.map(str::to_string),
+                            ..ServicePort::default()
+                        })
+                        .collect(),
+                ),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    #[test]
+    fn service_knocks_443_with_tls_else_80_with_http() {
+        let knock = |addr: &str, hello| {
+            Ok(ServiceKnock {
+                addr: addr.parse().unwrap(),
+                hello,
+            })
+        };
+        for (ips, ports, want) in [
+            (
+                &["10.96.0.80"][..],
+                &[(80, Some("http"), None), (443, Some("https"), Some("TCP"))][..],
+                knock("10.96.0.80:443", Hello::Tls),
+            ),
+            (
+                &["fd00::80", "10.96.0.80"],
+                &[(80, None, None)],
+                knock("10.96.0.80:80", Hello::Http),
+            ),
+            // By name, whatever the number (as a test listener or an odd chart has it).
+            (
+                &["10.96.0.80"],
+                &[(8080, Some("http"), None)],
+                knock("10.96.0.80:8080", Hello::Http),
+            ),
+            (
+                &["10.96.0.80"],
+                &[(8443, Some("https"), None), (80, Some("web"), None)],
+                knock("10.96.0.80:8443", Hello::Tls),
+            ),
+            // 443 over UDP (HTTP/3) is not knocked on.
+            (
+                &["10.96.0.80"],
+                &[(443, Some("h3"), Some("UDP")), (80, None, None)],
+                knock("10.96.0.80:80", Hello::Http),
+            ),
+        ] {
+            assert_eq!(
+                service_knock(&service(ips, ports)),
+                want,
+                "{ips:?} {ports:?}"
+            );
+        }
+        for (ips, ports, says) in [
+            (
+                &["10.96.0.80"][..],
+                &[(8080, Some("web"), None)][..],
+                "no TCP port",
+            ),
+            (&["None"], &[(443, None, None)], "headless"),
+            (&[], &[(443, None, None)], "no ClusterIP"),
+        ] {
+            let e = service_knock(&service(ips, ports)).unwrap_err();
+            assert!(e.contains(says), "{says:?} in {e:?}");
+        }
+    }
 
     const HELLO: &[u8] = &[0x16, 3, 3, 0, 0x7a];
     const ALERT: &[u8] = &[0x15, 3, 3, 0, 2];

@@ -230,3 +230,32 @@ pub async fn header_verdict(
     );
     Ok(header::verdict(&addr.to_string(), hello, &without, &with))
 }
+
+/// The header verdict of the ingress controller Service `name` (`NAMESPACE/NAME`) as read
+/// (`None`: it does not exist): [`header_verdict`] at the address and with the hello
+/// [`header::service_knock`] picks, else Unknown saying why nothing was knocked on.
+pub async fn service_header_verdict(
+    name: &str,
+    svc: Option<&k8s_openapi::api::core::v1::Service>,
+    timeout: Duration,
+) -> crate::header_verdict::Verdict {
+    use crate::header_verdict::{Header, Verdict};
+    let unknown = |why: String| Verdict {
+        header: Header::Unknown,
+        how: format!("Service {name} {why}: nothing knocked on"),
+    };
+    let Some(svc) = svc else {
+        return unknown("not found".into());
+    };
+    let knock = match header::service_knock(svc) {
+        Ok(k) => k,
+        Err(e) => return unknown(format!("cannot be probed: {e}")),
+    };
+    match header_verdict(knock.addr, knock.hello, header::SERVICE_KNOCK_HOST, timeout).await {
+        Ok(v) => Verdict {
+            header: v.header,
+            how: format!("Service {name}: {}", v.how),
+        },
+        Err(e) => unknown(format!("cannot be probed: {e}")),
+    }
+}

@@ -4241,6 +4241,9 @@ fn answers_become_flags_and_least_privilege_roles() {
         "--target=name=cilium,service=ouroboros/ouroboros-proxy-cilium,gateway-class=cilium,\
          ingress-controller=gateways/cilium-gateway-main,ingress-controller-kind=cilium,\
          ingress-controller-config=kube-system/cilium-config",
+        "--target=name=probed,service=ouroboros/ouroboros-proxy-probed,ingress-class=probed,\
+         ingress-controller=haproxy-controller/haproxy-kubernetes-ingress,\
+         ingress-controller-kind=probe",
         "--target=name=plain,service=ouroboros/ouroboros-proxy-plain,ingress-class=plain,\
          ingress-controller=plain/plain,answer=direct",
         "--target=name=outside,service=ouroboros/ouroboros-proxy-outside,\
@@ -4271,6 +4274,12 @@ fn answers_become_flags_and_least_privilege_roles() {
         serde_json::json!([{"apiGroups": ["apps"], "resources": ["daemonsets"],
             "resourceNames": ["traefik"], "verbs": ["get", "list", "watch"]}])
     );
+    // probe: the ingress controller Service it knocks on, read by name.
+    assert_eq!(
+        rules("haproxy-controller"),
+        serde_json::json!([{"apiGroups": [""], "resources": ["services"],
+            "resourceNames": ["haproxy-kubernetes-ingress"], "verbs": ["get", "list", "watch"]}])
+    );
     // Nothing for a target that reads no configuration.
     assert!(!objs.iter().any(|o| kind(o) == "Role"
         && o["metadata"]["namespace"] == "plain"
@@ -4300,6 +4309,21 @@ fn answer_settings_the_controller_refuses_fail_to_render() {
                 "proxy.ingressControllerConfig=daemonset/a/b",
             ],
             "proxy.ingressControllerConfig daemonset/a/b is not NAMESPACE/NAME",
+        ),
+        (
+            &[
+                "proxy.target.serviceName=s",
+                "proxy.target.serviceNamespace=n",
+                "proxy.ingressControllerKind=probe",
+                "proxy.ingressControllerConfig=n/c",
+            ],
+            "proxy.ingressControllerKind probe knocks on the ingress controller Service and \
+             reads no configuration object: drop proxy.ingressControllerConfig (n/c)",
+        ),
+        (
+            &["proxy.ingressControllerKind=probe"],
+            "proxy.ingressControllerKind probe knocks on the ingress controller Service: set \
+             proxy.target.serviceName and serviceNamespace",
         ),
     ] {
         let mut cmd = Command::new(tool("helm"));

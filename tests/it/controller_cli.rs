@@ -76,6 +76,34 @@ fn bad_usage_exits_64_naming_the_flag() {
             &[][..],
             "--ingress-controller-service",
         ),
+        // probe knocks on the Service: no configuration object, and the Service named.
+        (
+            &["--ingress-controller-kind", "probe"][..],
+            &[][..],
+            "--ingress-controller-kind",
+        ),
+        (
+            &[
+                "--ingress-controller-service",
+                "ingress-nginx/ingress-nginx-controller",
+                "--ingress-controller-kind",
+                "probe",
+                "--ingress-controller-config",
+                "ingress-nginx/ingress-nginx-controller",
+            ][..],
+            &[][..],
+            "--ingress-controller-config",
+        ),
+        (
+            &[
+                "--ingress-controller-kind",
+                "probe",
+                "--direct-ip",
+                "10.0.0.1",
+            ][..],
+            &[][..],
+            "--ingress-controller-service",
+        ),
     ] {
         let (code, _, stderr) = controller(args, env);
         assert_eq!(code, 64, "{args:?} {env:?}: {stderr}");

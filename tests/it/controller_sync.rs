@@ -2403,6 +2403,39 @@ fn last_corefile(a: &Routed) -> String {
         .unwrap_or_default()
 }
 
+/// The controller answering with templates, the proxy at 10.96.0.53, the default target's
+/// ingress controller Service `ouroboros/ingress-nginx-controller`, and `extra` flags.
+fn start_auto(mut st: State, extra: &[&str]) -> Running {
+    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
+    let mut flags = vec![
+        "--leader-elect=false",
+        "--coredns-answer",
+        "template",
+        "--proxy-service-namespace",
+        "ouroboros",
+        "--ingress-controller-service",
+        "ouroboros/ingress-nginx-controller",
+    ];
+    flags.extend_from_slice(extra);
+    start(st, &flags)
+}
+
+/// Whether the `n`th write of the CoreDNS ConfigMap has been made, answering with `ip`.
+fn wrote(n: usize, ip: &'static str) -> impl Fn(&Routed) -> bool {
+    move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
+}
+
+/// Asserts that the object at the path ending in `suffix` was read before the first write.
+fn read_before_the_first_write(api: &Routed, suffix: &str) {
+    let calls = api.calls();
+    let read_at = calls
+        .iter()
+        .position(|(m, u)| m == "GET" && u.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no read of {suffix}: {calls:#?}"));
+    let put_at = calls.iter().position(|(m, _)| m == "PUT").unwrap();
+    assert!(read_at < put_at, "{suffix} read before the first write");
+}
+
 /// `--answer auto` with ingress-nginx's ConfigMap: the header is required, so the names go to
 /// the proxy, read before the first write (one write); `use-proxy-protocol` flipped to false
 /// answers them with the ingress controller Service's ClusterIPs in exactly one more write,
@@ -2413,28 +2446,17 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     const CONTROLLER_LIST: &str = "/api/v1/namespaces/ouroboros/services?&fieldSelector=\
          metadata.name%3Dingress-nginx-controller";
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
-    st.proxy_service = Some(proxy_service(&["10.96.0.53"]));
     st.services = vec![service("ingress-nginx-controller", &["10.96.7.7"])];
     st.configmaps = vec![nginx_config("true", 3)];
-    let r = start(
+    let r = start_auto(
         st,
         &[
-            "--leader-elect=false",
-            "--coredns-answer",
-            "template",
-            "--proxy-service-namespace",
-            "ouroboros",
-            "--ingress-controller-service",
-            "ouroboros/ingress-nginx-controller",
             "--ingress-controller-kind",
             "ingress-nginx",
             "--ingress-controller-config",
             "ouroboros/ingress-nginx-controller",
         ],
     );
-    let wrote = |n: usize, ip: &'static str| {
-        move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
-    };
     assert!(
         r.api.wait_for(10, wrote(1, "10.96.0.53")).await,
         "{:#?}",
@@ -2444,13 +2466,7 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
         let event = json!({"type": "MODIFIED", "object": nginx_config(on, rv)});
         r.api.deliver(CONFIG_WATCH, event)
     };
-    let first = r.api.calls();
-    let read_at = first
-        .iter()
-        .position(|(m, u)| m == "GET" && u.ends_with("/configmaps/ingress-nginx-controller"))
-        .expect("the ConfigMap read");
-    let put_at = first.iter().position(|(m, _)| m == "PUT").unwrap();
-    assert!(read_at < put_at, "read before the first write");
+    read_before_the_first_write(&r.api, "/configmaps/ingress-nginx-controller");
 
     flip("false", 4).await;
     assert!(
@@ -2482,6 +2498,103 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
         api.count("GET", "/services/ingress-nginx-controller"),
         0,
         "the ingress controller Service is listed by name, never read with get"
+    );
+}
+
+/// An ingress controller stand-in on 127.0.0.1: answers `HTTP/1.1 200` when it is happy with
+/// what came, `400` to a PROXY header it does not expect (as nginx does), and closes on a
+/// connection without the header it requires. `requires` switches it while it runs.
+async fn header_listener(requires: Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let requires = requires.load(Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 512];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                let headed = buf[..n].starts_with(b"PROXY ");
+                let reply: &[u8] = match (requires, headed) {
+                    (true, false) => return,
+                    (false, true) => b"HTTP/1.1 400 Bad Request\r\n\r\n",
+                    _ => b"HTTP/1.1 200 OK\r\n\r\n",
+                };
+                let _ = c.write_all(reply).await;
+            });
+        }
+    });
+    port
+}
+
+/// The ingress controller Service on 127.0.0.1 with `port` named `http` (so it is knocked on
+/// with HTTP there).
+fn probed_service(port: u16, rv: u64) -> Value {
+    let mut svc = service("ingress-nginx-controller", &["127.0.0.1"]);
+    svc["metadata"]["resourceVersion"] = json!(rv.to_string());
+    svc["spec"]["ports"] = json!([{"name": "http", "port": port, "protocol": "TCP"}]);
+    svc
+}
+
+/// `--ingress-controller-kind probe`: the Service is read and knocked on before the first
+/// write (a listener that requires the header: relay); once it stops requiring it, the next
+/// resync answers directly in exactly one more write; the Service moved to a port that
+/// requires it again, its watch relays in one more; resyncs that find the same verdict write
+/// nothing.
+#[tokio::test]
+async fn probe_follows_the_ingress_controller_service_one_write_per_flip() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SERVICE_WATCH: &str =
+        "watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dingress-nginx-controller";
+    let first = Arc::new(AtomicBool::new(true));
+    let port = header_listener(first.clone()).await;
+    let other = header_listener(Arc::new(AtomicBool::new(true))).await;
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    st.services = vec![probed_service(port, 100)];
+    let r = start_auto(
+        st,
+        &[
+            "--ingress-controller-kind",
+            "probe",
+            "--skip-proxy-ipmode=false",
+            "--resync",
+            "2s",
+        ],
+    );
+    assert!(
+        r.api.wait_for(10, wrote(1, "10.96.0.53")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    read_before_the_first_write(&r.api, "/services/ingress-nginx-controller");
+
+    // No longer requires the header: the next resync knocks and answers directly.
+    first.store(false, Ordering::SeqCst);
+    assert!(
+        r.api.wait_for(10, wrote(2, "127.0.0.1")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert!(!last_corefile(&r.api).contains("10.96.0.53"));
+
+    // The Service moves to a port whose listener requires it: its watch relays again.
+    let moved = json!({"type": "MODIFIED", "object": probed_service(other, 101)});
+    r.state.lock().unwrap().services = vec![probed_service(other, 101)];
+    r.api.deliver(SERVICE_WATCH, moved).await;
+    assert!(
+        r.api.wait_for(10, wrote(3, "10.96.0.53")).await,
+        "{:#?}",
+        r.api.calls()
+    );
+    // Two more resyncs knock again and find the same: nothing written.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let api = r.shutdown().await;
+    assert_eq!(
+        api.count("PUT", COREDNS),
+        3,
+        "one write per flip: {:#?}",
+        api.calls()
     );
 }
 

@@ -1685,3 +1685,69 @@ async fn each_targets_answer_is_picked_and_explained() {
         "{r:?}"
     );
 }
+
+/// `--ingress-controller-kind probe`: doctor knocks on the ingress controller Service itself
+/// (here 127.0.0.1, its port named `http`): a listener that answers only behind a PROXY header
+/// is required (relay, OK); a port nothing listens on gets no verdict, which is a WARN saying
+/// where the controller's own verdict is, not a failure.
+#[tokio::test]
+async fn a_probe_target_is_knocked_on_by_doctor_itself() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 512];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                if buf[..n].starts_with(b"PROXY ") {
+                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+                }
+            });
+        }
+    });
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let svc = |port: u16| {
+        let mut s = nginx_service(None);
+        s["spec"]["clusterIP"] = json!("127.0.0.1");
+        s["spec"]["clusterIPs"] = json!(["127.0.0.1"]);
+        s["spec"]["ports"] = json!([{"name": "http", "port": port}]);
+        s
+    };
+    let a = args(&[
+        "--ingress-controller-service",
+        "ingress-nginx/ingress-nginx-controller",
+        "--ingress-controller-kind",
+        "probe",
+    ]);
+    let (report, _) = run(healthy().at(NGINX_SVC, svc(port)), &a).await;
+    let c = check(&report, "answer");
+    assert_eq!(
+        (c.status, c.summary.as_str()),
+        (
+            Status::Ok,
+            "relay (answer=auto): the ingress controller requires the PROXY header (v1 or v2): \
+             through the proxy"
+        ),
+        "{c:?}"
+    );
+    let want = format!(
+        "header: required: Service ingress-nginx/ingress-nginx-controller: probed \
+         127.0.0.1:{port} (HTTP HEAD): without a PROXY header closed without answering"
+    );
+    assert!(c.evidence.iter().any(|e| e.starts_with(&want)), "{c:?}");
+
+    let (report, _) = run(healthy().at(NGINX_SVC, svc(closed)), &a).await;
+    let c = check(&report, "answer");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(
+        c.action
+            .as_deref()
+            .is_some_and(|a| a.contains("`answer picked`")),
+        "{c:?}"
+    );
+}

@@ -129,7 +129,8 @@ are the entry's own: not inherited from proxy.*), checked as the controller chec
 answer, kind, config; service, the ingress controller Service (.svcNs/.svc) given to the
 controller ("" when none: it is given when its ipMode is watched (.ipMode) or when the answer
 may be direct); rule, the one object `auto` reads (namespace, name, group, resource; empty
-without one), which rbac.yaml grants get/list/watch on by name. Call with
+without one; the ingress controller Service itself for kind `probe`, which knocks on it),
+which rbac.yaml grants get/list/watch on by name. Call with
 (dict "key" "proxy" "e" $entry "svcNs" $ns "svc" $name "ipMode" $bool).
 */}}
 {{- define "ouroboros.answer" -}}
@@ -138,12 +139,20 @@ without one), which rbac.yaml grants get/list/watch on by name. Call with
 {{- $config := get .e "ingressControllerConfig" | default "" -}}
 {{- $kinds := dict "ingress-nginx" (list "" "configmaps") "haproxy" (list "" "configmaps") "cilium" (list "" "configmaps") "traefik" (list "apps" "deployments") "contour" (list "apps" "deployments") "envoy-gateway" (list "gateway.envoyproxy.io" "clienttrafficpolicies") "nginx-gateway-fabric" (list "gateway.nginx.org" "nginxproxies") -}}
 {{- $rule := dict -}}
-{{- if or $kind $config -}}
+{{- if eq $kind "probe" -}}
+{{- if $config -}}
+{{- fail (printf "%s.ingressControllerKind probe knocks on the ingress controller Service and reads no configuration object: drop %s.ingressControllerConfig (%s), or name the controller's kind to read that object" .key .key $config) -}}
+{{- end -}}
+{{- if not (and .svc .svcNs) -}}
+{{- fail (printf "%s.ingressControllerKind probe knocks on the ingress controller Service: set %s.target.serviceName and serviceNamespace (a target host names no Service)" .key .key) -}}
+{{- end -}}
+{{- $rule = dict "namespace" .svcNs "name" .svc "group" "" "resource" "services" -}}
+{{- else if or $kind $config -}}
 {{- if not (and $kind $config) -}}
 {{- fail (printf "%s.ingressControllerKind and %s.ingressControllerConfig go together: the kind says how to read the object the config names (docs/targets.md)" .key .key) -}}
 {{- end -}}
 {{- if not (hasKey $kinds $kind) -}}
-{{- fail (printf "%s.ingressControllerKind %s is not one of %s" .key $kind (keys $kinds | sortAlpha | join ", ")) -}}
+{{- fail (printf "%s.ingressControllerKind %s is not one of %s, or probe" .key $kind (keys $kinds | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- $gr := get $kinds $kind -}}
 {{- $parts := splitList "/" $config -}}
@@ -523,7 +532,9 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- end }}
 {{- if .answer.kind }}
 - --ingress-controller-kind={{ .answer.kind }}
-- --ingress-controller-config={{ .answer.config }}
+{{- with .answer.config }}
+- --ingress-controller-config={{ . }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -2,11 +2,11 @@
 //! the [`Filters`] and the [`HostPolicy`]. Separate: flag parsing and validation, no objects.
 
 use super::targets::{
-    check_answer, check_targets, controller_config, parse_class_controller, parse_target,
+    check_answer, check_targets, header_source, parse_class_controller, parse_target,
 };
 use super::{kinds::OptIns, model::Filters, model::IngressHosts, non_empty};
 use crate::header_verdict::AnswerPick;
-use crate::header_verdict::{ConfigRef, ControllerKind};
+use crate::header_verdict::{HeaderSource, SourceKind};
 use crate::hostname::HostPolicy;
 use crate::target::TargetRule;
 use crate::target::{AnswerRule, Target};
@@ -122,7 +122,8 @@ pub struct HostnameArgs {
     pub targets: Vec<TargetRule>,
 
     /// How the default target's names are answered: `auto` (picked from what
-    /// --ingress-controller-config says: `relay` when the ingress controller requires the PROXY
+    /// --ingress-controller-config says, or the knocks of --ingress-controller-kind probe:
+    /// `relay` when the ingress controller requires the PROXY
     /// header, `direct` when it takes connections without one, `skip` when its load balancer
     /// reports ipMode Proxy, `relay` when nothing says), `relay` (the proxy's addresses),
     /// `direct` (the ingress controller Service's ClusterIPs, no relay hop; needs
@@ -138,15 +139,18 @@ pub struct HostnameArgs {
     pub answer: AnswerPick,
 
     /// The default target's ingress controller, for reading whether it takes the PROXY header:
-    /// ingress-nginx, haproxy, traefik, contour, envoy-gateway, nginx-gateway-fabric or cilium.
-    /// Needs --ingress-controller-config. A --target takes `ingress-controller-kind=` likewise.
+    /// ingress-nginx, haproxy, traefik, contour, envoy-gateway, nginx-gateway-fabric or cilium
+    /// (each needs --ingress-controller-config), or `probe`: read no configuration, knock on the
+    /// --ingress-controller-service's ClusterIP (port 443 with a TLS hello, else 80 with HTTP)
+    /// without and with a PROXY header at start-up, when the Service changes and every
+    /// --resync. A --target takes `ingress-controller-kind=` likewise.
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_INGRESS_CONTROLLER_KIND",
         value_name = "KIND",
-        value_parser = ControllerKind::parse
+        value_parser = SourceKind::parse
     )]
-    pub ingress_controller_kind: Option<ControllerKind>,
+    pub ingress_controller_kind: Option<SourceKind>,
 
     /// The one object that says whether the default target's ingress controller takes the PROXY
     /// header, watched by name: NAMESPACE/NAME of ingress-nginx's or HAProxy's ConfigMap,
@@ -318,10 +322,10 @@ impl HostnameArgs {
         })
     }
 
-    /// The default target's configuration object (--ingress-controller-kind and
-    /// --ingress-controller-config, both or neither).
-    pub fn default_controller_config(&self) -> Result<Option<ConfigRef>, String> {
-        controller_config(
+    /// Where the default target's header verdict comes from (--ingress-controller-kind and
+    /// --ingress-controller-config, both or neither; `probe` alone).
+    pub fn default_controller_config(&self) -> Result<Option<HeaderSource>, String> {
+        header_source(
             self.ingress_controller_kind,
             self.ingress_controller_config.as_deref(),
         )
@@ -344,9 +348,18 @@ impl HostnameArgs {
             crate::target::DEFAULT_TARGET,
             default.answer,
             default.config.as_ref(),
-            default.controller_service.is_some() || !default.direct_ips.is_empty(),
-            "--ingress-controller-service NAMESPACE/NAME (or give its ClusterIPs with --direct-ip)",
-        )?;
+            (
+                default.controller_service.is_some(),
+                !default.direct_ips.is_empty(),
+            ),
+            ("--ingress-controller-service NAMESPACE/NAME", "--direct-ip"),
+        )
+        .map_err(|e| {
+            e.replace(
+                "ingress-controller-kind=probe",
+                "--ingress-controller-kind probe",
+            )
+        })?;
         Ok(rules)
     }
 

@@ -13,7 +13,7 @@ use super::model::Filters;
 use crate::dns_name::{is_label, is_subdomain, LABEL_SYNTAX};
 use crate::flags::parse_answer_ip;
 use crate::header_verdict::AnswerPick;
-use crate::header_verdict::{ConfigRef, ControllerKind};
+use crate::header_verdict::{ConfigRef, HeaderSource, SourceKind};
 use crate::target::{AnswerRule, Target, TargetRule, DEFAULT_TARGET};
 
 /// The annotation that settles a hostname claimed by objects of two targets: the higher integer
@@ -134,7 +134,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
             "ingress-controller-kind" if kind.is_some() => {
                 return Err("ingress-controller-kind is given twice".into())
             }
-            "ingress-controller-kind" => kind = Some(ControllerKind::parse(value)?),
+            "ingress-controller-kind" => kind = Some(SourceKind::parse(value)?),
             "ingress-controller-config" if config.is_some() => {
                 return Err("ingress-controller-config is given twice".into())
             }
@@ -164,7 +164,7 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     if rule.name.is_empty() {
         return Err("name=NAME is missing".into());
     }
-    rule.controller_config = controller_config(kind, config.as_deref())?;
+    rule.controller_config = header_source(kind, config.as_deref())?;
     if !is_label(&rule.name) {
         return Err(format!(
             "name {:?} is not a DNS label ({LABEL_SYNTAX})",
@@ -193,18 +193,29 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
     Ok(rule)
 }
 
-/// The configuration object named by a kind and a `[daemonset/]NAMESPACE/NAME`: both or
-/// neither (`--ingress-controller-kind` and `--ingress-controller-config` likewise).
-pub fn controller_config(
-    kind: Option<ControllerKind>,
+/// Where the header verdict comes from, by a kind and a `[daemonset/]NAMESPACE/NAME`: a
+/// controller kind needs the object, `probe` takes none (it knocks on the ingress controller
+/// Service; [`check_answer`] checks that one is named), and neither gives nothing
+/// (`--ingress-controller-kind` and `--ingress-controller-config` likewise).
+pub fn header_source(
+    kind: Option<SourceKind>,
     config: Option<&str>,
-) -> Result<Option<ConfigRef>, String> {
+) -> Result<Option<HeaderSource>, String> {
     match (kind, config) {
         (None, None) => Ok(None),
-        (Some(kind), Some(c)) => ConfigRef::parse(kind, c).map(Some),
+        (Some(SourceKind::Probe), None) => Ok(Some(HeaderSource::Probe)),
+        (Some(SourceKind::Probe), Some(c)) => Err(format!(
+            "ingress-controller-kind=probe knocks on the ingress controller Service and reads \
+             no configuration object: drop ingress-controller-config= ({c}), or name the \
+             controller's kind to read that object"
+        )),
+        (Some(SourceKind::Read(kind)), Some(c)) => {
+            ConfigRef::parse(kind, c).map(|c| Some(HeaderSource::Object(c)))
+        }
         (Some(k), None) => Err(format!(
             "ingress-controller-kind={} needs ingress-controller-config= (the object that says \
-             whether {} takes the PROXY header; see docs/targets.md)",
+             whether {} takes the PROXY header; see docs/targets.md), or use \
+             ingress-controller-kind=probe to knock on its Service instead",
             k.as_str(),
             k.as_str()
         )),
@@ -216,28 +227,37 @@ pub fn controller_config(
     }
 }
 
-/// Checks what an answer needs, for a target named `name` (`flags`: how the operator names
-/// the ingress controller Service there): `direct`, and `auto` with a configuration to read
-/// (which may pick direct), answer with the ingress controller Service's ClusterIPs.
+/// Checks what an answer needs, for a target named `name`, given whether its ingress
+/// controller Service and its `direct-ip=` addresses are named (`service_flag`, `ip_flag`: how
+/// the operator names them there): `direct`, and `auto` with a header source (which may pick
+/// direct), answer with the ingress controller Service's ClusterIPs; `probe` knocks on the
+/// Service itself, which addresses alone do not give (nor its ports).
 pub fn check_answer(
     name: &str,
     answer: AnswerPick,
-    config: Option<&ConfigRef>,
-    has_controller_service: bool,
-    flag: &str,
+    config: Option<&HeaderSource>,
+    (has_service, has_ips): (bool, bool),
+    (service_flag, ip_flag): (&str, &str),
 ) -> Result<(), String> {
-    if has_controller_service {
+    if config == Some(&HeaderSource::Probe) && !has_service {
+        return Err(format!(
+            "target {name}: ingress-controller-kind=probe knocks on the ingress controller \
+             Service (its ClusterIP and port 443 or 80): name the Service with {service_flag}"
+        ));
+    }
+    if has_service || has_ips {
         return Ok(());
     }
     match answer {
         AnswerPick::Direct => Err(format!(
             "target {name}: answer direct answers with the ingress controller Service's \
-             ClusterIPs: name the Service with {flag}"
+             ClusterIPs: name the Service with {service_flag} (or give its ClusterIPs with \
+             {ip_flag})"
         )),
         AnswerPick::Auto if config.is_some() => Err(format!(
             "target {name}: answer auto with an ingress controller configuration may answer \
              directly with the ingress controller Service's ClusterIPs: name the Service with \
-             {flag}, or set the answer to relay"
+             {service_flag} (or give its ClusterIPs with {ip_flag}), or set the answer to relay"
         )),
         _ => Ok(()),
     }
@@ -324,8 +344,8 @@ pub fn check_targets(
             &r.name,
             r.answer,
             r.controller_config.as_ref(),
-            r.ingress_controller.is_some() || !r.direct_ips.is_empty(),
-            "ingress-controller=NAMESPACE/NAME (or give its ClusterIPs as direct-ip=IP)",
+            (r.ingress_controller.is_some(), !r.direct_ips.is_empty()),
+            ("ingress-controller=NAMESPACE/NAME", "direct-ip=IP"),
         )?;
         if !names.insert(r.name.as_str()) {
             return Err(format!("--target name {:?} is given twice", r.name));
@@ -495,10 +515,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.answer, AnswerPick::Direct);
-        let c = r.controller_config.as_ref().unwrap();
+        let Some(HeaderSource::Object(c)) = r.controller_config.as_ref() else {
+            panic!("{:?}", r.controller_config)
+        };
         assert_eq!(
             (c.kind, c.resource.kind),
-            (ControllerKind::Traefik, "DaemonSet")
+            (crate::header_verdict::ControllerKind::Traefik, "DaemonSet")
         );
         assert_eq!(
             r.direct_ips,
@@ -527,6 +549,21 @@ mod tests {
             ),
             ("name=t,service=p,ingress-class=x", None),
             ("name=t,service=p,ingress-class=x,answer=skip", None),
+            // probe knocks on the Service itself: its addresses alone do not do.
+            (
+                "name=t,service=p,ingress-class=x,ingress-controller-kind=probe",
+                Some("ingress-controller-kind=probe knocks on the ingress controller Service"),
+            ),
+            (
+                "name=t,service=p,ingress-class=x,ingress-controller-kind=probe,\
+                 direct-ip=10.0.0.1",
+                Some("ingress-controller-kind=probe knocks on the ingress controller Service"),
+            ),
+            (
+                "name=t,service=p,ingress-class=x,ingress-controller-kind=probe,\
+                 ingress-controller=ingress-nginx/ingress-nginx-controller",
+                None,
+            ),
         ] {
             let got = check_targets(&[parse_target(spec).unwrap()], &BTreeSet::new());
             match err {
@@ -539,6 +576,37 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn probe_alone_reads_no_object() {
+        let r = parse_target(
+            "name=t,service=p,ingress-class=x,ingress-controller-kind=probe,\
+             ingress-controller=ingress-nginx/ingress-nginx-controller",
+        )
+        .unwrap();
+        assert_eq!(r.controller_config, Some(HeaderSource::Probe));
+        assert_eq!(
+            header_source(Some(SourceKind::Probe), None),
+            Ok(Some(HeaderSource::Probe))
+        );
+        assert_eq!(header_source(None, None), Ok(None));
+        for (spec, err) in [
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller-kind=probe,\
+                 ingress-controller-config=ingress-nginx/ingress-nginx-controller",
+                "ingress-controller-kind=probe knocks on the ingress controller Service and \
+                 reads no configuration object: drop ingress-controller-config= \
+                 (ingress-nginx/ingress-nginx-controller)",
+            ),
+            (
+                "name=a,service=x,ingress-class=a,ingress-controller-kind=probes",
+                "or probe (knock on the ingress controller Service)",
+            ),
+        ] {
+            let got = parse_target(spec).unwrap_err();
+            assert!(got.contains(err), "{spec}: {got}");
         }
     }
 

@@ -165,6 +165,7 @@ mod tests {
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
             controller_configs: Vec::new(),
+            probed_services: Vec::new(),
         }
     }
 

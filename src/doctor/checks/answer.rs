@@ -7,24 +7,41 @@
 //! doctor reads the named configuration object whatever the answer (with its own credentials;
 //! the controller reads it only for `auto`), so a pick set by hand that breaks the names is
 //! caught: `relay` to a controller that refuses the header, `direct` to one that requires it.
+//! For `ingress-controller-kind=probe` it knocks on the ingress controller Service itself; run
+//! outside the cluster it usually cannot reach the ClusterIP, which is said (a warning, not a
+//! failure: the controller's own verdict is in its log).
 
 use serde_json::Value;
 
 use super::inputs::Got;
 use crate::doctor::report::Check;
-use crate::header_verdict::{choose, verdict, AnswerPick, Facts, Header, Route, Verdict};
+use crate::header_verdict::{
+    choose, verdict, AnswerPick, Facts, Header, HeaderSource, Route, Verdict,
+};
 use crate::target::AnswerRule;
 
 const ID: &str = "answer";
 
-/// The header verdict of `rule`'s configuration object as `read` (`None`: no object named).
-pub fn answer_verdict(rule: &AnswerRule, read: Option<&Got<Value>>) -> Verdict {
-    match (&rule.config, read) {
-        (Some(config), Some(Ok(object))) => verdict(config, object.as_ref()),
-        (Some(config), Some(Err(e))) => Verdict {
+/// What doctor found out for a target's header verdict.
+#[derive(Clone, Copy, Debug)]
+pub enum Found<'a> {
+    /// Its configuration object as read.
+    Object(&'a Got<Value>),
+    /// The verdict of doctor's own knocks on its ingress controller Service (`probe`).
+    Knocked(&'a Verdict),
+}
+
+/// The header verdict of `rule`'s header source as `found` (`None`: none named).
+pub fn answer_verdict(rule: &AnswerRule, found: Option<Found<'_>>) -> Verdict {
+    match (&rule.config, found) {
+        (Some(HeaderSource::Object(config)), Some(Found::Object(Ok(object)))) => {
+            verdict(config, object.as_ref())
+        }
+        (Some(HeaderSource::Object(config)), Some(Found::Object(Err(e)))) => Verdict {
             header: Header::Unknown,
             how: format!("{} could not be read: {e}", config.describe()),
         },
+        (Some(HeaderSource::Probe), Some(Found::Knocked(v))) => v.clone(),
         _ => Verdict {
             header: Header::Unknown,
             how: format!("not read: {}", Verdict::not_configured().how),
@@ -32,10 +49,10 @@ pub fn answer_verdict(rule: &AnswerRule, read: Option<&Got<Value>>) -> Verdict {
     }
 }
 
-/// The `answer` check of one target: `read` is its configuration object as doctor read it
+/// The `answer` check of one target: `read` is what doctor found out for its header source
 /// (`None`: none named), `ipmode_proxy` whether its load balancer reports ipMode Proxy on
 /// every address with skipping on. Returns the route picked too.
-pub fn answer(rule: &AnswerRule, read: Option<&Got<Value>>, ipmode_proxy: bool) -> (Check, Route) {
+pub fn answer(rule: &AnswerRule, read: Option<Found<'_>>, ipmode_proxy: bool) -> (Check, Route) {
     let v = answer_verdict(rule, read);
     let facts = Facts {
         verdict: &v,
@@ -47,7 +64,13 @@ pub fn answer(rule: &AnswerRule, read: Option<&Got<Value>>, ipmode_proxy: bool) 
         _ => format!("{}: {why}", route.as_str()),
     };
     let controller = match &rule.config {
-        Some(c) => format!("ingress controller: {}, {}", c.kind.as_str(), c.describe()),
+        Some(HeaderSource::Object(c)) => {
+            format!("ingress controller: {}, {}", c.kind.as_str(), c.describe())
+        }
+        Some(HeaderSource::Probe) => {
+            "ingress controller: probe (knocked on its Service, without and with a PROXY header)"
+                .into()
+        }
         None => "ingress controller: not named".into(),
     };
     let mut evidence = vec![
@@ -74,9 +97,20 @@ pub fn answer(rule: &AnswerRule, read: Option<&Got<Value>>, ipmode_proxy: bool) 
             "the ingress controller requires the PROXY header, so in-cluster connections \
              without it are refused: set answer=relay (or auto)",
         ),
+        (_, Header::Unknown)
+            if rule.answer == AnswerPick::Auto && rule.config == Some(HeaderSource::Probe) =>
+        {
+            Check::warn(ID, summary).action(
+                "doctor's own knocks on the ingress controller Service got no verdict (run \
+                 outside the cluster, its ClusterIP is usually out of reach; a NetworkPolicy \
+                 may also keep it out): this is not the controller's verdict, which it logs as \
+                 `answer picked` with `header` and `how` (kubectl logs on the controller); run \
+                 doctor in the cluster to knock from there",
+            )
+        }
         (_, Header::Unknown) if rule.answer == AnswerPick::Auto && rule.config.is_some() => {
             let action = match read {
-                Some(Err(e)) => e.action(),
+                Some(Found::Object(Err(e))) => e.action(),
                 _ => "check that ingress-controller-config= (--ingress-controller-config) \
                       names the object that holds the setting (docs/targets.md)"
                     .into(),
@@ -101,7 +135,7 @@ mod tests {
         AnswerRule {
             target: Target::Default,
             answer,
-            config: config.map(|(k, c)| ConfigRef::parse(k, c).unwrap()),
+            config: config.map(|(k, c)| HeaderSource::Object(ConfigRef::parse(k, c).unwrap())),
             controller_service: Some(("ingress-nginx".into(), "ingress-nginx-controller".into())),
             direct_ips: Vec::new(),
         }
@@ -122,7 +156,7 @@ mod tests {
 
     type Case<'a> = (
         AnswerRule,
-        Option<&'a Got<Value>>,
+        Option<Found<'a>>,
         bool,
         Status,
         Route,
@@ -176,7 +210,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Auto, NGINX),
-                Some(&true_),
+                Some(Found::Object(&true_)),
                 false,
                 Status::Ok,
                 Route::Relay,
@@ -185,7 +219,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Auto, NGINX),
-                Some(&false_),
+                Some(Found::Object(&false_)),
                 false,
                 Status::Ok,
                 Route::Direct,
@@ -197,7 +231,7 @@ mod tests {
                     AnswerPick::Auto,
                     Some((ControllerKind::Traefik, "traefik/traefik")),
                 ),
-                Some(&traefik),
+                Some(Found::Object(&traefik)),
                 false,
                 Status::Ok,
                 Route::Direct,
@@ -206,7 +240,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Auto, NGINX),
-                Some(&missing),
+                Some(Found::Object(&missing)),
                 false,
                 Status::Warn,
                 Route::Relay,
@@ -215,7 +249,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Auto, NGINX),
-                Some(&forbidden),
+                Some(Found::Object(&forbidden)),
                 false,
                 Status::Warn,
                 Route::Relay,
@@ -224,7 +258,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Auto, NGINX),
-                Some(&true_),
+                Some(Found::Object(&true_)),
                 true,
                 Status::Ok,
                 Route::Skip,
@@ -243,7 +277,7 @@ mod tests {
             // Set by hand: ipMode Proxy does not skip, and a pick that breaks the names fails.
             (
                 rule(AnswerPick::Relay, NGINX),
-                Some(&false_),
+                Some(Found::Object(&false_)),
                 true,
                 Status::Fail,
                 Route::Relay,
@@ -251,7 +285,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Direct, NGINX),
-                Some(&true_),
+                Some(Found::Object(&true_)),
                 false,
                 Status::Fail,
                 Route::Direct,
@@ -259,7 +293,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Relay, NGINX),
-                Some(&true_),
+                Some(Found::Object(&true_)),
                 false,
                 Status::Ok,
                 Route::Relay,
@@ -267,7 +301,7 @@ mod tests {
             ),
             (
                 rule(AnswerPick::Skip, NGINX),
-                Some(&false_),
+                Some(Found::Object(&false_)),
                 false,
                 Status::Ok,
                 Route::Skip,
@@ -275,6 +309,38 @@ mod tests {
             ),
         ];
         assert_cases(cases);
+    }
+
+    #[test]
+    fn probe_shows_doctors_own_knock_and_warns_when_it_got_none() {
+        let mut probe = rule(AnswerPick::Auto, None);
+        probe.config = Some(HeaderSource::Probe);
+        let required = Verdict {
+            header: Header::Required,
+            how: "Service ingress-nginx/ingress-nginx-controller: probed 10.96.0.80:443".into(),
+        };
+        let (c, r) = answer(&probe, Some(Found::Knocked(&required)), false);
+        assert_eq!((c.status, r), (Status::Ok, Route::Relay), "{c:?}");
+        assert_eq!(
+            c.evidence[..2],
+            [
+                "ingress controller: probe (knocked on its Service, without and with a PROXY \
+                 header)",
+                "header: required: Service ingress-nginx/ingress-nginx-controller: probed \
+                 10.96.0.80:443",
+            ]
+        );
+        let unreached = Verdict {
+            header: Header::Unknown,
+            how: "probed 10.96.0.80:443 (TLS ClientHello): no answer in time".into(),
+        };
+        let (c, r) = answer(&probe, Some(Found::Knocked(&unreached)), false);
+        assert_eq!((c.status, r), (Status::Warn, Route::Relay), "{c:?}");
+        let action = c.action.unwrap();
+        assert!(
+            action.contains("out of reach") && action.contains("`answer picked`"),
+            "{action}"
+        );
     }
 
     #[test]
@@ -289,7 +355,11 @@ mod tests {
                 "ingress controller Service: ingress-nginx/ingress-nginx-controller",
             ]
         );
-        let (c, _) = answer(&rule(AnswerPick::Auto, NGINX), Some(&nginx(None)), false);
+        let (c, _) = answer(
+            &rule(AnswerPick::Auto, NGINX),
+            Some(Found::Object(&nginx(None))),
+            false,
+        );
         assert_eq!(
             c.evidence[..2],
             [
@@ -299,7 +369,11 @@ mod tests {
                  use-proxy-protocol (default false)",
             ]
         );
-        let (c, _) = answer(&rule(AnswerPick::Auto, NGINX), Some(&Ok(None)), false);
+        let (c, _) = answer(
+            &rule(AnswerPick::Auto, NGINX),
+            Some(Found::Object(&Ok(None))),
+            false,
+        );
         assert_eq!(
             c.evidence[1],
             "header: unknown: ConfigMap ingress-nginx/ingress-nginx-controller not found"
