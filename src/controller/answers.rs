@@ -97,7 +97,12 @@ pub async fn start(
         let ends = (routes.clone(), forced.clone());
         match (&rule.config, &rule.controller_service, rule.answer) {
             (Some(HeaderSource::Object(config)), _, AnswerPick::Auto) => {
-                pick(rule, &name, &read_config(client, &name, config).await, routes);
+                pick(
+                    rule,
+                    &name,
+                    &read_config(client, &name, config).await,
+                    routes,
+                );
                 tasks.push(tokio::spawn(follow(
                     client.clone(),
                     (rule.clone(), name),

@@ -418,7 +418,7 @@ fn a_client_traffic_policy_whose_crd_comes_later_is_read_when_it_comes_in_one_wr
     let log = run.controller.log_text();
     for message in [
         "reading the ingress controller's configuration failed",
-        "watching the ingress controller's configuration failed",
+        "watching the ingress controller's ClientTrafficPolicy ans-eg/proxy-protocol failed",
         "answer picked: whether the ingress controller takes the header is unknown",
     ] {
         assert!(
