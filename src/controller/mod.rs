@@ -8,6 +8,7 @@ pub mod hostnames;
 pub mod ipmode;
 pub mod lease;
 pub mod metrics;
+pub mod placement;
 pub mod probe;
 pub mod projection;
 pub mod proxy_watch;
@@ -32,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
-use self::hostnames::{args::HostnameArgs, model::Desired};
+use self::hostnames::{args::HostnameArgs, kinds::Kind, model::Desired};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
@@ -199,10 +200,17 @@ pub async fn run_with(
     let metrics = Metrics::register(&mut registry);
     let status = Arc::new(Mutex::new(Status::default()));
 
+    let read: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_read(filters.opt_ins, filters.reads_ingress_classes()))
+        .collect();
+    let (places, placement_task) =
+        placement::start(&client, &read, args.watch.source_discovery_interval, &stop);
     let (notifier, events_task) = start_events(&client, &args, &identity);
+    let notifier = notifier.reading_at(places.clone());
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
-    let watches = sources::start(&client, &filters, &notifier, idle, &stop);
+    let watches = sources::start(&client, &filters, &notifier, idle, &places, &stop);
     let admin = start_admin(&args, registry, &status, &watches, &stop).await?;
 
     // The lease outlives `stop` until the write in flight is finished.
@@ -274,7 +282,11 @@ pub async fn run_with(
     // Shutdown: the engine has finished any write in flight; now give up the lease.
     lease_stop.cancel();
     leadership.finish(Duration::from_secs(5)).await;
-    for t in side_tasks.into_iter().chain(answer_tasks) {
+    for t in side_tasks
+        .into_iter()
+        .chain(answer_tasks)
+        .chain(placement_task)
+    {
         t.abort();
     }
     drop(hooks);
