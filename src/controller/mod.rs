@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::args::{ElectionArgs, Selection};
 use self::events::Notifier;
-use self::hostnames::{args::HostnameArgs, kinds::Kind, model::Desired};
+use self::hostnames::{args::HostnameArgs, model::Desired};
 use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
@@ -200,17 +200,12 @@ pub async fn run_with(
     let metrics = Metrics::register(&mut registry);
     let status = Arc::new(Mutex::new(Status::default()));
 
-    let read: Vec<Kind> = Kind::ALL
-        .into_iter()
-        .filter(|k| k.is_read(filters.opt_ins, filters.reads_ingress_classes()))
-        .collect();
-    let (places, placement_task) =
-        placement::start(&client, &read, args.watch.source_discovery_interval, &stop);
     let (notifier, events_task) = start_events(&client, &args, &identity);
-    let notifier = notifier.reading_at(places.clone());
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
-    let watches = sources::start(&client, &filters, &notifier, idle, &places, &stop);
+    let discovery = args.watch.source_discovery_interval;
+    let watches = sources::start(&client, &filters, &notifier, (idle, discovery), &stop);
+    let notifier = notifier.reading_at(watches.places.clone());
     let admin = start_admin(&args, registry, &status, &watches, &stop).await?;
 
     // The lease outlives `stop` until the write in flight is finished.
@@ -282,11 +277,7 @@ pub async fn run_with(
     // Shutdown: the engine has finished any write in flight; now give up the lease.
     lease_stop.cancel();
     leadership.finish(Duration::from_secs(5)).await;
-    for t in side_tasks
-        .into_iter()
-        .chain(answer_tasks)
-        .chain(placement_task)
-    {
+    for t in side_tasks.into_iter().chain(answer_tasks) {
         t.abort();
     }
     drop(hooks);

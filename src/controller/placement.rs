@@ -88,7 +88,11 @@ pub fn start(
     let task = tokio::spawn(async move {
         let mut repeats = Repeats::default();
         loop {
-            match discover(&client, &asked).await {
+            let found = tokio::select! {
+                () = stop.cancelled() => break,
+                found = discover(&client, &asked) => found,
+            };
+            match found {
                 Ok(served) => {
                     repeats.reset();
                     let found = kinds

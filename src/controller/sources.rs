@@ -49,7 +49,7 @@ use super::hostnames::{
     traefik::IngressRouteTcp,
 };
 use super::metrics::{KindLabel, Metrics};
-use super::placement::{resource_at, Places};
+use super::placement::{self, resource_at, Places};
 use super::projection::{Project, Projected};
 use crate::hostname::HostPolicy;
 use crate::kube_client::{Cause, Repeats};
@@ -206,20 +206,28 @@ pub struct Watches {
     pub changes: watch::Receiver<u64>,
     pub synced: watch::Receiver<bool>,
     pub relisting: Relisting,
+    /// Where each kind is read (discovery's task is among `tasks`).
+    pub places: Places,
     pub tasks: Vec<JoinHandle<()>>,
 }
 
-/// Starts one watch per configured kind; they run until `stop`. An object that does not
-/// deserialize is reported on `notifier` and left out, not the whole list. A watch quiet for
-/// `idle`'s timeout is restarted with a fresh list.
+/// Starts one watch per configured kind, each at the first of its places the cluster serves
+/// (asked again every `discovery`: `placement`); they run until `stop`. An object that does
+/// not deserialize is reported on `notifier` and left out, not the whole list. A watch quiet
+/// for `idle`'s timeout is restarted with a fresh list.
 pub fn start(
     client: &Client,
     filters: &Filters,
     notifier: &Notifier,
-    idle: Idle,
-    places: &Places,
+    (idle, discovery): (Idle, Duration),
     stop: &CancellationToken,
 ) -> Watches {
+    let read: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_read(filters.opt_ins, filters.reads_ingress_classes()))
+        .collect();
+    let (places, discovering) = placement::start(client, &read, discovery, stop);
+    let notifier = &notifier.clone().reading_at(places.clone());
     let mut w = Starter {
         client,
         filters,
@@ -244,11 +252,13 @@ pub fn start(
         http_proxies: w.follow(),
         istio_gateways: w.follow(),
     };
+    w.tasks.extend(discovering);
     Watches {
         stores,
         changes: w.progress.changes_tx.subscribe(),
         synced: w.progress.synced_tx.subscribe(),
         relisting: w.progress.relisting.clone(),
+        places,
         tasks: w.tasks,
     }
 }
