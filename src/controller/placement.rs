@@ -167,3 +167,58 @@ pub fn resource_at(kind: Kind, place: Place) -> ApiResource {
         plural: kind.plural().into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kind's watch waits for the first round, then is told only of a move of its own
+    /// kind to another place; a kind missing from the map is at its first place.
+    #[tokio::test]
+    async fn places_tell_each_watch_of_its_own_moves() {
+        let (tx, rx) = watch::channel(None);
+        let mut places = Places(rx);
+        let istio = Kind::IstioGateway;
+        let older = Place::new("networking.istio.io", "v1beta1");
+        assert_eq!(places.of(istio), istio.preferred(), "before any round");
+        tx.send_replace(Some(BTreeMap::from([(istio, older)])));
+        assert_eq!(places.first(istio).await, older);
+        assert_eq!(
+            places.of(Kind::TraefikIngressRoute),
+            Kind::TraefikIngressRoute.preferred()
+        );
+        // Another kind moving is no move of this one; this one's is.
+        let moved = tokio::spawn({
+            let mut places = places.clone();
+            async move { places.moved(istio, older).await }
+        });
+        let traefik = Place::new("traefik.containo.us", "v1alpha1");
+        tx.send_replace(Some(BTreeMap::from([
+            (istio, older),
+            (Kind::TraefikIngressRoute, traefik),
+        ])));
+        tokio::task::yield_now().await;
+        assert!(!moved.is_finished());
+        tx.send_replace(Some(BTreeMap::from([
+            (istio, istio.preferred()),
+            (Kind::TraefikIngressRoute, traefik),
+        ])));
+        assert_eq!(moved.await.unwrap(), istio.preferred());
+    }
+
+    #[tokio::test]
+    async fn without_several_places_nothing_is_discovered() {
+        let client = crate::test_api::route(|_| crate::test_api::Answer::Hold).0;
+        let (mut places, task) = start(
+            &client,
+            &[Kind::Ingress, Kind::ContourHttpProxy],
+            Duration::from_secs(30),
+            &CancellationToken::new(),
+        );
+        assert!(task.is_none());
+        assert_eq!(
+            places.first(Kind::ContourHttpProxy).await,
+            Kind::ContourHttpProxy.preferred()
+        );
+    }
+}

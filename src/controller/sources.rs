@@ -6,9 +6,14 @@
 //! Tells the sync engine when something changed and when every kind has delivered its initial
 //! list.
 //!
-//! A CRD kind (Gateway API, Traefik, Contour, Istio) whose CRD is not installed (404 on list) is logged once and counted as
-//! "synced, empty", so it does not hold back writes; the watch keeps retrying with kube-runtime's
-//! default backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
+//! Each kind is watched at the first of its places the cluster serves (`placement`, from the
+//! discovery documents); when that changes, the watch lists again at the new place into the
+//! same store, which keeps the kind's objects until the new list is complete.
+//!
+//! A CRD kind (Gateway API, Traefik, Contour, Istio) whose CRD is not installed (404 on list)
+//! is logged once and counted as "synced, empty", so it does not hold back writes; the watch
+//! keeps retrying with kube-runtime's default backoff (at most every 30 s or so), so the kind
+//! is picked up when its CRD appears.
 //!
 //! The idle-watch detector: a watch that delivers neither an event nor a bookmark for
 //! `--watch-idle-timeout` is restarted with a fresh list (a watch through a tunnel such as
