@@ -552,8 +552,10 @@ impl WatchedKind {
                 let places: Vec<String> = kind.places().iter().map(Place::to_string).collect();
                 tracing::warn!(
                     %kind,
-                    "{resource} is not served at {place} (CRD not installed; read at the first \
-                     of {} served): skipping {kind} objects; checking again periodically",
+                    "{}/{resource} is not served (CRD not installed; {kind} is read at the \
+                     first of {} that the cluster serves, none yet): skipping {kind} objects; \
+                     checking again periodically",
+                    place.group,
                     places.join(", ")
                 );
                 self.missing = true;
