@@ -244,7 +244,7 @@ pub async fn run_with(
         mode,
         (metrics, notifier),
         status,
-        filters.targets.clone(),
+        (filters.targets.clone(), routes.clone()),
         (applied_tx, written_tx),
     );
     let inputs = sync::Inputs {
@@ -670,6 +670,8 @@ struct ControllerHooks {
     conflicts_reported: events::Reported,
     /// The named targets, for the names in conflict logs and Events.
     targets: Vec<TargetRule>,
+    /// Each target's picked answer, for its metric.
+    routes: Routes,
     applied_tx: watch::Sender<Option<revert::Written>>,
     /// The hostnames last written, for the probe.
     written_tx: watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
@@ -725,7 +727,7 @@ impl ControllerHooks {
         mode: &'static str,
         (metrics, notifier): (Metrics, Notifier),
         status: Arc<Mutex<Status>>,
-        targets: Vec<TargetRule>,
+        (targets, routes): (Vec<TargetRule>, Routes),
         (applied_tx, written_tx): (
             watch::Sender<Option<revert::Written>>,
             watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
@@ -746,6 +748,7 @@ impl ControllerHooks {
             reported: events::Reported::default(),
             conflicts_reported: events::Reported::default(),
             targets,
+            routes,
             applied_tx,
             written_tx,
             reload_warned: false,
@@ -797,6 +800,7 @@ impl ControllerHooks {
 impl sync::Hooks for ControllerHooks {
     fn desired(&mut self, d: &Desired, leader: bool) {
         self.metrics.desired(d, &self.targets);
+        self.metrics.answers(&self.routes.snapshot(), &self.targets);
         tracing::debug!(
             hosts = d.hosts.len(),
             rejected = d.rejected.len(),
