@@ -22,21 +22,46 @@ use std::fmt;
 
 use clap::ValueEnum;
 
-/// Where the hairpinned names are published: the key of the mode table, `Mode::spec` in
-/// `dns::mode`, which holds each mode's facts and behaviour. Here, with no behaviour of its
-/// own, so the flags (`dns::args`) and the pure checks name a mode without importing a writer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
-    Coredns,
-    /// A snippet under one key of the ConfigMap a Corefile imports
-    /// (`import /etc/coredns/custom/*.override`).
-    CorednsImport,
-    /// A marked block in each node's hosts file (one controller per node, no lease).
-    EtcHosts,
-    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
-    ExternalDns,
+/// Generates `Mode` and `MODE_HELP` from the mode table's rows (`for_each_mode!` in
+/// `dns::mode`). Here, in the pure `dns`, rather than beside the modes: the rows hand over only
+/// names and help text, so the flags (`dns::args`) and the pure checks (doctor's) name a mode
+/// without importing a writer.
+macro_rules! mode_enum {
+    ($($module:ident, $variant:ident, $value:tt, $help:tt;)*) => {
+        /// Where the hairpinned names are published: the key of the mode table, `Mode::spec` in
+        /// `dns::mode`, which holds each mode's facts and behaviour.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+        pub enum Mode {
+            $(
+                #[doc = $help]
+                #[value(name = $value)]
+                $variant,
+            )*
+        }
+
+        impl Mode {
+            /// The `--mode` value, as logs, metric labels and `doctor` name the mode.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Mode::$variant => $value,)*
+                }
+            }
+        }
+
+        /// The help of `--mode`: every value, in the table's order (no final period, as clap leaves
+        /// none after a one-line doc comment).
+        pub const MODE_HELP: &str = concat!("Where to publish the names: ", or_list!($($value),*));
+    };
 }
+
+/// `"a, b or c"` of string literals.
+macro_rules! or_list {
+    ($only:tt) => { $only };
+    ($a:tt, $b:tt) => { concat!($a, " or ", $b) };
+    ($a:tt, $($rest:tt),+) => { concat!($a, ", ", or_list!($($rest),+)) };
+}
+
+mode::for_each_mode!(mode_enum);
 
 /// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
 /// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
