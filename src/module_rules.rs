@@ -20,6 +20,7 @@ const PURE: &[&str] = &[
     "dns/etc_hosts.rs",
     "dns/external.rs",
     "dns/name_regex.rs",
+    "dns/mode/render.rs",
     "dns/write/plan.rs",
     "dns/write/replace.rs",
     "controller/hostnames/",

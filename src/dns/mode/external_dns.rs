@@ -1284,6 +1284,23 @@ mod tests {
         HostPolicy::new("cluster.local", &[], &[]).check(s).unwrap()
     }
 
+    #[test]
+    fn external_dns_output_takes_external_dns_own_name_for_dnsendpoints() {
+        for (value, want) in [
+            ("dnsendpoint", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("crd", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("service", Some(ExternalDnsOutput::Service)),
+            ("ingress", None),
+        ] {
+            let got = crate::flags::parse_args::<DnsArgs>(&["--external-dns-output", value]).ok();
+            assert_eq!(
+                got.map(|d| d.external_dns.external_dns_output),
+                want,
+                "{value}"
+            );
+        }
+    }
+
     fn opts() -> Options {
         let ips: Vec<IpAddr> = vec!["10.96.0.10".parse().unwrap(), "fd00::a".parse().unwrap()];
         Options::new(

@@ -2,7 +2,7 @@
 //! proxy's addresses), how it writes and what removing it takes (the `Sink` it builds), the
 //! RBAC both need ([`Grant`]s), and its facts (whether it edits CoreDNS, the CRD it writes,
 //! whether it runs one controller per node); and, for `render`, [`render::RenderMode`]. The
-//! table is [`for_each_mode!`]: one row per mode, from which the `Mode` enum (in `dns`),
+//! table is `for_each_mode!`: one row per mode, from which the `Mode` enum (in `dns`),
 //! [`Mode::spec`], the per-mode flags of [`DnsArgs`] and `render`'s subcommands are generated.
 //! A new mode is its module (its `DnsMode`, its `Flags`, its `Render`), its `pub mod` line and
 //! its row. Everything that differs by mode asks the table rather than naming modes.

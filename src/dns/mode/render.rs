@@ -21,8 +21,9 @@ use crate::header_verdict::Route;
 use crate::hostname::Hostname;
 use crate::target::{AnswerRule, TargetRule};
 
-/// The log target of what `render` says, wherever the mode's code is: the one users filter on
-/// (`--log-level`) and see in each line, as before the modes held their renderers.
+/// The log target of what `render` says, wherever the mode's code is: every line names
+/// `render`'s module, as it did before the modes held their renderers, so docs that quote the
+/// lines and filters that name it (`--log-level ouroboros::render=debug`) stay true.
 pub const LOG_TARGET: &str = "ouroboros::render";
 
 /// A mode's `render` subcommand: its own flags (the struct), what it reads beside the manifests
