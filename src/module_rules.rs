@@ -20,7 +20,6 @@ const PURE: &[&str] = &[
     "dns/etc_hosts.rs",
     "dns/external.rs",
     "dns/name_regex.rs",
-    "dns/mode/render.rs",
     "dns/write/plan.rs",
     "dns/write/replace.rs",
     "controller/hostnames/",
