@@ -302,3 +302,38 @@ fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read the {what}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dns::Mode;
+    use clap::{CommandFactory, Parser, ValueEnum};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        render: RenderArgs,
+    }
+
+    /// One subcommand per mode of the table, named as its `--mode` value, in the table's order,
+    /// with its mode's help line; etc-hosts also answers to `hosts`.
+    #[test]
+    fn subcommands_are_the_mode_table() {
+        let cmd = Cli::command();
+        let subs: Vec<(&str, String)> = cmd
+            .get_subcommands()
+            .map(|c| (c.get_name(), c.get_about().unwrap().to_string()))
+            .collect();
+        let names: Vec<&str> = subs.iter().map(|(n, _)| *n).collect();
+        let modes: Vec<&str> = Mode::value_variants().iter().map(|m| m.name()).collect();
+        assert_eq!(names, modes);
+        let about = |name: &str| subs.iter().find(|(n, _)| *n == name).unwrap().1.clone();
+        use crate::dns::mode::{coredns, coredns_import, etc_hosts, external_dns};
+        assert_eq!(about("coredns"), coredns::Render::ABOUT);
+        assert_eq!(about("coredns-import"), coredns_import::Render::ABOUT);
+        assert_eq!(about("etc-hosts"), etc_hosts::Render::ABOUT);
+        assert_eq!(about("external-dns"), external_dns::Render::ABOUT);
+        let hosts = cmd.find_subcommand("hosts").unwrap();
+        assert_eq!(hosts.get_name(), "etc-hosts");
+    }
+}

@@ -165,6 +165,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn or_list_joins_with_commas_and_a_final_or() {
+        assert_eq!(or_list!("a"), "a");
+        assert_eq!(or_list!("a", "b"), "a or b");
+        assert_eq!(or_list!("a", "b", "c"), "a, b or c");
+        assert_eq!(or_list!("a", "b", "c", "d"), "a, b, c or d");
+    }
+
+    /// `--mode`'s help names every mode of the table, in its order.
+    #[test]
+    fn mode_help_lists_every_mode_in_the_tables_order() {
+        let names: Vec<&str> = Mode::value_variants().iter().map(|m| m.name()).collect();
+        let (last, rest) = names.split_last().unwrap();
+        let list = format!("{} or {last}", rest.join(", "));
+        assert_eq!(MODE_HELP, format!("Where to publish the names: {list}"));
+    }
+
+    #[test]
     fn proxy_fqdn() {
         assert_eq!(
             ProxyFqdn::parse(DEFAULT_PROXY_FQDN).unwrap().as_str(),
