@@ -3,8 +3,10 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets, `args` the DNS-target flags, and `mode` one module per DNS mode (what
-//! it reads, how it writes and removes, the RBAC it needs), listed in one table (`Mode::spec`).
+//! them on live targets, `args` the DNS-target flags every mode shares, and `mode` one module
+//! per DNS mode (what it reads, how it writes and removes, the RBAC it needs, its own flags and
+//! `render` subcommand), listed in one table (`mode::for_each_mode!`), from which `Mode` is
+//! generated here.
 
 pub mod answer;
 pub mod args;

@@ -29,7 +29,8 @@ use crate::target::TargetRule;
 use build::Build;
 
 /// The mode table: each mode once, as (its module here, its `Mode` variant, its `--mode` value
-/// and `render` subcommand, the help line of that value). `for_each_mode!(callback)` hands the
+/// and `render` subcommand, the help line of that value; the last two as single tokens, which
+/// the callbacks paste into attributes). `for_each_mode!(callback)` hands the
 /// rows to the `callback!` macro in scope where it is called. A macro rather than a `const`
 /// table, because what the rows become are items clap's derives read at compile time: the
 /// `Mode` variants (`dns`), the fields of [`DnsArgs`] (here) and `render`'s subcommands
@@ -123,8 +124,8 @@ macro_rules! mode_items {
 
 for_each_mode!(mode_items);
 
-/// One DNS mode. The flags every method reads are the shared DNS-target flags, `DnsArgs`,
-/// whose `mode` chose this one.
+/// One DNS mode. The flags every method reads are the DNS-target flags, `DnsArgs`: the shared
+/// ones (whose `mode` chose this one) and every mode's own (this one's in its field).
 pub trait DnsMode: Sync {
     /// Whether the mode writes CoreDNS's configuration (a Corefile block or an imported
     /// snippet): node-local-dns, the proxy watches, the Services' `list`/`watch` and doctor's
