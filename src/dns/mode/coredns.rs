@@ -144,44 +144,44 @@ impl RenderMode for Render {
         })?;
         for t in edit.findings.taken() {
             tracing::warn!(
-            target: LOG_TARGET,
-                        corefile = %self.corefile.display(),
-                        hostname = %t.host,
-                        by = %t.by,
-                        line = t.line,
-                        "{}",
-                        t.note
-                    );
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                hostname = %t.host,
+                by = %t.by,
+                line = t.line,
+                "{}",
+                t.note
+            );
         }
         if !hosts.is_empty() && !edit.findings.has_reload {
             tracing::warn!(
-            target: LOG_TARGET,
-                        corefile = %self.corefile.display(),
-                        "the root server block has no `reload` plugin: CoreDNS reads its Corefile only at start, so restart CoreDNS after applying this (or add `reload`)"
-                    );
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "the root server block has no `reload` plugin: CoreDNS reads its Corefile only at start, so restart CoreDNS after applying this (or add `reload`)"
+            );
         }
         if edit.findings.view_as_pair {
             tracing::warn!(
-            target: LOG_TARGET,
-                        corefile = %self.corefile.display(),
-                        "this is node-local-dns's Corefile (no `kubernetes` plugin, a link-local `bind`): its node-cache has no `view` plugin and would not start with one, so the names are answered with the template pair in its root block instead of --coredns-answer view"
-                    );
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "this is node-local-dns's Corefile (no `kubernetes` plugin, a link-local `bind`): its node-cache has no `view` plugin and would not start with one, so the names are answered with the template pair in its root block instead of --coredns-answer view"
+            );
         }
         if edit.findings.imports_custom_override {
             tracing::warn!(
-            target: LOG_TARGET,
-                        corefile = %self.corefile.display(),
-                        "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
-                    );
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
+            );
         }
         self.proxy.fits_configmap(&edit.text, "Corefile")?;
         tracing::info!(
-        target: LOG_TARGET,
-                hosts = hosts.len(),
-                changed = edit.changed,
-                bytes = edit.text.len(),
-                "rendered the Corefile"
-            );
+            target: LOG_TARGET,
+            hosts = hosts.len(),
+            changed = edit.changed,
+            bytes = edit.text.len(),
+            "rendered the Corefile"
+        );
         Ok(edit.text)
     }
 }

@@ -148,10 +148,10 @@ impl RenderMode for Render {
         let text = dns::coredns_import::render_groups(&groups(&placed.rules(&self.proxy)?));
         self.proxy.fits_configmap(&text, "import snippet")?;
         tracing::info!(
-        target: LOG_TARGET,
-                hosts = placed.plan.hosts.len(),
-                "rendered the CoreDNS import snippet"
-            );
+            target: LOG_TARGET,
+            hosts = placed.plan.hosts.len(),
+            "rendered the CoreDNS import snippet"
+        );
         Ok(text)
     }
 }

@@ -649,18 +649,18 @@ impl RenderMode for Render {
         })?;
         for host in &edit.skipped_wildcards {
             tracing::warn!(
-            target: LOG_TARGET,
-                        hostname = %host,
-                        "skipping a wildcard: hosts files cannot express wildcards; use the coredns or external-dns mode for it"
-                    );
+                target: LOG_TARGET,
+                hostname = %host,
+                "skipping a wildcard: hosts files cannot express wildcards; use the coredns or external-dns mode for it"
+            );
         }
         // The names as written: wildcards were skipped above.
         tracing::info!(
-        target: LOG_TARGET,
-                hosts = hosts.len() - edit.skipped_wildcards.len(),
-                changed = edit.changed,
-                "rendered the hosts file"
-            );
+            target: LOG_TARGET,
+            hosts = hosts.len() - edit.skipped_wildcards.len(),
+            changed = edit.changed,
+            "rendered the hosts file"
+        );
         Ok(edit.text)
     }
 }
