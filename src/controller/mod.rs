@@ -37,9 +37,9 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
-use crate::dns::args::DnsArgs;
 use crate::dns::corefile::Findings;
 use crate::dns::mode::build::Build;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::routes::Routes;
@@ -106,7 +106,13 @@ impl ControllerArgs {
         let rules = self.answer_rules()?;
         // Answering with a name (`rewrite`), a direct answer needs the ingress controller
         // Service's name: `direct-ip=` alone gives none.
-        if !self.dns.mode.spec().answers_with_addresses(&self.dns) {
+        if !self
+            .dns
+            .shared
+            .mode
+            .spec()
+            .answers_with_addresses(&self.dns)
+        {
             hostnames::targets::check_direct_by_name(&rules, &self.hostnames.targets)
                 .map_err(UsageError)?;
         }
@@ -123,7 +129,9 @@ impl ControllerArgs {
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
     /// run, which writes nothing).
     pub fn elects(&self) -> bool {
-        self.election.leader_elect && !self.dns.mode.spec().runs_per_node() && !self.dns.dry_run
+        self.election.leader_elect
+            && !self.dns.shared.mode.spec().runs_per_node()
+            && !self.dns.shared.dry_run
     }
 }
 
@@ -133,8 +141,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
     let stop = crate::shutdown::on_signal()?;
     let client = crate::kube_client::client(
-        args.dns.kubeconfig.as_deref(),
-        args.dns.api_timeout,
+        args.dns.shared.kubeconfig.as_deref(),
+        args.dns.shared.api_timeout,
         crate::kube_client::Calls::Watches,
     )
     .await?;
@@ -289,7 +297,7 @@ fn start_events(
     args: &ControllerArgs,
     identity: &str,
 ) -> (Notifier, Option<JoinHandle<()>>) {
-    if args.dns.dry_run {
+    if args.dns.shared.dry_run {
         return (Notifier::disabled(), None);
     }
     let (n, t) = events::spawn(client.clone(), identity.to_owned());
@@ -306,7 +314,7 @@ fn log_start(
     tracing::info!(
         mode,
         %identity,
-        dry_run = args.dns.dry_run,
+        dry_run = args.dns.shared.dry_run,
         gateway_api,
         cluster_domain = %cluster_domain,
         "starting controller"
@@ -414,19 +422,21 @@ const SIDE_TASKS: &[SideTask] = &[
     // Our own Corefile blocks: restored within seconds when another writer drops them.
     SideTask {
         name: "revert-watch",
-        when: |args| !args.dns.dry_run,
+        when: |args| !args.dns.shared.dry_run,
         spawn: |s| s.revert_watches(),
     },
     // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
     SideTask {
         name: "node-local-dns-check",
-        when: |args| args.dns.mode.spec().edits_corefile() && !args.dns.node_local_dns.enabled,
+        when: |args| {
+            args.dns.shared.mode.spec().edits_corefile() && !args.dns.shared.node_local_dns.enabled
+        },
         spawn: |s| s.node_local_dns_check(),
     },
     // The proxy's and the targets' Service addresses are what the Corefile blocks answer.
     SideTask {
         name: "proxy-watch",
-        when: |args| args.dns.mode.spec().edits_coredns(),
+        when: |args| args.dns.shared.mode.spec().edits_coredns(),
         spawn: |s| s.proxy_watches(),
     },
     // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
@@ -464,11 +474,11 @@ impl SideStart<'_> {
     fn revert_watches(&self) -> Vec<JoinHandle<()>> {
         let dns = &self.args.dns;
         let mut corefiles = Vec::new();
-        if dns.mode.spec().edits_corefile() {
-            corefiles.push(dns.coredns_target());
+        if dns.shared.mode.spec().edits_corefile() {
+            corefiles.push(dns.coredns.target());
         }
         if crate::dns::mode::writes_node_local_dns(dns) {
-            corefiles.push(dns.node_local_dns_target());
+            corefiles.push(dns.shared.node_local_dns.target());
         }
         corefiles
             .into_iter()
@@ -490,7 +500,7 @@ impl SideStart<'_> {
     fn node_local_dns_check(&self) -> Vec<JoinHandle<()>> {
         vec![tokio::spawn(check_node_local_dns(
             self.client.clone(),
-            self.args.dns.node_local_dns_target(),
+            self.args.dns.shared.node_local_dns.target(),
         ))]
     }
 
@@ -733,8 +743,8 @@ impl ControllerHooks {
             watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
         ),
     ) -> Self {
-        let target = (args.dns.mode.spec().edits_corefile())
-            .then(|| configmap_object(&args.dns.coredns_target()));
+        let target = (args.dns.shared.mode.spec().edits_corefile())
+            .then(|| configmap_object(&args.dns.coredns.target()));
         Self {
             guard: args.removal_guard.policy(),
             guard_object: target
@@ -1164,7 +1174,7 @@ mod tests {
         assert_eq!(t.resync, Duration::from_secs(600));
         assert_eq!(t.election.lease_name, "ouroboros-controller");
         assert_eq!(
-            t.dns.node_local_dns.node_local_dns_configmap,
+            t.dns.shared.node_local_dns.node_local_dns_configmap,
             "node-local-dns"
         );
         let t = parse(&["--leader-elect=false", "--debounce", "250ms"]);
