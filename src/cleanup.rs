@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::dns::args::DnsArgs;
 use crate::dns::mode::build::Build;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{Reason, SinkError};
 use crate::dns::write::sink::Sink;
@@ -52,12 +52,12 @@ pub fn backoff(n: u32) -> Duration {
 
 pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let dns = &args.dns;
-    let sink = match dns.mode.spec().offline_removal(dns) {
+    let sink = match dns.shared.mode.spec().offline_removal(dns) {
         Some(sink) => sink,
         None => {
             let client = crate::kube_client::client(
-                dns.kubeconfig.as_deref(),
-                dns.api_timeout,
+                dns.shared.kubeconfig.as_deref(),
+                dns.shared.api_timeout,
                 crate::kube_client::Calls::Requests,
             )
             .await?;

@@ -546,6 +546,8 @@ pub enum Route {
 }
 
 impl Route {
+    pub const ALL: [Route; 3] = [Route::Relay, Route::Direct, Route::Skip];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Route::Relay => "relay",

@@ -16,8 +16,8 @@
 //! | `relay` | the relay `Handler` of `proxy` and `edge`: upstream dialling, PROXY header, byte copy (`mode`: `--copy-mode`; `sockmap`, the kernel relay, only with the cargo feature `kernel-relay`) |
 //! | `proxy`, `edge`, `whoami` | those subcommands (`edge::balance`: `pick`, `maglev` PURE, `backend`, `metrics`; `whoami::http` and `whoami::report` PURE) |
 //! | `dns` | the DNS configuration: PURE editors and renderers (`corefile`, `answer`, `name_regex`, `coredns_import`, `etc_hosts`, `external`, `block`) and `Mode`, the key of the mode table |
-//! | `dns::args` | the DNS-target flags `controller`, `cleanup`, `render` and `doctor` share |
-//! | `dns::mode` | one module per DNS mode behind the `DnsMode` trait (`coredns`, `coredns_import`, `etc_hosts` and `external_dns`, each with its writer, RBAC and removal), the mode table (`Mode::spec`), and what several modes build with (`build`) |
+//! | `dns::args` | the DNS-target flags every mode shares (`SharedArgs`), beside each mode's own |
+//! | `dns::mode` | one module per DNS mode behind the `DnsMode` trait (`coredns`, `coredns_import`, `etc_hosts` and `external_dns`, each with its writer, RBAC, removal, flags and `render` subcommand), the mode table (`for_each_mode!`, from which `Mode`, `Mode::spec`, `DnsArgs` and `render`'s subcommands are generated), what several modes build with (`build`) and what `render` hands a mode (`render`) |
 //! | `dns::write` | what the writers share: the CoreDNS ConfigMaps' writer (`apply`), the proxies' addresses (`proxy_ips`), the `Sink` trait and `AnySink`, which proxy target each name goes to (`plan`, PURE), which old external-dns objects may go (`replace`, PURE) and their one error (`error`: `SinkError`, `Reason`) |
 //! | `controller` | sources to desired hosts (`hostnames`, PURE: `kinds` the source kinds listed once, `model`, `collect`, `class`, `args`), the sync engine, lease, watches (`sources`), RBAC as data |
 //! | `probe` | the hairpin probe the controller runs and `doctor --probe` prints: resolve through the cluster DNS, check the answer, send a PROXY-free request (`verdict` and `rotation` PURE; `resolve`, `knock`, `args`) |

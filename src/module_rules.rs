@@ -615,6 +615,8 @@ fn module_references_are_read() {
 const REEXPORTS: &[(&str, &str)] = &[
     // A `macro_rules!` macro gets a path (`kinds::by_kind!`) only through a `use` of it.
     ("controller/hostnames/kinds.rs", "pub(crate) use by_kind;"),
+    // The same for the DNS mode table, which `dns` and `render` expand.
+    ("dns/mode/mod.rs", "pub(crate) use for_each_mode;"),
 ];
 
 /// The `pub use` statements of the crate outside lib.rs: (file, first line).

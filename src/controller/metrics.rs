@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use super::hostnames::model::Desired;
+use crate::header_verdict::Route;
 use crate::hostname::Rejection;
 use crate::target::{Target, TargetRule};
 
@@ -40,6 +41,13 @@ pub struct TargetLabel {
     pub target: String,
 }
 
+/// A proxy target and one of the answers its names can get (`relay`, `direct`, `skip`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabels {
+    pub target: String,
+    pub answer: String,
+}
+
 /// A probe's target and verdict (`ok`, `dns-wrong`, `dns-missing`, `refused`, `reset`,
 /// `timeout`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,6 +72,9 @@ pub struct Metrics {
     pub target_hostnames: Family<TargetLabel, Gauge>,
     /// 1 while a target's names are left out (its load balancer reports ipMode Proxy).
     pub target_skipped: Family<TargetLabel, Gauge>,
+    /// 1 on the answer picked for each target's names (`answer=`, or `auto`'s pick), 0 on the
+    /// others.
+    pub target_answer: Family<AnswerLabels, Gauge>,
     pub rejected: Family<ReasonLabel, Gauge>,
     /// (hostname, losing object) pairs: hosts claimed by objects of two targets.
     pub hostname_conflicts: Gauge,
@@ -139,6 +150,7 @@ impl Metrics {
             desired: Gauge::default(),
             target_hostnames: Family::default(),
             target_skipped: Family::default(),
+            target_answer: Family::default(),
             rejected: Family::default(),
             hostname_conflicts: Gauge::default(),
             conflicts: Counter::default(),
@@ -170,6 +182,12 @@ impl Metrics {
             "1 while a target's names are left out: every load-balancer address of its ingress \
              controller Service reports ipMode Proxy (KEP-1860)",
             m.target_skipped.clone(),
+        );
+        r.register(
+            "target_answer",
+            "1 on the answer picked for a target's names (relay: the proxy; direct: the \
+             ingress controller Service's ClusterIPs; skip: left out), 0 on the others",
+            m.target_answer.clone(),
         );
         r.register(
             "rejected_hostnames",
@@ -263,6 +281,22 @@ impl Metrics {
                     reason: reason.as_str().into(),
                 })
                 .set(n as i64);
+        }
+    }
+
+    /// Each target's picked answer (a target without a pick is relayed), every answer set so a
+    /// changed pick leaves no stale 1.
+    pub fn answers(&self, picks: &BTreeMap<Target, (Route, String)>, targets: &[TargetRule]) {
+        for target in Target::all(targets.len()) {
+            let picked = picks.get(&target).map_or(Route::Relay, |(r, _)| *r);
+            for route in Route::ALL {
+                self.target_answer
+                    .get_or_create(&AnswerLabels {
+                        target: target.name(targets).to_string(),
+                        answer: route.as_str().into(),
+                    })
+                    .set(i64::from(route == picked));
+            }
         }
     }
 

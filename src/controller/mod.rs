@@ -38,9 +38,9 @@ use self::lease::Leadership;
 use self::metrics::Metrics;
 use self::removal_guard::{Policy, Verdict};
 use crate::admin::{AdminState, ReadyCheck};
-use crate::dns::args::DnsArgs;
 use crate::dns::corefile::Findings;
 use crate::dns::mode::build::Build;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
 use crate::dns::write::routes::Routes;
@@ -107,7 +107,13 @@ impl ControllerArgs {
         let rules = self.answer_rules()?;
         // Answering with a name (`rewrite`), a direct answer needs the ingress controller
         // Service's name: `direct-ip=` alone gives none.
-        if !self.dns.mode.spec().answers_with_addresses(&self.dns) {
+        if !self
+            .dns
+            .shared
+            .mode
+            .spec()
+            .answers_with_addresses(&self.dns)
+        {
             hostnames::targets::check_direct_by_name(&rules, &self.hostnames.targets)
                 .map_err(UsageError)?;
         }
@@ -124,7 +130,9 @@ impl ControllerArgs {
     /// Whether a Lease is used (never in etc-hosts mode, which runs one per node, nor in a dry
     /// run, which writes nothing).
     pub fn elects(&self) -> bool {
-        self.election.leader_elect && !self.dns.mode.spec().runs_per_node() && !self.dns.dry_run
+        self.election.leader_elect
+            && !self.dns.shared.mode.spec().runs_per_node()
+            && !self.dns.shared.dry_run
     }
 }
 
@@ -134,8 +142,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
     let stop = crate::shutdown::on_signal()?;
     let client = crate::kube_client::client(
-        args.dns.kubeconfig.as_deref(),
-        args.dns.api_timeout,
+        args.dns.shared.kubeconfig.as_deref(),
+        args.dns.shared.api_timeout,
         crate::kube_client::Calls::Watches,
     )
     .await?;
@@ -247,7 +255,7 @@ pub async fn run_with(
         mode,
         (metrics, notifier),
         status,
-        filters.targets.clone(),
+        (filters.targets.clone(), routes.clone()),
         (applied_tx, written_tx),
     );
     let inputs = sync::Inputs {
@@ -292,7 +300,7 @@ fn start_events(
     args: &ControllerArgs,
     identity: &str,
 ) -> (Notifier, Option<JoinHandle<()>>) {
-    if args.dns.dry_run {
+    if args.dns.shared.dry_run {
         return (Notifier::disabled(), None);
     }
     let (n, t) = events::spawn(client.clone(), identity.to_owned());
@@ -309,7 +317,7 @@ fn log_start(
     tracing::info!(
         mode,
         %identity,
-        dry_run = args.dns.dry_run,
+        dry_run = args.dns.shared.dry_run,
         gateway_api,
         cluster_domain = %cluster_domain,
         "starting controller"
@@ -417,19 +425,21 @@ const SIDE_TASKS: &[SideTask] = &[
     // Our own Corefile blocks: restored within seconds when another writer drops them.
     SideTask {
         name: "revert-watch",
-        when: |args| !args.dns.dry_run,
+        when: |args| !args.dns.shared.dry_run,
         spawn: |s| s.revert_watches(),
     },
     // The warning needs `get` on that ConfigMap, which the coredns mode's Role grants.
     SideTask {
         name: "node-local-dns-check",
-        when: |args| args.dns.mode.spec().edits_corefile() && !args.dns.node_local_dns.enabled,
+        when: |args| {
+            args.dns.shared.mode.spec().edits_corefile() && !args.dns.shared.node_local_dns.enabled
+        },
         spawn: |s| s.node_local_dns_check(),
     },
     // The proxy's and the targets' Service addresses are what the Corefile blocks answer.
     SideTask {
         name: "proxy-watch",
-        when: |args| args.dns.mode.spec().edits_coredns(),
+        when: |args| args.dns.shared.mode.spec().edits_coredns(),
         spawn: |s| s.proxy_watches(),
     },
     // KEP-1860: targets whose ingress controller's load balancer reports ipMode Proxy.
@@ -467,11 +477,11 @@ impl SideStart<'_> {
     fn revert_watches(&self) -> Vec<JoinHandle<()>> {
         let dns = &self.args.dns;
         let mut corefiles = Vec::new();
-        if dns.mode.spec().edits_corefile() {
-            corefiles.push(dns.coredns_target());
+        if dns.shared.mode.spec().edits_corefile() {
+            corefiles.push(dns.coredns.target());
         }
         if crate::dns::mode::writes_node_local_dns(dns) {
-            corefiles.push(dns.node_local_dns_target());
+            corefiles.push(dns.shared.node_local_dns.target());
         }
         corefiles
             .into_iter()
@@ -493,7 +503,7 @@ impl SideStart<'_> {
     fn node_local_dns_check(&self) -> Vec<JoinHandle<()>> {
         vec![tokio::spawn(check_node_local_dns(
             self.client.clone(),
-            self.args.dns.node_local_dns_target(),
+            self.args.dns.shared.node_local_dns.target(),
         ))]
     }
 
@@ -673,6 +683,8 @@ struct ControllerHooks {
     conflicts_reported: events::Reported,
     /// The named targets, for the names in conflict logs and Events.
     targets: Vec<TargetRule>,
+    /// Each target's picked answer, for its metric.
+    routes: Routes,
     applied_tx: watch::Sender<Option<revert::Written>>,
     /// The hostnames last written, for the probe.
     written_tx: watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
@@ -728,14 +740,14 @@ impl ControllerHooks {
         mode: &'static str,
         (metrics, notifier): (Metrics, Notifier),
         status: Arc<Mutex<Status>>,
-        targets: Vec<TargetRule>,
+        (targets, routes): (Vec<TargetRule>, Routes),
         (applied_tx, written_tx): (
             watch::Sender<Option<revert::Written>>,
             watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
         ),
     ) -> Self {
-        let target = (args.dns.mode.spec().edits_corefile())
-            .then(|| configmap_object(&args.dns.coredns_target()));
+        let target = (args.dns.shared.mode.spec().edits_corefile())
+            .then(|| configmap_object(&args.dns.coredns.target()));
         Self {
             guard: args.removal_guard.policy(),
             guard_object: target
@@ -749,6 +761,7 @@ impl ControllerHooks {
             reported: events::Reported::default(),
             conflicts_reported: events::Reported::default(),
             targets,
+            routes,
             applied_tx,
             written_tx,
             reload_warned: false,
@@ -800,6 +813,7 @@ impl ControllerHooks {
 impl sync::Hooks for ControllerHooks {
     fn desired(&mut self, d: &Desired, leader: bool) {
         self.metrics.desired(d, &self.targets);
+        self.metrics.answers(&self.routes.snapshot(), &self.targets);
         tracing::debug!(
             hosts = d.hosts.len(),
             rejected = d.rejected.len(),
@@ -1163,7 +1177,7 @@ mod tests {
         assert_eq!(t.resync, Duration::from_secs(600));
         assert_eq!(t.election.lease_name, "ouroboros-controller");
         assert_eq!(
-            t.dns.node_local_dns.node_local_dns_configmap,
+            t.dns.shared.node_local_dns.node_local_dns_configmap,
             "node-local-dns"
         );
         let t = parse(&["--leader-elect=false", "--debounce", "250ms"]);

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
-use crate::dns::args::DnsArgs;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
@@ -72,7 +72,7 @@ impl ProbeScheduleArgs {
 /// external-dns modes; etc-hosts writes the nodes' files, one controller per node, and a dry
 /// run writes nothing to check.
 pub fn applies(dns: &DnsArgs) -> bool {
-    !dns.mode.spec().runs_per_node() && !dns.dry_run
+    !dns.shared.mode.spec().runs_per_node() && !dns.shared.dry_run
 }
 
 /// Where a target's expected addresses come from.
@@ -142,9 +142,9 @@ pub fn sources(
     targets: &[TargetRule],
     rules: &[AnswerRule],
 ) -> Result<Vec<Source>, String> {
-    let mode = dns.mode.spec();
+    let mode = dns.shared.mode.spec();
     let rewrite = !mode.answers_with_addresses(dns);
-    let services = dns.target_services(targets);
+    let services = dns.shared.target_services(targets);
     let mut out = Vec::new();
     for (i, target) in Target::all(targets.len()).enumerate() {
         let rule = rules.iter().find(|r| r.target == target);
@@ -163,6 +163,7 @@ pub fn sources(
         out.push(if rewrite {
             Source::Names {
                 relay: dns
+                    .shared
                     .proxy_fqdn(cluster_domain)
                     .and_then(|default| match target {
                         Target::Default => Ok(default),

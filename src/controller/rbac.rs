@@ -5,7 +5,7 @@
 
 use super::args::{ElectionArgs, IpModeArgs};
 use super::hostnames::{args::HostnameArgs, kinds::Kind, kinds::OptIns};
-use crate::dns::args::DnsArgs;
+use crate::dns::mode::DnsArgs;
 use crate::dns::mode::{self, Grant};
 use crate::dns::Mode;
 use crate::header_verdict::HeaderSource;
@@ -133,8 +133,8 @@ impl Needs {
                 v.dedup();
                 v
             },
-            node_local_dns_namespace: dns.node_local_dns.node_local_dns_namespace.clone(),
-            node_local_dns_configmap: dns.node_local_dns.node_local_dns_configmap.clone(),
+            node_local_dns_namespace: dns.shared.node_local_dns.node_local_dns_namespace.clone(),
+            node_local_dns_configmap: dns.shared.node_local_dns.node_local_dns_configmap.clone(),
             ..Needs::for_cleanup(dns, namespace)
         }
     }
@@ -151,7 +151,7 @@ impl Needs {
             }
         };
         Needs {
-            mode: dns.mode,
+            mode: dns.shared.mode,
             sources: OptIns::default(),
             ingress_class_filter: false,
             leader_elect: false,
@@ -159,13 +159,13 @@ impl Needs {
             lease_name: String::new(),
             node_local_dns: writes_node_local_dns,
             // Only a block written there is removed there.
-            node_local_dns_namespace: nl(&dns.node_local_dns.node_local_dns_namespace),
-            node_local_dns_configmap: nl(&dns.node_local_dns.node_local_dns_configmap),
-            writes: dns.mode.spec().write_grants(dns, namespace),
-            removes: dns.mode.spec().removal_grants(dns, namespace),
+            node_local_dns_namespace: nl(&dns.shared.node_local_dns.node_local_dns_namespace),
+            node_local_dns_configmap: nl(&dns.shared.node_local_dns.node_local_dns_configmap),
+            writes: dns.shared.mode.spec().write_grants(dns, namespace),
+            removes: dns.shared.mode.spec().removal_grants(dns, namespace),
             // Removing a CoreDNS block needs no answer, so no Service read.
             proxy_service: mode::proxy_service_read(dns)
-                .filter(|_| !dns.mode.spec().edits_coredns()),
+                .filter(|_| !dns.shared.mode.spec().edits_coredns()),
             // Removal reads no named target's Service, watches no ingress controller.
             target_services: Vec::new(),
             ingress_controller_services: Vec::new(),
@@ -411,7 +411,7 @@ fn grant_rule(g: &Grant) -> Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dns::args::ExternalDnsOutput;
+    use crate::dns::mode::external_dns::ExternalDnsOutput;
     use clap::ValueEnum;
 
     /// What `mode` writes and what removing it needs, with `output` and `extra` flags beside
@@ -424,7 +424,7 @@ mod tests {
         let output = output.to_possible_value().unwrap();
         let mut argv = vec![
             "--mode",
-            mode.spec().name(),
+            mode.name(),
             "--external-dns-output",
             output.get_name(),
         ];

@@ -1,15 +1,15 @@
-//! Where the DNS configuration is written: the DNS-target flags `controller`, `cleanup`,
-//! `render` and `doctor` share (so `cleanup` finds exactly what `controller` wrote). What each
-//! mode does with them is its module's, in `dns::mode`.
+//! The DNS-target flags every mode shares (`SharedArgs`), which `controller`, `cleanup` and
+//! `doctor` take with each mode's own (`DnsArgs`, generated in `dns::mode` from the mode table),
+//! so `cleanup` finds exactly what `controller` wrote. A mode's own flags are its module's
+//! `Flags`; what a mode does with the flags is its module's too, in `dns::mode`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::{Arg, ArgAction, Args, Command, ValueEnum};
 
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::external;
-use crate::dns::{ConfigMapKey, Mode, ProxyFqdn};
+use crate::dns::{ConfigMapKey, Mode, ProxyFqdn, MODE_HELP};
 use crate::flags::parse_answer_ip;
 use crate::target::TargetRule;
 
@@ -45,25 +45,18 @@ impl AnswerForm {
     }
 }
 
-/// What external-dns mode writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ExternalDnsOutput {
-    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`, hence
-    /// the alias `crd`).
-    #[value(alias = "crd")]
-    Dnsendpoint,
-    /// Annotated headless Services (external-dns `--source=service`).
-    Service,
-}
-
 pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
 pub const DEFAULT_NAMESPACE: &str = "ouroboros";
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
+/// The flags of more than one mode (and of none in particular: the API client's, `--dry-run`),
+/// flattened into `DnsArgs` beside each mode's own `Flags`.
 #[derive(Args, Clone, Debug)]
-pub struct DnsArgs {
-    /// Where to publish the names: coredns, coredns-import, etc-hosts or external-dns.
-    #[arg(long, env = "OUROBOROS_CONTROLLER_MODE", value_enum, default_value_t = Mode::Coredns)]
+#[group(skip)]
+pub struct SharedArgs {
+    // The help lists the values from the mode table (`MODE_HELP`), so a new mode is named there
+    // without an edit here.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_MODE", value_enum, default_value_t = Mode::Coredns, help = MODE_HELP)]
     pub mode: Mode,
 
     /// Kubeconfig file [default: in-cluster service account, else $KUBECONFIG or ~/.kube/config].
@@ -95,60 +88,6 @@ pub struct DnsArgs {
     )]
     pub dry_run: bool,
 
-    /// coredns: namespace of the CoreDNS ConfigMap.
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_NAMESPACE",
-        value_name = "NS",
-        default_value = "kube-system"
-    )]
-    pub coredns_namespace: String,
-
-    /// coredns: name of the CoreDNS ConfigMap.
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_CONFIGMAP",
-        value_name = "NAME",
-        default_value = "coredns"
-    )]
-    pub coredns_configmap: String,
-
-    /// coredns: data key holding the Corefile.
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_KEY",
-        value_name = "KEY",
-        default_value = "Corefile"
-    )]
-    pub coredns_key: String,
-
-    /// coredns-import: namespace of the ConfigMap the Corefile imports.
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_NAMESPACE",
-        value_name = "NS",
-        default_value = "kube-system"
-    )]
-    pub coredns_import_namespace: String,
-
-    /// coredns-import: name of that ConfigMap (created if absent).
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_CONFIGMAP",
-        value_name = "NAME",
-        default_value = "coredns-custom"
-    )]
-    pub coredns_import_configmap: String,
-
-    /// coredns-import: our key in it; must match the import glob (`*.override`).
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_COREDNS_IMPORT_KEY",
-        value_name = "KEY",
-        default_value = "ouroboros.override"
-    )]
-    pub coredns_import_key: String,
-
     /// coredns, coredns-import: how the block answers. `template` (A/AAAA only, with the proxy
     /// Service's ClusterIPs) works on every CoreDNS from 1.7; `rewrite` (a name target,
     /// --proxy-fqdn) hijacks every query type for the host and its wildcard lines need CoreDNS
@@ -175,15 +114,6 @@ pub struct DnsArgs {
     )]
     pub proxy_service_namespace: Option<String>,
 
-    /// etc-hosts: the host's hosts file, mounted into the pod.
-    #[arg(
-        long = "etc-hosts",
-        env = "OUROBOROS_CONTROLLER_ETC_HOSTS",
-        value_name = "PATH",
-        default_value = "/host/etc/hosts"
-    )]
-    pub etc_hosts: PathBuf,
-
     /// coredns, coredns-import (template answers), etc-hosts: the proxy's IP addresses
     /// (repeatable; comma-separated in the environment variable) [default: the proxy Service's
     /// ClusterIPs, read from the API].
@@ -196,120 +126,8 @@ pub struct DnsArgs {
     )]
     pub proxy_ips: Vec<IpAddr>,
 
-    /// external-dns: namespace of the objects written [default: this pod's namespace, else
-    /// `ouroboros`].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_NAMESPACE",
-        value_name = "NS"
-    )]
-    pub external_dns_namespace: Option<String>,
-
-    /// external-dns: record targets (repeatable; comma-separated in the environment variable)
-    /// [default: the proxy Service's ClusterIPs, A and AAAA for dual-stack].
-    #[arg(
-        long = "external-dns-proxy-ip",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_IP",
-        value_name = "IP",
-        value_delimiter = ',',
-        value_parser = parse_answer_ip
-    )]
-    pub external_dns_proxy_ips: Vec<IpAddr>,
-
-    /// external-dns: the Service whose ClusterIPs are the record targets, in
-    /// --proxy-service-namespace [default: --proxy-service-name].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_SERVICE",
-        value_name = "NAME"
-    )]
-    pub external_dns_proxy_service: Option<String>,
-
-    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
-    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
-    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
-    pub external_dns_output: ExternalDnsOutput,
-
-    /// external-dns, `--external-dns-output service`: the one annotation prefix the Services'
-    /// records are written under, ending in `/`: the `--annotation-prefix` of the external-dns
-    /// instance that should publish them (split-horizon: other instances ignore them)
-    /// [default: both external-dns.kubernetes.io/ and external-dns.alpha.kubernetes.io/, which
-    /// every external-dns version reads].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION_PREFIX",
-        value_name = "PREFIX",
-        value_parser = external::parse_annotation_prefix
-    )]
-    pub external_dns_annotation_prefix: Option<String>,
-
-    /// external-dns: take over the DNSEndpoints (or Services) that lexfrei/ouroboros wrote for
-    /// this --instance (labels app.kubernetes.io/managed-by=ouroboros and
-    /// ouroboros.lexfrei.tech/instance=INSTANCE): each is deleted once ours publishing its names
-    /// is written (or, under a name we write, rewritten and relabelled), so no name goes
-    /// unpublished, even while a write fails, and that tool's uninstall no longer deletes it.
-    /// Other instances' objects are never touched. `cleanup` with it also deletes them.
-    #[arg(
-        long = "external-dns-adopt",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ADOPT",
-        value_name = "BOOL",
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        default_missing_value = "true",
-        action = ArgAction::Set
-    )]
-    pub external_dns_adopt: bool,
-
-    #[command(flatten)]
-    pub records: RecordArgs,
-
     #[command(flatten)]
     pub node_local_dns: NodeLocalDnsArgs,
-}
-
-/// What every external-dns record carries: flags of `controller` and `cleanup` and of
-/// `render external-dns` (same names and variables, so `render` shows what the controller writes).
-#[derive(Args, Clone, Debug)]
-pub struct RecordArgs {
-    /// external-dns: TTL of every record, in seconds [1, 86400].
-    #[arg(
-        long,
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
-        value_name = "SECONDS",
-        default_value_t = external::DEFAULT_TTL,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
-    )]
-    pub external_dns_record_ttl: u32,
-
-    /// external-dns: label key=value added to every object (repeatable; comma-separated in the
-    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
-    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
-    #[arg(
-        long = "external-dns-label",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
-        value_name = "KEY=VALUE",
-        value_delimiter = ',',
-        value_parser = external::parse_key_value
-    )]
-    pub external_dns_labels: Vec<(String, String)>,
-
-    /// external-dns: annotation key=value added to every object (repeatable; one per line in
-    /// the environment variable, since values may hold commas). Reserved: ouroboros.io/* keys.
-    #[arg(
-        long = "external-dns-annotation",
-        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
-        value_name = "KEY=VALUE",
-        value_delimiter = '\n',
-        value_parser = external::parse_key_value
-    )]
-    pub external_dns_annotations: Vec<(String, String)>,
-
-    /// Instance name: the `ouroboros.io/instance` label on what external-dns mode writes, so
-    /// two installations never delete each other's records.
-    #[arg(long, env = "OUROBOROS_INSTANCE", value_name = "NAME", default_value = external::DEFAULT_INSTANCE)]
-    pub instance: String,
 }
 
 /// node-local-dns: part of the DNS-target flags, so `controller`, `cleanup` and `doctor` agree
@@ -367,7 +185,7 @@ pub fn own_namespace() -> String {
     pod_namespace().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
 }
 
-impl DnsArgs {
+impl SharedArgs {
     pub fn proxy_service_namespace(&self) -> String {
         self.proxy_service_namespace
             .clone()
@@ -386,30 +204,6 @@ impl DnsArgs {
         }
     }
 
-    pub fn coredns_target(&self) -> ConfigMapKey {
-        ConfigMapKey::new(
-            &self.coredns_namespace,
-            &self.coredns_configmap,
-            &self.coredns_key,
-        )
-    }
-
-    pub fn import_target(&self) -> ConfigMapKey {
-        ConfigMapKey::new(
-            &self.coredns_import_namespace,
-            &self.coredns_import_configmap,
-            &self.coredns_import_key,
-        )
-    }
-
-    pub fn node_local_dns_target(&self) -> ConfigMapKey {
-        ConfigMapKey::new(
-            &self.node_local_dns.node_local_dns_namespace,
-            &self.node_local_dns.node_local_dns_configmap,
-            "Corefile",
-        )
-    }
-
     /// (namespace, name) of each named target's proxy Service; without a namespace, in
     /// --proxy-service-namespace.
     pub fn target_services(&self, targets: &[TargetRule]) -> Vec<(String, String)> {
@@ -424,59 +218,109 @@ impl DnsArgs {
             })
             .collect()
     }
+}
 
-    /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
-    pub fn external_dns_namespace(&self) -> String {
-        self.external_dns_namespace_or(&own_namespace())
-    }
-
-    /// --external-dns-namespace, else `default` (the controller's own namespace).
-    pub fn external_dns_namespace_or(&self, default: &str) -> String {
-        self.external_dns_namespace
-            .clone()
-            .unwrap_or_else(|| default.to_string())
-    }
-
-    /// The Service whose ClusterIPs are the external-dns record targets (namespace, name).
-    pub fn external_dns_proxy_service(&self) -> (String, String) {
-        (
-            self.proxy_service_namespace(),
-            self.external_dns_proxy_service
-                .clone()
-                .unwrap_or_else(|| self.proxy_service_name.clone()),
+impl NodeLocalDnsArgs {
+    pub fn target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.node_local_dns_namespace,
+            &self.node_local_dns_configmap,
+            "Corefile",
         )
     }
+}
+
+/// The DNS-target flags in the order `--help` and docs/cli have always listed them, interleaving
+/// the shared ones with the modes' own. Each mode's flags are a struct of their own, flattened
+/// one after the other, which would regroup them; `in_published_order` puts them back. A flag
+/// not listed (a new mode's) follows these, in the mode table's order.
+const PUBLISHED_ORDER: &[&str] = &[
+    "mode",
+    "kubeconfig",
+    "api-timeout",
+    "dry-run",
+    "coredns-namespace",
+    "coredns-configmap",
+    "coredns-key",
+    "coredns-import-namespace",
+    "coredns-import-configmap",
+    "coredns-import-key",
+    "coredns-answer",
+    "proxy-fqdn",
+    "proxy-service-name",
+    "proxy-service-namespace",
+    "etc-hosts",
+    "proxy-ip",
+    "external-dns-namespace",
+    "external-dns-proxy-ip",
+    "external-dns-proxy-service",
+    "external-dns-output",
+    "external-dns-annotation-prefix",
+    "external-dns-adopt",
+    "external-dns-record-ttl",
+    "external-dns-label",
+    "external-dns-annotation",
+    "instance",
+    "node-local-dns",
+    "node-local-dns-namespace",
+    "node-local-dns-configmap",
+];
+
+/// Adds to `cmd` the flags `add` declares, in `PUBLISHED_ORDER`. They are declared on a scratch
+/// command first (clap adds a flattened struct's flags in one run, and has no way to move a flag
+/// once added), without a display order of their own, so `cmd` numbers them as it adds them.
+/// Their help heading is none: no command that takes them sets one before them.
+pub fn in_published_order(cmd: Command, add: impl FnOnce(Command) -> Command) -> Command {
+    let scratch = add(Command::new("dns").next_display_order(None));
+    let mut flags: Vec<Arg> = scratch.get_arguments().cloned().collect();
+    // Stable: the unlisted flags keep the order they were declared in.
+    flags.sort_by_key(|a| {
+        a.get_long()
+            .and_then(|long| PUBLISHED_ORDER.iter().position(|p| *p == long))
+            .unwrap_or(PUBLISHED_ORDER.len())
+    });
+    cmd.args(flags)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dns::mode::DnsArgs;
     use crate::flags::parse_args;
-
-    #[test]
-    fn external_dns_output_takes_external_dns_own_name_for_dnsendpoints() {
-        for (value, want) in [
-            ("dnsendpoint", Some(ExternalDnsOutput::Dnsendpoint)),
-            ("crd", Some(ExternalDnsOutput::Dnsendpoint)),
-            ("service", Some(ExternalDnsOutput::Service)),
-            ("ingress", None),
-        ] {
-            let got = parse_args::<DnsArgs>(&["--external-dns-output", value]).ok();
-            assert_eq!(got.map(|d| d.external_dns_output), want, "{value}");
-        }
-    }
+    use clap::CommandFactory;
 
     #[test]
     fn default_fqdn_is_the_reference_tools() {
         let d: DnsArgs = parse_args(&["--proxy-service-namespace", "ouroboros"]).unwrap();
         assert_eq!(
-            d.proxy_fqdn("cluster.local").unwrap().as_str(),
+            d.shared.proxy_fqdn("cluster.local").unwrap().as_str(),
             crate::dns::DEFAULT_PROXY_FQDN
         );
         let d: DnsArgs = parse_args(&["--proxy-fqdn", "p.x.svc.example.org."]).unwrap();
         assert_eq!(
-            d.proxy_fqdn("cluster.local").unwrap().as_str(),
+            d.shared.proxy_fqdn("cluster.local").unwrap().as_str(),
             "p.x.svc.example.org."
         );
+    }
+
+    /// The published order names flags that exist, each once, and puts them first, in its
+    /// order; whatever it does not name follows in the order declared.
+    #[test]
+    fn flags_come_in_the_published_order() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            dns: DnsArgs,
+        }
+        let cmd = Cli::command();
+        let longs: Vec<&str> = cmd.get_arguments().filter_map(Arg::get_long).collect();
+        assert_eq!(&longs[..PUBLISHED_ORDER.len()], PUBLISHED_ORDER);
+        let declared = in_published_order(Command::new("t"), |c| {
+            c.arg(Arg::new("z").long("zz"))
+                .arg(Arg::new("m").long("mode"))
+                .arg(Arg::new("a").long("aa"))
+        });
+        let got: Vec<&str> = declared.get_arguments().filter_map(Arg::get_long).collect();
+        assert_eq!(got, ["mode", "zz", "aa"]);
     }
 }

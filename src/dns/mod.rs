@@ -3,8 +3,10 @@
 //! the opt-in `rewrite` lines; `name_regex`: its zones and patterns), the CoreDNS import snippet,
 //! the hosts-file block and external-dns DNSEndpoint objects. Text in, text out (or a typed
 //! error); no I/O (a unit test checks their imports). `write` holds the write paths that run
-//! them on live targets, `args` the DNS-target flags, and `mode` one module per DNS mode (what
-//! it reads, how it writes and removes, the RBAC it needs), listed in one table (`Mode::spec`).
+//! them on live targets, `args` the DNS-target flags every mode shares, and `mode` one module
+//! per DNS mode (what it reads, how it writes and removes, the RBAC it needs, its own flags and
+//! `render` subcommand), listed in one table (`mode::for_each_mode!`), from which `Mode` is
+//! generated here.
 
 pub mod answer;
 pub mod args;
@@ -22,21 +24,46 @@ use std::fmt;
 
 use clap::ValueEnum;
 
-/// Where the hairpinned names are published: the key of the mode table, `Mode::spec` in
-/// `dns::mode`, which holds each mode's facts and behaviour. Here, with no behaviour of its
-/// own, so the flags (`dns::args`) and the pure checks name a mode without importing a writer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).
-    Coredns,
-    /// A snippet under one key of the ConfigMap a Corefile imports
-    /// (`import /etc/coredns/custom/*.override`).
-    CorednsImport,
-    /// A marked block in each node's hosts file (one controller per node, no lease).
-    EtcHosts,
-    /// external-dns `DNSEndpoint` objects (or annotated headless Services).
-    ExternalDns,
+/// Generates `Mode` and `MODE_HELP` from the mode table's rows (`for_each_mode!` in
+/// `dns::mode`). Here, in the pure `dns`, rather than beside the modes: the rows hand over only
+/// names and help text, so the flags (`dns::args`) and the pure checks (doctor's) name a mode
+/// without importing a writer.
+macro_rules! mode_enum {
+    ($($module:ident, $variant:ident, $value:tt, $help:tt;)*) => {
+        /// Where the hairpinned names are published: the key of the mode table, `Mode::spec` in
+        /// `dns::mode`, which holds each mode's facts and behaviour.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+        pub enum Mode {
+            $(
+                #[doc = $help]
+                #[value(name = $value)]
+                $variant,
+            )*
+        }
+
+        impl Mode {
+            /// The `--mode` value, as logs, metric labels and `doctor` name the mode.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Mode::$variant => $value,)*
+                }
+            }
+        }
+
+        /// The help of `--mode`: every value, in the table's order (no final period, as clap leaves
+        /// none after a one-line doc comment).
+        pub const MODE_HELP: &str = concat!("Where to publish the names: ", or_list!($($value),*));
+    };
 }
+
+/// `"a, b or c"` of string literals.
+macro_rules! or_list {
+    ($only:tt) => { $only };
+    ($a:tt, $b:tt) => { concat!($a, " or ", $b) };
+    ($a:tt, $($rest:tt),+) => { concat!($a, ", ", or_list!($($rest),+)) };
+}
+
+mode::for_each_mode!(mode_enum);
 
 /// The API server refuses a ConfigMap whose data values (`data` and decoded `binaryData`)
 /// total more than this (`ValidateConfigMap`, `core.MaxSecretSize`).
@@ -138,6 +165,23 @@ impl fmt::Display for ConfigMapKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn or_list_joins_with_commas_and_a_final_or() {
+        assert_eq!(or_list!("a"), "a");
+        assert_eq!(or_list!("a", "b"), "a or b");
+        assert_eq!(or_list!("a", "b", "c"), "a, b or c");
+        assert_eq!(or_list!("a", "b", "c", "d"), "a, b, c or d");
+    }
+
+    /// `--mode`'s help names every mode of the table, in its order.
+    #[test]
+    fn mode_help_lists_every_mode_in_the_tables_order() {
+        let names: Vec<&str> = Mode::value_variants().iter().map(|m| m.name()).collect();
+        let (last, rest) = names.split_last().unwrap();
+        let list = format!("{} or {last}", rest.join(", "));
+        assert_eq!(MODE_HELP, format!("Where to publish the names: {list}"));
+    }
 
     #[test]
     fn proxy_fqdn() {

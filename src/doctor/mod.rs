@@ -30,7 +30,8 @@ use crate::controller::hostnames::{
 };
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::args::{AnswerForm, DnsArgs};
+use crate::dns::args::AnswerForm;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
 use crate::dns::Mode;
@@ -193,7 +194,7 @@ impl DoctorArgs {
         self.controller_service_account
             .clone()
             .unwrap_or_else(|| NsName {
-                namespace: self.dns.proxy_service_namespace(),
+                namespace: self.dns.shared.proxy_service_namespace(),
                 name: DEFAULT_CONTROLLER_SERVICE_ACCOUNT.into(),
             })
     }
@@ -251,7 +252,11 @@ impl DoctorArgs {
                                              // Service), refused here too: the permission check would otherwise miss their reads.
         self.answer_rules()?;
         Ok(Validated {
-            fqdn: self.dns.proxy_fqdn(&s.cluster_domain).map_err(UsageError)?,
+            fqdn: self
+                .dns
+                .shared
+                .proxy_fqdn(&s.cluster_domain)
+                .map_err(UsageError)?,
             filters: s.filters,
             policy: s.policy,
             cluster_domain: s.cluster_domain,
@@ -330,7 +335,7 @@ async fn dial(targets: Vec<SocketAddr>, timeout: Duration) -> Vec<Dial> {
 /// Flag errors are `UsageError`s.
 pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Report> {
     let d = &args.dns;
-    let mode = d.mode;
+    let mode = d.shared.mode;
     let Validated {
         filters,
         policy,
@@ -355,7 +360,10 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     let hosts = desired.as_ref().map(|d| &d.hosts);
 
     // The proxy Service: its ClusterIPs are the template answers (checked in 5).
-    let (p_ns, p_name) = (d.proxy_service_namespace(), d.proxy_service_name.clone());
+    let (p_ns, p_name) = (
+        d.shared.proxy_service_namespace(),
+        d.shared.proxy_service_name.clone(),
+    );
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
     let answer = match routes.get(Target::Default) {
         Route::Direct => directs.get(&Target::Default).cloned(),
@@ -367,7 +375,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // Each --target's proxy Service, read once (its ClusterIPs answer for its names; checked
     // in 5).
     let proxies = &filters.targets;
-    let target_services = d.target_services(proxies);
+    let target_services = d.shared.target_services(proxies);
     let mut target_svcs: Vec<Got<Service>> = Vec::new();
     for (ns, name) in &target_services {
         target_svcs.push(fetch::get(client, "services", ns, name).await);
@@ -397,11 +405,11 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     out.extend(coredns_section(client, d, known).await);
 
     // 4. node-local-dns.
-    let nl = d.node_local_dns_target();
+    let nl = d.shared.node_local_dns.target();
     let got: Got<ConfigMap> = fetch::get(client, "configmaps", &nl.namespace, &nl.name).await;
     out.push(checks::node_local_dns::node_local_dns(
         mode,
-        d.node_local_dns.enabled,
+        d.shared.node_local_dns.enabled,
         &nl,
         &got,
         known,
@@ -416,7 +424,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // 7. The controller's ServiceAccount and its permissions.
     out.extend(permission_checks(client, args, &needs).await);
 
-    Ok(Report::new(mode.spec().name(), out))
+    Ok(Report::new(mode.name(), out))
 }
 
 /// Section 2: the hostnames the controller would hairpin, less the targets it leaves out
@@ -456,10 +464,10 @@ fn default_answer(
     fqdn: &crate::dns::ProxyFqdn,
     proxy: &Got<Service>,
 ) -> Option<Answer> {
-    match d.coredns_answer {
+    match d.shared.coredns_answer {
         AnswerForm::Rewrite => Some(Answer::Rewrite(fqdn.clone())),
-        form if !d.proxy_ips.is_empty() => {
-            ProxyAddrs::new(&d.proxy_ips).and_then(|a| form.with_addrs(a))
+        form if !d.shared.proxy_ips.is_empty() => {
+            ProxyAddrs::new(&d.shared.proxy_ips).and_then(|a| form.with_addrs(a))
         }
         form => proxy
             .as_ref()
@@ -660,7 +668,7 @@ fn direct_answer(
     svc: Option<&Service>,
     cluster_domain: &str,
 ) -> Option<Answer> {
-    match d.coredns_answer {
+    match d.shared.coredns_answer {
         AnswerForm::Rewrite => {
             let (ns, name) = rule.controller_service.as_ref()?;
             crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain)
@@ -679,10 +687,10 @@ async fn coredns_section(
     d: &DnsArgs,
     known: Option<&checks::coredns::Expected<'_>>,
 ) -> Vec<Check> {
-    let mode = d.mode;
+    let mode = d.shared.mode;
     let mut out = Vec::new();
     if mode.spec().edits_coredns() {
-        let target = d.coredns_target();
+        let target = d.coredns.target();
         let got: Got<ConfigMap> =
             fetch::get(client, "configmaps", &target.namespace, &target.name).await;
         let mut imports = None;
@@ -700,7 +708,7 @@ async fn coredns_section(
         }
         // The import ConfigMap: the snippet's in coredns-import mode, and in both modes the
         // `*.server` fragments k3s and AKS import beside the root block. Read once.
-        let it = d.import_target();
+        let it = d.coredns_import.target();
         let mut import_cm: Option<Got<ConfigMap>> = None;
         if mode == Mode::CorednsImport {
             let got: Got<ConfigMap> =
@@ -739,12 +747,12 @@ async fn coredns_section(
             rewritten.as_deref(),
         ));
         let deployment = match known {
-            Some(_) => fetch::coredns_deployment(client, &d.coredns_namespace).await,
+            Some(_) => fetch::coredns_deployment(client, &d.coredns.coredns_namespace).await,
             None => Ok(None),
         };
         out.push(checks::coredns_version::coredns_version(
             mode,
-            &d.coredns_namespace,
+            &d.coredns.coredns_namespace,
             &deployment,
             known,
         ));
@@ -771,7 +779,7 @@ async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
             Err(e) => crds.push((kinds[0].resource(), false, Err(e))),
         }
     }
-    if let Some(name) = args.dns.mode.spec().crd(&args.dns) {
+    if let Some(name) = args.dns.shared.mode.spec().crd(&args.dns) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,
             "customresourcedefinitions.apiextensions.k8s.io",
@@ -816,8 +824,8 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         let resolv_conf = std::fs::read_to_string(crate::probe::args::RESOLV_CONF).ok();
         let settings = args.probe_args.settings(resolv_conf.as_deref())?;
         let client = crate::kube_client::client(
-            args.dns.kubeconfig.as_deref(),
-            args.dns.api_timeout,
+            args.dns.shared.kubeconfig.as_deref(),
+            args.dns.shared.api_timeout,
             crate::kube_client::Calls::Requests,
         )
         .await?;
@@ -826,8 +834,8 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = async {
         args.validate()?; // bad flags exit 64 before any cluster access
         let client = crate::kube_client::client(
-            args.dns.kubeconfig.as_deref(),
-            args.dns.api_timeout,
+            args.dns.shared.kubeconfig.as_deref(),
+            args.dns.shared.api_timeout,
             crate::kube_client::Calls::Requests,
         )
         .await?;
@@ -974,7 +982,7 @@ fn target_rules(
             Target::Named(i) => {
                 let i = usize::from(i);
                 let (ns, name) = &targets.services[i];
-                match d.coredns_answer {
+                match d.shared.coredns_answer {
                     AnswerForm::Rewrite => Answer::Rewrite(
                         crate::dns::ProxyFqdn::for_service(name, ns, cluster_domain).ok()?,
                     ),

@@ -4333,3 +4333,35 @@ fn answer_settings_the_controller_refuses_fail_to_render() {
         assert!(!ok && err.contains(want), "{sets:?}: {err}");
     }
 }
+
+/// The chart has a define in templates/_modes.tpl for every mode of the binary's table, and
+/// takes as `controller.mode` (values.schema.json) every mode the controller Deployment runs:
+/// all but the one that runs on each node, which is the etc-hosts DaemonSet (`etcHosts.enabled`).
+/// A mode added to the table fails here until the chart has it.
+#[test]
+fn every_mode_of_the_table_has_its_define_and_its_controller_mode_value() {
+    use clap::ValueEnum;
+    let modes_tpl = std::fs::read_to_string(chart_dir().join("templates/_modes.tpl")).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let enum_values: Vec<&str> = schema["properties"]["controller"]["properties"]["mode"]["enum"]
+        .as_array()
+        .expect("controller.mode has an enum")
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let mut want = vec![""];
+    for mode in Mode::value_variants() {
+        let define = format!("{{{{- define \"ouroboros.mode.{}\" -}}}}", mode.name());
+        assert!(
+            modes_tpl.contains(&define),
+            "templates/_modes.tpl has no {define}"
+        );
+        if !mode.spec().runs_per_node() {
+            want.push(mode.name());
+        }
+    }
+    assert_eq!(enum_values, want, "values.schema.json controller.mode");
+}

@@ -2619,6 +2619,18 @@ fn start_auto(mut st: State, extra: &[&str]) -> Running {
     start(st, &flags)
 }
 
+/// Asserts that the default target's answer metric is 1 on `picked` and 0 on the others.
+async fn assert_answer_metric(port: u16, picked: &str) {
+    let (_, metrics) = http_get(port, "/metrics").await;
+    for answer in ["relay", "direct", "skip"] {
+        let line = format!(
+            "ouroboros_controller_target_answer{{target=\"default\",answer=\"{answer}\"}} {}",
+            u8::from(answer == picked)
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+}
+
 /// Whether the `n`th write of the CoreDNS ConfigMap has been made, answering with `ip`.
 fn wrote(n: usize, ip: &'static str) -> impl Fn(&Routed) -> bool {
     move |a: &Routed| a.count("PUT", COREDNS) == n && last_corefile(a).contains(ip)
@@ -2647,9 +2659,13 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
     st.services = vec![service("ingress-nginx-controller", &["10.96.7.7"])];
     st.configmaps = vec![nginx_config("true", 3)];
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
     let r = start_auto(
         st,
         &[
+            "--listen-health",
+            &listen,
             "--ingress-controller-kind",
             "ingress-nginx",
             "--ingress-controller-config",
@@ -2661,6 +2677,7 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
         "{:#?}",
         r.api.calls()
     );
+    assert_answer_metric(port, "relay").await;
     let flip = |on: &'static str, rv: u64| {
         let event = json!({"type": "MODIFIED", "object": nginx_config(on, rv)});
         r.api.deliver(CONFIG_WATCH, event)
@@ -2676,6 +2693,7 @@ async fn auto_follows_the_ingress_nginx_configmap_one_write_per_flip() {
     let direct = last_corefile(&r.api);
     assert!(!direct.contains("10.96.0.53"), "{direct}");
     assert!(r.api.count("GET", CONTROLLER_LIST) >= 1);
+    assert_answer_metric(port, "direct").await;
 
     // An edit that keeps the verdict writes nothing.
     flip("False", 5).await;

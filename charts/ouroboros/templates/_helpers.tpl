@@ -438,33 +438,29 @@ serviceName/namespace; else serviceName defaults to ingress-nginx-controller. */
 
 {{/*
 The DNS-target flags controller and cleanup share (DnsArgs), so cleanup finds exactly what the
-controller wrote. Call with (dict "root" $ "mode" "coredns").
+controller wrote: those of every mode, the mode's own (its define in _modes.tpl) and, for the
+modes that write CoreDNS's configuration, the CoreDNS ones. Call with (dict "root" $ "mode"
+"coredns").
 */}}
 {{- define "ouroboros.dnsArgs" -}}
 {{- $v := .root.Values.controller -}}
 {{- $ns := .root.Release.Namespace -}}
+{{- $spec := include "ouroboros.mode" . | fromJson -}}
 - --mode={{ .mode }}
 {{- if $v.dryRun }}
 - --dry-run
 {{- end }}
 - --proxy-service-name={{ include "ouroboros.proxyServiceName" .root }}
 - --proxy-service-namespace={{ $ns }}
-{{- if eq .mode "coredns" }}
-- --coredns-namespace={{ $v.coredns.namespace }}
-- --coredns-configmap={{ $v.coredns.configmap }}
-- --coredns-key={{ $v.coredns.key }}
+{{- range $spec.args }}
+- {{ . }}
 {{- end }}
-{{- if eq .mode "coredns-import" }}
-- --coredns-import-namespace={{ $v.corednsImport.namespace }}
-- --coredns-import-configmap={{ $v.corednsImport.configmap }}
-- --coredns-import-key={{ $v.corednsImport.key }}
+{{- with $spec.refuses }}
+{{- fail . }}
 {{- end }}
-{{- if has .mode (list "coredns" "coredns-import") }}
+{{- if $spec.editsCoredns }}
 {{- if and $v.nodeLocalDns.enabled (eq $v.corednsAnswer "rewrite") }}
 {{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template or view (node-local-dns then gets the template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
-{{- end }}
-{{- if and (eq .mode "coredns-import") (eq $v.corednsAnswer "view") }}
-{{- fail "controller.corednsAnswer=view writes server blocks before the Corefile's root block, which the coredns-import snippet (imported inside the root block) cannot hold: use controller.mode=coredns or controller.corednsAnswer=template" }}
 {{- end }}
 - --coredns-answer={{ $v.corednsAnswer }}
 {{- if has $v.corednsAnswer (list "template" "view") }}
@@ -479,37 +475,6 @@ controller wrote. Call with (dict "root" $ "mode" "coredns").
 {{- end }}
 - --node-local-dns-namespace={{ $v.nodeLocalDns.namespace }}
 - --node-local-dns-configmap={{ $v.nodeLocalDns.configmap }}
-{{- end }}
-{{- if eq .mode "etc-hosts" }}
-- --etc-hosts=/host/etc/hosts
-{{- range .root.Values.etcHosts.proxyIps }}
-- --proxy-ip={{ . }}
-{{- end }}
-{{- end }}
-{{- if eq .mode "external-dns" }}
-{{- $x := $v.externalDns }}
-- --external-dns-namespace={{ default $ns $x.namespace }}
-- --external-dns-output={{ $x.output }}
-- --external-dns-record-ttl={{ $x.recordTtl }}
-{{- with $x.proxyService }}
-- --external-dns-proxy-service={{ . }}
-{{- end }}
-{{- range $x.proxyIps }}
-- --external-dns-proxy-ip={{ . }}
-{{- end }}
-{{- with $x.annotationPrefix }}
-- --external-dns-annotation-prefix={{ . }}
-{{- end }}
-{{- if $x.adoptReferenceRecords }}
-- --external-dns-adopt
-{{- end }}
-{{- range $k, $val := $x.labels }}
-- --external-dns-label={{ $k }}={{ $val }}
-{{- end }}
-{{- range $k, $val := $x.annotations }}
-- --external-dns-annotation={{ $k }}={{ $val }}
-{{- end }}
-- --instance={{ default .root.Release.Name $v.instance }}
 {{- end }}
 {{- end -}}
 

@@ -130,7 +130,7 @@ pub fn edge_required(n: &EdgeNeeds) -> Vec<Rule> {
 mod tests {
     use super::super::required;
     use super::*;
-    use crate::dns::args::ExternalDnsOutput;
+    use crate::dns::mode::external_dns::ExternalDnsOutput;
     use crate::dns::Mode;
 
     fn needs(mode: Mode, output: ExternalDnsOutput) -> Needs {

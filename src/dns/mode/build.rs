@@ -1,7 +1,7 @@
 //! What several modes build their writer with: the context of one build, each target's
 //! addresses, and how the controller's picks route them (relay or direct).
 
-use crate::dns::args::DnsArgs;
+use crate::dns::mode::DnsArgs;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
 use crate::target::{AnswerRule, Target, TargetRule};
@@ -95,7 +95,7 @@ pub fn target_ips(
 ) -> Vec<ProxyIps> {
     targets
         .iter()
-        .zip(dns.target_services(targets))
+        .zip(dns.shared.target_services(targets))
         .map(|(t, (ns, name))| {
             ProxyIps::new(
                 client.cloned(),
@@ -119,10 +119,10 @@ pub fn proxy_ips(source: &ProxySource, client: Option<kube::Client>) -> ProxyIps
 pub fn default_proxy(dns: &DnsArgs) -> ProxySource {
     ProxySource {
         service: (
-            dns.proxy_service_namespace(),
-            dns.proxy_service_name.clone(),
+            dns.shared.proxy_service_namespace(),
+            dns.shared.proxy_service_name.clone(),
         ),
-        ips: dns.proxy_ips.clone(),
+        ips: dns.shared.proxy_ips.clone(),
         flag: "--proxy-ip",
     }
 }

@@ -3,17 +3,22 @@
 //! node-local-dns's Corefile ([`CorednsSink`]), each target's answer ([`AnswerSource`]) and
 //! the flag checks.
 
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
 use super::build::{default_proxy, proxy_ips, Build};
-use super::{DnsMode, Grant, ProxySource};
-use crate::dns::answer::{self, Answer, ProxyAddrs, Rules};
-use crate::dns::args::{AnswerForm, DnsArgs};
+use super::render::{AnswerArgs, Placed, RenderMode, LOG_TARGET};
+use super::{DnsArgs, DnsMode, Grant, ProxySource};
+use crate::dns::answer::{self, groups, Answer, ProxyAddrs, Rules};
+use crate::dns::args::AnswerForm;
 use crate::dns::write::apply::{Applied, CorefileWriter, ImportWriter, Outcome, Retry};
 use crate::dns::write::error::{Reason, SinkError};
 use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::{AnySink, Sink};
-use crate::dns::ProxyFqdn;
+use crate::dns::{self, ConfigMapKey, ProxyFqdn};
 use crate::flags::UsageError;
 use crate::header_verdict::Route;
 use crate::target::Target;
@@ -21,10 +26,6 @@ use crate::target::Target;
 pub struct Coredns;
 
 impl DnsMode for Coredns {
-    fn name(&self) -> &'static str {
-        "coredns"
-    }
-
     fn edits_coredns(&self) -> bool {
         true
     }
@@ -47,16 +48,16 @@ impl DnsMode for Coredns {
 
     fn sink(&self, dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
         let target = CorednsTarget::Corefile(
-            CorefileWriter::new(at.client.clone(), dns.coredns_target(), Retry::default())
-                .dry_run(dns.dry_run),
+            CorefileWriter::new(at.client.clone(), dns.coredns.target(), Retry::default())
+                .dry_run(dns.shared.dry_run),
         );
         Ok(AnySink::new(CorednsSink::new(dns, at, target)?))
     }
 
     fn write_grants(&self, dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
         vec![Grant::configmaps(
-            &dns.coredns_namespace,
-            &[&dns.coredns_configmap],
+            &dns.coredns.coredns_namespace,
+            &[&dns.coredns.coredns_configmap],
             // list/watch: the revert watch (field selector metadata.name=<name>).
             &["get", "list", "watch", "update"],
             "edit the Corefile and restore it when reverted",
@@ -65,17 +66,129 @@ impl DnsMode for Coredns {
 
     fn removal_grants(&self, dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
         vec![Grant::configmaps(
-            &dns.coredns_namespace,
-            &[&dns.coredns_configmap],
+            &dns.coredns.coredns_namespace,
+            &[&dns.coredns.coredns_configmap],
             &["get", "update"],
             "remove the block from the Corefile",
         )]
     }
 }
 
+/// coredns's own flags: the Corefile ConfigMap it edits.
+#[derive(Args, Clone, Debug)]
+#[group(skip)]
+pub struct Flags {
+    /// coredns: namespace of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_NAMESPACE",
+        value_name = "NS",
+        default_value = "kube-system"
+    )]
+    pub coredns_namespace: String,
+
+    /// coredns: name of the CoreDNS ConfigMap.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_CONFIGMAP",
+        value_name = "NAME",
+        default_value = "coredns"
+    )]
+    pub coredns_configmap: String,
+
+    /// coredns: data key holding the Corefile.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_COREDNS_KEY",
+        value_name = "KEY",
+        default_value = "Corefile"
+    )]
+    pub coredns_key: String,
+}
+
+impl Flags {
+    pub fn target(&self) -> ConfigMapKey {
+        ConfigMapKey::new(
+            &self.coredns_namespace,
+            &self.coredns_configmap,
+            &self.coredns_key,
+        )
+    }
+}
+
+/// `render coredns`'s own flags: the Corefile to edit and how the block answers.
+#[derive(Args, Clone, Debug)]
+pub struct Render {
+    /// The Corefile to edit (e.g. `kubectl -n kube-system get configmap coredns -o
+    /// jsonpath='{.data.Corefile}'`), or `-` for stdin.
+    #[arg(long, env = "OUROBOROS_RENDER_COREFILE", value_name = "FILE")]
+    pub corefile: PathBuf,
+    #[command(flatten)]
+    pub proxy: AnswerArgs,
+}
+
+impl RenderMode for Render {
+    const ABOUT: &'static str = "A Corefile with the ouroboros block spliced in: the A/AAAA \
+        template pair in its root server block (the same text suits node-local-dns's Corefile), \
+        or with `--coredns-answer view` server blocks before it";
+
+    fn edits(&self) -> Option<(&Path, &'static str)> {
+        Some((&self.corefile, "Corefile"))
+    }
+
+    fn render(&self, edited: &str, placed: &Placed) -> anyhow::Result<String> {
+        let hosts = &placed.plan.hosts;
+        let rules = placed.rules(&self.proxy)?;
+        let edit = dns::corefile::splice_groups(edited, &groups(&rules)).map_err(|e| {
+            anyhow::anyhow!("{}: {e} (nothing was printed)", self.corefile.display())
+        })?;
+        for t in edit.findings.taken() {
+            tracing::warn!(
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                hostname = %t.host,
+                by = %t.by,
+                line = t.line,
+                "{}",
+                t.note
+            );
+        }
+        if !hosts.is_empty() && !edit.findings.has_reload {
+            tracing::warn!(
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "the root server block has no `reload` plugin: CoreDNS reads its Corefile only at start, so restart CoreDNS after applying this (or add `reload`)"
+            );
+        }
+        if edit.findings.view_as_pair {
+            tracing::warn!(
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "this is node-local-dns's Corefile (no `kubernetes` plugin, a link-local `bind`): its node-cache has no `view` plugin and would not start with one, so the names are answered with the template pair in its root block instead of --coredns-answer view"
+            );
+        }
+        if edit.findings.imports_custom_override {
+            tracing::warn!(
+                target: LOG_TARGET,
+                corefile = %self.corefile.display(),
+                "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
+            );
+        }
+        self.proxy.fits_configmap(&edit.text, "Corefile")?;
+        tracing::info!(
+            target: LOG_TARGET,
+            hosts = hosts.len(),
+            changed = edit.changed,
+            bytes = edit.text.len(),
+            "rendered the Corefile"
+        );
+        Ok(edit.text)
+    }
+}
+
 /// The CoreDNS modes' flag check: node-local-dns needs addresses to answer with.
 pub(super) fn check_node_local_dns(dns: &DnsArgs) -> Result<(), UsageError> {
-    if super::writes_node_local_dns(dns) && dns.coredns_answer == AnswerForm::Rewrite {
+    if super::writes_node_local_dns(dns) && dns.shared.coredns_answer == AnswerForm::Rewrite {
         return Err(UsageError::new(
             "--node-local-dns needs --coredns-answer template or view (it then gets the \
              template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster \
@@ -87,7 +200,10 @@ pub(super) fn check_node_local_dns(dns: &DnsArgs) -> Result<(), UsageError> {
 
 /// Whether the CoreDNS modes answer with the proxy's addresses (not `rewrite`).
 pub(super) fn answers_with_addresses(dns: &DnsArgs) -> bool {
-    matches!(dns.coredns_answer, AnswerForm::Template | AnswerForm::View)
+    matches!(
+        dns.shared.coredns_answer,
+        AnswerForm::Template | AnswerForm::View
+    )
 }
 
 /// Where the CoreDNS modes' answers come from.
@@ -180,20 +296,22 @@ impl AnswerSource {
         client: Option<kube::Client>,
         at: &Build<'_>,
     ) -> Result<Vec<AnswerSource>, UsageError> {
-        let default = match dns.coredns_answer {
+        let default = match dns.shared.coredns_answer {
             form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
                 proxy_ips(&default_proxy(dns), client.clone()),
                 form == AnswerForm::View,
             ),
-            AnswerForm::Rewrite => {
-                AnswerSource::Rewrite(dns.proxy_fqdn(at.cluster_domain).map_err(UsageError)?)
-            }
+            AnswerForm::Rewrite => AnswerSource::Rewrite(
+                dns.shared
+                    .proxy_fqdn(at.cluster_domain)
+                    .map_err(UsageError)?,
+            ),
         };
         let mut out = vec![default];
-        let services = dns.target_services(at.targets);
+        let services = dns.shared.target_services(at.targets);
         let ips = super::build::target_ips(dns, client.as_ref(), at.targets);
         for ((ns, name), ips) in services.into_iter().zip(ips) {
-            out.push(match dns.coredns_answer {
+            out.push(match dns.shared.coredns_answer {
                 form @ (AnswerForm::Template | AnswerForm::View) => {
                     AnswerSource::Addresses(ips, form == AnswerForm::View)
                 }
@@ -234,13 +352,13 @@ impl CorednsSink {
         let node_local = super::writes_node_local_dns(dns).then(|| {
             CorefileWriter::node_local_dns(
                 at.client.clone(),
-                dns.node_local_dns_target(),
+                dns.shared.node_local_dns.target(),
                 Retry::default(),
             )
-            .dry_run(dns.dry_run)
+            .dry_run(dns.shared.dry_run)
         });
         Ok(CorednsSink {
-            mode: dns.mode.spec().name(),
+            mode: dns.shared.mode.name(),
             target,
             node_local,
             answers: AnswerSource::all(dns, Some(at.client.clone()), at)?,

@@ -29,15 +29,18 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use clap::Args;
+
 use super::build::{default_proxy, proxy_ips, Build};
-use super::{DnsMode, Grant, ProxySource};
-use crate::dns::args::DnsArgs;
+use super::render::{Placed, ProxyIpArg, RenderMode, LOG_TARGET};
+use super::{DnsArgs, DnsMode, Grant, ProxySource};
 use crate::dns::etc_hosts::{self, HostsGroup};
 use crate::dns::write::apply::{Applied, Change, Outcome};
 use crate::dns::write::error::{Reason, SinkError};
 use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::{route_each, set_named, ProxyIps};
 use crate::dns::write::sink::{AnySink, Sink};
+use crate::dns::Mode;
 use crate::flags::UsageError;
 use crate::hostname::Hostname;
 
@@ -571,10 +574,6 @@ impl HostsWriter {
 pub struct EtcHosts;
 
 impl DnsMode for EtcHosts {
-    fn name(&self) -> &'static str {
-        "etc-hosts"
-    }
-
     fn runs_per_node(&self) -> bool {
         true
     }
@@ -606,19 +605,79 @@ impl DnsMode for EtcHosts {
     }
 }
 
+/// etc-hosts's own flag: the hosts file it edits.
+#[derive(Args, Clone, Debug)]
+#[group(skip)]
+pub struct Flags {
+    /// etc-hosts: the host's hosts file, mounted into the pod.
+    #[arg(
+        long = "etc-hosts",
+        env = "OUROBOROS_CONTROLLER_ETC_HOSTS",
+        value_name = "PATH",
+        default_value = "/host/etc/hosts"
+    )]
+    pub etc_hosts: PathBuf,
+}
+
+/// `render etc-hosts`'s own flags: the hosts file to edit and the proxy's addresses.
+#[derive(Args, Clone, Debug)]
+#[command(alias = "hosts")]
+pub struct Render {
+    /// The hosts file to edit, or `-` for stdin.
+    #[arg(long, env = "OUROBOROS_RENDER_HOSTS_FILE", value_name = "FILE")]
+    pub hosts_file: PathBuf,
+    #[command(flatten)]
+    pub proxy: ProxyIpArg,
+}
+
+impl RenderMode for Render {
+    const ABOUT: &'static str = "A hosts file with the ouroboros block of `IP host` lines";
+
+    fn edits(&self) -> Option<(&Path, &'static str)> {
+        Some((&self.hosts_file, "hosts file"))
+    }
+
+    fn render(&self, edited: &str, placed: &Placed) -> anyhow::Result<String> {
+        let hosts = &placed.plan.hosts;
+        let with_ips = placed.with_ips(&self.proxy.proxy_ips)?;
+        let groups: Vec<HostsGroup<'_>> = with_ips
+            .iter()
+            .map(|(hosts, ips)| HostsGroup { hosts, ips })
+            .collect();
+        let edit = etc_hosts::splice_groups(edited, &groups).map_err(|e| {
+            anyhow::anyhow!("{}: {e} (nothing was printed)", self.hosts_file.display())
+        })?;
+        for host in &edit.skipped_wildcards {
+            tracing::warn!(
+                target: LOG_TARGET,
+                hostname = %host,
+                "skipping a wildcard: hosts files cannot express wildcards; use the coredns or external-dns mode for it"
+            );
+        }
+        // The names as written: wildcards were skipped above.
+        tracing::info!(
+            target: LOG_TARGET,
+            hosts = hosts.len() - edit.skipped_wildcards.len(),
+            changed = edit.changed,
+            "rendered the hosts file"
+        );
+        Ok(edit.text)
+    }
+}
+
 /// The etc-hosts writer. Without a client it can only remove the block (`cleanup`) or write
 /// with --proxy-ip.
 pub fn hosts_writer(dns: &DnsArgs, client: Option<kube::Client>) -> HostsWriter {
     HostsWriter::new(
-        dns.etc_hosts.clone(),
+        dns.etc_hosts.etc_hosts.clone(),
         proxy_ips(&default_proxy(dns), client),
     )
-    .dry_run(dns.dry_run)
+    .dry_run(dns.shared.dry_run)
 }
 
 impl Sink for HostsWriter {
     fn mode(&self) -> &'static str {
-        EtcHosts.name()
+        Mode::EtcHosts.name()
     }
 
     async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {

@@ -40,9 +40,13 @@ use kube::api::{
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
+use anyhow::Context;
+use clap::{ArgAction, Args, ValueEnum};
+
 use super::build::{proxy_ips, Build};
-use super::{DnsMode, Grant, ProxySource};
-use crate::dns::args::{DnsArgs, ExternalDnsOutput};
+use super::render::{Placed, ProxyIpArg, RenderMode, LOG_TARGET};
+use super::{DnsArgs, DnsMode, Grant, ProxySource};
+use crate::dns::args::{own_namespace, SharedArgs};
 use crate::dns::external::{self, DnsEndpoint, DnsEndpointSpec, Options};
 use crate::dns::write::apply::{Applied, Change, Outcome, FIELD_MANAGER};
 use crate::dns::write::error::{Kept, KeptObjects, ObjectKey, Reason, SinkError};
@@ -50,7 +54,8 @@ use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::{route_each, set_named, ProxyIps};
 use crate::dns::write::replace::{self, Ours, Publishes, Verdict};
 use crate::dns::write::sink::{AnySink, Sink};
-use crate::flags::UsageError;
+use crate::dns::Mode;
+use crate::flags::{parse_answer_ip, UsageError};
 use crate::hostname::Hostname;
 use crate::kube_client::describe;
 
@@ -926,18 +931,240 @@ fn with_kept(mut e: SinkError, kept: Vec<Kept>) -> SinkError {
     e
 }
 
+/// What external-dns mode writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExternalDnsOutput {
+    /// `externaldns.k8s.io/v1alpha1` DNSEndpoint objects (external-dns `--source=crd`, hence
+    /// the alias `crd`).
+    #[value(alias = "crd")]
+    Dnsendpoint,
+    /// Annotated headless Services (external-dns `--source=service`).
+    Service,
+}
+
+/// external-dns's own flags: where its objects go, what they answer with, what each carries.
+#[derive(Args, Clone, Debug)]
+#[group(skip)]
+pub struct Flags {
+    /// external-dns: namespace of the objects written [default: this pod's namespace, else
+    /// `ouroboros`].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub external_dns_namespace: Option<String>,
+
+    /// external-dns: record targets (repeatable; comma-separated in the environment variable)
+    /// [default: the proxy Service's ClusterIPs, A and AAAA for dual-stack].
+    #[arg(
+        long = "external-dns-proxy-ip",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_IP",
+        value_name = "IP",
+        value_delimiter = ',',
+        value_parser = parse_answer_ip
+    )]
+    pub external_dns_proxy_ips: Vec<IpAddr>,
+
+    /// external-dns: the Service whose ClusterIPs are the record targets, in
+    /// --proxy-service-namespace [default: --proxy-service-name].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_PROXY_SERVICE",
+        value_name = "NAME"
+    )]
+    pub external_dns_proxy_service: Option<String>,
+
+    /// external-dns: write DNSEndpoint objects (`dnsendpoint`, for external-dns
+    /// `--source=crd`) or annotated headless Services (`service`, for `--source=service`).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_OUTPUT", value_enum, default_value_t = ExternalDnsOutput::Dnsendpoint)]
+    pub external_dns_output: ExternalDnsOutput,
+
+    /// external-dns, `--external-dns-output service`: the one annotation prefix the Services'
+    /// records are written under, ending in `/`: the `--annotation-prefix` of the external-dns
+    /// instance that should publish them (split-horizon: other instances ignore them)
+    /// [default: both external-dns.kubernetes.io/ and external-dns.alpha.kubernetes.io/, which
+    /// every external-dns version reads].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION_PREFIX",
+        value_name = "PREFIX",
+        value_parser = external::parse_annotation_prefix
+    )]
+    pub external_dns_annotation_prefix: Option<String>,
+
+    /// external-dns: take over the DNSEndpoints (or Services) that lexfrei/ouroboros wrote for
+    /// this --instance (labels app.kubernetes.io/managed-by=ouroboros and
+    /// ouroboros.lexfrei.tech/instance=INSTANCE): each is deleted once ours publishing its names
+    /// is written (or, under a name we write, rewritten and relabelled), so no name goes
+    /// unpublished, even while a write fails, and that tool's uninstall no longer deletes it.
+    /// Other instances' objects are never touched. `cleanup` with it also deletes them.
+    #[arg(
+        long = "external-dns-adopt",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ADOPT",
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub external_dns_adopt: bool,
+
+    #[command(flatten)]
+    pub records: RecordArgs,
+}
+
+/// What every external-dns record carries: flags of `controller` and `cleanup` and of
+/// `render external-dns` (same names and variables, so `render` shows what the controller writes).
+#[derive(Args, Clone, Debug)]
+pub struct RecordArgs {
+    /// external-dns: TTL of every record, in seconds [1, 86400].
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+        value_name = "SECONDS",
+        default_value_t = external::DEFAULT_TTL,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(external::MAX_TTL))
+    )]
+    pub external_dns_record_ttl: u32,
+
+    /// external-dns: label key=value added to every object (repeatable; comma-separated in the
+    /// environment variable), e.g. for external-dns `--label-filter`. Reserved:
+    /// app.kubernetes.io/managed-by and ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-label",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL",
+        value_name = "KEY=VALUE",
+        value_delimiter = ',',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_labels: Vec<(String, String)>,
+
+    /// external-dns: annotation key=value added to every object (repeatable; one per line in
+    /// the environment variable, since values may hold commas). Reserved: ouroboros.io/* keys.
+    #[arg(
+        long = "external-dns-annotation",
+        env = "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+        value_name = "KEY=VALUE",
+        value_delimiter = '\n',
+        value_parser = external::parse_key_value
+    )]
+    pub external_dns_annotations: Vec<(String, String)>,
+
+    /// Instance name: the `ouroboros.io/instance` label on what external-dns mode writes, so
+    /// two installations never delete each other's records.
+    #[arg(long, env = "OUROBOROS_INSTANCE", value_name = "NAME", default_value = external::DEFAULT_INSTANCE)]
+    pub instance: String,
+}
+
+impl Flags {
+    /// --external-dns-namespace, else this pod's namespace, else `ouroboros`.
+    pub fn namespace(&self) -> String {
+        self.namespace_or(&own_namespace())
+    }
+
+    /// --external-dns-namespace, else `default` (the controller's own namespace).
+    pub fn namespace_or(&self, default: &str) -> String {
+        self.external_dns_namespace
+            .clone()
+            .unwrap_or_else(|| default.to_string())
+    }
+
+    /// The Service whose ClusterIPs are the record targets (namespace, name): in
+    /// --proxy-service-namespace, --external-dns-proxy-service else --proxy-service-name.
+    pub fn proxy_service(&self, shared: &SharedArgs) -> (String, String) {
+        (
+            shared.proxy_service_namespace(),
+            self.external_dns_proxy_service
+                .clone()
+                .unwrap_or_else(|| shared.proxy_service_name.clone()),
+        )
+    }
+}
+
+/// `render external-dns`'s own flags: the proxy's addresses, the objects' namespace and what
+/// every record carries (the controller's flags, so `render` shows what the controller writes).
+#[derive(Args, Clone, Debug)]
+pub struct Render {
+    #[command(flatten)]
+    pub proxy: ProxyIpArg,
+
+    /// Namespace of the DNSEndpoint objects.
+    #[arg(
+        long,
+        env = "OUROBOROS_RENDER_NAMESPACE",
+        value_name = "NS",
+        default_value = "ouroboros"
+    )]
+    pub namespace: String,
+
+    #[command(flatten)]
+    pub records: RecordArgs,
+}
+
+impl Render {
+    /// The objects' settings with `ips` as record targets; bad flag values are usage errors.
+    fn options(&self, ips: &[IpAddr]) -> anyhow::Result<Options> {
+        Options::new(
+            &self.namespace,
+            &self.records.instance,
+            self.records.external_dns_record_ttl,
+            ips,
+            &self.records.external_dns_labels,
+            &self.records.external_dns_annotations,
+        )
+        .map_err(UsageError::err)
+    }
+}
+
+impl RenderMode for Render {
+    const ABOUT: &'static str =
+        "external-dns DNSEndpoint objects (multi-document YAML), one per hostname";
+
+    /// The flags, before the manifests are read, as without targets (the addresses once there
+    /// are names for them).
+    fn check(&self) -> anyhow::Result<()> {
+        if !self.proxy.proxy_ips.is_empty() {
+            self.options(&self.proxy.proxy_ips)?;
+        }
+        Ok(())
+    }
+
+    fn render(&self, _edited: &str, placed: &Placed) -> anyhow::Result<String> {
+        let mut objects = Vec::new();
+        let groups = placed.with_ips(&self.proxy.proxy_ips)?;
+        for (hosts, ips) in groups.iter().filter(|(hosts, _)| !hosts.is_empty()) {
+            objects.extend(external::endpoints(hosts, &self.options(ips)?));
+        }
+        if groups.len() > 1 {
+            // In host order whatever the targets, as one set lists them.
+            objects.sort_by(|x, y| {
+                let host = |o: &external::DnsEndpoint| {
+                    o.spec.endpoints.first().map(|e| e.dns_name.clone())
+                };
+                host(x).cmp(&host(y))
+            });
+        }
+        let text = external::to_yaml(&objects).context("serialising DNSEndpoints")?;
+        tracing::info!(
+            target: LOG_TARGET,
+            objects = objects.len(),
+            "rendered DNSEndpoint objects"
+        );
+        Ok(text)
+    }
+}
+
 pub struct ExternalDns;
 
 /// The CRD of `--external-dns-output dnsendpoint`.
 const DNSENDPOINT_CRD: &str = "dnsendpoints.externaldns.k8s.io";
 
 impl DnsMode for ExternalDns {
-    fn name(&self) -> &'static str {
-        "external-dns"
-    }
-
     fn crd(&self, dns: &DnsArgs) -> Option<&'static str> {
-        match dns.external_dns_output {
+        match dns.external_dns.external_dns_output {
             ExternalDnsOutput::Dnsendpoint => Some(DNSENDPOINT_CRD),
             ExternalDnsOutput::Service => None,
         }
@@ -946,8 +1173,8 @@ impl DnsMode for ExternalDns {
     /// --external-dns-proxy-ip, else the Service --external-dns-proxy-service names.
     fn proxy(&self, dns: &DnsArgs) -> ProxySource {
         ProxySource {
-            service: dns.external_dns_proxy_service(),
-            ips: dns.external_dns_proxy_ips.clone(),
+            service: dns.external_dns.proxy_service(&dns.shared),
+            ips: dns.external_dns.external_dns_proxy_ips.clone(),
             flag: "--external-dns-proxy-ip",
         }
     }
@@ -964,7 +1191,7 @@ impl DnsMode for ExternalDns {
     // create: server-side apply (of an absent object creates it); delete: leftovers. See
     // the module's header.
     fn write_grants(&self, dns: &DnsArgs, namespace: &str) -> Vec<Grant> {
-        let why = match dns.external_dns_output {
+        let why = match dns.external_dns.external_dns_output {
             ExternalDnsOutput::Dnsendpoint => {
                 "write DNSEndpoints and delete this instance's leftovers"
             }
@@ -998,12 +1225,12 @@ fn grant(
     verbs: &'static [&'static str],
     why: &'static str,
 ) -> Grant {
-    let (api_group, resource) = match dns.external_dns_output {
+    let (api_group, resource) = match dns.external_dns.external_dns_output {
         ExternalDnsOutput::Dnsendpoint => ("externaldns.k8s.io", "dnsendpoints"),
         ExternalDnsOutput::Service => ("", "services"),
     };
     Grant {
-        namespace: dns.external_dns_namespace_or(namespace),
+        namespace: dns.external_dns.namespace_or(namespace),
         api_group,
         resource,
         names: Vec::new(),
@@ -1015,27 +1242,27 @@ fn grant(
 /// The external-dns writer; invalid labels, annotations or targets are usage errors.
 pub fn external_writer(dns: &DnsArgs, client: kube::Client) -> Result<ExternalWriter, UsageError> {
     let ips = proxy_ips(&ExternalDns.proxy(dns), Some(client.clone()));
-    let output = match dns.external_dns_output {
+    let output = match dns.external_dns.external_dns_output {
         ExternalDnsOutput::Dnsendpoint => Output::DnsEndpoint,
         ExternalDnsOutput::Service => Output::Service,
     };
     let settings = Settings {
-        namespace: dns.external_dns_namespace(),
-        instance: dns.records.instance.clone(),
-        ttl: dns.records.external_dns_record_ttl,
-        labels: dns.records.external_dns_labels.clone(),
-        annotations: dns.records.external_dns_annotations.clone(),
-        annotation_prefix: dns.external_dns_annotation_prefix.clone(),
-        adopt: dns.external_dns_adopt,
+        namespace: dns.external_dns.namespace(),
+        instance: dns.external_dns.records.instance.clone(),
+        ttl: dns.external_dns.records.external_dns_record_ttl,
+        labels: dns.external_dns.records.external_dns_labels.clone(),
+        annotations: dns.external_dns.records.external_dns_annotations.clone(),
+        annotation_prefix: dns.external_dns.external_dns_annotation_prefix.clone(),
+        adopt: dns.external_dns.external_dns_adopt,
     };
     let w = ExternalWriter::new(client, output, settings, ips)
         .map_err(|e| UsageError(format!("external-dns flags: {e}")))?;
-    Ok(w.dry_run(dns.dry_run))
+    Ok(w.dry_run(dns.shared.dry_run))
 }
 
 impl Sink for ExternalWriter {
     fn mode(&self) -> &'static str {
-        ExternalDns.name()
+        Mode::ExternalDns.name()
     }
 
     async fn apply(&self, plan: &Plan) -> Result<Applied, SinkError> {
@@ -1055,6 +1282,23 @@ mod tests {
 
     fn host(s: &str) -> Hostname {
         HostPolicy::new("cluster.local", &[], &[]).check(s).unwrap()
+    }
+
+    #[test]
+    fn external_dns_output_takes_external_dns_own_name_for_dnsendpoints() {
+        for (value, want) in [
+            ("dnsendpoint", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("crd", Some(ExternalDnsOutput::Dnsendpoint)),
+            ("service", Some(ExternalDnsOutput::Service)),
+            ("ingress", None),
+        ] {
+            let got = crate::flags::parse_args::<DnsArgs>(&["--external-dns-output", value]).ok();
+            assert_eq!(
+                got.map(|d| d.external_dns.external_dns_output),
+                want,
+                "{value}"
+            );
+        }
     }
 
     fn opts() -> Options {

@@ -1,46 +1,132 @@
 //! The DNS modes, one module each behind one trait, [`DnsMode`]: what the mode reads (the
 //! proxy's addresses), how it writes and what removing it takes (the `Sink` it builds), the
-//! RBAC both need ([`Grant`]s), and its facts (its name, whether it edits CoreDNS, the CRD it
-//! writes, whether it runs one controller per node). The table is [`Mode::spec`]: a new mode is
-//! a `Mode` variant, its module here and its row there. Everything that differs by mode asks
-//! the table rather than naming modes.
+//! RBAC both need ([`Grant`]s), and its facts (whether it edits CoreDNS, the CRD it writes,
+//! whether it runs one controller per node); and, for `render`, [`render::RenderMode`]. The
+//! table is `for_each_mode!`: one row per mode, from which the `Mode` enum (in `dns`),
+//! [`Mode::spec`], the per-mode flags of [`DnsArgs`] and `render`'s subcommands are generated.
+//! A new mode is its module (its `DnsMode`, its `Flags`, its `Render`), its `pub mod` line and
+//! its row. Everything that differs by mode asks the table rather than naming modes.
 //!
 //! `build` holds what several modes build with: the context of a build (`Build`), each
-//! target's addresses and how the controller's picks route them (`Routing`).
+//! target's addresses and how the controller's picks route them (`Routing`). `render` holds
+//! what `render` hands a mode: the names placed on their targets, and the flags the modes'
+//! `render` subcommands share.
 
 pub mod build;
 pub mod coredns;
 pub mod coredns_import;
 pub mod etc_hosts;
 pub mod external_dns;
+pub mod render;
 
 use std::net::IpAddr;
 
-use crate::dns::args::DnsArgs;
+use crate::dns::args::SharedArgs;
 use crate::dns::write::sink::AnySink;
 use crate::dns::Mode;
 use crate::flags::UsageError;
 use crate::target::TargetRule;
 use build::Build;
 
-impl Mode {
-    /// The mode table: each mode's module. The one place a mode is named to choose behaviour.
-    pub fn spec(self) -> &'static dyn DnsMode {
-        match self {
-            Mode::Coredns => &coredns::Coredns,
-            Mode::CorednsImport => &coredns_import::CorednsImport,
-            Mode::EtcHosts => &etc_hosts::EtcHosts,
-            Mode::ExternalDns => &external_dns::ExternalDns,
+/// The mode table: each mode once, as (its module here, its `Mode` variant, its `--mode` value
+/// and `render` subcommand, the help line of that value; the last two as single tokens, which
+/// the callbacks paste into attributes). `for_each_mode!(callback)` hands the
+/// rows to the `callback!` macro in scope where it is called. A macro rather than a `const`
+/// table, because what the rows become are items clap's derives read at compile time: the
+/// `Mode` variants (`dns`), the fields of [`DnsArgs`] (here) and `render`'s subcommands
+/// (`crate::render`). The module is also the name of the mode's field in `DnsArgs`, and holds
+/// the mode's unit struct (named as the variant, implementing [`DnsMode`]), its `Flags` and its
+/// `Render` (implementing [`render::RenderMode`]).
+macro_rules! for_each_mode {
+    ($callback:ident) => {
+        $callback! {
+            coredns, Coredns, "coredns",
+                "A marked block in the CoreDNS Corefile ConfigMap (see --coredns-answer).";
+            coredns_import, CorednsImport, "coredns-import",
+                "A snippet under one key of the ConfigMap a Corefile imports (`import /etc/coredns/custom/*.override`).";
+            etc_hosts, EtcHosts, "etc-hosts",
+                "A marked block in each node's hosts file (one controller per node, no lease).";
+            external_dns, ExternalDns, "external-dns",
+                "external-dns `DNSEndpoint` objects (or annotated headless Services).";
         }
-    }
+    };
+}
+// A `macro_rules!` macro gets a path (`dns::mode::for_each_mode!`) only through a `use` of it.
+pub(crate) use for_each_mode;
+
+/// `Mode::spec` and `DnsArgs` from the table's rows.
+macro_rules! mode_items {
+    ($($module:ident, $variant:ident, $value:tt, $help:tt;)*) => {
+        impl Mode {
+            /// The mode's module. The one place a mode is named to choose behaviour.
+            pub fn spec(self) -> &'static dyn DnsMode {
+                match self {
+                    $(Mode::$variant => &$module::$variant,)*
+                }
+            }
+        }
+
+        /// The DNS-target flags of `controller`, `cleanup` and `doctor`: the shared ones and
+        /// each mode's own, listed in `--help` as they always were (`dns::args::in_published_order`).
+        #[derive(Clone, Debug)]
+        pub struct DnsArgs {
+            pub shared: SharedArgs,
+            $(pub $module: $module::Flags,)*
+        }
+
+        // By hand rather than derived: a derive adds each flattened struct's flags in one run,
+        // and `in_published_order` needs them all before it adds them.
+        impl clap::FromArgMatches for DnsArgs {
+            fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+                Self::from_arg_matches_mut(&mut m.clone())
+            }
+
+            fn from_arg_matches_mut(m: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+                Ok(Self {
+                    shared: SharedArgs::from_arg_matches_mut(m)?,
+                    $($module: $module::Flags::from_arg_matches_mut(m)?,)*
+                })
+            }
+
+            fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+                self.update_from_arg_matches_mut(&mut m.clone())
+            }
+
+            fn update_from_arg_matches_mut(
+                &mut self,
+                m: &mut clap::ArgMatches,
+            ) -> Result<(), clap::Error> {
+                self.shared.update_from_arg_matches_mut(m)?;
+                $(self.$module.update_from_arg_matches_mut(m)?;)*
+                Ok(())
+            }
+        }
+
+        impl clap::Args for DnsArgs {
+            fn augment_args(cmd: clap::Command) -> clap::Command {
+                crate::dns::args::in_published_order(cmd, |c| {
+                    let c = SharedArgs::augment_args(c);
+                    $(let c = $module::Flags::augment_args(c);)*
+                    c
+                })
+            }
+
+            fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+                crate::dns::args::in_published_order(cmd, |c| {
+                    let c = SharedArgs::augment_args_for_update(c);
+                    $(let c = $module::Flags::augment_args_for_update(c);)*
+                    c
+                })
+            }
+        }
+    };
 }
 
-/// One DNS mode. The flags every method reads are the shared DNS-target flags, `DnsArgs`,
-/// whose `mode` chose this one.
-pub trait DnsMode: Sync {
-    /// The `--mode` value, as logs, metric labels and `doctor` name the mode.
-    fn name(&self) -> &'static str;
+for_each_mode!(mode_items);
 
+/// One DNS mode. The flags every method reads are the DNS-target flags, `DnsArgs`: the shared
+/// ones (whose `mode` chose this one) and every mode's own (this one's in its field).
+pub trait DnsMode: Sync {
     /// Whether the mode writes CoreDNS's configuration (a Corefile block or an imported
     /// snippet): node-local-dns, the proxy watches, the Services' `list`/`watch` and doctor's
     /// CoreDNS checks follow it.
@@ -144,18 +230,18 @@ impl Grant {
 
 /// The flag combinations `--mode` refuses; errors are `UsageError`s (exit 64).
 pub fn check(dns: &DnsArgs) -> Result<(), UsageError> {
-    dns.mode.spec().check(dns)
+    dns.shared.mode.spec().check(dns)
 }
 
 /// Whether the block is also written into node-local-dns (CoreDNS modes, opted in).
 pub fn writes_node_local_dns(dns: &DnsArgs) -> bool {
-    dns.node_local_dns.enabled && dns.mode.spec().edits_coredns()
+    dns.shared.node_local_dns.enabled && dns.shared.mode.spec().edits_coredns()
 }
 
 /// The Service whose ClusterIPs this mode reads for the default target (for RBAC and the
 /// proxy watch), if any: none when the mode answers with a name or the addresses are given.
 pub fn proxy_service_read(dns: &DnsArgs) -> Option<(String, String)> {
-    let mode = dns.mode.spec();
+    let mode = dns.shared.mode.spec();
     let proxy = mode.proxy(dns);
     (mode.answers_with_addresses(dns) && proxy.ips.is_empty()).then_some(proxy.service)
 }
@@ -164,10 +250,10 @@ pub fn proxy_service_read(dns: &DnsArgs) -> Option<(String, String)> {
 /// [`proxy_service_read`] for the default one): none when it answers with a name, none for a
 /// target given its `proxy-ip=`.
 pub fn target_services_read(dns: &DnsArgs, targets: &[TargetRule]) -> Vec<(String, String)> {
-    let reads = dns.mode.spec().answers_with_addresses(dns);
+    let reads = dns.shared.mode.spec().answers_with_addresses(dns);
     targets
         .iter()
-        .zip(dns.target_services(targets))
+        .zip(dns.shared.target_services(targets))
         .filter(|(t, _)| reads && t.proxy_ips.is_empty())
         .map(|(_, s)| s)
         .collect()
@@ -177,7 +263,7 @@ pub fn target_services_read(dns: &DnsArgs, targets: &[TargetRule]) -> Vec<(Strin
 /// in `--target` order). Flag errors are `UsageError`s (exit 64).
 pub fn sink(dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
     check(dns)?;
-    dns.mode.spec().sink(dns, at)
+    dns.shared.mode.spec().sink(dns, at)
 }
 
 #[cfg(test)]
@@ -210,7 +296,7 @@ mod tests {
             (Mode::ExternalDns, (false, false, false, dnsendpoints, None)),
         ];
         for (mode, want) in table {
-            let name = mode.spec().name();
+            let name = mode.name();
             let crd = |output: &str| {
                 let d = parse(&["--mode", name, "--external-dns-output", output]);
                 mode.spec().crd(&d)
@@ -334,7 +420,7 @@ mod tests {
         ]);
         let s = sink(&d, &build(&client)).unwrap();
         assert_eq!(s.mode(), "external-dns");
-        assert_eq!(d.external_dns_namespace(), "dns");
+        assert_eq!(d.external_dns.namespace(), "dns");
         assert_eq!(
             proxy_service_read(&d),
             Some(("ouroboros".into(), "edge".into()))
@@ -362,7 +448,7 @@ mod tests {
     async fn each_mode_builds_its_own_sink() {
         let client = crate::test_api::unreachable();
         for mode in Mode::value_variants() {
-            let name = mode.spec().name();
+            let name = mode.name();
             let d = parse(&["--mode", name, "--etc-hosts", "/tmp/h"]);
             assert_eq!(sink(&d, &build(&client)).unwrap().mode(), name);
         }
@@ -413,7 +499,7 @@ mod tests {
     fn each_mode_is_named_as_its_flag_value() {
         for mode in Mode::value_variants() {
             let value = mode.to_possible_value().unwrap();
-            assert_eq!(mode.spec().name(), value.get_name(), "{mode:?}");
+            assert_eq!(mode.name(), value.get_name(), "{mode:?}");
         }
     }
 }

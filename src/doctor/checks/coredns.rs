@@ -34,10 +34,7 @@ pub fn corefile_text<'a>(
                      -A | grep -i coredns)",
                 )
             } else {
-                Check::skip(
-                    ID,
-                    format!("{c}; mode {} does not use it", mode.spec().name()),
-                )
+                Check::skip(ID, format!("{c}; mode {} does not use it", mode.name()))
             });
         }
         Ok(Some(cm)) => cm,
@@ -292,7 +289,7 @@ pub fn corefile_checks(
                 "coredns-block",
                 format!(
                     "the Corefile still holds our block, unused in mode {}",
-                    mode.spec().name()
+                    mode.name()
                 ),
             )
             .action(
@@ -359,7 +356,7 @@ pub fn block_reverted(
     if mode != Mode::Coredns {
         return Check::skip(
             ID,
-            format!("mode {} leaves the Corefile alone", mode.spec().name()),
+            format!("mode {} leaves the Corefile alone", mode.name()),
         );
     }
     let events = match events {
@@ -399,8 +396,7 @@ pub fn block_reverted(
 
 /// A CoreDNS check skipped in a mode that does not edit CoreDNS; `None` in one that does.
 pub fn skip_unless_coredns(id: &'static str, mode: Mode) -> Option<Check> {
-    let mode = mode.spec();
-    (!mode.edits_coredns())
+    (!mode.spec().edits_coredns())
         .then(|| Check::skip(id, format!("mode {} does not edit CoreDNS", mode.name())))
 }
 

@@ -50,7 +50,7 @@ pub fn node_local_dns(
             ID,
             format!(
                 "node-local-dns is installed; mode {} does not depend on CoreDNS",
-                mode.spec().name()
+                mode.name()
             ),
         );
     }

@@ -17,7 +17,9 @@
 //! 1. Without ouroboros, the pod's request to the public name is short-circuited by kube-proxy
 //!    to nginx without a header and fails, as users report; nginx logs a broken header.
 //! 2. With the controller and the proxy, the name answers the proxy's ClusterIP and nginx sees
-//!    the pod's own address as the client.
+//!    the pod's own address as the client. The controller runs in the pod's network with
+//!    `--ingress-controller-kind=probe`: its knocks on the ingress controller Service, through
+//!    kube-proxy, find that nginx requires the header, so it picks `relay`.
 //! 3. With `ipMode: Proxy` on the ingress controller's Service, kube-proxy stops short-circuiting,
 //!    the controller leaves the name out, and the request goes through the load balancer, again
 //!    with the pod's address.
@@ -273,6 +275,31 @@ impl Dns {
         );
         std::fs::write(&self.corefile, runnable).unwrap();
     }
+}
+
+/// Asserts that the controller picked `relay` from its own knocks on the ingress controller
+/// Service's ClusterIP: real nginx behind real kube-proxy answered only behind the header.
+fn assert_probed_required(controller: &Process) {
+    let log = controller.log_text();
+    let picked = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("answer picked"))
+        })
+        .unwrap_or_else(|| panic!("no `answer picked` line in\n{log}"));
+    assert_eq!(
+        (picked["answer"].as_str(), picked["header"].as_str()),
+        (Some("relay"), Some("required")),
+        "{picked}"
+    );
+    let how = picked["how"].as_str().unwrap_or_default();
+    assert!(
+        how.contains("probed") && how.contains(":80 (HTTP HEAD)"),
+        "the verdict came from knocking on the Service: {how}"
+    );
 }
 
 /// `ouroboros doctor` with the controller's flags against the real cluster: its exit code and
@@ -642,10 +669,13 @@ fn hairpin(mode: ProxyMode) {
             &format!("--include-namespace={NAMESPACE}"),
             "--debounce=100ms",
             &format!("--listen-health={health}"),
+            // answer=auto finds the header verdict by knocking on the ingress controller
+            // Service: from the pod's network, through kube-proxy, as in a cluster.
+            "--ingress-controller-kind=probe",
         ]);
     let mut controller = spawn(
         "controller",
-        controller_cmd,
+        pod.wrap(&controller_cmd),
         &dir.path().join("controller.log"),
     );
     let with_block = wait_for(
@@ -675,6 +705,7 @@ fn hairpin(mode: ProxyMode) {
     // The proxy reaches nginx over IPv4 (the ingress controller Service's first ClusterIP),
     // and the header carries the pod's address of either family.
     pod_gets_through(&pod, PROXY_IP, || controller.tail());
+    assert_probed_required(&controller);
     doctor_says(
         cluster,
         "with the fix",
