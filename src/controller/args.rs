@@ -50,6 +50,14 @@ pub struct WatchArgs {
     /// an error); 0 disables, else at least 2m.
     #[arg(long, env = "OUROBOROS_CONTROLLER_WATCH_IDLE_TIMEOUT", value_name = "DURATION", default_value = "10m", value_parser = parse_watch_idle_timeout)]
     pub watch_idle_timeout: Duration,
+
+    /// How often to ask the API which of its places each CRD source kind is served at
+    /// (Istio's Gateway at networking.istio.io v1, else v1beta1, else v1alpha3; Traefik's kinds
+    /// in traefik.io, else traefik.containo.us; the Gateway API's at v1, else older versions):
+    /// each kind is read at the first one served, and its watch moves when a CRD installed or
+    /// upgraded later changes that. Not 0.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_SOURCE_DISCOVERY_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = parse_source_discovery_interval)]
+    pub source_discovery_interval: Duration,
 }
 
 /// KEP-1860: targets whose ingress controller's load balancer keeps client IPs for in-cluster
@@ -160,6 +168,16 @@ fn parse_watch_idle_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn parse_source_discovery_interval(s: &str) -> Result<Duration, String> {
+    let d = crate::flags::parse_duration(s)?;
+    if d.is_zero() {
+        return Err(
+            "must not be 0: it is how long discovery waits between rounds (e.g. 30s)".into(),
+        );
+    }
+    Ok(d)
+}
+
 impl WatchArgs {
     /// The idle timeout (`None`: the detector is off).
     pub fn idle_timeout(&self) -> Option<Duration> {
@@ -246,5 +264,18 @@ mod tests {
             .to_string();
         assert!(e.contains("at least 2m") && e.contains("1m 30s"), "{e}");
         assert!(parse(&["--watch-idle-timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn source_discovery_interval() {
+        let parse = |argv: &[&str]| crate::flags::parse_args::<WatchArgs>(argv);
+        let t = parse(&[]).unwrap();
+        assert_eq!(t.source_discovery_interval, Duration::from_secs(30));
+        let t = parse(&["--source-discovery-interval", "5m"]).unwrap();
+        assert_eq!(t.source_discovery_interval, Duration::from_secs(300));
+        let e = parse(&["--source-discovery-interval", "0s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must not be 0"), "{e}");
     }
 }

@@ -22,7 +22,8 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hostnames::{model::Conflict, model::ObjectRef, model::Rejected};
+use super::hostnames::{kinds::Kind, model::Conflict, model::ObjectRef, model::Rejected};
+use super::placement::Places;
 use crate::dns::write::error::ObjectKey;
 use crate::target::TargetRule;
 
@@ -170,18 +171,40 @@ pub fn conflict_key(c: &Conflict) -> (ObjectRef, String) {
 
 /// Hands notices to the publishing task.
 #[derive(Clone, Debug)]
-pub struct Notifier(Option<mpsc::UnboundedSender<Notice>>);
+pub struct Notifier {
+    tx: Option<mpsc::UnboundedSender<Notice>>,
+    /// Where each source kind is read: the `apiVersion` a notice about a source object names.
+    places: Places,
+}
 
 impl Notifier {
     /// Drops every notice (dry run, tests).
     pub fn disabled() -> Self {
-        Notifier(None)
+        Notifier {
+            tx: None,
+            places: Places::fixed(),
+        }
     }
 
-    pub fn send(&self, n: Notice) {
-        if let Some(tx) = &self.0 {
-            let _ = tx.send(n);
+    /// The same, naming source objects at the places `places` says they are read at.
+    pub fn reading_at(self, places: Places) -> Self {
+        Notifier { places, ..self }
+    }
+
+    pub fn send(&self, mut n: Notice) {
+        let Some(tx) = &self.tx else { return };
+        // A notice names a source object at its kind's first place (`source_reference`, pure,
+        // knows no cluster); the object is read, and so named, where the cluster serves it.
+        let r = &mut n.regarding;
+        let read = r
+            .api_version
+            .as_deref()
+            .zip(r.kind.as_deref())
+            .and_then(|(v, k)| Kind::at(v, k));
+        if let Some(kind) = read {
+            r.api_version = Some(self.places.of(kind).api_version());
         }
+        let _ = tx.send(n);
     }
 }
 
@@ -431,7 +454,13 @@ pub fn spawn_as(
             }
         }
     });
-    (Notifier(Some(tx)), task)
+    (
+        Notifier {
+            tx: Some(tx),
+            places: Places::fixed(),
+        },
+        task,
+    )
 }
 
 #[cfg(test)]

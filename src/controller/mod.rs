@@ -8,6 +8,7 @@ pub mod hostnames;
 pub mod ipmode;
 pub mod lease;
 pub mod metrics;
+pub mod placement;
 pub mod probe;
 pub mod projection;
 pub mod proxy_watch;
@@ -210,7 +211,9 @@ pub async fn run_with(
     let (notifier, events_task) = start_events(&client, &args, &identity);
 
     let idle = sources::Idle::new(args.watch.idle_timeout(), &metrics);
-    let watches = sources::start(&client, &filters, &notifier, idle, &stop);
+    let discovery = args.watch.source_discovery_interval;
+    let watches = sources::start(&client, &filters, &notifier, (idle, discovery), &stop);
+    let notifier = notifier.reading_at(watches.places.clone());
     let admin = start_admin(&args, registry, &status, &watches, &stop).await?;
 
     // The lease outlives `stop` until the write in flight is finished.

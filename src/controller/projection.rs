@@ -30,6 +30,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::core::error_boundary::InvalidObject;
+use kube::core::ApiResource;
 use kube::Resource;
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -253,10 +254,11 @@ impl Project for GrpcRoute {
     }
 }
 
-/// TLSRoute's `hostnames` is required, as in its schema.
+/// TLSRoute's `hostnames`: required since v1alpha3, optional in v1alpha2 (read as none).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsRouteSpecView {
+    #[serde(default)]
     hostnames: Vec<String>,
     parent_refs: Option<Vec<TlsRouteParentRefs>>,
 }
@@ -328,21 +330,23 @@ impl<'de, K: Project> Deserialize<'de> for Projected<K> {
     }
 }
 
+/// Read at whichever place the cluster serves the kind ([`ApiResource`]: its group, version,
+/// kind and plural), not at the typed kind's own: the fields read are the same at each.
 impl<K: Resource> Resource for Projected<K> {
-    type DynamicType = K::DynamicType;
+    type DynamicType = ApiResource;
     type Scope = K::Scope;
 
-    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::kind(dt)
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
     }
-    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::group(dt)
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
     }
-    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::version(dt)
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
     }
-    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::plural(dt)
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
     }
     fn meta(&self) -> &ObjectMeta {
         self.0.as_ref().map_or_else(|e| &e.metadata, K::meta)
@@ -520,8 +524,11 @@ mod tests {
         .unwrap();
         assert_eq!(tls.spec.hostnames, ["t.example.com"]);
         assert!(tls.spec.rules.is_empty());
+        // v1alpha2 (still served by older installs) has no required hostnames: none read.
+        let old = read::<TlsRoute>(json!({"metadata": {"name": "t"}, "spec": {}}));
+        assert!(old.0.unwrap().spec.hostnames.is_empty());
         assert!(
-            read::<TlsRoute>(json!({"metadata": {"name": "t"}, "spec": {}}))
+            read::<TlsRoute>(json!({"metadata": {"name": "t"}, "spec": {"hostnames": "x"}}))
                 .0
                 .is_err()
         );

@@ -214,14 +214,20 @@ pub fn required(n: &Needs) -> Vec<Rule> {
     rules
 }
 
-/// List and watch on each source kind the controller reads.
+/// List and watch on each source kind the controller reads, in each group it may be read in
+/// (Traefik's kinds in `traefik.io` and `traefik.containo.us`: whichever the cluster serves).
 fn source_rules(n: &Needs) -> Vec<Rule> {
     let mut rules = Vec::new();
     for kind in Kind::ALL {
-        if kind.is_read(n.sources, n.ingress_class_filter) {
+        if !kind.is_read(n.sources, n.ingress_class_filter) {
+            continue;
+        }
+        let mut groups: Vec<&str> = kind.places().iter().map(|p| p.group).collect();
+        groups.dedup();
+        for group in groups {
             rules.push(rule(
                 Scope::Cluster,
-                kind.group(),
+                group,
                 kind.plural(),
                 &[],
                 LIST_WATCH,
@@ -541,6 +547,35 @@ mod tests {
             .filter(|r| r.resource == resource && r.resource_names.is_empty() != named)
             .flat_map(|r| r.verbs.iter().copied())
             .collect()
+    }
+
+    /// A kind read in whichever group the cluster serves it is granted in each.
+    #[test]
+    fn source_kinds_are_granted_in_every_group_they_may_be_read_in() {
+        let n = Needs {
+            sources: OptIns::EVERY,
+            ..needs(Mode::Coredns)
+        };
+        let rules = required(&n);
+        let groups = |resource: &str| {
+            rules
+                .iter()
+                .filter(|r| r.resource == resource && r.verbs == LIST_WATCH)
+                .map(|r| r.api_group)
+                .collect::<Vec<_>>()
+        };
+        for plural in ["ingressroutes", "ingressroutetcps"] {
+            assert_eq!(groups(plural), ["traefik.containo.us", "traefik.io"]);
+        }
+        assert_eq!(
+            groups("gateways"),
+            ["gateway.networking.k8s.io", "networking.istio.io"]
+        );
+        assert_eq!(groups("httproutes"), ["gateway.networking.k8s.io"]);
+        let n = needs(Mode::Coredns);
+        assert!(required(&n)
+            .iter()
+            .all(|r| !r.api_group.starts_with("traefik")));
     }
 
     #[test]

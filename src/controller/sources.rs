@@ -6,9 +6,14 @@
 //! Tells the sync engine when something changed and when every kind has delivered its initial
 //! list.
 //!
-//! A CRD kind (Gateway API, Traefik, Contour, Istio) whose CRD is not installed (404 on list) is logged once and counted as
-//! "synced, empty", so it does not hold back writes; the watch keeps retrying with kube-runtime's
-//! default backoff (at most every 30 s or so), so the kind is picked up when its CRD appears.
+//! Each kind is watched at the first of its places the cluster serves (`placement`, from the
+//! discovery documents); when that changes, the watch lists again at the new place into the
+//! same store, which keeps the kind's objects until the new list is complete.
+//!
+//! A CRD kind (Gateway API, Traefik, Contour, Istio) whose CRD is not installed (404 on list)
+//! is logged once and counted as "synced, empty", so it does not hold back writes; the watch
+//! keeps retrying with kube-runtime's default backoff (at most every 30 s or so), so the kind
+//! is picked up when its CRD appears.
 //!
 //! The idle-watch detector: a watch that delivers neither an event nor a bookmark for
 //! `--watch-idle-timeout` is restarted with a fresh list (a watch through a tunnel such as
@@ -44,11 +49,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Notifier};
 use super::hostnames::{
-    self, contour::HttpProxy, istio::IstioGateway, kinds::SourceObject, kinds::Sources,
-    model::Desired, model::Filters, model::IngressHosts, traefik::IngressRoute,
+    self, contour::HttpProxy, istio::IstioGateway, kinds::Kind, kinds::Place, kinds::SourceObject,
+    kinds::Sources, model::Desired, model::Filters, model::IngressHosts, traefik::IngressRoute,
     traefik::IngressRouteTcp,
 };
 use super::metrics::{KindLabel, Metrics};
+use super::placement::{self, resource_at, Places};
 use super::projection::{Project, Projected};
 use crate::hostname::HostPolicy;
 use crate::kube_client::{Cause, Repeats};
@@ -205,22 +211,32 @@ pub struct Watches {
     pub changes: watch::Receiver<u64>,
     pub synced: watch::Receiver<bool>,
     pub relisting: Relisting,
+    /// Where each kind is read (discovery's task is among `tasks`).
+    pub places: Places,
     pub tasks: Vec<JoinHandle<()>>,
 }
 
-/// Starts one watch per configured kind; they run until `stop`. An object that does not
-/// deserialize is reported on `notifier` and left out, not the whole list. A watch quiet for
-/// `idle`'s timeout is restarted with a fresh list.
+/// Starts one watch per configured kind, each at the first of its places the cluster serves
+/// (asked again every `discovery`: `placement`); they run until `stop`. An object that does
+/// not deserialize is reported on `notifier` and left out, not the whole list. A watch quiet
+/// for `idle`'s timeout is restarted with a fresh list.
 pub fn start(
     client: &Client,
     filters: &Filters,
     notifier: &Notifier,
-    idle: Idle,
+    (idle, discovery): (Idle, Duration),
     stop: &CancellationToken,
 ) -> Watches {
+    let read: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_read(filters.opt_ins, filters.reads_ingress_classes()))
+        .collect();
+    let (places, discovering) = placement::start(client, &read, discovery, stop);
+    let notifier = &notifier.clone().reading_at(places.clone());
     let mut w = Starter {
         client,
         filters,
+        places: places.clone(),
         progress: Progress::new(),
         notifier,
         idle,
@@ -241,11 +257,13 @@ pub fn start(
         http_proxies: w.follow(),
         istio_gateways: w.follow(),
     };
+    w.tasks.extend(discovering);
     Watches {
         stores,
         changes: w.progress.changes_tx.subscribe(),
         synced: w.progress.synced_tx.subscribe(),
         relisting: w.progress.relisting.clone(),
+        places,
         tasks: w.tasks,
     }
 }
@@ -254,6 +272,7 @@ pub fn start(
 struct Starter<'a> {
     client: &'a Client,
     filters: &'a Filters,
+    places: Places,
     progress: Progress,
     notifier: &'a Notifier,
     idle: Idle,
@@ -271,11 +290,12 @@ impl Starter<'_> {
         K::KIND
             .is_read(f.opt_ins, f.reads_ingress_classes())
             .then(|| {
-                follow(
-                    Api::<Projected<K>>::all(self.client.clone()),
+                follow::<K>(
+                    self.client.clone(),
                     Reading {
                         optional: K::KIND.is_crd(),
                         ingress_hosts: f.ingress_hosts,
+                        places: self.places.clone(),
                     },
                     &self.progress,
                     self.notifier,
@@ -293,21 +313,28 @@ struct Reading {
     optional: bool,
     /// Which Ingress fields count (the rest of a projection is dropped: [`Project::narrow`]).
     ingress_hosts: IngressHosts,
+    /// Where the kind is served (its watch moves when that changes).
+    places: Places,
 }
 
-/// Watches one kind into a store until `stop`.
+/// The API of kind `kind` at `place`.
+fn api_at<K: Resource>(client: &Client, kind: Kind, place: Place) -> Api<Projected<K>> {
+    Api::all_with(client.clone(), &resource_at(kind, place))
+}
+
+/// Watches one kind into a store until `stop`, at the place the cluster serves it.
 ///
 /// The store's writer lives in the task rather than in a `reflect` adapter, so that the idle
 /// detector can drop a quiet watch (with any request hanging in it) and start a new one into
 /// the same store: the store keeps the old objects until the new list is complete, then holds
 /// exactly that list (an object deleted while the watch was dead goes away). A restart spawns
-/// nothing; the old stream is simply dropped.
+/// nothing; the old stream is simply dropped. A move to another place (discovery found the
+/// kind served at a more preferred one, or only at another) is such a restart at the new place:
+/// the kind's objects stay in the store, and so its hosts in the desired set, until the list
+/// there is complete.
 fn follow<K>(
-    api: Api<Projected<K>>,
-    Reading {
-        optional,
-        ingress_hosts,
-    }: Reading,
+    client: Client,
+    reading: Reading,
     progress: &Progress,
     notifier: &Notifier,
     idle: &Idle,
@@ -315,16 +342,12 @@ fn follow<K>(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Store<K>
 where
-    K: Project + Default + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    K: SourceObject + Project + Default + Clone + Debug + Send + Sync + 'static,
 {
-    let (reader, mut writer) = reflector::store();
-    let dt = K::DynamicType::default();
-    let mut kind = WatchedKind {
-        kind: K::kind(&dt).to_string(),
-        resource: K::plural(&dt).to_string(),
-        group: K::group(&dt).to_string(),
-        optional,
+    let (reader, writer) = reflector::store();
+    let kind = WatchedKind {
+        kind: K::KIND,
+        optional: reading.optional,
         missing: false,
         listed_before: false,
         // A failure repeating every retry is logged once per doubling, not every time.
@@ -332,63 +355,102 @@ where
         slot: progress.slot(),
         progress: progress.clone(),
         idle: idle.clone(),
+        place: K::KIND.preferred(),
     };
-    let stop = stop.clone();
     // Exported at 0 from the start, so an alert on its increase sees the first restart.
     if kind.idle.timeout.is_some() {
         let _ = kind.restarts();
     }
-    // Kept across restarts, so a relist does not report the same unreadable object again.
-    let mut unreadable = Unreadable::new(notifier.clone());
-    let store = reader.clone();
-    let task = tokio::spawn(async move {
-        // One pass per list: the first, then one after each idle restart.
-        'pass: loop {
-            let mut stream = Box::pin(list_watch(api.clone()).default_backoff());
+    let watch = Follow {
+        client,
+        kind,
+        reading,
+        writer,
+        store: reader.clone(),
+        // Kept across restarts, so a relist does not report the same unreadable object again.
+        unreadable: Unreadable::new(notifier.clone()),
+        stop: stop.clone(),
+    };
+    tasks.push(tokio::spawn(watch.run()));
+    reader
+}
+
+/// One kind's watch task.
+struct Follow<K: Resource<DynamicType = ()> + Clone + 'static> {
+    client: Client,
+    kind: WatchedKind,
+    reading: Reading,
+    writer: reflector::store::Writer<K>,
+    store: Store<K>,
+    unreadable: Unreadable,
+    stop: CancellationToken,
+}
+
+impl<K> Follow<K>
+where
+    K: SourceObject + Project + Default + Clone + Debug + Send + Sync + 'static,
+{
+    async fn run(mut self) {
+        let kind = K::KIND;
+        self.kind.place = tokio::select! {
+            () = self.stop.cancelled() => return,
+            place = self.reading.places.first(kind) => place,
+        };
+        self.kind.watching();
+        // One pass per list: the first, then one after each idle restart or move.
+        loop {
+            let api = api_at::<K>(&self.client, kind, self.kind.place);
+            let mut stream = Box::pin(list_watch(api).default_backoff());
             // Anything the stream yields is a sign of life: events, bookmarks, and errors too
             // (a failing watch is not silent; it is already retrying with backoff, and a kind
             // whose CRD is missing must not be "restarted" every timeout).
             let mut alive_at = Instant::now();
             loop {
                 let item = tokio::select! {
-                    _ = stop.cancelled() => break 'pass,
-                    () = kind.idle.expired(alive_at) => {
-                        kind.restart_idle(alive_at);
-                        continue 'pass;
+                    () = self.stop.cancelled() => return,
+                    () = self.kind.idle.expired(alive_at) => {
+                        self.kind.restart_idle(alive_at);
+                        break;
+                    }
+                    place = self.reading.places.moved(kind, self.kind.place) => {
+                        self.kind.moved(place);
+                        break;
                     }
                     item = stream.next() => item,
                 };
                 alive_at = Instant::now();
                 match item {
                     // The list/watch stream never ends on its own.
-                    None => break 'pass,
+                    None => return,
                     Some(Ok(Seen::Bookmark)) => {}
-                    Some(Ok(Seen::Event(event))) => {
-                        let Some(event) = unreadable.screen(event) else {
-                            continue;
-                        };
-                        let event = event.modify(|k| k.narrow(ingress_hosts));
-                        writer.apply_watcher_event(&event);
-                        match event {
-                            Event::InitDone => kind.listed(store.len()),
-                            Event::Apply(_) | Event::Delete(_) => kind.progress.bump(),
-                            Event::Init | Event::InitApply(_) => {}
-                        }
-                    }
-                    Some(Err(e)) => kind.failed(&e),
+                    Some(Ok(Seen::Event(event))) => self.apply(event),
+                    Some(Err(e)) => self.kind.failed(&e),
                 }
             }
         }
-    });
-    tasks.push(task);
-    reader
+    }
+
+    fn apply(&mut self, event: Event<Projected<K>>) {
+        let api_version = self.kind.place.api_version();
+        let Some(event) = self.unreadable.screen(event, &api_version) else {
+            return;
+        };
+        let ingress_hosts = self.reading.ingress_hosts;
+        let event = event.modify(|k| k.narrow(ingress_hosts));
+        self.writer.apply_watcher_event(&event);
+        match event {
+            Event::InitDone => self.kind.listed(self.store.len()),
+            Event::Apply(_) | Event::Delete(_) => self.kind.progress.bump(),
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
 }
 
 /// One watched kind as its task reports on it: logs, the restart counter, readiness.
 struct WatchedKind {
-    kind: String,
-    resource: String,
-    group: String,
+    kind: Kind,
+    /// Where it is read now.
+    place: Place,
     /// A 404 (CRD not installed) counts as an empty, synced list.
     optional: bool,
     /// The CRD was found missing (logged once until it is installed).
@@ -405,8 +467,38 @@ struct WatchedKind {
 impl WatchedKind {
     fn restarts(&self) -> Counter {
         self.idle.restarts.get_or_create_owned(&KindLabel {
-            kind: self.kind.clone(),
+            kind: self.kind.as_str().to_string(),
         })
+    }
+
+    /// The watch starts at the place found; said when that is not the kind's first.
+    fn watching(&self) {
+        let (kind, place) = (self.kind, self.place);
+        if place != kind.preferred() {
+            tracing::info!(
+                %kind,
+                %place,
+                "{kind} is not served at {}: reading it at {place}",
+                kind.preferred()
+            );
+        }
+    }
+
+    /// Discovery found the kind served at `place` now: the watch moves there (restarts with a
+    /// list there, into the same store).
+    fn moved(&mut self, place: Place) {
+        let (kind, from) = (self.kind, self.place);
+        tracing::info!(
+            %kind,
+            %place,
+            from = %from,
+            "{kind} is served at {place} now: moving its watch there from {from}; its objects \
+             are kept until the list there is complete"
+        );
+        self.place = place;
+        self.missing = false;
+        self.repeats.reset();
+        self.listed_before = false;
     }
 
     /// The watch has been quiet since `alive_at` past the idle timeout: counted, logged, and
@@ -452,14 +544,19 @@ impl WatchedKind {
     /// The list or watch failed (it retries with backoff): a missing optional CRD counts as
     /// an empty list; anything else is logged, once per doubling of a repeating failure.
     fn failed(&mut self, e: &watcher::Error) {
-        let (kind, group, resource) = (&self.kind, &self.group, &self.resource);
+        let (kind, place) = (self.kind, self.place);
+        let resource = kind.plural();
         let cause = Cause::of_watch(e);
         if cause == Cause::NotFound && self.optional {
             if !self.missing {
+                let places: Vec<String> = kind.places().iter().map(Place::to_string).collect();
                 tracing::warn!(
                     %kind,
-                    "{group}/{resource} is not served (CRD not installed): \
-                     skipping {kind} objects; checking again periodically"
+                    "{}/{resource} is not served (CRD not installed; {kind} is read at the \
+                     first of {} that the cluster serves, none yet): skipping {kind} objects; \
+                     checking again periodically",
+                    place.group,
+                    places.join(", ")
                 );
                 self.missing = true;
             }
@@ -472,7 +569,8 @@ impl WatchedKind {
         } else if let Some(failures) = self.repeats.failed(cause) {
             let grant = format!(
                 "grant the controller's ServiceAccount `list` and `watch` on \
-                 {resource} (apiGroup {group:?}) cluster-wide"
+                 {resource} (apiGroup {:?}) cluster-wide",
+                place.group
             );
             let hint = if self.listed_before {
                 cause.hint_after_success(&grant)
@@ -508,7 +606,8 @@ impl Unreadable {
 
     /// The event with an unreadable object left out: skipped in the initial list, and as a
     /// deletion afterwards (a version that was readable before must not linger in the cache).
-    fn screen<K>(&mut self, e: Event<Projected<K>>) -> Option<Event<K>>
+    /// `api_version`: where the kind is read, which the Event names.
+    fn screen<K>(&mut self, e: Event<Projected<K>>, api_version: &str) -> Option<Event<K>>
     where
         K: Resource + Default,
         K::DynamicType: Default,
@@ -520,18 +619,18 @@ impl Unreadable {
             Event::Apply(Projected(Ok(k))) => Event::Apply(k),
             Event::Delete(Projected(Ok(k))) => Event::Delete(k),
             Event::InitApply(Projected(Err(bad))) => {
-                self.report::<K>(&bad);
+                self.report::<K>(&bad, api_version);
                 return None;
             }
             Event::Apply(Projected(Err(bad))) => {
-                self.report::<K>(&bad);
+                self.report::<K>(&bad, api_version);
                 Event::Delete(placeholder(bad))
             }
             Event::Delete(Projected(Err(bad))) => Event::Delete(placeholder(bad)),
         })
     }
 
-    fn report<K>(&mut self, bad: &InvalidObject)
+    fn report<K>(&mut self, bad: &InvalidObject, api_version: &str)
     where
         K: Resource,
         K::DynamicType: Default,
@@ -558,7 +657,7 @@ impl Unreadable {
         );
         self.notifier.send(events::Notice {
             regarding: k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(K::api_version(&dt).to_string()),
+                api_version: Some(api_version.to_string()),
                 kind: Some(kind),
                 namespace: m.namespace.clone(),
                 name: m.name.clone(),
@@ -803,36 +902,37 @@ mod tests {
                 ..Ingress::default()
             }))
         };
+        const V: &str = "networking.k8s.io/v1";
         let mut u = Unreadable::new(Notifier::disabled());
         let name = |e: &Event<Ingress>| match e {
             Event::Apply(k) | Event::InitApply(k) | Event::Delete(k) => k.metadata.name.clone(),
             Event::Init | Event::InitDone => None,
         };
         assert!(matches!(
-            u.screen(Event::InitApply(good("a"))),
+            u.screen(Event::InitApply(good("a")), V),
             Some(Event::InitApply(_))
         ));
         assert!(
-            u.screen(Event::InitApply(bad("b"))).is_none(),
+            u.screen(Event::InitApply(bad("b")), V).is_none(),
             "skipped in the list"
         );
-        let dropped = u.screen(Event::Apply(bad("c"))).unwrap();
+        let dropped = u.screen(Event::Apply(bad("c")), V).unwrap();
         assert!(
             matches!(dropped, Event::Delete(_)),
             "a bad update drops the cached version"
         );
         assert_eq!(name(&dropped).as_deref(), Some("c"));
         assert!(matches!(
-            u.screen(Event::Delete(bad("d"))),
+            u.screen(Event::Delete(bad("d")), V),
             Some(Event::Delete(_))
         ));
         assert!(matches!(
-            u.screen::<Ingress>(Event::InitDone),
+            u.screen::<Ingress>(Event::InitDone, V),
             Some(Event::InitDone)
         ));
         // Reported once per object version.
         assert_eq!(u.reported.len(), 2);
-        u.screen(Event::Apply(bad("c")));
+        u.screen(Event::Apply(bad("c")), V);
         assert_eq!(u.reported.len(), 2);
     }
 

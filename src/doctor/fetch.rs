@@ -19,6 +19,9 @@ use super::checks::{
     coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure, inputs::Got, inputs::Workload,
     permissions::Question,
 };
+use crate::controller::hostnames::kinds::{Place, Served, SourceObject};
+use crate::controller::placement::resource_at;
+use crate::controller::projection::{Project, Projected};
 use crate::kube_client::Cause;
 
 const ATTEMPTS: u32 = 3;
@@ -189,20 +192,68 @@ where
     found(&t, retrying(|| a.list(params)).await).map(|o| o.map(|l| l.items))
 }
 
-/// LIST every object of a source kind, cluster-wide. 404 (the kind's CRD is absent) reads as
-/// None.
-pub async fn list_source<K: crate::controller::hostnames::kinds::SourceObject + std::fmt::Debug>(
-    client: &Client,
-) -> Got<Vec<K>> {
+/// LIST every object of a source kind, cluster-wide, at `place` (where the cluster serves it),
+/// read as the controller's watch reads it (its projection). 404 (the kind's CRD is absent)
+/// reads as None. An object that does not read is left out, as the controller leaves it out,
+/// and logged.
+pub async fn list_source<K>(client: &Client, place: Place) -> Got<Vec<K>>
+where
+    K: SourceObject + Project + std::fmt::Debug,
+{
+    let resource = format!("{}.{}", K::KIND.plural(), place.group);
     let t = Target {
         verb: "list",
-        resource: K::KIND.resource(),
+        resource: &resource,
         namespace: None,
         name: None,
     };
-    let a: Api<K> = Api::all(client.clone());
+    let a: Api<Projected<K>> = Api::all_with(client.clone(), &resource_at(K::KIND, place));
     let lp = ListParams::default();
-    found(&t, retrying(|| a.list(&lp)).await).map(|o| o.map(|l| l.items))
+    let got = found(&t, retrying(|| a.list(&lp)).await)?;
+    Ok(got.map(|l| {
+        l.items
+            .into_iter()
+            .filter_map(|Projected(o)| {
+                o.map_err(|bad| {
+                    tracing::warn!(
+                        kind = %K::KIND,
+                        object = %format!(
+                            "{}/{}",
+                            bad.metadata.namespace.as_deref().unwrap_or_default(),
+                            bad.metadata.name.as_deref().unwrap_or_default()
+                        ),
+                        error = %bad.error,
+                        "cannot read this object; the controller leaves it out too"
+                    );
+                })
+                .ok()
+            })
+            .collect()
+    }))
+}
+
+/// The resources the cluster serves in each of the group versions `asked` (their discovery
+/// documents, `GET /apis/{group}/{version}`); a group version not served (404) lists none.
+pub async fn served(client: &Client, asked: &[Place]) -> Got<Served> {
+    let mut served = Served::default();
+    for &place in asked {
+        let path = format!("/apis/{place}");
+        let t = Target {
+            verb: "get",
+            resource: &path,
+            namespace: None,
+            name: None,
+        };
+        let api_version = place.api_version();
+        let got = found(
+            &t,
+            retrying(|| client.list_api_group_resources(&api_version)).await,
+        )?;
+        for r in got.iter().flat_map(|l| &l.resources) {
+            served.insert(place.group, place.version, &r.name);
+        }
+    }
+    Ok(Some(served))
 }
 
 fn workload(

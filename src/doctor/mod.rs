@@ -25,7 +25,8 @@ use kube::Client;
 
 use crate::controller::args::{ElectionArgs, Selection};
 use crate::controller::hostnames::{
-    self, args::HostnameArgs, kinds::Kind, kinds::Objects, kinds::SourceObject,
+    self, args::HostnameArgs, kinds::group_versions, kinds::places_of, kinds::Kind, kinds::Objects,
+    kinds::SourceObject,
 };
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
@@ -263,15 +264,25 @@ impl DoctorArgs {
     }
 }
 
-/// The objects the hostnames come from: each kind this configuration reads, listed.
+/// The objects the hostnames come from: each kind this configuration reads, listed where the
+/// cluster serves it (the first of its places served, as the controller reads it).
 async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Objects> {
+    let read: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_read(args.opt_ins(), ingress_class))
+        .collect();
+    let served = fetch::served(client, &group_versions(&read))
+        .await?
+        .unwrap_or_default();
     let mut o = Objects::default();
-    for kind in Kind::ALL {
-        if kind.is_read(args.opt_ins(), ingress_class) {
-            hostnames::kinds::by_kind!(kind, T => {
-                *T::list_mut(&mut o) = fetch::list_source::<T>(client).await?.unwrap_or_default();
-            });
-        }
+    for kind in read {
+        let place = kind
+            .served_place(&served)
+            .unwrap_or_else(|| kind.preferred());
+        hostnames::kinds::by_kind!(kind, T => {
+            *T::list_mut(&mut o) =
+                fetch::list_source::<T>(client, place).await?.unwrap_or_default();
+        });
     }
     Ok(Some(o))
 }
@@ -751,18 +762,31 @@ async fn coredns_section(
     out
 }
 
-/// Section 6: the CRDs the mode and the sources need.
+/// Section 6: the CRDs the mode and the sources need; a source kind's found where the cluster
+/// serves it (any of its places), from the discovery documents the controller reads.
 async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
     let mut crds = Vec::new();
-    let mode_crd = args.dns.shared.mode.spec().crd(&args.dns);
-    for (name, required) in checks::crd::needed_crds(mode_crd, args.hostnames.opt_ins()) {
+    let kinds = checks::crd::crd_kinds(args.hostnames.opt_ins());
+    if !kinds.is_empty() {
+        match fetch::served(client, &places_of(&kinds)).await {
+            Ok(served) => {
+                let served = served.unwrap_or_default();
+                for k in kinds {
+                    let found = checks::crd::where_served(k, &served);
+                    crds.push((k.resource(), false, Ok(found)));
+                }
+            }
+            Err(e) => crds.push((kinds[0].resource(), false, Err(e))),
+        }
+    }
+    if let Some(name) = args.dns.shared.mode.spec().crd(&args.dns) {
         let got = fetch::exists_cluster::<CustomResourceDefinition>(
             client,
             "customresourcedefinitions.apiextensions.k8s.io",
             name,
         )
         .await;
-        crds.push((name, required, got));
+        crds.push((name, true, got.map(|o| o.map(|()| "installed".to_string()))));
     }
     checks::crd::crds(&crds)
 }

@@ -91,9 +91,9 @@ impl Batch {
             }
             return Ok(());
         }
-        let direct = api_version
-            .split_once('/')
-            .and_then(|(group, version)| Kind::of(group, kind).filter(|k| k.version() == version));
+        // Only the first place's objects take the fast path: the others may lack fields the
+        // typed structs require (a TLSRoute before v1 may have no hostnames).
+        let direct = Kind::at(api_version, kind).filter(|k| k.api_version() == api_version);
         let Some(direct) = direct else {
             return slow(self);
         };
@@ -140,7 +140,7 @@ impl Batch {
                 return Ok(());
             }
         }
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
         // Only spec and metadata matter; status and managedFields only cost time and can
         // carry values newer or older than the typed structs know.
         if let Some(obj) = doc.as_object_mut() {
@@ -150,7 +150,7 @@ impl Batch {
             }
         }
         let known = Kind::of(group, &kind);
-        let read = known.filter(|k| k.manifest_versions().contains(&version));
+        let read = Kind::at(&api_version, &kind);
         if let Some(k) = read {
             if k == Kind::TlsRoute {
                 // Before v1, TLSRoute's hostnames and rules were optional.

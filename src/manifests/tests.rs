@@ -45,7 +45,7 @@ fn yaml_documents_and_kinds() {
 }
 
 /// Traefik's, Contour's and Istio's kinds in the versions their projects serve, in YAML and
-/// as JSON (the direct path); an older Traefik group and an Istio version never served are
+/// as JSON (the direct path): Traefik's older group too; an Istio version never served is
 /// skipped.
 #[test]
 fn crd_source_kinds() {
@@ -55,11 +55,12 @@ fn crd_source_kinds() {
                 apiVersion: projectcontour.io/v1\nkind: HTTPProxy\nmetadata: {name: p}\nspec: {virtualhost: {fqdn: p.example.com}}\n---\n\
                 apiVersion: networking.istio.io/v1beta1\nkind: Gateway\nmetadata: {name: i}\nspec: {servers: [{hosts: [ns/i.example.com]}]}\n---\n\
                 apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: j}\nspec: {servers: [{hosts: ['*/j.example.com']}]}\n---\n\
-                apiVersion: traefik.containo.us/v1alpha1\nkind: IngressRoute\nmetadata: {name: old}\nspec: {}\n---\n\
+                apiVersion: traefik.containo.us/v1alpha1\nkind: IngressRoute\nmetadata: {name: old}\nspec: {routes: [{match: Host(`old.example.com`)}]}\n---\n\
                 apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: new}\nspec: {}\n";
     let m = parse(yaml, Format::Yaml).unwrap();
-    assert_eq!(m.ingress_routes.len(), 1);
+    assert_eq!(m.ingress_routes.len(), 2);
     assert_eq!(m.ingress_routes[0].spec.hosts().names, ["r.example.com"]);
+    assert_eq!(m.ingress_routes[1].spec.hosts().names, ["old.example.com"]);
     assert_eq!(m.ingress_route_tcps.len(), 1);
     assert_eq!(m.http_proxies.len(), 1);
     assert_eq!(m.istio_gateways.len(), 2);
@@ -67,11 +68,14 @@ fn crd_source_kinds() {
         m.gateways.is_empty(),
         "Istio's Gateway is not the Gateway API's"
     );
-    assert_eq!(m.skipped, 2);
+    assert_eq!(m.skipped, 1);
     let json = r#"{"apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
         "metadata": {"name": "r"}, "spec": {"routes": [{"match": "Host(`r.example.com`)"}]}}"#;
     let m = parse(json, Format::Json).unwrap();
     assert_eq!(m.ingress_routes.len(), 1);
+    let old = json.replace("traefik.io", "traefik.containo.us");
+    let m = parse(&old, Format::Json).unwrap();
+    assert_eq!(m.ingress_routes[0].spec.hosts().names, ["r.example.com"]);
     let bad = r#"{"apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
         "metadata": {"name": "p"}, "spec": {"virtualhost": {"fqdn": 7}}}"#;
     let e = parse(bad, Format::Json).unwrap_err();

@@ -148,6 +148,15 @@ struct State {
     configmaps: Vec<Value>,
     /// The IngressClasses listed.
     ingress_classes: Vec<Value>,
+    /// The discovery documents (`/apis/{group}/{version}`) answered, with the resources each
+    /// lists; any other group version is not served (404).
+    served: Vec<(&'static str, Vec<&'static str>)>,
+}
+
+/// `GET /apis/{group}/{version}`: a group version's discovery document.
+fn is_discovery(u: &str) -> bool {
+    u.strip_prefix("/apis/")
+        .is_some_and(|rest| !rest.contains('?') && rest.split('/').count() == 2)
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -195,6 +204,22 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             return st.ingress_lists.remove(0);
         }
         match m {
+            "GET" if is_discovery(u) => {
+                let gv = &u["/apis/".len()..];
+                match st.served.iter().find(|(v, _)| *v == gv) {
+                    Some((_, resources)) => Answer::Json(
+                        200,
+                        json!({
+                            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                            "resources": resources.iter().map(|r| json!({
+                                "name": r, "singularName": "", "namespaced": true,
+                                "kind": "X", "verbs": ["list", "watch"]
+                            })).collect::<Vec<_>>()
+                        }),
+                    ),
+                    None => not_found("the server could not find the requested resource"),
+                }
+            }
             "GET" if u == INGRESS_LIST => Answer::Json(
                 200,
                 list(
@@ -216,6 +241,7 @@ fn handler(state: Shared) -> impl FnMut(&Seen) -> Answer + Send + 'static {
             "GET"
                 if [
                     "/apis/traefik.io/",
+                    "/apis/traefik.containo.us/",
                     "/apis/projectcontour.io/",
                     "/apis/networking.istio.io/",
                 ]
@@ -745,6 +771,179 @@ async fn traefik_contour_and_istio_crds_installed_later_are_picked_up_in_one_wri
     assert!(
         note.contains("HostRegexp") && note.contains("regular expression"),
         "{note}"
+    );
+}
+
+/// Istio's Gateway and Traefik's IngressRoute as `at` (an apiVersion) serves them.
+fn istio_and_traefik_at(istio: &str, traefik: &str) -> (Value, Value) {
+    let gateway = json!({
+        "apiVersion": istio, "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": "istio-system", "resourceVersion": "10"},
+        "spec": {"servers": [{"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                              "hosts": ["web/app.example.com"]}]}
+    });
+    let route = json!({
+        "apiVersion": traefik, "kind": "IngressRoute",
+        "metadata": {"name": "blog", "namespace": "web", "resourceVersion": "7"},
+        "spec": {"routes": [
+            {"match": "Host(`blog.example.com`)", "kind": "Rule"},
+            {"match": "HostRegexp(`^.+\\.example\\.org$`)", "kind": "Rule"}
+        ]}
+    });
+    (gateway, route)
+}
+
+/// A cluster serving only Istio's older versions (1.20: v1beta1 and v1alpha3) and Traefik's
+/// older group (`traefik.containo.us`): discovery finds where, the watches list there (never
+/// at the places not served), and the hosts are written; the Event on the IngressRoute names
+/// the apiVersion read. Then Istio and Traefik are upgraded (v1 and `traefik.io` served too):
+/// the next discovery round moves both watches, and while the new lists are held the hosts
+/// stay; no write ever drops them.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario: start at the old places, move, check every write"
+)]
+async fn crd_kinds_are_read_where_served_and_move_to_the_newer_place() {
+    const OLD_GATEWAYS: &str = "/apis/networking.istio.io/v1beta1/gateways?";
+    const OLD_ROUTES: &str = "/apis/traefik.containo.us/v1alpha1/ingressroutes?";
+    const OLD_TCP: &str = "/apis/traefik.containo.us/v1alpha1/ingressroutetcps?";
+    const GATEWAYS: &str = "/apis/networking.istio.io/v1/gateways?";
+    const ROUTES: &str = "/apis/traefik.io/v1alpha1/ingressroutes?";
+    const TCP: &str = "/apis/traefik.io/v1alpha1/ingressroutetcps?";
+    let mut st = state_with(vec![ingress("shop", &["shop.example.com"])]);
+    let (gateway, route) = istio_and_traefik_at(
+        "networking.istio.io/v1beta1",
+        "traefik.containo.us/v1alpha1",
+    );
+    st.served = vec![
+        (
+            "networking.istio.io/v1beta1",
+            vec!["gateways", "virtualservices"],
+        ),
+        ("networking.istio.io/v1alpha3", vec!["gateways"]),
+        // Another Istio kind is served at v1 already: only the resource list tells.
+        ("networking.istio.io/v1", vec!["sidecars"]),
+        (
+            "traefik.containo.us/v1alpha1",
+            vec!["ingressroutes", "ingressroutetcps"],
+        ),
+    ];
+    st.crd_objects = vec![
+        (OLD_GATEWAYS, vec![gateway]),
+        (OLD_ROUTES, vec![route]),
+        (OLD_TCP, vec![]),
+    ];
+    let r = start(
+        st,
+        &[
+            "--leader-elect=false",
+            "--traefik-ingressroutes",
+            "--istio-gateways",
+            "--source-discovery-interval",
+            "200ms",
+        ],
+    );
+    let has = |r: &Running, h: &str| {
+        r.state
+            .lock()
+            .unwrap()
+            .corefile
+            .contains(&format!("rewrite name {h} "))
+    };
+    let ours = ["app.example.com", "blog.example.com", "shop.example.com"];
+    assert!(
+        r.api
+            .wait_for(20, |_| ours.iter().all(|h| has(&r, h)))
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    assert_eq!(r.api.count("PUT", COREDNS), 1, "all in the first write");
+    for path in [GATEWAYS, ROUTES, TCP] {
+        assert_eq!(
+            r.api.count("GET", path),
+            0,
+            "{path}: not served, not listed"
+        );
+    }
+    // Upgraded: both served at their newer places too; the new lists held at first.
+    let (gateway, route) = istio_and_traefik_at("networking.istio.io/v1", "traefik.io/v1alpha1");
+    {
+        let mut st = r.state.lock().unwrap();
+        st.served.retain(|(gv, _)| *gv != "networking.istio.io/v1");
+        st.served
+            .push(("networking.istio.io/v1", vec!["gateways", "sidecars"]));
+        st.served.push((
+            "traefik.io/v1alpha1",
+            vec!["ingressroutes", "ingressroutetcps"],
+        ));
+        st.crd_objects.extend([
+            (GATEWAYS, vec![gateway]),
+            (ROUTES, vec![route]),
+            (TCP, vec![]),
+        ]);
+        st.hold_lists = vec![GATEWAYS, ROUTES];
+    }
+    assert!(
+        r.api
+            .wait_for(20, |a| a.count("GET", GATEWAYS) >= 1
+                && a.count("GET", ROUTES) >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    // Moved, the new lists not in yet: the objects read at the old places still count.
+    assert!(ours.iter().all(|h| has(&r, h)));
+    assert_eq!(
+        r.api.release(GATEWAYS, &[]) + r.api.release(ROUTES, &[]),
+        2,
+        "an empty body is not a list: the watch retries, and the retry is answered"
+    );
+    r.state.lock().unwrap().hold_lists.clear();
+    assert!(
+        r.api
+            .wait_for(20, |a| a.count("GET", GATEWAYS) >= 2
+                && a.count("GET", ROUTES) >= 2
+                && a.count("GET", TCP) >= 1)
+            .await,
+        "{:#?}",
+        r.api.calls()
+    );
+    let api = r.shutdown().await;
+    // The moved watches list the same objects: nothing to write, and no write ever lacked
+    // a host of theirs.
+    let puts: Vec<Value> = api
+        .matching("PUT", COREDNS)
+        .into_iter()
+        .filter_map(|(_, b)| b)
+        .collect();
+    assert_eq!(puts.len(), 1, "{puts:#?}");
+    for put in &puts {
+        let corefile = put["data"]["Corefile"].as_str().unwrap();
+        for h in ours {
+            assert!(
+                corefile.contains(&format!("rewrite name {h} ")),
+                "{corefile}"
+            );
+        }
+    }
+    // The old places are not listed again after the move (their watches are held, so each
+    // was listed once).
+    for old in [OLD_GATEWAYS, OLD_ROUTES] {
+        assert_eq!(api.count("GET", &format!("{old}&limit=500")), 1, "{old}");
+    }
+    // The pattern is reported once, naming the apiVersion the IngressRoute was read at.
+    let rejected: Vec<Value> = api
+        .matching("POST", EVENTS)
+        .into_iter()
+        .filter_map(|(_, b)| b)
+        .filter(|e| e["reason"] == "HostnameRejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:#?}");
+    assert_eq!(
+        rejected[0]["regarding"]["apiVersion"],
+        "traefik.containo.us/v1alpha1"
     );
 }
 

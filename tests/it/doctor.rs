@@ -45,6 +45,17 @@ fn args(extra: &[&str]) -> DoctorArgs {
     }
 }
 
+/// A group version's discovery document, listing `resources`.
+fn served(group_version: &str, resources: &[&str]) -> Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+        "resources": resources.iter().map(|r| json!({
+            "name": r, "singularName": "", "namespaced": true, "kind": "X",
+            "verbs": ["list", "watch"]
+        })).collect::<Vec<_>>()
+    })
+}
+
 fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items})
 }
@@ -482,9 +493,10 @@ fn broken() -> Cluster {
             SA,
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("ouroboros", "ouroboros-controller")}),
         )
-        .at(&format!("{CRD}gateways.gateway.networking.k8s.io"), json!({"metadata": {"name": "gateways.gateway.networking.k8s.io"}}))
-        .at(&format!("{CRD}httproutes.gateway.networking.k8s.io"), json!({"metadata": {"name": "httproutes.gateway.networking.k8s.io"}}))
-        .at(&format!("{CRD}grpcroutes.gateway.networking.k8s.io"), json!({"metadata": {"name": "grpcroutes.gateway.networking.k8s.io"}}))
+        .at(
+            "/apis/gateway.networking.k8s.io/v1",
+            served("gateway.networking.k8s.io/v1", &["gateways", "httproutes", "grpcroutes"]),
+        )
         .deny("watch configmaps")
         .deny("create leases")
 }
@@ -505,7 +517,6 @@ async fn crd_source_kinds_are_listed_and_their_crds_checked() {
         "metadata": {"name": "docs", "namespace": "web"},
         "spec": {"virtualhost": {"fqdn": "docs.example.com"}}
     });
-    let crd = |name: &str| json!({"metadata": {"name": name}});
     let cluster = healthy()
         .at(
             "/apis/traefik.io/v1alpha1/ingressroutes?",
@@ -520,16 +531,15 @@ async fn crd_source_kinds_are_listed_and_their_crds_checked() {
             list("HTTPProxyList", "projectcontour.io/v1", vec![proxy]),
         )
         .at(
-            &format!("{CRD}ingressroutes.traefik.io"),
-            crd("ingressroutes.traefik.io"),
+            "/apis/traefik.io/v1alpha1",
+            served(
+                "traefik.io/v1alpha1",
+                &["ingressroutes", "ingressroutetcps"],
+            ),
         )
         .at(
-            &format!("{CRD}ingressroutetcps.traefik.io"),
-            crd("ingressroutetcps.traefik.io"),
-        )
-        .at(
-            &format!("{CRD}httpproxies.projectcontour.io"),
-            crd("httpproxies.projectcontour.io"),
+            "/apis/projectcontour.io/v1",
+            served("projectcontour.io/v1", &["httpproxies"]),
         );
     let flags = [
         "--traefik-ingressroutes",
@@ -578,6 +588,101 @@ async fn crd_source_kinds_are_listed_and_their_crds_checked() {
     ] {
         for verb in ["list", "watch"] {
             let want = format!("\"{verb}\" \"{group}\" \"{resource}\"");
+            assert!(asked.contains(&want), "{want} not asked: {asked:#?}");
+        }
+    }
+}
+
+/// A cluster serving Istio's Gateway at v1beta1 only (Istio 1.20) and Traefik's kinds in
+/// `traefik.containo.us` only (Traefik 2 before 2.10): the crds check finds each where it is
+/// served and says so, the hostnames check lists them there (never at the places not served),
+/// and the rbac check asks for both Traefik groups.
+#[tokio::test]
+async fn crd_source_kinds_are_found_and_listed_at_their_older_places() {
+    let route = json!({
+        "apiVersion": "traefik.containo.us/v1alpha1", "kind": "IngressRoute",
+        "metadata": {"name": "app", "namespace": "web"},
+        "spec": {"routes": [{"match": "Host(`app.example.com`)", "kind": "Rule"}]}
+    });
+    let gateway = json!({
+        "apiVersion": "networking.istio.io/v1beta1", "kind": "Gateway",
+        "metadata": {"name": "public", "namespace": "istio-system"},
+        "spec": {"servers": [{"hosts": ["web/mesh.example.com"]}]}
+    });
+    let cluster = healthy()
+        .at(
+            "/apis/traefik.containo.us/v1alpha1",
+            served(
+                "traefik.containo.us/v1alpha1",
+                &["ingressroutes", "ingressroutetcps"],
+            ),
+        )
+        .at(
+            "/apis/networking.istio.io/v1beta1",
+            served("networking.istio.io/v1beta1", &["gateways"]),
+        )
+        .at(
+            "/apis/networking.istio.io/v1",
+            served("networking.istio.io/v1", &["virtualservices"]),
+        )
+        .at(
+            "/apis/traefik.containo.us/v1alpha1/ingressroutes?",
+            list(
+                "IngressRouteList",
+                "traefik.containo.us/v1alpha1",
+                vec![route],
+            ),
+        )
+        .at(
+            "/apis/traefik.containo.us/v1alpha1/ingressroutetcps?",
+            list(
+                "IngressRouteTCPList",
+                "traefik.containo.us/v1alpha1",
+                vec![],
+            ),
+        )
+        .at(
+            "/apis/networking.istio.io/v1beta1/gateways?",
+            list("GatewayList", "networking.istio.io/v1beta1", vec![gateway]),
+        );
+    let flags = ["--traefik-ingressroutes", "--istio-gateways"];
+    let (report, seen) = run(cluster, &args(&flags)).await;
+    let crds = check(&report, "crds");
+    assert_eq!(crds.status, Status::Ok, "{crds:#?}");
+    assert_eq!(
+        crds.evidence,
+        [
+            "ingressroutes.traefik.io: served at traefik.containo.us/v1alpha1 (not at \
+             traefik.io/v1alpha1), read there",
+            "ingressroutetcps.traefik.io: served at traefik.containo.us/v1alpha1 (not at \
+             traefik.io/v1alpha1), read there",
+            "gateways.networking.istio.io: served at networking.istio.io/v1beta1 (not at \
+             networking.istio.io/v1), read there",
+        ]
+    );
+    let hostnames = check(&report, "hostnames");
+    // The healthy cluster's three, and one each from the IngressRoute and the Gateway.
+    assert_eq!(
+        hostnames.summary, "5 hostname(s) to hairpin from 4 object(s)",
+        "{hostnames:#?}"
+    );
+    for path in [
+        "/apis/traefik.io/v1alpha1/ingressroutes?",
+        "/apis/networking.istio.io/v1/gateways?",
+    ] {
+        assert!(!seen.iter().any(|s| s.uri == path), "{path} listed");
+    }
+    let asked: Vec<String> = seen
+        .iter()
+        .filter(|s| s.uri == SAR)
+        .map(|s| {
+            let ra = &s.body.as_ref().unwrap()["spec"]["resourceAttributes"];
+            format!("{} {} {}", ra["verb"], ra["group"], ra["resource"])
+        })
+        .collect();
+    for group in ["traefik.io", "traefik.containo.us"] {
+        for resource in ["ingressroutes", "ingressroutetcps"] {
+            let want = format!("\"list\" \"{group}\" \"{resource}\"");
             assert!(asked.contains(&want), "{want} not asked: {asked:#?}");
         }
     }

@@ -16,7 +16,8 @@ use crate::target::{AnswerRule, Target};
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostnameArgs {
     /// Also read Gateway-API objects: Gateway listener hostnames (any protocol) and HTTPRoute,
-    /// GRPCRoute and TLSRoute hostnames.
+    /// GRPCRoute and TLSRoute hostnames. Each kind at v1, else at the older version the
+    /// cluster serves (v1beta1, v1alpha3, v1alpha2).
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_GATEWAY_API",
@@ -30,9 +31,11 @@ pub struct HostnameArgs {
     )]
     pub gateway_api: bool,
 
-    /// Also read Traefik's IngressRoute and IngressRouteTCP (`traefik.io/v1alpha1`): the names
-    /// in `Host()`, `HostSNI()` of their `match` rules. A rule naming hosts by a pattern
-    /// (`HostRegexp`) or a negation is reported, not guessed. Read once the CRDs are installed.
+    /// Also read Traefik's IngressRoute and IngressRouteTCP (`traefik.io/v1alpha1`, else
+    /// Traefik 2's `traefik.containo.us/v1alpha1`): the names in `Host()`, `HostSNI()` of their
+    /// `match` rules, to the target their `kubernetes.io/ingress.class` annotation maps to, if
+    /// any. A rule naming hosts by a pattern (`HostRegexp`) or a negation is reported, not
+    /// guessed. Read once the CRDs are installed.
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_TRAEFIK_INGRESSROUTES",
@@ -61,8 +64,9 @@ pub struct HostnameArgs {
     )]
     pub contour_httpproxies: bool,
 
-    /// Also read Istio's Gateway (`networking.istio.io/v1`): `spec.servers[].hosts`, the
-    /// namespace prefix (`ns/`, `*/`, `./`) dropped. Read once the CRD is installed.
+    /// Also read Istio's Gateway (`networking.istio.io/v1`, else `v1beta1` or `v1alpha3` before
+    /// Istio 1.22): `spec.servers[].hosts`, the namespace prefix (`ns/`, `*/`, `./`) dropped.
+    /// Read once the CRD is installed.
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_ISTIO_GATEWAYS",

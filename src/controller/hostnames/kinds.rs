@@ -1,5 +1,5 @@
-//! The source kinds, listed once: what each one is on the API (group, version, resource), when
-//! the controller reads it, and the owned ([`Objects`]) and borrowed ([`Sources`]) containers
+//! The source kinds, listed once: what each one is on the API (the places it may be served at,
+//! each a group and version, in order of preference; its resource), when the controller reads it, and the owned ([`Objects`]) and borrowed ([`Sources`]) containers
 //! every reader fills (`render` from manifest files, `doctor` from list calls). The watches
 //! (`controller::sources`), RBAC rules (`controller::rbac`), CRD checks, manifest recognition
 //! and the counts `render` logs all iterate [`Kind::ALL`]. A new kind is a row here, plus the
@@ -12,11 +12,14 @@
 //! row (`crd_resource!`), so the watches, `doctor`'s lists and `render`'s reader treat them
 //! like the typed kinds.
 
+use std::collections::BTreeSet;
+
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+
 use serde::de::DeserializeOwned;
 
 use super::contour::HttpProxy;
@@ -140,42 +143,40 @@ impl Kind {
         self.row().0
     }
 
-    /// The API group.
+    /// The API group of its first place (the one read when the cluster serves it).
     pub fn group(self) -> &'static str {
+        self.preferred().group
+    }
+
+    /// The version of its first place.
+    pub fn version(self) -> &'static str {
+        self.preferred().version
+    }
+
+    /// Where the kind may be served, most preferred first: the controller reads the first one
+    /// the cluster serves ([`served_place`](Self::served_place)), and `render` reads objects of
+    /// any of them. The fields read are the same at each.
+    pub fn places(self) -> &'static [Place] {
         self.row().1
     }
 
-    /// The version the controller reads (and Events name).
-    pub fn version(self) -> &'static str {
-        self.row().2
+    /// Its first place: read when the cluster serves none yet (a missing CRD reads as empty).
+    pub fn preferred(self) -> Place {
+        self.places()[0]
     }
 
     /// The resource (plural) name, as RBAC rules and URLs spell it.
     pub fn plural(self) -> &'static str {
-        self.row().3
+        self.row().2
     }
 
     pub fn read_when(self) -> ReadWhen {
-        self.row().4
+        self.row().3
     }
 
     /// Whether the kind is a CRD that may be absent (read as empty until it is installed).
     pub fn is_crd(self) -> bool {
         matches!(self.read_when(), ReadWhen::OptIn(_))
-    }
-
-    /// The versions `render` reads from manifests: [`version`](Self::version) and the older
-    /// ones whose fields read here are the same.
-    pub fn manifest_versions(self) -> &'static [&'static str] {
-        match self {
-            Kind::Gateway | Kind::HttpRoute | Kind::GrpcRoute | Kind::TlsRoute => {
-                &["v1", "v1beta1", "v1alpha2"]
-            }
-            // `servers[].hosts` is the same in every version Istio serves.
-            Kind::IstioGateway => &["v1", "v1beta1", "v1alpha3"],
-            Kind::TraefikIngressRoute | Kind::TraefikIngressRouteTcp => &["v1alpha1"],
-            Kind::Ingress | Kind::IngressClass | Kind::ContourHttpProxy => &["v1"],
-        }
     }
 
     /// Why the controller reads it (the RBAC rule's reason).
@@ -199,75 +200,74 @@ impl Kind {
         }
     }
 
-    /// `kind`, `group`, `version`, `plural`, when read: the table.
-    fn row(
-        self,
-    ) -> (
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static str,
-        ReadWhen,
-    ) {
+    /// `kind`, places, `plural`, when read: the table.
+    fn row(self) -> (&'static str, &'static [Place], &'static str, ReadWhen) {
         use self::OptIn::{ContourHttpProxies, GatewayApi, IstioGateways, TraefikIngressRoutes};
         use ReadWhen::{Always, IngressClassFilter, OptIn};
-        const NET: &str = "networking.k8s.io";
-        const GW: &str = GATEWAY_GROUP;
-        const TRAEFIK: &str = "traefik.io";
+        const NET: &[Place] = &[Place::new("networking.k8s.io", "v1")];
+        // v1 since Gateway API 1.0 (GRPCRoute 1.1, TLSRoute 1.5); older installs serve
+        // v1beta1 (Gateway, HTTPRoute) or v1alpha2 (every route; TLSRoute v1alpha3 in 1.3
+        // and 1.4). Hostnames and parentRefs read the same in each.
+        const GW: &[Place] = &[
+            Place::new(GATEWAY_GROUP, "v1"),
+            Place::new(GATEWAY_GROUP, "v1beta1"),
+            Place::new(GATEWAY_GROUP, "v1alpha2"),
+        ];
+        const TLS: &[Place] = &[
+            Place::new(GATEWAY_GROUP, "v1"),
+            Place::new(GATEWAY_GROUP, "v1alpha3"),
+            Place::new(GATEWAY_GROUP, "v1alpha2"),
+        ];
+        // Traefik v3 (and v2 from 2.10) serve these in `traefik.io`; v2 before 2.10 only in
+        // `traefik.containo.us`, which v3 dropped. Same version, same fields.
+        const TRAEFIK: &[Place] = &[
+            Place::new("traefik.io", "v1alpha1"),
+            Place::new("traefik.containo.us", "v1alpha1"),
+        ];
+        const CONTOUR: &[Place] = &[Place::new("projectcontour.io", "v1")];
+        // `v1` since Istio 1.22; older releases serve `v1beta1` and `v1alpha3`, with the same
+        // `servers[].hosts`.
+        const ISTIO: &[Place] = &[
+            Place::new("networking.istio.io", "v1"),
+            Place::new("networking.istio.io", "v1beta1"),
+            Place::new("networking.istio.io", "v1alpha3"),
+        ];
         match self {
-            Kind::Ingress => ("Ingress", NET, "v1", "ingresses", Always),
-            Kind::IngressClass => (
-                "IngressClass",
-                NET,
-                "v1",
-                "ingressclasses",
-                IngressClassFilter,
-            ),
-            Kind::Gateway => ("Gateway", GW, "v1", "gateways", OptIn(GatewayApi)),
-            Kind::HttpRoute => ("HTTPRoute", GW, "v1", "httproutes", OptIn(GatewayApi)),
-            Kind::GrpcRoute => ("GRPCRoute", GW, "v1", "grpcroutes", OptIn(GatewayApi)),
-            Kind::TlsRoute => ("TLSRoute", GW, "v1", "tlsroutes", OptIn(GatewayApi)),
-            // Traefik v3 (and v2 from 2.10) serve these in `traefik.io/v1alpha1` only.
+            Kind::Ingress => ("Ingress", NET, "ingresses", Always),
+            Kind::IngressClass => ("IngressClass", NET, "ingressclasses", IngressClassFilter),
+            Kind::Gateway => ("Gateway", GW, "gateways", OptIn(GatewayApi)),
+            Kind::HttpRoute => ("HTTPRoute", GW, "httproutes", OptIn(GatewayApi)),
+            Kind::GrpcRoute => ("GRPCRoute", GW, "grpcroutes", OptIn(GatewayApi)),
+            Kind::TlsRoute => ("TLSRoute", TLS, "tlsroutes", OptIn(GatewayApi)),
             Kind::TraefikIngressRoute => (
                 "IngressRoute",
                 TRAEFIK,
-                "v1alpha1",
                 "ingressroutes",
                 OptIn(TraefikIngressRoutes),
             ),
             Kind::TraefikIngressRouteTcp => (
                 "IngressRouteTCP",
                 TRAEFIK,
-                "v1alpha1",
                 "ingressroutetcps",
                 OptIn(TraefikIngressRoutes),
             ),
             Kind::ContourHttpProxy => (
                 "HTTPProxy",
-                "projectcontour.io",
-                "v1",
+                CONTOUR,
                 "httpproxies",
                 OptIn(ContourHttpProxies),
             ),
-            // `v1` since Istio 1.22; older releases serve `v1beta1` only, which reads as a
-            // missing CRD here.
-            Kind::IstioGateway => (
-                "Gateway",
-                "networking.istio.io",
-                "v1",
-                "gateways",
-                OptIn(IstioGateways),
-            ),
+            Kind::IstioGateway => ("Gateway", ISTIO, "gateways", OptIn(IstioGateways)),
         }
     }
 
-    /// The `apiVersion` the controller reads and Events name (`group/version`).
+    /// The `apiVersion` of its first place (`group/version`).
     pub fn api_version(self) -> String {
-        format!("{}/{}", self.group(), self.version())
+        self.preferred().api_version()
     }
 
-    /// `plural.group`: the CRD's name for the Gateway-API kinds, and the resource name
-    /// `doctor` lists.
+    /// `plural.group` of its first place: the CRD's name for the Gateway-API kinds, and the
+    /// resource name `doctor` names.
     pub fn resource(self) -> &'static str {
         match self {
             Kind::Ingress => "ingresses.networking.k8s.io",
@@ -298,12 +298,98 @@ impl Kind {
         }
     }
 
-    /// The kind an object's API group and kind name denote (any version).
+    /// The kind an object's API group and kind name denote (any of its places' groups, any
+    /// version).
     pub fn of(group: &str, kind: &str) -> Option<Kind> {
         Kind::ALL
             .into_iter()
-            .find(|k| k.group() == group && k.as_str() == kind)
+            .find(|k| k.as_str() == kind && k.places().iter().any(|p| p.group == group))
     }
+
+    /// The kind an object's `apiVersion` (`group/version`) and kind name denote, when that is
+    /// one of the kind's places (what `render` reads).
+    pub fn at(api_version: &str, kind: &str) -> Option<Kind> {
+        let (group, version) = api_version.rsplit_once('/')?;
+        Kind::of(group, kind).filter(|k| {
+            k.places()
+                .iter()
+                .any(|p| p.group == group && p.version == version)
+        })
+    }
+
+    /// The first of its places that `served` lists it at (`None`: the cluster serves it at
+    /// none of them, e.g. its CRD is not installed).
+    pub fn served_place(self, served: &Served) -> Option<Place> {
+        self.places()
+            .iter()
+            .copied()
+            .find(|p| served.has(p.group, p.version, self.plural()))
+    }
+}
+
+/// One place a kind may be served at: an API group and version (the resource name is the
+/// kind's, the same at each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Place {
+    pub group: &'static str,
+    pub version: &'static str,
+}
+
+impl Place {
+    pub const fn new(group: &'static str, version: &'static str) -> Place {
+        Place { group, version }
+    }
+
+    /// `group/version`, as an object's `apiVersion` and an Event's `regarding` spell it.
+    pub fn api_version(self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.group, self.version)
+    }
+}
+
+/// The resources a cluster serves, as its discovery documents list them: (group, version,
+/// resource plural) for each group version asked about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Served(BTreeSet<(String, String, String)>);
+
+impl Served {
+    /// Notes that `group/version` serves `plural`.
+    pub fn insert(&mut self, group: &str, version: &str, plural: &str) {
+        self.0
+            .insert((group.to_string(), version.to_string(), plural.to_string()));
+    }
+
+    pub fn has(&self, group: &str, version: &str, plural: &str) -> bool {
+        self.0
+            .contains(&(group.to_string(), version.to_string(), plural.to_string()))
+    }
+}
+
+/// The group versions whose discovery documents say where `kinds` are read: each of their
+/// places once, for the kinds with more than one (a kind with one place is read there).
+pub fn group_versions(kinds: &[Kind]) -> Vec<Place> {
+    let several: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| k.places().len() > 1)
+        .collect();
+    places_of(&several)
+}
+
+/// Every place of `kinds`, each once, in table order.
+pub fn places_of(kinds: &[Kind]) -> Vec<Place> {
+    let mut out: Vec<Place> = Vec::new();
+    for p in kinds.iter().flat_map(|k| k.places()) {
+        if !out.contains(p) {
+            out.push(*p);
+        }
+    }
+    out
 }
 
 /// The source objects, owned, by kind (`Objects::sources` borrows them, in `model`).
@@ -647,7 +733,7 @@ mod tests {
         ] {
             assert_eq!(kind.api_version(), api_version);
             assert!(kind.is_crd() && !kind.is_route());
-            assert!(kind.manifest_versions().contains(&kind.version()));
+            assert_eq!(Kind::at(api_version, kind.as_str()), Some(kind));
             assert_eq!(Kind::of(kind.group(), kind.as_str()), Some(kind));
             // The Resource made from the row says the same.
             by_kind!(kind, T => {
@@ -655,6 +741,159 @@ mod tests {
                 assert_eq!(<T as kube::Resource>::plural(&()), kind.plural());
             });
         }
+    }
+
+    /// The place read is the first the cluster serves, whatever else it serves; none served,
+    /// none chosen.
+    #[test]
+    fn the_first_place_served_is_read() {
+        let served = |list: &[(&str, &str, &str)]| {
+            let mut s = Served::default();
+            for (g, v, r) in list {
+                s.insert(g, v, r);
+            }
+            s
+        };
+        const ISTIO: &str = "networking.istio.io";
+        const OLD_TRAEFIK: &str = "traefik.containo.us";
+        for (kind, cluster, want) in [
+            // Istio 1.22 and later serve all three; v1 is read.
+            (
+                Kind::IstioGateway,
+                vec![
+                    (ISTIO, "v1alpha3", "gateways"),
+                    (ISTIO, "v1beta1", "gateways"),
+                    (ISTIO, "v1", "gateways"),
+                ],
+                Some((ISTIO, "v1")),
+            ),
+            // Istio 1.20: no v1.
+            (
+                Kind::IstioGateway,
+                vec![
+                    (ISTIO, "v1alpha3", "gateways"),
+                    (ISTIO, "v1beta1", "gateways"),
+                ],
+                Some((ISTIO, "v1beta1")),
+            ),
+            (
+                Kind::IstioGateway,
+                vec![(ISTIO, "v1alpha3", "gateways")],
+                Some((ISTIO, "v1alpha3")),
+            ),
+            // The group version is served (other Istio kinds), but not this resource in it.
+            (
+                Kind::IstioGateway,
+                vec![
+                    (ISTIO, "v1", "virtualservices"),
+                    (ISTIO, "v1", "gateways/status"),
+                    (ISTIO, "v1beta1", "gateways"),
+                ],
+                Some((ISTIO, "v1beta1")),
+            ),
+            // The Gateway API's Gateway is another kind of the same plural.
+            (
+                Kind::IstioGateway,
+                vec![(GATEWAY_GROUP, "v1", "gateways")],
+                None,
+            ),
+            (Kind::IstioGateway, vec![], None),
+            // Traefik v2 before 2.10, and during the move to v3 (both groups).
+            (
+                Kind::TraefikIngressRoute,
+                vec![(OLD_TRAEFIK, "v1alpha1", "ingressroutes")],
+                Some((OLD_TRAEFIK, "v1alpha1")),
+            ),
+            (
+                Kind::TraefikIngressRoute,
+                vec![
+                    (OLD_TRAEFIK, "v1alpha1", "ingressroutes"),
+                    ("traefik.io", "v1alpha1", "ingressroutes"),
+                ],
+                Some(("traefik.io", "v1alpha1")),
+            ),
+            (
+                Kind::TraefikIngressRouteTcp,
+                vec![(OLD_TRAEFIK, "v1alpha1", "ingressroutes")],
+                None,
+            ),
+            (
+                Kind::HttpRoute,
+                vec![(GATEWAY_GROUP, "v1beta1", "httproutes")],
+                Some((GATEWAY_GROUP, "v1beta1")),
+            ),
+            (
+                Kind::TlsRoute,
+                vec![
+                    (GATEWAY_GROUP, "v1alpha2", "tlsroutes"),
+                    (GATEWAY_GROUP, "v1alpha3", "tlsroutes"),
+                ],
+                Some((GATEWAY_GROUP, "v1alpha3")),
+            ),
+            // Not one of its places.
+            (
+                Kind::ContourHttpProxy,
+                vec![("projectcontour.io", "v1beta1", "httpproxies")],
+                None,
+            ),
+        ] {
+            let got = kind.served_place(&served(&cluster));
+            assert_eq!(
+                got.map(|p| (p.group, p.version)),
+                want,
+                "{kind} in {cluster:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn objects_are_known_at_each_place() {
+        for (api_version, kind, want) in [
+            (
+                "traefik.containo.us/v1alpha1",
+                "IngressRoute",
+                Some(Kind::TraefikIngressRoute),
+            ),
+            (
+                "traefik.io/v1alpha1",
+                "IngressRouteTCP",
+                Some(Kind::TraefikIngressRouteTcp),
+            ),
+            ("traefik.io/v1alpha2", "IngressRoute", None),
+            (
+                "networking.istio.io/v1alpha3",
+                "Gateway",
+                Some(Kind::IstioGateway),
+            ),
+            (
+                "gateway.networking.k8s.io/v1beta1",
+                "Gateway",
+                Some(Kind::Gateway),
+            ),
+            (
+                "gateway.networking.k8s.io/v1alpha3",
+                "TLSRoute",
+                Some(Kind::TlsRoute),
+            ),
+            ("gateway.networking.k8s.io/v1alpha3", "HTTPRoute", None),
+            ("networking.k8s.io/v1beta1", "Ingress", None),
+            ("v1", "Ingress", None),
+        ] {
+            assert_eq!(Kind::at(api_version, kind), want, "{api_version} {kind}");
+        }
+        assert_eq!(
+            group_versions(&[
+                Kind::Ingress,
+                Kind::TraefikIngressRoute,
+                Kind::TraefikIngressRouteTcp
+            ]),
+            [
+                Place::new("traefik.io", "v1alpha1"),
+                Place::new("traefik.containo.us", "v1alpha1")
+            ]
+        );
+        assert_eq!(group_versions(&[Kind::Gateway, Kind::TlsRoute]).len(), 4);
+        assert!(group_versions(&[Kind::Ingress, Kind::ContourHttpProxy]).is_empty());
     }
 
     #[test]

@@ -30,6 +30,7 @@ use model::{Desired, Exclusion, Filters, IngressHosts, ObjectRef, OPT_OUT_ANNOTA
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::networking::v1::IngressClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::hostname::{HostPolicy, Rejection};
@@ -153,14 +154,18 @@ fn compute(
         names.routes(&sources.tls_routes, &gateways, &mut out);
     }
     if filters.opt_ins.traefik_ingressroutes {
-        names.classless(&sources.ingress_routes, &mut out);
-        names.classless(&sources.ingress_route_tcps, &mut out);
+        names.classless(&sources.ingress_routes, &sources.ingress_classes, &mut out);
+        names.classless(
+            &sources.ingress_route_tcps,
+            &sources.ingress_classes,
+            &mut out,
+        );
     }
     if filters.opt_ins.contour_httpproxies {
-        names.classless(&sources.http_proxies, &mut out);
+        names.classless(&sources.http_proxies, &sources.ingress_classes, &mut out);
     }
     if filters.opt_ins.istio_gateways {
-        names.classless(&sources.istio_gateways, &mut out);
+        names.classless(&sources.istio_gateways, &sources.ingress_classes, &mut out);
     }
     out.finish()
 }
@@ -170,6 +175,22 @@ fn compute(
 trait Classless: kinds::SourceObject {
     /// Its names, and the parts of it that name hosts in a way not read (text, why).
     fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>);
+
+    /// The ingress class it names, which a `--target` mapping by class (or by the class's
+    /// controller) follows as it does for an Ingress: Traefik's kinds only.
+    fn class(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// The legacy class annotation of an object (Traefik selects its CRD objects by it).
+fn annotated_class(meta: &ObjectMeta) -> Option<&str> {
+    non_empty(
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(class::INGRESS_CLASS_ANNOTATION))
+            .map(String::as_str),
+    )
 }
 
 impl Classless for traefik::IngressRoute {
@@ -177,12 +198,20 @@ impl Classless for traefik::IngressRoute {
         let h = self.spec.hosts();
         (h.names, h.unread)
     }
+
+    fn class(&self) -> Option<&str> {
+        annotated_class(&self.metadata)
+    }
 }
 
 impl Classless for traefik::IngressRouteTcp {
     fn names(&self) -> (Vec<String>, Vec<(String, Rejection)>) {
         let h = self.spec.hosts();
         (h.names, h.unread)
+    }
+
+    fn class(&self) -> Option<&str> {
+        annotated_class(&self.metadata)
     }
 }
 
@@ -321,9 +350,15 @@ impl Names<'_> {
         }
     }
 
-    /// Each object's names, to the default target; what it names in a way not read is
-    /// reported as rejected.
-    fn classless<C: Classless>(&self, objects: &[&C], out: &mut Collector) {
+    /// Each object's names, to the default target (or, for a class it names, to the target
+    /// an Ingress of that class goes to); what it names in a way not read is reported as
+    /// rejected.
+    fn classless<C: Classless>(
+        &self,
+        objects: &[&C],
+        classes: &[&IngressClass],
+        out: &mut Collector,
+    ) {
         for o in objects {
             let meta = o.meta();
             let object = ObjectRef::new(C::KIND, meta);
@@ -335,7 +370,10 @@ impl Names<'_> {
             for (raw, reason) in unread {
                 out.reject(object.clone(), raw, reason);
             }
-            let target = (Target::Default, targets::priority(meta));
+            let target = o.class().map_or(Target::Default, |c| {
+                targets::for_annotated_route(self.filters, c, class_controller(classes, c))
+            });
+            let target = (target, targets::priority(meta));
             out.add(self.policy, object, target, &names);
         }
     }

@@ -66,6 +66,23 @@ pub(super) fn for_ingress(
     by_name(&default_classes, &filters.ingress_class_controllers).then_some(Target::Default)
 }
 
+/// Where a Traefik IngressRoute (or IngressRouteTCP) goes whose `kubernetes.io/ingress.class`
+/// annotation names `class` (Traefik's `providers.kubernetesCRD.ingressClass` picks the
+/// instance that serves it by this annotation), its IngressClass naming `controller`: the
+/// named target an Ingress of that class goes to, else the default target. The default
+/// target's `--ingress-class` filters Ingresses only, as before: a route is never left out by
+/// its annotation.
+pub(super) fn for_annotated_route(
+    filters: &Filters,
+    class: &str,
+    controller: Option<&str>,
+) -> Target {
+    match for_ingress(filters, Some(class), controller) {
+        Some(named @ Target::Named(_)) => named,
+        Some(Target::Default) | None => Target::Default,
+    }
+}
+
 /// The first rule naming the Gateway, else the first taking its class.
 pub(super) fn for_gateway(
     rules: &[TargetRule],

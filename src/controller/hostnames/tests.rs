@@ -1146,3 +1146,60 @@ fn a_classless_kinds_priority_annotation_counts() {
     assert_eq!(d.conflicts.len(), 1);
     assert_eq!(d.conflicts[0].winner.to_string(), "HTTPProxy blog/root");
 }
+
+/// A Traefik IngressRoute's `kubernetes.io/ingress.class` annotation (Traefik's CRD provider
+/// selects by it) takes it to the target an Ingress of that class goes to: by class name, or by
+/// the controller its IngressClass names. Without the annotation, or naming a class no target
+/// maps, it goes to the default target; `--ingress-class` leaves none of them out.
+#[test]
+fn an_ingressroutes_class_annotation_picks_its_target() {
+    use super::traefik::{IngressRoute, IngressRouteTcp};
+    let annotated = |name: &str, class: Option<&str>, host: &str| -> IngressRoute {
+        let annotations: Vec<(&str, &str)> = class
+            .map(|c| (INGRESS_CLASS_ANNOTATION, c))
+            .into_iter()
+            .collect();
+        from(json!({
+            "metadata": meta(Some("web"), name, &annotations, false),
+            "spec": {"routes": [{"match": format!("Host(`{host}`)")}]}
+        }))
+    };
+    let v2 = annotated("v2", Some("traefik-v2"), "v2.example.com");
+    let by_controller = annotated("ctl", Some("edge"), "edge.example.com");
+    let other = annotated("other", Some("haproxy"), "other.example.com");
+    let plain = annotated("plain", None, "plain.example.com");
+    let tcp: IngressRouteTcp = from(json!({
+        "metadata": meta(Some("db"), "pg", &[(INGRESS_CLASS_ANNOTATION, "traefik-v2")], false),
+        "spec": {"routes": [{"match": "HostSNI(`pg.example.com`)"}]}
+    }));
+    let edge = served_by("edge", "traefik.io/ingress-controller", false);
+    let rules = targets(&[
+        "name=old,service=proxy-old,ingress-class=traefik-v2",
+        "name=new,service=proxy-new,ingress-class-controller=traefik.io/ingress-controller",
+    ]);
+    let sources = Sources {
+        ingress_classes: vec![&edge],
+        ingress_routes: vec![&v2, &by_controller, &other, &plain],
+        ingress_route_tcps: vec![&tcp],
+        ..Default::default()
+    };
+    let filters = Filters {
+        opt_ins: OptIns {
+            traefik_ingressroutes: true,
+            ..OptIns::default()
+        },
+        ingress_class: Some("nginx".into()),
+        targets: rules.clone(),
+        ..Default::default()
+    };
+    let d = desired(&sources, &filters, &policy());
+    assert_eq!(
+        by_target(&d, &rules),
+        [
+            "old: pg.example.com v2.example.com",
+            "new: edge.example.com",
+            "default: other.example.com plain.example.com",
+        ]
+    );
+    assert!(d.excluded.is_empty(), "{:?}", excluded(&d));
+}

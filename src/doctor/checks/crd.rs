@@ -2,7 +2,7 @@
 //! Istio, external-dns's DNSEndpoint), required or optional, and whether they are installed.
 
 use super::inputs::Got;
-use crate::controller::hostnames::{kinds::Kind, kinds::OptIns, kinds::ReadWhen};
+use crate::controller::hostnames::{kinds::Kind, kinds::OptIns, kinds::ReadWhen, kinds::Served};
 use crate::doctor::report::Check;
 
 /// The CRDs a configuration needs: (name, required). Not required: the controller runs
@@ -10,13 +10,32 @@ use crate::doctor::report::Check;
 /// CRD is installed) but reads nothing of that kind. `mode_crd`: the CRD the DNS mode writes
 /// (`DnsMode::crd`), required.
 pub fn needed_crds(mode_crd: Option<&'static str>, opt_ins: OptIns) -> Vec<(&'static str, bool)> {
-    let mut v: Vec<(&'static str, bool)> = Kind::ALL
+    let mut v: Vec<(&'static str, bool)> = crd_kinds(opt_ins)
         .into_iter()
-        .filter(|k| k.is_crd() && k.is_read(opt_ins, false))
         .map(|k| (k.resource(), false))
         .collect();
     v.extend(mode_crd.map(|crd| (crd, true)));
     v
+}
+
+/// The source kinds a configuration reads that are CRDs.
+pub fn crd_kinds(opt_ins: OptIns) -> Vec<Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_crd() && k.is_read(opt_ins, false))
+        .collect()
+}
+
+/// Where the cluster serves `kind`, as the check says it: the first of its places served,
+/// which is where the controller reads it (`None`: served at none, its CRD is not installed).
+pub fn where_served(kind: Kind, served: &Served) -> Option<String> {
+    let place = kind.served_place(served)?;
+    let first = kind.preferred();
+    Some(if place == first {
+        format!("served at {place}, read there")
+    } else {
+        format!("served at {place} (not at {first}), read there")
+    })
 }
 
 /// The flags that read the kinds of these CRDs, each once.
@@ -35,7 +54,9 @@ fn flags_reading(crds: &[&str]) -> Vec<&'static str> {
     flags
 }
 
-pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
+/// `results`: each CRD's name, whether it is required, and what was found of it (`Some`: it
+/// is installed, with where it is served when that matters).
+pub fn crds(results: &[(&'static str, bool, Got<String>)]) -> Check {
     const ID: &str = "crds";
     if results.is_empty() {
         return Check::skip(
@@ -49,7 +70,7 @@ pub fn crds(results: &[(&'static str, bool, Got<()>)]) -> Check {
     for (name, required, got) in results {
         match got {
             Err(e) => return e.check(ID),
-            Ok(Some(())) => evidence.push(format!("{name}: installed")),
+            Ok(Some(found)) => evidence.push(format!("{name}: {found}")),
             Ok(None) => {
                 evidence.push(format!("{name}: not installed"));
                 if *required {
@@ -137,7 +158,9 @@ mod tests {
             assert_eq!(names, want);
             assert!(got.iter().all(|(_, required)| !required));
         }
-        let r = |req: bool, present: bool| vec![("x.y", req, Ok(present.then_some(())))];
+        let r = |req: bool, present: bool| {
+            vec![("x.y", req, Ok(present.then(|| "installed".to_string())))]
+        };
         assert_eq!(crds(&r(true, true)).status, Status::Ok);
         assert_eq!(crds(&r(true, false)).status, Status::Fail);
         assert_eq!(crds(&r(false, false)).status, Status::Warn);
@@ -151,6 +174,52 @@ mod tests {
         assert!(
             action.ends_with("drop --gateway-api, --istio-gateways"),
             "{action}"
+        );
+    }
+
+    /// A kind served at another of its places is found, and said where.
+    #[test]
+    fn where_each_kind_is_served() {
+        let mut served = Served::default();
+        served.insert("networking.istio.io", "v1beta1", "gateways");
+        served.insert("traefik.io", "v1alpha1", "ingressroutes");
+        served.insert("traefik.containo.us", "v1alpha1", "ingressroutetcps");
+        for (kind, want) in [
+            (
+                Kind::IstioGateway,
+                Some(
+                    "served at networking.istio.io/v1beta1 (not at networking.istio.io/v1), \
+                     read there",
+                ),
+            ),
+            (
+                Kind::TraefikIngressRoute,
+                Some("served at traefik.io/v1alpha1, read there"),
+            ),
+            (
+                Kind::TraefikIngressRouteTcp,
+                Some(
+                    "served at traefik.containo.us/v1alpha1 (not at traefik.io/v1alpha1), read \
+                     there",
+                ),
+            ),
+            (Kind::ContourHttpProxy, None),
+        ] {
+            assert_eq!(where_served(kind, &served).as_deref(), want, "{kind}");
+        }
+        let results: Vec<_> = [Kind::IstioGateway, Kind::ContourHttpProxy]
+            .into_iter()
+            .map(|k| (k.resource(), false, Ok(where_served(k, &served))))
+            .collect();
+        let c = crds(&results);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.summary.ends_with("httpproxies.projectcontour.io"),
+            "{c:#?}"
+        );
+        assert!(
+            c.evidence[0].starts_with("gateways.networking.istio.io: served at"),
+            "{c:#?}"
         );
     }
 }

@@ -224,6 +224,18 @@ impl ImportRun {
         extra: &[String],
         host: &str,
     ) -> ImportRun {
+        Self::start_with(cluster, rt, (release, configmap), extra, &[], host)
+    }
+
+    /// As [`start`](Self::start), the controller also given `flags` (after the chart's).
+    pub(super) fn start_with(
+        cluster: &Cluster,
+        rt: &tokio::runtime::Runtime,
+        (release, configmap): (&str, &str),
+        extra: &[String],
+        flags: &[&str],
+        host: &str,
+    ) -> ImportRun {
         let dns = format!("{release}-dns");
         let apps = format!("{release}-apps");
         let mut sets = vec![
@@ -240,15 +252,11 @@ impl ImportRun {
             install.apply(cluster).await;
             cluster.ensure_namespace(&apps).await;
             ingress(cluster, &apps, "shop", &[host]).await;
-            run_controller(
-                cluster,
-                &install,
-                &install.controller_args(),
-                dir.path(),
-                "a",
-            )
-            .await
-            .0
+            let mut args = install.controller_args();
+            args.extend(flags.iter().map(|f| f.to_string()));
+            run_controller(cluster, &install, &args, dir.path(), "a")
+                .await
+                .0
         });
         // Whatever else is missing (CRDs), the Ingress's name is written.
         wait_for(
