@@ -550,6 +550,7 @@ load-balancer ipMode is watched (KEP-1860); rbac.yaml grants that. */}}
 {{- end }}
 - --resync={{ $v.resync }}
 - --watch-idle-timeout={{ $v.watchIdleTimeout }}
+- --source-discovery-interval={{ $v.sourceDiscoveryInterval }}
 - --removal-guard-share={{ $v.removalGuard.share }}
 - --removal-guard-min={{ $v.removalGuard.min }}
 - --removal-guard-hold={{ $v.removalGuard.hold }}
