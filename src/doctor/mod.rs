@@ -36,7 +36,7 @@ use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
 use crate::dns::Mode;
 use crate::flags::UsageError;
-use crate::header_verdict::{Header, HeaderSource, Route, Verdict};
+use crate::header_verdict::{AnswerPick, Header, HeaderSource, Route, Verdict};
 use crate::target::{Target, TargetRule};
 use checks::{ingress::ControllerKind, inputs::Got, proxy::Dial, proxy::Dials};
 use report::{Check, Report};
@@ -347,10 +347,9 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol; then each target's
     // answer, picked as the controller picks it.
     let controllers = ingress_section(client, args, &filters, &mut out).await?;
-    let (routes, directs) =
-        answers_section(client, args, &controllers, &cluster_domain, &mut out).await?;
+    let picks = answers_section(client, args, &controllers, &cluster_domain, &mut out).await?;
     let rules = args.answer_rules()?;
-    let skipped = crate::controller::answers::skipped(&routes, &rules, &controllers.proxied);
+    let skipped = crate::controller::answers::skipped(&picks.routes, &rules, &controllers.proxied);
 
     // 2. The hostnames the controller would hairpin.
     let needs = args.needs();
@@ -365,10 +364,6 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         d.shared.proxy_service_name.clone(),
     );
     let proxy: Got<Service> = fetch::get(client, "services", &p_ns, &p_name).await;
-    let answer = match routes.get(Target::Default) {
-        Route::Direct => directs.get(&Target::Default).cloned(),
-        _ => default_answer(d, &fqdn, &proxy),
-    };
 
     // With --target, each named target's names are answered by its own proxy, as the
     // controller writes them (default target first, then --target order).
@@ -384,25 +379,33 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         proxies,
         services: &target_services,
         got: &target_svcs,
-        routes: &routes,
-        directs: &directs,
+        routes: &picks.routes,
+        directs: &picks.directs,
     };
-    let per_target = match (&desired, &answer) {
-        (Some(desired), Some(default)) if !filters.targets.is_empty() => {
-            target_rules(d, desired, default, &targets, &cluster_domain)
-        }
-        _ => None,
+    let under = |routes| {
+        let targets = Targets { routes, ..targets };
+        answers_under(
+            d,
+            (&fqdn, &proxy),
+            desired.as_ref(),
+            &targets,
+            &cluster_domain,
+        )
     };
+    // What our block holds under doctor's picks and, when a probe target's pick is open, under
+    // the controller's other possible pick.
+    let answers = under(&picks.routes);
+    let open = picks.open_as_direct();
+    let other = open.as_ref().map(under);
     // 3. CoreDNS. The checks of our block need both the hostnames and the answers.
-    let expected = match (hosts, &answer, &per_target) {
-        (Some(h), _, Some(rules)) => Some(checks::coredns::Expected::per_target(h, rules)),
-        (Some(h), Some(a), None) if filters.targets.is_empty() => {
-            Some(checks::coredns::Expected::one(h, a))
-        }
-        _ => None,
+    let candidates: Vec<_> = match expected(hosts, &answers) {
+        None => Vec::new(),
+        Some(e) => std::iter::once(e)
+            .chain(other.as_ref().and_then(|o| expected(hosts, o)))
+            .collect(),
     };
-    let known = expected.as_ref();
-    out.extend(coredns_section(client, d, known).await);
+    let (checks, known) = coredns_section(client, d, &candidates).await;
+    out.extend(checks);
 
     // 4. node-local-dns.
     let nl = d.shared.node_local_dns.target();
@@ -459,6 +462,45 @@ async fn hostnames_section(
 
 /// The default target's answer as the controller writes it: the proxy's name in the rewrite
 /// form, else --proxy-ip, else the proxy Service's ClusterIPs (`None` when unknown).
+/// The default target's answer and, with --target, every target's rules, as the controller
+/// writes them under `targets.routes`; `None` where they cannot be known.
+fn answers_under(
+    d: &DnsArgs,
+    (fqdn, proxy): (&crate::dns::ProxyFqdn, &Got<Service>),
+    desired: Option<&hostnames::model::Desired>,
+    targets: &Targets<'_>,
+    cluster_domain: &str,
+) -> (Option<Answer>, Option<crate::dns::answer::Rules>) {
+    let answer = match targets.routes.get(Target::Default) {
+        Route::Direct => targets.directs.get(&Target::Default).cloned(),
+        _ => default_answer(d, fqdn, proxy),
+    };
+    if targets.proxies.is_empty() {
+        return (answer, None);
+    }
+    // With --target, only every target's rules say what the block holds.
+    let per_target = match (desired, &answer) {
+        (Some(desired), Some(default)) => {
+            target_rules(d, desired, default, targets, cluster_domain)
+        }
+        _ => None,
+    };
+    (per_target.is_some().then_some(answer).flatten(), per_target)
+}
+
+/// What our block should hold for `hosts` with `answers` (from [`answers_under`]), when both
+/// are known.
+fn expected<'a>(
+    hosts: Option<&'a BTreeSet<crate::hostname::Hostname>>,
+    (answer, per_target): &'a (Option<Answer>, Option<crate::dns::answer::Rules>),
+) -> Option<checks::coredns::Expected<'a>> {
+    match (hosts?, answer, per_target) {
+        (h, _, Some(rules)) => Some(checks::coredns::Expected::per_target(h, rules)),
+        (h, Some(a), None) => Some(checks::coredns::Expected::one(h, a)),
+        _ => None,
+    }
+}
+
 fn default_answer(
     d: &DnsArgs,
     fqdn: &crate::dns::ProxyFqdn,
@@ -592,21 +634,53 @@ async fn ingress_section(
     Ok(found)
 }
 
+/// Each target's pick as doctor finds it.
+struct Picks {
+    routes: Routes,
+    /// The answer the controller writes for the targets picked `direct`, and for the `open`
+    /// ones, where it can be known.
+    directs: BTreeMap<Target, Answer>,
+    /// The `auto` targets of `ingress-controller-kind=probe` whose pick doctor could not find
+    /// out (its own knocks got no verdict, so it says `relay`): the controller, knocking from
+    /// its pod, may have picked `direct`.
+    open: BTreeSet<Target>,
+}
+
+impl Picks {
+    /// The picks with every `open` target `direct`; `None` when none is open.
+    fn open_as_direct(&self) -> Option<Routes> {
+        if self.open.is_empty() {
+            return None;
+        }
+        let routes = Routes::default();
+        for (target, (route, why)) in self.routes.snapshot() {
+            let route = if self.open.contains(&target) {
+                Route::Direct
+            } else {
+                route
+            };
+            routes.set(target, route, why);
+        }
+        Some(routes)
+    }
+}
+
 /// Each target's `answer` check, pushed to `out`: its configuration object read (when named),
 /// the verdict and the pick made by the controller's own functions. Returns the picks and, for
-/// the targets picked `direct`, the answer the controller writes for them (the ingress
-/// controller Service's ClusterIPs, its `direct-ip=`, or its name in the rewrite form) when it
-/// can be known.
+/// the targets picked `direct` (or open to it), the answer the controller writes for them (the
+/// ingress controller Service's ClusterIPs, its `direct-ip=`, or its name in the rewrite form)
+/// when it can be known.
 async fn answers_section(
     client: &Client,
     args: &DoctorArgs,
     controllers: &Controllers,
     cluster_domain: &str,
     out: &mut Vec<Check>,
-) -> Result<(Routes, BTreeMap<Target, Answer>), UsageError> {
+) -> Result<Picks, UsageError> {
     let names = &args.hostnames.targets;
     let routes = Routes::default();
     let mut directs = BTreeMap::new();
+    let mut open = BTreeSet::new();
     for rule in args.answer_rules()? {
         let read = match &rule.config {
             Some(HeaderSource::Object(c)) => Some(Ok(fetch::get_config(client, c).await)),
@@ -624,14 +698,23 @@ async fn answers_section(
             t => check.for_target(t.name(names)),
         });
         routes.set(rule.target, route, String::new());
-        if route == Route::Direct {
+        let unknown = matches!(&read, Some(Err(v)) if v.header == Header::Unknown);
+        let is_open = unknown && rule.answer == AnswerPick::Auto && !ipmode;
+        if route == Route::Direct || is_open {
             let svc = controllers.services.get(&rule.target);
             if let Some(a) = direct_answer(&args.dns, &rule, svc, cluster_domain) {
                 directs.insert(rule.target, a);
+                if is_open {
+                    open.insert(rule.target);
+                }
             }
         }
     }
-    Ok((routes, directs))
+    Ok(Picks {
+        routes,
+        directs,
+        open,
+    })
 }
 
 /// doctor's own knocks on a `probe` target's ingress controller Service, as read for the
@@ -681,14 +764,17 @@ fn direct_answer(
 }
 
 /// Section 3: CoreDNS, the Corefile (our block, shadowing server blocks), the import ConfigMap,
-/// reverts and the version; `known` is what our block should hold, when that can be known.
-async fn coredns_section(
+/// reverts and the version. `candidates`: what our block should hold, when that can be known
+/// (more than one when a target's pick is open: see [`checks::coredns::held`]). Returns the
+/// checks and the candidate they judged by.
+async fn coredns_section<'c, 'a>(
     client: &Client,
     d: &DnsArgs,
-    known: Option<&checks::coredns::Expected<'_>>,
-) -> Vec<Check> {
+    candidates: &'c [checks::coredns::Expected<'a>],
+) -> (Vec<Check>, Option<&'c checks::coredns::Expected<'a>>) {
     let mode = d.shared.mode;
     let mut out = Vec::new();
+    let mut known = candidates.first();
     if mode.spec().edits_coredns() {
         let target = d.coredns.target();
         let got: Got<ConfigMap> =
@@ -700,6 +786,9 @@ async fn coredns_section(
             Err(c) => out.push(c),
             Ok(text) => {
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
+                if mode == Mode::Coredns {
+                    known = checks::coredns::held(mode, text, candidates);
+                }
                 let (cs, findings) = checks::coredns::corefile_checks(mode, text, known);
                 imports = findings.as_ref().map(|f| f.imports_custom_override);
                 (shadows, rewritten) = findings.map(|f| (f.shadowing, f.rewritten)).unzip();
@@ -713,6 +802,14 @@ async fn coredns_section(
         if mode == Mode::CorednsImport {
             let got: Got<ConfigMap> =
                 fetch::get(client, "configmaps", &it.namespace, &it.name).await;
+            let snippet = got
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .and_then(|cm| cm.data.as_ref()?.get(&it.key));
+            if let Some(text) = snippet {
+                known = checks::coredns::held(mode, text, candidates);
+            }
             out.push(match known {
                 Some(want) => checks::coredns::import_snippet(&it, &got, want),
                 None => Check::skip("coredns-import-snippet", checks::coredns::UNKNOWN),
@@ -759,7 +856,7 @@ async fn coredns_section(
     } else {
         out.extend(checks::coredns::skip_unless_coredns("coredns", mode));
     }
-    out
+    (out, known)
 }
 
 /// Section 6: the CRDs the mode and the sources need; a source kind's found where the cluster

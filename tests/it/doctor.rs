@@ -1855,4 +1855,29 @@ async fn a_probe_target_is_knocked_on_by_doctor_itself() {
             .is_some_and(|a| a.contains("`answer picked`")),
         "{c:?}"
     );
+    assert_eq!(check(&report, "coredns-block").status, Status::Ok);
+
+    // The controller, knocking from its pod, may have picked direct where doctor's knocks got
+    // nothing: a block answering with the ingress controller Service's ClusterIP is right then,
+    // and wrong once doctor's own knocks find the header required.
+    let direct = Answer::Template(ProxyAddrs::new(&["127.0.0.1".parse().unwrap()]).unwrap());
+    let names = ["shop.example.com", "blog.example.com", "*.blog.example.com"];
+    let corefile = with_block(&corefile_fixture("kubeadm.Corefile"), &names, &direct);
+    let direct_block = |port: u16| {
+        healthy().at(NGINX_SVC, svc(port)).at(
+            COREDNS,
+            configmap("kube-system", "coredns", json!({"Corefile": corefile})),
+        )
+    };
+    let (report, _) = run(direct_block(closed), &a).await;
+    let c = check(&report, "coredns-block");
+    assert_eq!(c.status, Status::Ok, "{}", report.to_text());
+    let (report, _) = run(direct_block(port), &a).await;
+    let c = check(&report, "coredns-block");
+    assert_eq!(
+        (c.status, c.summary.as_str()),
+        (Status::Fail, "our block is stale"),
+        "{}",
+        report.to_text()
+    );
 }

@@ -302,6 +302,26 @@ pub fn corefile_checks(
     (out, Some(f))
 }
 
+/// Which of `candidates` our block is judged against: the one `text` already holds (`text`:
+/// the Corefile in coredns mode, the import snippet in coredns-import mode), else the first.
+/// There is more than one when a `probe` target's pick is one doctor could not find out (its
+/// own knocks got no verdict): the controller, knocking from its pod, may have picked either,
+/// and the block is right under either.
+pub fn held<'c, 'a>(
+    mode: Mode,
+    text: &str,
+    candidates: &'c [Expected<'a>],
+) -> Option<&'c Expected<'a>> {
+    if candidates.len() < 2 {
+        return candidates.first();
+    }
+    let holds = |w: &Expected<'_>| match mode {
+        Mode::CorednsImport => text == coredns_import::render_groups(&w.groups),
+        _ => corefile::splice_groups(text, &w.groups).is_ok_and(|e| !e.changed),
+    };
+    candidates.iter().find(|w| holds(w)).or(candidates.first())
+}
+
 /// coredns-import: our key holds the snippet for the desired hosts.
 pub fn import_snippet(target: &ConfigMapKey, got: &Got<ConfigMap>, want: &Expected<'_>) -> Check {
     const ID: &str = "coredns-import-snippet";
@@ -410,6 +430,41 @@ mod tests {
 
     fn status_of(checks: &[Check], id: &str) -> Status {
         checks.iter().find(|c| c.id == id).unwrap().status
+    }
+
+    #[test]
+    fn the_candidate_held_is_the_one_judged() {
+        let h = hosts(&["a.example.com"]);
+        let direct = Answer::Template(ProxyAddrs::new(&["10.96.7.7".parse().unwrap()]).unwrap());
+        let relay = proxy();
+        let both = [Expected::one(&h, &relay), Expected::one(&h, &direct)];
+        let corefile_with = |a: &Answer| corefile::splice(PLAIN, &h, a).unwrap().text;
+        let snippet_with = |e: &Expected<'_>| coredns_import::render_groups(&e.groups);
+        // (mode, text, candidates, the answer of the one judged)
+        let cases: Vec<(Mode, String, &[Expected<'_>], Option<&Answer>)> = vec![
+            (Mode::Coredns, corefile_with(&direct), &both, Some(&direct)),
+            (Mode::Coredns, corefile_with(&relay), &both, Some(&relay)),
+            // Neither held (a stale block): judged by doctor's own pick, the first.
+            (Mode::Coredns, PLAIN.into(), &both, Some(&relay)),
+            (
+                Mode::Coredns,
+                corefile_with(&direct),
+                &both[..1],
+                Some(&relay),
+            ),
+            (Mode::Coredns, corefile_with(&direct), &[], None),
+            (
+                Mode::CorednsImport,
+                snippet_with(&both[1]),
+                &both,
+                Some(&direct),
+            ),
+            (Mode::CorednsImport, String::new(), &both, Some(&relay)),
+        ];
+        for (mode, text, candidates, want) in cases {
+            let got = held(mode, &text, candidates).map(|e| e.groups[0].answer);
+            assert_eq!(got, want, "{mode:?} {text}");
+        }
     }
 
     #[test]
