@@ -242,8 +242,9 @@ fn crd_kinds_are_read_where_served_and_move_when_upgraded() {
         &[
             "controller.traefikIngressRoutes=true".into(),
             "controller.istioGateways=true".into(),
+            "controller.sourceDiscoveryInterval=1s".into(),
         ],
-        &["--source-discovery-interval=1s"],
+        &[],
         "shop.places.example.com",
     );
     let (dns, apps, configmap) = (&run.dns, &run.apps, &run.configmap);
