@@ -460,8 +460,6 @@ async fn hostnames_section(
     }
 }
 
-/// The default target's answer as the controller writes it: the proxy's name in the rewrite
-/// form, else --proxy-ip, else the proxy Service's ClusterIPs (`None` when unknown).
 /// The default target's answer and, with --target, every target's rules, as the controller
 /// writes them under `targets.routes`; `None` where they cannot be known.
 fn answers_under(
@@ -479,13 +477,15 @@ fn answers_under(
         return (answer, None);
     }
     // With --target, only every target's rules say what the block holds.
-    let per_target = match (desired, &answer) {
+    match (desired, &answer) {
         (Some(desired), Some(default)) => {
-            target_rules(d, desired, default, targets, cluster_domain)
+            match target_rules(d, desired, default, targets, cluster_domain) {
+                Some(rules) => (answer, Some(rules)),
+                None => (None, None),
+            }
         }
-        _ => None,
-    };
-    (per_target.is_some().then_some(answer).flatten(), per_target)
+        _ => (None, None),
+    }
 }
 
 /// What our block should hold for `hosts` with `answers` (from [`answers_under`]), when both
@@ -501,6 +501,8 @@ fn expected<'a>(
     }
 }
 
+/// The default target's answer as the controller writes it: the proxy's name in the rewrite
+/// form, else --proxy-ip, else the proxy Service's ClusterIPs (`None` when unknown).
 fn default_answer(
     d: &DnsArgs,
     fqdn: &crate::dns::ProxyFqdn,
