@@ -431,8 +431,7 @@ where
     }
 
     fn apply(&mut self, event: Event<Projected<K>>) {
-        let api_version = self.kind.place.api_version();
-        let Some(event) = self.unreadable.screen(event, &api_version) else {
+        let Some(event) = self.unreadable.screen(event) else {
             return;
         };
         let ingress_hosts = self.reading.ingress_hosts;
@@ -606,8 +605,9 @@ impl Unreadable {
 
     /// The event with an unreadable object left out: skipped in the initial list, and as a
     /// deletion afterwards (a version that was readable before must not linger in the cache).
-    /// `api_version`: where the kind is read, which the Event names.
-    fn screen<K>(&mut self, e: Event<Projected<K>>, api_version: &str) -> Option<Event<K>>
+    /// The Event names the object at its kind's first place; the notifier (`reading_at`) names
+    /// it where the cluster serves it.
+    fn screen<K>(&mut self, e: Event<Projected<K>>) -> Option<Event<K>>
     where
         K: Resource + Default,
         K::DynamicType: Default,
@@ -619,18 +619,18 @@ impl Unreadable {
             Event::Apply(Projected(Ok(k))) => Event::Apply(k),
             Event::Delete(Projected(Ok(k))) => Event::Delete(k),
             Event::InitApply(Projected(Err(bad))) => {
-                self.report::<K>(&bad, api_version);
+                self.report::<K>(&bad);
                 return None;
             }
             Event::Apply(Projected(Err(bad))) => {
-                self.report::<K>(&bad, api_version);
+                self.report::<K>(&bad);
                 Event::Delete(placeholder(bad))
             }
             Event::Delete(Projected(Err(bad))) => Event::Delete(placeholder(bad)),
         })
     }
 
-    fn report<K>(&mut self, bad: &InvalidObject, api_version: &str)
+    fn report<K>(&mut self, bad: &InvalidObject)
     where
         K: Resource,
         K::DynamicType: Default,
@@ -657,7 +657,7 @@ impl Unreadable {
         );
         self.notifier.send(events::Notice {
             regarding: k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(api_version.to_string()),
+                api_version: Some(K::api_version(&dt).to_string()),
                 kind: Some(kind),
                 namespace: m.namespace.clone(),
                 name: m.name.clone(),
@@ -902,37 +902,36 @@ mod tests {
                 ..Ingress::default()
             }))
         };
-        const V: &str = "networking.k8s.io/v1";
         let mut u = Unreadable::new(Notifier::disabled());
         let name = |e: &Event<Ingress>| match e {
             Event::Apply(k) | Event::InitApply(k) | Event::Delete(k) => k.metadata.name.clone(),
             Event::Init | Event::InitDone => None,
         };
         assert!(matches!(
-            u.screen(Event::InitApply(good("a")), V),
+            u.screen(Event::InitApply(good("a"))),
             Some(Event::InitApply(_))
         ));
         assert!(
-            u.screen(Event::InitApply(bad("b")), V).is_none(),
+            u.screen(Event::InitApply(bad("b"))).is_none(),
             "skipped in the list"
         );
-        let dropped = u.screen(Event::Apply(bad("c")), V).unwrap();
+        let dropped = u.screen(Event::Apply(bad("c"))).unwrap();
         assert!(
             matches!(dropped, Event::Delete(_)),
             "a bad update drops the cached version"
         );
         assert_eq!(name(&dropped).as_deref(), Some("c"));
         assert!(matches!(
-            u.screen(Event::Delete(bad("d")), V),
+            u.screen(Event::Delete(bad("d"))),
             Some(Event::Delete(_))
         ));
         assert!(matches!(
-            u.screen::<Ingress>(Event::InitDone, V),
+            u.screen::<Ingress>(Event::InitDone),
             Some(Event::InitDone)
         ));
         // Reported once per object version.
         assert_eq!(u.reported.len(), 2);
-        u.screen(Event::Apply(bad("c")), V);
+        u.screen(Event::Apply(bad("c")));
         assert_eq!(u.reported.len(), 2);
     }
 
