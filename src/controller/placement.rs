@@ -145,11 +145,7 @@ pub async fn discover(client: &Client, asked: &[Place]) -> Result<Served, (Place
     let mut served = Served::default();
     for &place in asked {
         match client.list_api_group_resources(&place.api_version()).await {
-            Ok(list) => {
-                for r in &list.resources {
-                    served.insert(place.group, place.version, &r.name);
-                }
-            }
+            Ok(document) => served.add(place, &document),
             Err(e) if Cause::of(&e) == Cause::NotFound => {}
             Err(e) => return Err((place, e)),
         }

@@ -249,8 +249,8 @@ pub async fn served(client: &Client, asked: &[Place]) -> Got<Served> {
             &t,
             retrying(|| client.list_api_group_resources(&api_version)).await,
         )?;
-        for r in got.iter().flat_map(|l| &l.resources) {
-            served.insert(place.group, place.version, &r.name);
+        if let Some(document) = got {
+            served.add(place, &document);
         }
     }
     Ok(Some(served))

@@ -19,6 +19,7 @@ use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::tlsroutes::TlsRoute;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 
 use serde::de::DeserializeOwned;
 
@@ -342,7 +343,7 @@ impl Place {
 
     /// `group/version`, as an object's `apiVersion` and an Event's `regarding` spell it.
     pub fn api_version(self) -> String {
-        format!("{}/{}", self.group, self.version)
+        self.to_string()
     }
 }
 
@@ -362,6 +363,13 @@ impl Served {
     pub fn insert(&mut self, group: &str, version: &str, plural: &str) {
         self.0
             .insert((group.to_string(), version.to_string(), plural.to_string()));
+    }
+
+    /// Notes what `place`'s discovery document (`GET /apis/{group}/{version}`) lists.
+    pub fn add(&mut self, place: Place, document: &APIResourceList) {
+        for r in &document.resources {
+            self.insert(place.group, place.version, &r.name);
+        }
     }
 
     pub fn has(&self, group: &str, version: &str, plural: &str) -> bool {
