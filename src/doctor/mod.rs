@@ -25,7 +25,7 @@ use kube::Client;
 
 use crate::controller::args::{ElectionArgs, Selection};
 use crate::controller::hostnames::{
-    self, args::HostnameArgs, kinds::group_versions, kinds::places_of, kinds::Kind, kinds::Objects,
+    self, args::HostnameArgs, kinds::places_of, kinds::Kind, kinds::Objects, kinds::Served,
     kinds::SourceObject,
 };
 use crate::controller::rbac::{self, Needs};
@@ -264,16 +264,26 @@ impl DoctorArgs {
     }
 }
 
+/// What the cluster serves of the source kinds this configuration reads that are CRDs: the
+/// discovery documents of each of their places, read once for the hostnames (where each kind
+/// is listed) and the `crds` check.
+async fn served_sources(client: &Client, args: &HostnameArgs) -> Got<Served> {
+    fetch::served(client, &places_of(&checks::crd::crd_kinds(args.opt_ins()))).await
+}
+
 /// The objects the hostnames come from: each kind this configuration reads, listed where the
-/// cluster serves it (the first of its places served, as the controller reads it).
-async fn sources(client: &Client, args: &HostnameArgs, ingress_class: bool) -> Got<Objects> {
+/// cluster serves it (`served`: the first of its places served, as the controller reads it).
+async fn sources(
+    client: &Client,
+    args: &HostnameArgs,
+    ingress_class: bool,
+    served: &Got<Served>,
+) -> Got<Objects> {
     let read: Vec<Kind> = Kind::ALL
         .into_iter()
         .filter(|k| k.is_read(args.opt_ins(), ingress_class))
         .collect();
-    let served = fetch::served(client, &group_versions(&read))
-        .await?
-        .unwrap_or_default();
+    let served = served.clone()?.unwrap_or_default();
     let mut o = Objects::default();
     for kind in read {
         let place = kind
@@ -353,8 +363,15 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
 
     // 2. The hostnames the controller would hairpin.
     let needs = args.needs();
-    let (check, desired) =
-        hostnames_section(client, args, &needs, (&filters, &policy), &skipped).await;
+    let served = served_sources(client, &args.hostnames).await;
+    let (check, desired) = hostnames_section(
+        client,
+        args,
+        &needs,
+        (&filters, &policy),
+        (&skipped, &served),
+    )
+    .await;
     out.push(check);
     let hosts = desired.as_ref().map(|d| &d.hosts);
 
@@ -423,7 +440,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     out.extend(proxy_section(client, args, default, &filters.targets, &targets).await);
 
     // 6. CRDs for the mode.
-    out.push(crds_check(client, args).await);
+    out.push(crds_check(client, args, &served).await);
     // 7. The controller's ServiceAccount and its permissions.
     out.extend(permission_checks(client, args, &needs).await);
 
@@ -437,9 +454,9 @@ async fn hostnames_section(
     args: &DoctorArgs,
     needs: &Needs,
     (filters, policy): (&hostnames::model::Filters, &crate::hostname::HostPolicy),
-    skipped: &BTreeSet<Target>,
+    (skipped, served): (&BTreeSet<Target>, &Got<Served>),
 ) -> (Check, Option<hostnames::model::Desired>) {
-    let owned = sources(client, &args.hostnames, needs.ingress_class_filter).await;
+    let owned = sources(client, &args.hostnames, needs.ingress_class_filter, served).await;
     match &owned {
         Err(e) => (e.check("hostnames"), None),
         Ok(o) => {
@@ -863,11 +880,11 @@ async fn coredns_section<'c, 'a>(
 
 /// Section 6: the CRDs the mode and the sources need; a source kind's found where the cluster
 /// serves it (any of its places), from the discovery documents the controller reads.
-async fn crds_check(client: &Client, args: &DoctorArgs) -> Check {
+async fn crds_check(client: &Client, args: &DoctorArgs, served: &Got<Served>) -> Check {
     let mut crds = Vec::new();
     let kinds = checks::crd::crd_kinds(args.hostnames.opt_ins());
     if !kinds.is_empty() {
-        match fetch::served(client, &places_of(&kinds)).await {
+        match served.clone() {
             Ok(served) => {
                 let served = served.unwrap_or_default();
                 for k in kinds {

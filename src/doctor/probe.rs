@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 
-use super::{sources, DoctorArgs, Validated};
+use super::{served_sources, sources, DoctorArgs, Validated};
 use crate::controller::probe::{probe_name, Source};
 use crate::flags::UsageError;
 use crate::header_verdict::AnswerPick;
@@ -90,7 +90,8 @@ pub async fn report(
         .map_err(|r| UsageError::new(format!("--probe {host:?}: {}", r.explain())))?;
     let rules = args.answer_rules()?;
     let needs = args.needs();
-    let objects = sources(client, &args.hostnames, needs.ingress_class_filter)
+    let served = served_sources(client, &args.hostnames).await;
+    let objects = sources(client, &args.hostnames, needs.ingress_class_filter, &served)
         .await
         .map_err(|e| anyhow::anyhow!("listing the sources failed: {e}; {}", e.action()))?
         .unwrap_or_default();
