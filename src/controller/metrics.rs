@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use super::hostnames::model::Desired;
+use crate::dns::write::routes::Routes;
 use crate::header_verdict::Route;
 use crate::hostname::Rejection;
 use crate::target::{Target, TargetRule};
@@ -286,9 +287,9 @@ impl Metrics {
 
     /// Each target's picked answer (a target without a pick is relayed), every answer set so a
     /// changed pick leaves no stale 1.
-    pub fn answers(&self, picks: &BTreeMap<Target, (Route, String)>, targets: &[TargetRule]) {
+    pub fn answers(&self, routes: &Routes, targets: &[TargetRule]) {
         for target in Target::all(targets.len()) {
-            let picked = picks.get(&target).map_or(Route::Relay, |(r, _)| *r);
+            let picked = routes.get(target);
             for route in Route::ALL {
                 self.target_answer
                     .get_or_create(&AnswerLabels {

@@ -813,7 +813,7 @@ impl ControllerHooks {
 impl sync::Hooks for ControllerHooks {
     fn desired(&mut self, d: &Desired, leader: bool) {
         self.metrics.desired(d, &self.targets);
-        self.metrics.answers(&self.routes.snapshot(), &self.targets);
+        self.metrics.answers(&self.routes, &self.targets);
         tracing::debug!(
             hosts = d.hosts.len(),
             rejected = d.rejected.len(),
