@@ -12,7 +12,7 @@ use super::cluster;
 use super::controller_modes::{
     answers, assert_no_refusal, configmap_text, runtime, ImportRun, IMPORT_KEY,
 };
-use super::{binary, wait_for};
+use super::{binary, wait_for, Process};
 
 /// The three CRD sets, or `None` (skipped with the reason) when one was not fetched.
 fn crd_sets() -> Option<[PathBuf; 3]> {
@@ -194,19 +194,12 @@ fn older_crds(istio: &Path, traefik: &Path, dir: &Path) {
 
 /// The host counts of the controller's writes, in order (its `synced` lines, JSON as the
 /// chart sets `--log-format`).
-fn written_host_counts(log: &str) -> Vec<u64> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            let fields = if v["fields"].is_object() {
-                &v["fields"]
-            } else {
-                &v
-            };
-            (fields["message"] == "synced")
-                .then(|| fields["hosts"].as_u64())
-                .flatten()
-        })
+fn written_host_counts(controller: &Process) -> Vec<u64> {
+    controller
+        .json_lines(0)
+        .iter()
+        .filter(|v| v["message"] == "synced")
+        .filter_map(|v| v["hosts"].as_u64())
         .collect()
 }
 
@@ -270,7 +263,7 @@ fn crd_kinds_are_read_where_served_and_move_when_upgraded() {
             cluster.apply_yaml(&doc.to_string()).await;
         }
     });
-    let written = |want: &[&str], controller: &mut super::Process, what: &str| {
+    let written = |want: &[&str], controller: &mut Process, what: &str| {
         wait_for(what, controller, Duration::from_secs(120), || {
             rt.block_on(async {
                 let client = cluster.admin().await;
@@ -299,7 +292,7 @@ fn crd_kinds_are_read_where_served_and_move_when_upgraded() {
     ] {
         assert!(log.contains(said), "{said}:\n{log}");
     }
-    let before = written_host_counts(&log);
+    let before = written_host_counts(&controller);
     let full = *before.last().expect("a write");
 
     // Istio upgraded: its CRD as published (v1 served, and stored).
@@ -337,7 +330,7 @@ fn crd_kinds_are_read_where_served_and_move_when_upgraded() {
         &mut controller,
         "writing the Gateway added at v1",
     );
-    let counts = written_host_counts(&controller.log_text());
+    let counts = written_host_counts(&controller);
     assert!(
         counts[before.len() - 1..].iter().all(|&n| n >= full),
         "a write dropped hosts during the move: {counts:?} (all {full} before it)"

@@ -280,16 +280,15 @@ impl Dns {
 /// Asserts that the controller picked `relay` from its own knocks on the ingress controller
 /// Service's ClusterIP: real nginx behind real kube-proxy answered only behind the header.
 fn assert_probed_required(controller: &Process) {
-    let log = controller.log_text();
-    let picked = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let picked = controller
+        .json_lines(0)
+        .into_iter()
         .find(|l| {
             l["message"]
                 .as_str()
                 .is_some_and(|m| m.starts_with("answer picked"))
         })
-        .unwrap_or_else(|| panic!("no `answer picked` line in\n{log}"));
+        .unwrap_or_else(|| panic!("no `answer picked` line in\n{}", controller.log_text()));
     assert_eq!(
         (picked["answer"].as_str(), picked["header"].as_str()),
         (Some("relay"), Some("required")),

@@ -74,6 +74,16 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its log lines that are JSON (`--log-format=json`), from byte `from` on.
+    pub fn json_lines(&self, from: usize) -> Vec<serde_json::Value> {
+        self.log_text()
+            .get(from..)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
     /// Sends it SIGTERM (the way the kubelet stops a pod).
     pub fn terminate(&self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);

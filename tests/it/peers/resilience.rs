@@ -47,23 +47,14 @@ fn apps_namespace() -> String {
     format!("{RELEASE}-apps")
 }
 
-/// The controller's JSON log lines from byte `from` on.
-fn log_lines(controller: &Process, from: usize) -> Vec<Value> {
-    let text = controller.log_text();
-    text.get(from..)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 fn message(line: &Value) -> &str {
     line["message"].as_str().unwrap_or_default()
 }
 
 /// How many of the controller's log lines from byte `from` on have a message containing `text`.
 fn count(controller: &Process, from: usize, text: &str) -> usize {
-    log_lines(controller, from)
+    controller
+        .json_lines(from)
         .iter()
         .filter(|l| message(l).contains(text))
         .count()
@@ -179,7 +170,8 @@ impl Scene {
 
     /// This replica's Lease identity, from its log line taking the Lease.
     fn identity(&self) -> String {
-        log_lines(&self.controller, 0)
+        self.controller
+            .json_lines(0)
             .iter()
             .find(|l| message(l).contains(ACQUIRED))
             .and_then(|l| l["identity"].as_str().map(str::to_string))
@@ -196,7 +188,7 @@ impl Scene {
 /// once per backoff step for all the retrying parts together, every line says the server is
 /// unreachable, no line is an error, and it wrote nothing.
 fn assert_outage_log(controller: &Process, from: usize) {
-    let lines = log_lines(controller, from);
+    let lines = controller.json_lines(from);
     let text = controller.log_text()[from..].to_string();
     let warnings: Vec<&Value> = lines.iter().filter(|l| l["level"] == "WARN").collect();
     assert!(
@@ -291,7 +283,7 @@ fn the_controller_survives_api_server_restarts_and_a_compaction() {
 /// moment before (`RBAC: [clusterrole ... not found]`), and the controller must say that rather
 /// than ask for a grant it has. Whether a request falls in that window is a matter of timing.
 fn assert_no_refusal_but_a_starting_servers(controller: &Process) {
-    for l in log_lines(controller, 0) {
+    for l in controller.json_lines(0) {
         assert_ne!(l["level"], "ERROR", "{l}");
         let text = l.to_string().to_ascii_lowercase();
         if text.contains("forbidden") {
@@ -355,7 +347,9 @@ fn compaction(s: &mut Scene) {
     );
     let log = &s.controller.log_text()[from..];
     // Said as what it is: routine, at INFO, with no failure counted and no backoff hint.
-    let gone: Vec<Value> = log_lines(&s.controller, from)
+    let gone: Vec<Value> = s
+        .controller
+        .json_lines(from)
         .into_iter()
         .filter(|l| message(l).contains("cannot resume the Ingress watch"))
         .collect();
