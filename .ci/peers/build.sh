@@ -19,8 +19,9 @@
 # (skipped locally, failed under CI=true). The exit status is 0 unless --strict is given.
 #
 # Usage: .ci/peers/build.sh [--strict] [PEER...]
-#   (PEER: coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api
-#    crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)
+#   (PEER: coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy kubelet
+#    kube-controller-manager kube-scheduler pause crds-gateway-api crds-external-dns crds-traefik
+#    crds-contour crds-istio crds-envoy-gateway)
 set -euo pipefail
 
 # The CRD modules: the newest release the Go module proxy serves of each.
@@ -79,6 +80,29 @@ build() {
         touch "$out/.ok"
     fi
     ln -sfn "$out/$output" "$bin/$name"
+}
+
+# build_c NAME DIR SOURCE: a static C program (gcc -static) into the cache, keyed by its source,
+# linked as bin/NAME.
+build_c() {
+    local name=$1 dir=$2 source=$3 key
+    key=$(cat "$dir/$source" | sha256sum | cut -c1-12)
+    local out="$cache/$name-$key"
+    rm -f "$bin/$name" "$bin/$name.failed"
+    if [[ ! -e $out/.ok ]]; then
+        rm -rf "$out"
+        mkdir -p "$out"
+        if ! gcc -static -Os -s -o "$out/$name" "$dir/$source" >"$out/build.log" 2>&1; then
+            {
+                echo "peer $name did not build:"
+                echo "  gcc -static -Os -s -o $out/$name .ci/peers/$(basename "$dir")/$source"
+                tail -n 20 "$out/build.log" | sed 's/^/  | /'
+            } | tee "$bin/$name.failed" >&2
+            return 1
+        fi
+        touch "$out/.ok"
+    fi
+    ln -sfn "$out/$name" "$bin/$name"
 }
 
 # json_field NAME JSON: a string field of `go mod download -json`'s output (one per line, tab
@@ -174,8 +198,14 @@ peer() {
         build etcd "$(mod_version "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)" "$here/etcd" etcd -- \
             -ldflags "-s -w" go.etcd.io/etcd/server/v3
         ;;
-    kube-apiserver | kube-proxy)
+    kube-apiserver | kube-proxy | kubelet | kube-controller-manager | kube-scheduler)
+        # The last three are the real node's (tests/it/node): the same module, so the same pins.
         build "$1" "$k8s" "$here/kubernetes" "$1" -- -pgo=off -ldflags "$k8s_ldflags" "k8s.io/kubernetes/cmd/$1"
+        ;;
+    pause)
+        # The pod sandbox's image (tests/it/node): no registry serves one here, so a static
+        # program that sleeps until a signal and reaps its children, from .ci/peers/pause/pause.c.
+        build_c pause "$here/pause" pause.c
         ;;
     crds-gateway-api)
         crds gateway-api-standard sigs.k8s.io/gateway-api "$gateway_api" config/crd/standard
@@ -201,7 +231,7 @@ peer() {
             gateway.envoyproxy.io_clienttrafficpolicies.yaml
         ;;
     *)
-        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)" >&2
+        echo "peers: unknown peer $1 (coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy kubelet kube-controller-manager kube-scheduler pause crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)" >&2
         return 2
         ;;
     esac
@@ -209,7 +239,7 @@ peer() {
 
 failed=0
 peers=("$@")
-((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)
+((${#peers[@]})) || peers=(coredns coredns-oldest node-cache etcd kube-apiserver kube-proxy kubelet kube-controller-manager kube-scheduler pause crds-gateway-api crds-external-dns crds-traefik crds-contour crds-istio crds-envoy-gateway)
 for p in "${peers[@]}"; do
     peer "$p" || failed=$((failed + 1))
 done
