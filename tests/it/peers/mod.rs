@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 mod answers;
 mod api_rules;
 mod client_ip;
-mod cluster;
+pub mod cluster;
 mod controller;
 mod controller_modes;
 pub mod coredns;
 mod crd_sources;
-mod dns;
+pub mod dns;
 mod edge;
 mod edge_kube_proxy;
 mod edge_l2;
@@ -30,7 +30,7 @@ mod edge_lb;
 mod hairpin;
 mod header_probe;
 mod ingress_class;
-mod netns;
+pub mod netns;
 pub mod probe;
 mod resilience;
 mod shutdown;
@@ -88,6 +88,11 @@ impl Process {
     pub fn terminate(&self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether it is still running.
