@@ -4215,6 +4215,20 @@ fn containerfile_matches_the_chart() {
         .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER");
     assert_eq!(user, "65532:65532", "the pods' runAsUser/runAsGroup");
+    assert!(
+        cf.contains("objcopy --strip-debug"),
+        "the image's binary without its debug information"
+    );
+    // deploy/image.sh builds the same image without an engine (tests/it/node checks its result).
+    let image_sh = std::fs::read_to_string(root().join("deploy/image.sh")).unwrap();
+    for same in [
+        "objcopy --strip-debug",
+        "/usr/local/bin/ouroboros",
+        "--user 65532:65532",
+        "--entrypoint /usr/local/bin/ouroboros",
+    ] {
+        assert!(image_sh.contains(same), "deploy/image.sh lacks {same}");
+    }
     let objs = defaults();
     let pod = pod_named(objs, "Deployment", "ouroboros-proxy").unwrap();
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::images::{CLIENT, COREDNS, NGINX};
-use super::{Node, DNS_SERVICE_IP};
+use super::{Node, PodSync, DNS_SERVICE_IP};
 
 /// The load balancer's address, which the public DNS answers for every name.
 pub const LB_IP: &str = "192.0.2.10";
@@ -155,7 +155,8 @@ http {
                 {"name": "conf", "configMap": {"name": "nginx"}},
                 {"name": "tls", "secret": {"secretName": "tls"}}]}}}},
         {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": "ingress-nginx-controller", "namespace": INGRESS_NAMESPACE},
+         "metadata": {"name": "ingress-nginx-controller", "namespace": INGRESS_NAMESPACE,
+                      "labels": labels},
          "spec": {"type": "LoadBalancer", "selector": labels, "ports": [
             {"name": "http", "port": 80, "targetPort": "http"},
             {"name": "https", "port": 443, "targetPort": "https"}]}},
@@ -301,8 +302,8 @@ pub struct Setup {
 }
 
 impl Setup {
-    pub fn start(flavor: Flavor) -> Option<Setup> {
-        let node = Node::start()?;
+    pub fn start(flavor: Flavor, sync: PodSync) -> Option<Setup> {
+        let node = Node::start(sync)?;
         let started = Instant::now();
         let tls_dir = node.dir.join("app-tls");
         tls(&tls_dir);
@@ -393,17 +394,30 @@ impl Setup {
         took
     }
 
-    /// Objects of the release still there.
-    pub fn leftovers(&self) -> String {
-        self.node.kubectl_ok(&[
-            "get",
-            "deploy,ds,rs,pods,svc,cm,sa,secrets,roles,rolebindings,clusterroles,clusterrolebindings,jobs,pdb,networkpolicies",
-            "-A",
-            "-l",
-            "app.kubernetes.io/instance=ouroboros",
-            "-o",
-            "name",
-        ])
+    /// Waits until no object of the release is left (pods take their grace period to go after
+    /// `helm uninstall`), for at most 90 s.
+    pub fn assert_nothing_left(&self) {
+        let started = Instant::now();
+        loop {
+            let left = self.node.kubectl_ok(&[
+                "get",
+                "deploy,ds,rs,pods,svc,cm,sa,secrets,roles,rolebindings,clusterroles,\
+                 clusterrolebindings,jobs,pdb,networkpolicies",
+                "-A",
+                "-l",
+                "app.kubernetes.io/instance=ouroboros",
+                "-o",
+                "name",
+            ]);
+            if left.trim().is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "objects of the release left 90 s after uninstall:\n{left}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 
@@ -420,7 +434,7 @@ pub fn restricted_namespace(node: &Node) {
 
 #[test]
 fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefile() {
-    let Some(setup) = Setup::start(Flavor::Kubeadm) else {
+    let Some(setup) = Setup::start(Flavor::Kubeadm, PodSync::Default) else {
         return;
     };
     let node = &setup.node;
@@ -461,9 +475,5 @@ fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefi
     //    no object of the release is left.
     setup.helm(&["uninstall"]);
     assert_eq!(corefile(node), before, "the Corefile after uninstall");
-    assert_eq!(
-        setup.leftovers().trim(),
-        "",
-        "objects of the release left after uninstall"
-    );
+    setup.assert_nothing_left();
 }

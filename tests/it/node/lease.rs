@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use super::hairpin::{corefile, restricted_namespace, Flavor, Setup};
+use super::PodSync;
 
-/// The Lease's holder and its duration in seconds.
-fn lease(node: &super::Node) -> (String, u64) {
+/// The Lease's holder and its duration in seconds (both absent once a holder released it).
+fn lease(node: &super::Node) -> (String, Option<u64>) {
     let out = node.kubectl_ok(&[
         "get",
         "lease",
@@ -23,7 +24,7 @@ fn lease(node: &super::Node) -> (String, u64) {
             .as_str()
             .unwrap_or_default()
             .to_string(),
-        lease["spec"]["leaseDurationSeconds"].as_u64().unwrap(),
+        lease["spec"]["leaseDurationSeconds"].as_u64(),
     )
 }
 
@@ -41,7 +42,7 @@ fn configmap_version(node: &super::Node) -> String {
 
 #[test]
 fn the_other_replica_takes_the_lease_when_the_leaders_pod_is_deleted_and_writes_nothing_twice() {
-    let Some(setup) = Setup::start(Flavor::Kubeadm) else {
+    let Some(setup) = Setup::start(Flavor::Kubeadm, PodSync::Fast) else {
         return;
     };
     let node = &setup.node;
@@ -51,6 +52,7 @@ fn the_other_replica_takes_the_lease_when_the_leaders_pod_is_deleted_and_writes_
     let written = corefile(node);
     let version = configmap_version(node);
     let (leader, duration) = lease(node);
+    let duration = duration.expect("the holder's Lease has a duration");
     let pods = node.kubectl_ok(&[
         "get",
         "pods",
