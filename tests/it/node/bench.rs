@@ -52,12 +52,27 @@ fn samples() -> usize {
         .unwrap_or(10)
 }
 
+/// `OUROBOROS_BENCH_TUNED=1`: the settings that shorten it, a kubelet `syncFrequency` of 10 s
+/// and CoreDNS's `reload 5s 2s`, instead of the defaults.
+fn tuned() -> bool {
+    std::env::var("OUROBOROS_BENCH_TUNED").is_ok_and(|v| v == "1")
+}
+
 #[test]
 #[ignore = "a benchmark: bench/node/run.sh"]
 fn time_to_hairpin() {
-    let Some(setup) = Setup::start(Flavor::Kubeadm, PodSync::Default) else {
+    let (sync, reload) = if tuned() {
+        (PodSync::Fast, Some("reload 5s 2s"))
+    } else {
+        (PodSync::Default, None)
+    };
+    let Some(setup) = Setup::start_with_reload(Flavor::Kubeadm, sync, reload) else {
         return;
     };
+    println!(
+        "settings: kubelet {sync:?} sync, CoreDNS {}",
+        reload.unwrap_or("reload (30s, jitter 15s)")
+    );
     let node = &setup.node;
     restricted_namespace(node);
     setup.helm(&["install"]);
