@@ -478,7 +478,7 @@ fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefi
 
     // 1. The hairpin: the name resolves to the load balancer, kube-proxy short-circuits it to
     //    nginx without the header, and nginx refuses the connection.
-    let err = client_get(&node).expect_err("the hairpinned request fails before the install");
+    let err = client_get(node).expect_err("the hairpinned request fails before the install");
     let nginx_log = node.kubectl_ok(&[
         "logs",
         "-n",

@@ -385,6 +385,14 @@ impl Node {
     /// etcd, kube-apiserver, kube-controller-manager and kube-scheduler in the node's network,
     /// the admin's kubeconfig through a relay from the machine's loopback.
     fn control_plane(&mut self, bins: &Binaries) {
+        self.identities();
+        self.api_server(bins);
+        self.controllers(bins);
+    }
+
+    /// The serving certificate, the static tokens (the admin, and each component as kubeadm's
+    /// certificates would name it) and a kubeconfig for each component.
+    fn identities(&self) {
         let dir = self.dir.clone();
         pki(
             &dir,
@@ -394,7 +402,6 @@ impl Node {
                  DNS:kubernetes.default.svc.cluster.local"
             ),
         );
-        // Static tokens: the admin, and each component as kubeadm's certificates would name it.
         let tokens = [
             (ADMIN_TOKEN, "admin", "system:masters"),
             (
@@ -420,7 +427,12 @@ impl Node {
             let file = user.trim_start_matches("system:").replace(':', "-");
             write_kubeconfig(&dir, &inside, token, &file);
         }
+    }
 
+    /// etcd and kube-apiserver, and the relay to it from the machine's loopback; waits until
+    /// the API server is ready.
+    fn api_server(&mut self, bins: &Binaries) {
+        let dir = self.dir.clone();
         let mut etcd = self.in_node(&bins.etcd);
         etcd.args(["--name", "node", "--data-dir", &self.path("etcd")])
             .args(["--listen-client-urls", "http://127.0.0.1:2379"])
@@ -482,7 +494,10 @@ impl Node {
                 out.status.success().then_some(())
             },
         );
+    }
 
+    /// kube-controller-manager and kube-scheduler.
+    fn controllers(&mut self, bins: &Binaries) {
         let mut kcm = self.in_node(&bins.controller_manager);
         kcm.args([
             &format!(
@@ -511,6 +526,43 @@ impl Node {
     /// containerd (with the images imported), the kubelet, kube-proxy; waits for the node to be
     /// Ready.
     fn runtime(&mut self, bins: &Binaries, sync: PodSync) {
+        let containerd = self.containerd();
+        let started = Instant::now();
+        images::import_all(self, bins);
+        eprintln!("node: images imported in {:.1?}", started.elapsed());
+        self.kubelet(bins, containerd, sync);
+
+        let mut kube_proxy = self.in_node(&bins.kube_proxy);
+        kube_proxy.args([
+            &format!("--kubeconfig={}", self.path("kube-proxy.kubeconfig")),
+            &format!("--hostname-override={NODE_NAME}"),
+            "--proxy-mode=nftables",
+            &format!("--cluster-cidr={POD_CIDR}"),
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+        ]);
+        self.start_process("kube-proxy", kube_proxy);
+        let started = Instant::now();
+        let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+        while self
+            .kubectl(&["get", "node", NODE_NAME, "-o", ready])
+            .stdout
+            != b"True"
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "node {NODE_NAME} not Ready after 90 s\n{}",
+                self.diagnose()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        eprintln!("node: Ready in {:.1?}", started.elapsed());
+    }
+
+    /// containerd, in a mount namespace of its own and in the node's cgroup; its pid, once its
+    /// socket answers.
+    fn containerd(&mut self) -> u32 {
         let dir = self.dir.clone();
         for d in [
             "containerd",
@@ -598,10 +650,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         wait_for("serving", process, Duration::from_secs(30), || {
             socket_path.exists().then_some(())
         });
-        let started = Instant::now();
-        images::import_all(self, bins);
-        eprintln!("node: images imported in {:.1?}", started.elapsed());
+        pid
+    }
 
+    /// The kubelet, in containerd's mount namespace (else volume mounts would not reach the
+    /// containers) and the node's cgroup.
+    fn kubelet(&mut self, bins: &Binaries, containerd: u32, sync: PodSync) {
+        let dir = self.dir.clone();
+        let socket = self.path("containerd/containerd.sock");
+        let (pid, cgroup) = (containerd, self.cgroup.clone());
         let mut kubelet_config = serde_json::json!({
                 "apiVersion": "kubelet.config.k8s.io/v1beta1",
                 "kind": "KubeletConfiguration",
@@ -645,33 +702,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         let kubelet = self.start_process("kubelet", kubelet);
         let pid = kubelet.pid();
         join_cgroup(&cgroup, pid);
-
-        let mut kube_proxy = self.in_node(&bins.kube_proxy);
-        kube_proxy.args([
-            &format!("--kubeconfig={}", self.path("kube-proxy.kubeconfig")),
-            &format!("--hostname-override={NODE_NAME}"),
-            "--proxy-mode=nftables",
-            &format!("--cluster-cidr={POD_CIDR}"),
-            "--conntrack-max-per-core=0",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-        ]);
-        self.start_process("kube-proxy", kube_proxy);
-        let started = Instant::now();
-        let ready = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
-        while self
-            .kubectl(&["get", "node", NODE_NAME, "-o", ready])
-            .stdout
-            != b"True"
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(90),
-                "node {NODE_NAME} not Ready after 90 s\n{}",
-                self.diagnose()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        eprintln!("node: Ready in {:.1?}", started.elapsed());
     }
 
     /// kubectl as the admin, with `args`.
