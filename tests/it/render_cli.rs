@@ -129,7 +129,7 @@ fn defaults_and_env() {
     let out = ok(render_env(
         &["external-dns", &fixture("ingresses.yaml")],
         None,
-        &[("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1,2001:db8::1")],
+        &[("OUROBOROS_RENDER_PROXY_IP", "192.0.2.1,2001:db8::1")],
     ));
     let objs = endpoints(&out);
     assert_eq!(objs.len(), 4);
@@ -159,11 +159,11 @@ fn defaults_and_env() {
         ],
         None,
         &[
-            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
-            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL", "86400"),
-            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL", "a=1,b=2"),
+            ("OUROBOROS_RENDER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_RENDER_EXTERNAL_DNS_RECORD_TTL", "86400"),
+            ("OUROBOROS_RENDER_EXTERNAL_DNS_LABEL", "a=1,b=2"),
             (
-                "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+                "OUROBOROS_RENDER_EXTERNAL_DNS_ANNOTATION",
                 "note=x, y\nother=z",
             ),
         ],
@@ -174,6 +174,56 @@ fn defaults_and_env() {
     assert_eq!(o["metadata"]["labels"]["b"], "2");
     assert_eq!(o["metadata"]["annotations"]["note"], "x, y");
     assert_eq!(o["metadata"]["annotations"]["other"], "z");
+}
+
+/// The variables render read before each command had its own (the controller's) are still
+/// read, each named once in a warning with its new name; the new name wins over the old.
+#[test]
+fn old_variable_names_are_read_and_warned_once() {
+    let f = fixture("ingresses.yaml");
+    let out = render_env(
+        &["external-dns", &f],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL", "86400"),
+        ],
+    );
+    let o = &endpoints(&out.stdout)[0];
+    assert_eq!(
+        o["spec"]["endpoints"][0]["targets"],
+        serde_json::json!(["192.0.2.1"])
+    );
+    assert_eq!(o["spec"]["endpoints"][0]["recordTTL"], 86400);
+    for (old, new) in [
+        ("OUROBOROS_CONTROLLER_PROXY_IP", "OUROBOROS_RENDER_PROXY_IP"),
+        (
+            "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+            "OUROBOROS_RENDER_EXTERNAL_DNS_RECORD_TTL",
+        ),
+    ] {
+        let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains(old)).collect();
+        assert_eq!(lines.len(), 1, "{}", out.stderr);
+        assert!(
+            lines[0].contains("WARN") && lines[0].contains(new),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = render_env(
+        &["external-dns", &f],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_RENDER_PROXY_IP", "192.0.2.2"),
+        ],
+    );
+    let o = &endpoints(&out.stdout)[0];
+    assert_eq!(
+        o["spec"]["endpoints"][0]["targets"],
+        serde_json::json!(["192.0.2.2"])
+    );
+    assert!(out.stderr.contains("unset the old one"), "{}", out.stderr);
 }
 
 #[test]
