@@ -23,7 +23,8 @@ use crate::flags::{UsageError, EXIT_USAGE};
         a flag overrides its variable, which overrides the default.",
     // Every flag's variable by one rule (see `variables`): the derives' `env` names are the
     // old ones, still read as aliases.
-    mut_subcommands = crate::variables::name_variables
+    mut_subcommands = crate::variables::name_variables,
+    mut_subcommands = short_help
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -50,6 +51,81 @@ pub enum Command {
     Doctor(crate::doctor::DoctorArgs),
     /// Remove what `controller` wrote with the same flags: the Corefile block, the import key, the hosts block or this instance's external-dns objects.
     Cleanup(crate::cleanup::CleanupArgs),
+}
+
+/// `-h` is a summary, `--help` everything: each flag's help is cut to its first sentence (and
+/// the `[default: ...]` its text gives), the whole text staying its long help. Most flags'
+/// doc comments are one paragraph, which clap shows whole under `-h` too: `controller -h`
+/// was as long as `--help`, one line per flag of up to 600 characters.
+fn short_help(cmd: clap::Command) -> clap::Command {
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let mut cmd = cmd.mut_args(|arg| {
+        if arg.get_long_help().is_some() {
+            return arg;
+        }
+        let Some(help) = arg.get_help().map(ToString::to_string) else {
+            return arg;
+        };
+        match first_sentence(&help) {
+            Some(short) => arg.help(short).long_help(help),
+            None => arg,
+        }
+    });
+    for sub in subs {
+        cmd = cmd.mut_subcommand(&sub, short_help);
+    }
+    cmd
+}
+
+/// The first clause of a flag's help without its parentheses, with the `[default: ...]` the
+/// rest gives, or `None` when that is the whole help. A clause ends at a period or semicolon
+/// before a space, not in `e.g.` or `i.e.`, nor inside parentheses, brackets or backticks.
+fn first_sentence(help: &str) -> Option<String> {
+    // Where the first clause ends.
+    let (mut depth, mut code, mut end) = (0i32, false, help.len());
+    for (i, c) in help.char_indices() {
+        match c {
+            '`' => code = !code,
+            '(' | '[' if !code => depth += 1,
+            ')' | ']' if !code => depth -= 1,
+            '.' | ';' if depth == 0 && !code && help[i + 1..].starts_with(' ') => {
+                let before = &help[..i];
+                if !(before.ends_with("e.g") || before.ends_with("i.e")) {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    // That clause without its parentheses (the brackets, `[default: ...]`, stay).
+    let (mut depth, mut code, mut short) = (0i32, false, String::new());
+    for c in help[..end].chars() {
+        match c {
+            '`' => code = !code,
+            '(' if !code => depth += 1,
+            ')' if !code && depth > 0 => {
+                depth -= 1;
+                continue;
+            }
+            _ => {}
+        }
+        if depth == 0 {
+            short.push(c);
+        }
+    }
+    let mut short = short.split_whitespace().collect::<Vec<_>>().join(" ");
+    short = short.replace(" ,", ",").replace(" :", ":");
+    if let Some(at) = help[end..].find("[default: ") {
+        let default = &help[end + at..];
+        let close = default.find(']').map_or(default.len(), |e| e + 1);
+        short = format!("{short} {}", &default[..close]);
+    }
+    let short = short.trim_end_matches('.').to_string();
+    (short != help.trim_end_matches('.')).then_some(short)
 }
 
 /// The command line as parsed: `Cli`'s, with every command's usage line fixed to the one its
@@ -570,6 +646,120 @@ mod tests {
         ] {
             assert_eq!(old_of(path, new), old, "{path:?} {new}");
         }
+    }
+
+    #[test]
+    fn the_short_help_is_the_first_sentence() {
+        for (help, want) in [
+            ("One sentence only", None),
+            ("Kubeconfig file [default: a. b]", None),
+            ("First. Second.", Some("First")),
+            ("First; second", Some("First")),
+            (
+                "Use e.g. `a. b` (see x. y) here. More text [default: 5s].",
+                Some("Use e.g. `a. b` here [default: 5s]"),
+            ),
+            (
+                "Kubeconfig (a file) [default: x]",
+                Some("Kubeconfig [default: x]"),
+            ),
+        ] {
+            assert_eq!(first_sentence(help).as_deref(), want, "{help}");
+        }
+    }
+
+    /// `controller -h` is a summary, one short line per flag; `--help` keeps every word.
+    #[test]
+    fn dash_h_is_a_summary_and_dash_dash_help_the_whole_text() {
+        let render = |flag: &str| {
+            command(&[])
+                .try_get_matches_from(["ouroboros", "controller", flag])
+                .unwrap_err()
+                .render()
+                .to_string()
+        };
+        let (short, long) = (render("-h"), render("--help"));
+        assert!(!short.contains("docs/coredns-answers.md"), "{short}");
+        assert!(long.contains("docs/coredns-answers.md"), "{long}");
+        // Every flag of every command: its `-h` text is one clause, its `--help` text whole.
+        fn walk(cmd: &clap::Command, long: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let short = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                if short.len() > 300 {
+                    long.push(format!(
+                        "{} --{:?}: {short}",
+                        cmd.get_name(),
+                        arg.get_long()
+                    ));
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, long));
+        }
+        let mut too_long = Vec::new();
+        walk(&command(&[]), &mut too_long);
+        assert!(too_long.is_empty(), "{}", too_long.join("\n"));
+    }
+
+    /// A flag shared with the controller reads right in cleanup, doctor and render: no help there
+    /// speaks of publishing or of syncs, which only the controller does.
+    #[test]
+    fn shared_flags_help_fits_every_command() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string());
+                let help = help.unwrap_or_default();
+                for phrase in ["Where to publish", "each sync would"] {
+                    if help.contains(phrase) {
+                        bad.push(format!("{} --{:?}: {help}", cmd.get_name(), arg.get_long()));
+                    }
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, bad));
+        }
+        let mut bad = Vec::new();
+        let cli = Cli::command();
+        for name in ["cleanup", "doctor", "render"] {
+            walk(cli.find_subcommand(name).unwrap(), &mut bad);
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    /// A help that names some of its flag's values in backticks names them all (the help of
+    /// `--coredns-answer` left out `view`).
+    #[test]
+    fn a_help_naming_values_names_every_value() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string());
+                let help = help.unwrap_or_default();
+                let values: Vec<String> = arg
+                    .get_possible_values()
+                    .iter()
+                    .filter(|v| !v.is_hide_set())
+                    .map(|v| format!("`{}`", v.get_name()))
+                    .collect();
+                let named = values.iter().filter(|v| help.contains(v.as_str())).count();
+                if named > 0 && named < values.len() {
+                    bad.push(format!(
+                        "{} --{:?}: {values:?} in {help}",
+                        cmd.get_name(),
+                        arg.get_long()
+                    ));
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, bad));
+        }
+        let mut bad = Vec::new();
+        walk(&Cli::command(), &mut bad);
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
     /// Each old name set is warned about once per run, and read only when its new name is not set.

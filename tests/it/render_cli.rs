@@ -117,9 +117,13 @@ fn errors_from_the_environment_name_the_variable() {
         64,
     );
     assert!(
-        stderr.contains(
-            "note: set by the environment: OUROBOROS_CONTROLLER_COREDNS_ANSWER (--coredns-answer)"
-        ),
+        stderr.contains("OUROBOROS_CONTROLLER_COREDNS_ANSWER (--coredns-answer)"),
+        "{stderr}"
+    );
+    // The remedy is in render's words: it has subcommands, no --mode.
+    assert!(
+        stderr.contains("use `render coredns` or --coredns-answer template")
+            && !stderr.contains("--mode"),
         "{stderr}"
     );
 }
