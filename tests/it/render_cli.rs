@@ -661,6 +661,103 @@ fn usage_errors() {
     }
 }
 
+/// render says on stderr what it read and what it used, per kind, and names the flag that
+/// would use the rest: the README's first command reads the Gateway-API objects of `examples/`
+/// and, without --gateway-api, uses none of them.
+#[test]
+fn render_says_what_it_read_and_what_it_used() {
+    let e = examples();
+    let out = render(&["coredns", "--corefile", "examples/Corefile", IP, &e]);
+    let stderr = &out.stderr;
+    assert_eq!(out.code, 0, "{stderr}");
+    assert!(
+        stderr.contains("read 5 Ingress: 5 gave hostnames"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "read 2 Gateway, 2 HTTPRoute, 1 GRPCRoute, 1 TLSRoute but used none: add --gateway-api"
+        ),
+        "{stderr}"
+    );
+    // Info lines, not warnings: nothing is wrong.
+    assert_eq!(stderr.matches("WARN").count(), 0, "{stderr}");
+    let out = render(&[
+        "coredns",
+        "--corefile",
+        "examples/Corefile",
+        IP,
+        "--gateway-api",
+        &e,
+    ]);
+    assert!(out.stderr.contains("read 2 Gateway: "), "{}", out.stderr);
+    assert!(!out.stderr.contains("add --gateway-api"), "{}", out.stderr);
+}
+
+/// An Ingress whose hosts are only in `spec.rules` (cert-manager's HTTP-01 solver) gets the
+/// reason and the flag, not just "no hostname selected".
+#[test]
+fn an_ingress_with_rule_hosts_only_names_ingress_hosts_all() {
+    let solver = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: solver\n  \
+        namespace: team\nspec:\n  rules:\n  - host: acme.example.com\n";
+    let out = render_env(&["external-dns", IP, "-"], Some(solver), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("1 hosts only in the spec.rules of 1 Ingress")
+            && out.stderr.contains("add --ingress-hosts all")
+            && out.stderr.contains("team/solver"),
+        "{}",
+        out.stderr
+    );
+    let out = render_env(
+        &["external-dns", IP, "--ingress-hosts", "all", "-"],
+        Some(solver),
+        &[],
+    );
+    assert!(
+        !out.stderr.contains("--ingress-hosts all"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(dns_names(&ok(out)), set(&["acme.example.com"]));
+}
+
+/// `--list`: each hairpinned name with its target and answer, without reading the Corefile.
+#[test]
+fn list_prints_each_name_with_its_target_and_answer() {
+    let e = examples();
+    let out = ok(render(&[
+        "coredns",
+        "--corefile",
+        "/nonexistent",
+        IP,
+        "--list",
+        &e,
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert!(lines.contains(&"api.example.com\tdefault\trelay"), "{out}");
+    assert!(
+        lines.contains(&"*.apps.example.com\tdefault\trelay"),
+        "{out}"
+    );
+    let out = ok(render(&[
+        "etc-hosts",
+        "--hosts-file",
+        "/nonexistent",
+        IP,
+        "--target",
+        "name=gw,service=ns/gw,gateway-class=eg,proxy-ip=10.96.0.60,answer=skip",
+        "--gateway-api",
+        "--list",
+        &e,
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 12, "{out}");
+    assert!(lines.iter().any(|l| l.ends_with("\tgw\tskip")), "{out}");
+}
+
 #[test]
 fn examples_render() {
     // The shipped examples: the tenant's hostile names are rejected, the rest come through.

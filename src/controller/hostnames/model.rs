@@ -39,7 +39,7 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    pub(super) fn new(kind: Kind, meta: &ObjectMeta) -> Self {
+    pub fn new(kind: Kind, meta: &ObjectMeta) -> Self {
         Self {
             kind,
             namespace: namespace(meta).to_string(),
