@@ -1033,7 +1033,10 @@ const TYPOS: &[(&[&str], Refusal)] = &[
     // The binary's name for the mode the chart runs as a DaemonSet points to its key.
     (
         &["controller.mode=etc-hosts"],
-        Message(&["controller.mode=etc-hosts", "set etcHosts.enabled=true instead"]),
+        Message(&[
+            "controller.mode=etc-hosts",
+            "set etcHosts.enabled=true instead",
+        ]),
     ),
     (&["controller.resync=10"], Schema("resync")),
     (&["controller.resync=ten minutes"], Schema("resync")),
