@@ -348,6 +348,10 @@ enum Note {
         hosts: usize,
         ingresses: Vec<String>,
     },
+    /// Without a class filter or a target by class, the classes of the Ingresses that gave
+    /// hostnames, when more than one: they all go to the default proxy, which may not serve
+    /// them all (the controller does the same).
+    Classes { classes: Vec<String> },
     /// Objects left out whole by a filter (`Exclusion`), by reason.
     Excluded { why: String, objects: usize },
 }
@@ -378,6 +382,14 @@ impl Note {
                  (the default) does not read: add --ingress-hosts all to hairpin them \
                  (plain-HTTP names, such as cert-manager's HTTP-01 solver's)",
                 ingresses.len()
+            ),
+            Note::Classes { classes } => tracing::info!(
+                classes = classes.join(","),
+                "Ingresses of {} classes ({}) all go to the default proxy: if another ingress \
+                 controller serves some of them, set --ingress-class, --ingress-class-controller \
+                 or a --target per class",
+                classes.len(),
+                classes.join(", ")
             ),
             Note::Excluded { why, objects } => {
                 tracing::info!(objects, why, "{objects} objects left out: {why}")
@@ -446,6 +458,28 @@ fn notes(
             out.push(Note::RuleHosts { hosts, ingresses });
         }
     }
+    if !filters.reads_ingress_classes() {
+        use hostnames::class::{default_ingress_class, ingress_class};
+        let ingress_classes: Vec<_> = objects.ingress_classes.iter().collect();
+        let default_class = default_ingress_class(&ingress_classes);
+        let used = used.get(&Kind::Ingress);
+        let classes: BTreeSet<String> = (objects.ingresses.iter())
+            .filter(|i| {
+                let name = hostnames::model::ObjectRef::new(Kind::Ingress, &i.metadata);
+                used.is_some_and(|u| u.contains(&name))
+            })
+            .map(|i| {
+                ingress_class(i, default_class)
+                    .unwrap_or("(none)")
+                    .to_string()
+            })
+            .collect();
+        if classes.len() > 1 {
+            out.push(Note::Classes {
+                classes: classes.into_iter().collect(),
+            });
+        }
+    }
     let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
     for e in &desired.excluded {
         *excluded.entry(e.why.to_string()).or_default() += 1;
@@ -494,6 +528,9 @@ mod tests {
         const SOLVER: &str =
             "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: s, namespace: n}\n\
             spec:\n  rules: [{host: acme.example.com}]\n";
+        const OTHER: &str =
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: t, namespace: n}\n\
+            spec:\n  ingressClassName: traefik\n  tls: [{hosts: [t.example.com]}]\n";
         const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n\
             spec:\n  gatewayClassName: eg\n  listeners: [{name: h, port: 443, protocol: HTTPS, hostname: g.example.com}]\n";
         let all = Filters {
@@ -526,6 +563,20 @@ mod tests {
                 ],
             ),
             (vec![INGRESS, SOLVER], all, vec![read(Kind::Ingress, 2, 2)]),
+            (
+                vec![INGRESS, OTHER],
+                Filters::default(),
+                vec![
+                    read(Kind::Ingress, 2, 2),
+                    Note::RuleHosts {
+                        hosts: 1,
+                        ingresses: vec!["n/a".into()],
+                    },
+                    Note::Classes {
+                        classes: vec!["(none)".into(), "traefik".into()],
+                    },
+                ],
+            ),
             (vec![GATEWAY], gateway_api, vec![read(Kind::Gateway, 1, 1)]),
             (
                 vec![INGRESS],

@@ -680,8 +680,29 @@ fn render_says_what_it_read_and_what_it_used() {
         ),
         "{stderr}"
     );
+    // Without a class filter every class goes to the default proxy: said, with the classes.
+    assert!(
+        stderr.contains("Ingresses of 2 classes (internal, nginx) all go to the default proxy"),
+        "{stderr}"
+    );
     // Info lines, not warnings: nothing is wrong.
     assert_eq!(stderr.matches("WARN").count(), 0, "{stderr}");
+    let out = render(&[
+        "coredns",
+        "--corefile",
+        "examples/Corefile",
+        IP,
+        "--ingress-class",
+        "nginx",
+        &e,
+    ]);
+    assert!(!out.stderr.contains("classes ("), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("1 objects left out: ingress class \"internal\" is filtered out"),
+        "{}",
+        out.stderr
+    );
     let out = render(&[
         "coredns",
         "--corefile",
