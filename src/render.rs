@@ -348,9 +348,7 @@ enum Note {
         hosts: usize,
         ingresses: Vec<String>,
     },
-    /// Without a class filter or a target by class, the classes of the Ingresses that gave
-    /// hostnames, when more than one: they all go to the default proxy, which may not serve
-    /// them all (the controller does the same).
+    /// `Desired::unfiltered_classes`: several Ingress classes, all to the default proxy.
     Classes { classes: Vec<String> },
     /// Objects left out whole by a filter (`Exclusion`), by reason.
     Excluded { why: String, objects: usize },
@@ -385,11 +383,8 @@ impl Note {
             ),
             Note::Classes { classes } => tracing::info!(
                 classes = classes.join(","),
-                "Ingresses of {} classes ({}) all go to the default proxy: if another ingress \
-                 controller serves some of them, set --ingress-class, --ingress-class-controller \
-                 or a --target per class",
-                classes.len(),
-                classes.join(", ")
+                "{}",
+                hostnames::model::unfiltered_classes_message(classes)
             ),
             Note::Excluded { why, objects } => {
                 tracing::info!(objects, why, "{objects} objects left out: {why}")
@@ -458,27 +453,10 @@ fn notes(
             out.push(Note::RuleHosts { hosts, ingresses });
         }
     }
-    if !filters.reads_ingress_classes() {
-        use hostnames::class::{default_ingress_class, ingress_class};
-        let ingress_classes: Vec<_> = objects.ingress_classes.iter().collect();
-        let default_class = default_ingress_class(&ingress_classes);
-        let used = used.get(&Kind::Ingress);
-        let classes: BTreeSet<String> = (objects.ingresses.iter())
-            .filter(|i| {
-                let name = hostnames::model::ObjectRef::new(Kind::Ingress, &i.metadata);
-                used.is_some_and(|u| u.contains(&name))
-            })
-            .map(|i| {
-                ingress_class(i, default_class)
-                    .unwrap_or("(none)")
-                    .to_string()
-            })
-            .collect();
-        if classes.len() > 1 {
-            out.push(Note::Classes {
-                classes: classes.into_iter().collect(),
-            });
-        }
+    if !desired.unfiltered_classes.is_empty() {
+        out.push(Note::Classes {
+            classes: desired.unfiltered_classes.clone(),
+        });
     }
     let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
     for e in &desired.excluded {
