@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::runtime;
 use crate::telemetry::{self, LogArgs};
+use crate::variables;
 
 use crate::flags::{UsageError, EXIT_USAGE};
 
@@ -19,7 +20,11 @@ use crate::flags::{UsageError, EXIT_USAGE};
     about = "Keeps client IPs intact across a Kubernetes cluster's traffic paths",
     long_about = "Keeps client IPs intact across a Kubernetes cluster's traffic paths.\n\n\
         Every flag can also be set with the environment variable shown in its help; \
-        a flag overrides its variable, which overrides the default."
+        a flag overrides its variable, which overrides the default.",
+    // Every flag's variable by one rule (see `variables`): the derives' `env` names are the
+    // old ones, still read as aliases.
+    mut_subcommands = crate::variables::name_variables,
+    mut_subcommands = short_help
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -48,11 +53,88 @@ pub enum Command {
     Cleanup(crate::cleanup::CleanupArgs),
 }
 
+/// `-h` is a summary, `--help` everything: each flag's help is cut to its first sentence (and
+/// the `[default: ...]` its text gives), the whole text staying its long help. Most flags'
+/// doc comments are one paragraph, which clap shows whole under `-h` too: `controller -h`
+/// was as long as `--help`, one line per flag of up to 600 characters.
+fn short_help(cmd: clap::Command) -> clap::Command {
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let mut cmd = cmd.mut_args(|arg| {
+        if arg.get_long_help().is_some() {
+            return arg;
+        }
+        let Some(help) = arg.get_help().map(ToString::to_string) else {
+            return arg;
+        };
+        match first_sentence(&help) {
+            Some(short) => arg.help(short).long_help(help),
+            None => arg,
+        }
+    });
+    for sub in subs {
+        cmd = cmd.mut_subcommand(&sub, short_help);
+    }
+    cmd
+}
+
+/// The first clause of a flag's help without its parentheses, with the `[default: ...]` the
+/// rest gives, or `None` when that is the whole help. A clause ends at a period or semicolon
+/// before a space, not in `e.g.` or `i.e.`, nor inside parentheses, brackets or backticks.
+fn first_sentence(help: &str) -> Option<String> {
+    // Where the first clause ends.
+    let (mut depth, mut code, mut end) = (0i32, false, help.len());
+    for (i, c) in help.char_indices() {
+        match c {
+            '`' => code = !code,
+            '(' | '[' if !code => depth += 1,
+            ')' | ']' if !code => depth -= 1,
+            '.' | ';' if depth == 0 && !code && help[i + 1..].starts_with(' ') => {
+                let before = &help[..i];
+                if !(before.ends_with("e.g") || before.ends_with("i.e")) {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    // That clause without its parentheses (the brackets, `[default: ...]`, stay).
+    let (mut depth, mut code, mut short) = (0i32, false, String::new());
+    for c in help[..end].chars() {
+        match c {
+            '`' => code = !code,
+            '(' if !code => depth += 1,
+            ')' if !code && depth > 0 => {
+                depth -= 1;
+                continue;
+            }
+            _ => {}
+        }
+        if depth == 0 {
+            short.push(c);
+        }
+    }
+    let mut short = short.split_whitespace().collect::<Vec<_>>().join(" ");
+    short = short.replace(" ,", ",").replace(" :", ":");
+    if let Some(at) = help[end..].find("[default: ") {
+        let default = &help[end + at..];
+        let close = default.find(']').map_or(default.len(), |e| e + 1);
+        short = format!("{short} {}", &default[..close]);
+    }
+    let short = short.trim_end_matches('.').to_string();
+    (short != help.trim_end_matches('.')).then_some(short)
+}
+
 /// The command line as parsed: `Cli`'s, with every command's usage line fixed to the one its
 /// `--help` prints. clap's usage after a usage error lists the flags that were given as if they
 /// were required (`render etc-hosts --hosts-file <FILE> --proxy-ip <IP> --target <SPEC> ...`
 /// when only `--hosts-file` is), which reads as three required flags.
-fn command() -> clap::Command {
+///
+/// `read_old`: the flags whose variable is read under its old name (`variables::read_old`).
+fn command(read_old: &[&variables::Rename]) -> clap::Command {
     use clap::CommandFactory;
     fn fix(cmd: &mut clap::Command) {
         let usage = cmd.render_usage().to_string();
@@ -62,20 +144,83 @@ fn command() -> clap::Command {
             fix(sub);
         }
     }
-    let mut cmd = Cli::command();
+    let mut cmd = variables::read_old(Cli::command(), read_old);
     cmd.build();
     fix(&mut cmd);
     cmd
 }
 
+/// The subcommands as their derives declare them, before `variables::name_variables`: the
+/// `env` names written there, which are the variables' old names where the rule differs.
+fn declared() -> clap::Command {
+    <Command as Subcommand>::augment_subcommands(clap::Command::new("ouroboros"))
+}
+
+/// The old names of the variables of the command `argv` runs that are set, each once, and
+/// those of them to read (their new name is not set).
+fn old_names_set(
+    argv: &[String],
+    is_set: impl Fn(&str) -> bool,
+) -> (Vec<variables::Rename>, Vec<variables::Rename>) {
+    use clap::CommandFactory;
+    let renames = variables::renames(&declared(), &Cli::command());
+    let path = invoked_path(&Cli::command(), argv);
+    let set: Vec<variables::Rename> = variables::in_use(&renames, &path, &is_set)
+        .into_iter()
+        .cloned()
+        .collect();
+    let read = set.iter().filter(|r| !is_set(&r.new)).cloned().collect();
+    (set, read)
+}
+
+/// Warns once per old variable name that is set (several flags of a command may share one:
+/// `doctor client-ip` reads `doctor`'s `--kubeconfig` too).
+fn warn_old_names(set: &[variables::Rename]) {
+    let mut warned = BTreeSet::new();
+    for r in set {
+        if !warned.insert(r.old.as_str()) {
+            continue;
+        }
+        if std::env::var_os(&r.new).is_some() {
+            tracing::warn!(
+                variable = r.old,
+                instead = r.new,
+                "a variable's old name is set beside its new one, which wins: unset the old one"
+            );
+        } else {
+            tracing::warn!(
+                variable = r.old,
+                instead = r.new,
+                "a variable's old name is set: it is still read, but set the one named `instead`"
+            );
+        }
+    }
+}
+
+/// The subcommands `argv` runs, from the top (`["doctor", "client-ip"]`).
+fn invoked_path(cli: &clap::Command, argv: &[String]) -> Vec<String> {
+    let mut path: Vec<String> = Vec::new();
+    let mut cmd = cli;
+    for a in argv.iter().skip(1) {
+        if let Some(sub) = cmd.find_subcommand(a.as_str()) {
+            path.push(sub.get_name().to_string());
+            cmd = sub;
+        }
+    }
+    path
+}
+
 /// Entry point behind `main.rs`.
 pub fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    let (old_set, old_read) = old_names_set(&argv, |k| std::env::var_os(k).is_some());
+    let old_read: Vec<&variables::Rename> = old_read.iter().collect();
     let from_env = || {
-        use clap::CommandFactory;
-        env_sourced(&Cli::command(), &argv, |k| std::env::var_os(k).is_some())
+        env_sourced(&command(&old_read), &argv, |k| {
+            std::env::var_os(k).is_some()
+        })
     };
-    let parsed = command()
+    let parsed = command(&old_read)
         .try_get_matches()
         .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
     let cli = match parsed {
@@ -102,6 +247,7 @@ pub fn main() -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     warn_unread_variables();
+    warn_old_names(&old_set);
     // A one-shot command run by hand ends with a plain `error:` line, as its usage errors do;
     // the long-running ones (and any asked for JSON logs) end with a structured log line.
     let plain = cli.log.log_format == telemetry::LogFormat::Text
@@ -241,6 +387,11 @@ fn unread_variables(
     }
     let mut read = BTreeSet::new();
     known(cli, &mut read);
+    read.extend(
+        variables::renames(&declared(), cli)
+            .into_iter()
+            .map(|r| r.old),
+    );
     let mut unread: Vec<String> = set
         .filter(|v| v.starts_with("OUROBOROS_"))
         .filter(|v| !read.contains(v) && !TOOLING_VARIABLES.contains(&v.as_str()))
@@ -308,7 +459,7 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
-        command().debug_assert();
+        command(&[]).debug_assert();
     }
 
     /// After a missing required flag, the usage line is the command's own, not one that lists
@@ -325,14 +476,14 @@ mod tests {
             "json",
             "a.yaml",
         ];
-        let e = command().try_get_matches_from(argv).unwrap_err();
+        let e = command(&[]).try_get_matches_from(argv).unwrap_err();
         let text = e.render().to_string();
         let usage = text.lines().find(|l| l.starts_with("Usage:")).unwrap();
         assert_eq!(
             usage, "Usage: ouroboros render etc-hosts [OPTIONS] --hosts-file <FILE> [MANIFEST]...",
             "{text}"
         );
-        let help = command()
+        let help = command(&[])
             .try_get_matches_from(["ouroboros", "render", "etc-hosts", "--help"])
             .unwrap_err()
             .render()
@@ -426,6 +577,220 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Every flag of every subcommand reads `OUROBOROS_<COMMAND>_<FLAG>`: doctor, cleanup and
+    /// render read their own, not the controller's; the probe's flags carry the command's name.
+    #[test]
+    fn every_flag_reads_its_commands_variable() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, prefix: &str, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if ["help", "version"].contains(&long) {
+                    continue;
+                }
+                let want = variables::variable(prefix, long);
+                let got = arg.get_env().and_then(|e| e.to_str());
+                if got != Some(want.as_str()) {
+                    bad.push(format!("{prefix} --{long}: {got:?}, not {want}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                // `render`'s subcommands are its output forms, `doctor client-ip` a command.
+                let prefix = match cmd.get_name() {
+                    "render" => prefix.to_string(),
+                    _ => variables::variable(prefix, sub.get_name()),
+                };
+                walk(sub, &prefix, bad);
+            }
+        }
+        let mut bad = Vec::new();
+        for sub in Cli::command().get_subcommands() {
+            walk(
+                sub,
+                &variables::variable("OUROBOROS", sub.get_name()),
+                &mut bad,
+            );
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+        // What was renamed is still read under its old name, for that command only.
+        let renames = variables::renames(&declared(), &Cli::command());
+        let old_of = |path: &[&str], new: &str| {
+            renames
+                .iter()
+                .find(|r| r.path == path && r.new == new)
+                .map(|r| r.old.as_str())
+        };
+        for (path, new, old) in [
+            (
+                &["doctor"][..],
+                "OUROBOROS_DOCTOR_MODE",
+                Some("OUROBOROS_CONTROLLER_MODE"),
+            ),
+            (
+                &["cleanup"],
+                "OUROBOROS_CLEANUP_DRY_RUN",
+                Some("OUROBOROS_CONTROLLER_DRY_RUN"),
+            ),
+            (
+                &["controller"],
+                "OUROBOROS_CONTROLLER_PROBE_TIMEOUT",
+                Some("OUROBOROS_PROBE_TIMEOUT"),
+            ),
+            (
+                &["render", "coredns"],
+                "OUROBOROS_RENDER_PROXY_IP",
+                Some("OUROBOROS_CONTROLLER_PROXY_IP"),
+            ),
+            (&["controller"], "OUROBOROS_CONTROLLER_MODE", None),
+            (&["render", "coredns"], "OUROBOROS_RENDER_COREFILE", None),
+        ] {
+            assert_eq!(old_of(path, new), old, "{path:?} {new}");
+        }
+    }
+
+    #[test]
+    fn the_short_help_is_the_first_sentence() {
+        for (help, want) in [
+            ("One sentence only", None),
+            ("Kubeconfig file [default: a. b]", None),
+            ("First. Second.", Some("First")),
+            ("First; second", Some("First")),
+            (
+                "Use e.g. `a. b` (see x. y) here. More text [default: 5s].",
+                Some("Use e.g. `a. b` here [default: 5s]"),
+            ),
+            (
+                "Kubeconfig (a file) [default: x]",
+                Some("Kubeconfig [default: x]"),
+            ),
+        ] {
+            assert_eq!(first_sentence(help).as_deref(), want, "{help}");
+        }
+    }
+
+    /// `controller -h` is a summary, one short line per flag; `--help` keeps every word.
+    #[test]
+    fn dash_h_is_a_summary_and_dash_dash_help_the_whole_text() {
+        let render = |flag: &str| {
+            command(&[])
+                .try_get_matches_from(["ouroboros", "controller", flag])
+                .unwrap_err()
+                .render()
+                .to_string()
+        };
+        let (short, long) = (render("-h"), render("--help"));
+        assert!(!short.contains("docs/coredns-answers.md"), "{short}");
+        assert!(long.contains("docs/coredns-answers.md"), "{long}");
+        // Every flag of every command: its `-h` text is one clause, its `--help` text whole.
+        fn walk(cmd: &clap::Command, long: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let short = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                if short.len() > 300 {
+                    long.push(format!(
+                        "{} --{:?}: {short}",
+                        cmd.get_name(),
+                        arg.get_long()
+                    ));
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, long));
+        }
+        let mut too_long = Vec::new();
+        walk(&command(&[]), &mut too_long);
+        assert!(too_long.is_empty(), "{}", too_long.join("\n"));
+    }
+
+    /// A flag shared with the controller reads right in cleanup, doctor and render: no help there
+    /// speaks of publishing or of syncs, which only the controller does.
+    #[test]
+    fn shared_flags_help_fits_every_command() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string());
+                let help = help.unwrap_or_default();
+                for phrase in ["Where to publish", "each sync would"] {
+                    if help.contains(phrase) {
+                        bad.push(format!("{} --{:?}: {help}", cmd.get_name(), arg.get_long()));
+                    }
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, bad));
+        }
+        let mut bad = Vec::new();
+        let cli = Cli::command();
+        for name in ["cleanup", "doctor", "render"] {
+            walk(cli.find_subcommand(name).unwrap(), &mut bad);
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    /// A help that names some of its flag's values in backticks names them all (the help of
+    /// `--coredns-answer` left out `view`).
+    #[test]
+    fn a_help_naming_values_names_every_value() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string());
+                let help = help.unwrap_or_default();
+                let values: Vec<String> = arg
+                    .get_possible_values()
+                    .iter()
+                    .filter(|v| !v.is_hide_set())
+                    .map(|v| format!("`{}`", v.get_name()))
+                    .collect();
+                let named = values.iter().filter(|v| help.contains(v.as_str())).count();
+                if named > 0 && named < values.len() {
+                    bad.push(format!(
+                        "{} --{:?}: {values:?} in {help}",
+                        cmd.get_name(),
+                        arg.get_long()
+                    ));
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, bad));
+        }
+        let mut bad = Vec::new();
+        walk(&Cli::command(), &mut bad);
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    /// Each old name set is warned about once per run, and read only when its new name is not set.
+    #[test]
+    fn old_names_set_are_read_unless_the_new_one_is() {
+        let argv = |a: &str| -> Vec<String> { a.split(' ').map(String::from).collect() };
+        let set = [
+            "OUROBOROS_CONTROLLER_KUBECONFIG",
+            "OUROBOROS_CONTROLLER_MODE",
+            "OUROBOROS_DOCTOR_MODE",
+        ];
+        let (warned, read) = old_names_set(&argv("ouroboros doctor client-ip --host x"), |k| {
+            set.contains(&k)
+        });
+        let olds =
+            |v: &[variables::Rename]| v.iter().map(|r| r.old.clone()).collect::<BTreeSet<_>>();
+        assert_eq!(
+            olds(&warned),
+            BTreeSet::from([
+                "OUROBOROS_CONTROLLER_KUBECONFIG".to_string(),
+                "OUROBOROS_CONTROLLER_MODE".into()
+            ])
+        );
+        assert_eq!(
+            olds(&read),
+            BTreeSet::from(["OUROBOROS_CONTROLLER_KUBECONFIG".to_string()])
+        );
+        let (warned, _) = old_names_set(&argv("ouroboros controller"), |k| set.contains(&k));
+        assert!(warned.is_empty(), "{warned:?}");
+    }
+
     #[test]
     fn doctor_json_is_read_from_the_raw_arguments() {
         let argv = |a: &str| -> Vec<String> { a.split(' ').map(String::from).collect() };
@@ -461,6 +826,7 @@ mod tests {
         let argv = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
         let set = [
             "OUROBOROS_CONTROLLER_PROXY_IP",
+            "OUROBOROS_RENDER_PROXY_IP",
             "OUROBOROS_LOG_LEVEL",
             "OUROBOROS_PROXY_LISTEN",
         ];

@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | `cli` | the subcommands and dispatch; imported only by `main.rs` |
 //! | `flags` | flag types every subcommand shares (usage errors, durations, listen addresses) |
+//! | `variables` | PURE: the `OUROBOROS_*` variable of every flag, by one rule, and the old names still read |
 //! | `listen` | the listen-address grammar and dual-stack bind (relay, admin, whoami) |
 //! | `dns_name` | PURE: the DNS name rules (labels, subdomains, host names) every check shares |
 //! | `hostname` | PURE: `Hostname` and the policy of what may be hairpinned |
@@ -70,4 +71,5 @@ pub mod target;
 pub mod telemetry;
 #[cfg(test)]
 mod test_api;
+pub mod variables;
 pub mod whoami;

@@ -11,6 +11,7 @@ const PURE: &[&str] = &[
     "dns_name.rs",
     "hostname.rs",
     "target.rs",
+    "variables.rs",
     "proxy_protocol/",
     "dns/mod.rs",
     "dns/answer.rs",

@@ -78,6 +78,14 @@ pub struct Input {
     #[command(flatten)]
     pub hostnames: HostnameArgs,
 
+    /// Print each hairpinned name with its proxy target and answer (`relay`, `direct` or
+    /// `skip`), one per line, tab-separated, instead of the configuration; the file the mode
+    /// edits is not read.
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true,
+        value_parser = clap::builder::BoolishValueParser::new(), default_missing_value = "true",
+        action = clap::ArgAction::Set)]
+    pub list: bool,
+
     /// Manifest files, directories, or `-` for stdin.
     #[arg(value_name = "MANIFEST")]
     pub manifests: Vec<PathBuf>,
@@ -98,6 +106,10 @@ impl<R: RenderMode> Rendered<R> {
     fn render(&self) -> anyhow::Result<String> {
         self.mode.check()?;
         let edits = self.mode.edits();
+        if self.input.list {
+            one_stdin(&self.input, None)?;
+            return Ok(list(&select_hosts(&self.input)?));
+        }
         one_stdin(&self.input, edits.as_ref().map(|(file, _)| *file))?;
         let edited = match edits {
             Some((file, what)) => read_input(file, what)?,
@@ -153,6 +165,9 @@ fn select_hosts(input: &Input) -> anyhow::Result<Placed> {
     let manifests = Manifests::read(&input.manifests)?;
     let read = started.elapsed();
     let desired = hostnames::desired(&manifests.sources(), &filters, &policy);
+    for note in notes(&manifests, &filters, &desired) {
+        note.log();
+    }
     if desired.hosts.is_empty() {
         // What the output is then used for removes what the controller wrote: say so.
         tracing::warn!(
@@ -291,6 +306,170 @@ fn routes(
     Ok(out)
 }
 
+/// `--list`: each name, its target and its answer, tab-separated, sorted by name.
+fn list(placed: &Placed) -> String {
+    let mut out = String::new();
+    for h in &placed.plan.hosts {
+        let target = placed
+            .plan
+            .placed
+            .get(h)
+            .copied()
+            .unwrap_or(target::Target::Default);
+        let route = placed
+            .answers
+            .iter()
+            .find(|(rule, _)| rule.target == target)
+            .map_or("relay", |(_, route)| route.as_str());
+        out.push_str(&format!("{h}\t{}\t{route}\n", target.name(&placed.targets)));
+    }
+    out
+}
+
+/// What render says on stderr about what it read: how many objects of each kind, how many gave
+/// a hostname, and for those left out by a flag's default, the flag that reads them.
+#[derive(Debug, PartialEq, Eq)]
+enum Note {
+    /// Objects of a source kind read, and those that gave at least one hostname.
+    Read {
+        kind: Kind,
+        read: usize,
+        used: usize,
+    },
+    /// Objects of the opt-in kinds of one flag, read from the manifests but not used without
+    /// it: how many of each kind.
+    NotOptedIn {
+        flag: &'static str,
+        kinds: Vec<(Kind, usize)>,
+    },
+    /// Hosts only in the `spec.rules` of Ingresses (not in their `spec.tls`), which
+    /// `--ingress-hosts tls` does not read: how many, and the Ingresses (`namespace/name`).
+    RuleHosts {
+        hosts: usize,
+        ingresses: Vec<String>,
+    },
+    /// `Desired::unfiltered_classes`: several Ingress classes, all to the default proxy.
+    Classes { classes: Vec<String> },
+    /// Objects left out whole by a filter (`Exclusion`), by reason.
+    Excluded { why: String, objects: usize },
+}
+
+impl Note {
+    fn log(&self) {
+        match self {
+            Note::Read { kind, read, used } => tracing::info!(
+                kind = %kind,
+                read,
+                used,
+                "read {read} {kind}: {used} gave hostnames"
+            ),
+            Note::NotOptedIn { flag, kinds } => {
+                let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                let list = list.join(", ");
+                tracing::info!(
+                    objects = list,
+                    flag,
+                    "read {list} but used none: add {flag} to hairpin their hostnames"
+                );
+            }
+            Note::RuleHosts { hosts, ingresses } => tracing::info!(
+                hosts,
+                ingresses = ingresses.join(","),
+                flag = "--ingress-hosts all",
+                "{hosts} hosts only in the spec.rules of {} Ingress, which --ingress-hosts tls \
+                 (the default) does not read: add --ingress-hosts all to hairpin them \
+                 (plain-HTTP names, such as cert-manager's HTTP-01 solver's)",
+                ingresses.len()
+            ),
+            Note::Classes { classes } => tracing::info!(
+                classes = classes.join(","),
+                "{}",
+                hostnames::model::unfiltered_classes_message(classes)
+            ),
+            Note::Excluded { why, objects } => {
+                tracing::info!(objects, why, "{objects} objects left out: {why}")
+            }
+        }
+    }
+}
+
+/// The notes, pure: from the objects read, the filters and the selection's result.
+fn notes(
+    objects: &hostnames::kinds::Objects,
+    filters: &hostnames::model::Filters,
+    desired: &hostnames::model::Desired,
+) -> Vec<Note> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut used: BTreeMap<Kind, BTreeSet<&hostnames::model::ObjectRef>> = BTreeMap::new();
+    for o in desired.origins.values().flatten() {
+        used.entry(o.kind).or_default().insert(o);
+    }
+    let mut out = Vec::new();
+    let mut not_opted_in: BTreeMap<OptIn, Vec<(Kind, usize)>> = BTreeMap::new();
+    for kind in Kind::ALL {
+        let read = objects.count(kind);
+        if read == 0 {
+            continue;
+        }
+        match kind.read_when() {
+            // IngressClasses name no host: read to place Ingresses, not counted.
+            ReadWhen::IngressClassFilter => {}
+            ReadWhen::OptIn(o) if !filters.opt_ins.has(o) => {
+                not_opted_in.entry(o).or_default().push((kind, read));
+            }
+            _ => out.push(Note::Read {
+                kind,
+                read,
+                used: used.get(&kind).map_or(0, BTreeSet::len),
+            }),
+        }
+    }
+    out.extend(not_opted_in.into_iter().map(|(o, kinds)| Note::NotOptedIn {
+        flag: o.flag(),
+        kinds,
+    }));
+    if filters.ingress_hosts == hostnames::model::IngressHosts::Tls {
+        let excluded: BTreeSet<_> = desired.excluded.iter().map(|e| &e.object).collect();
+        let (mut hosts, mut ingresses) = (0, Vec::new());
+        for i in &objects.ingresses {
+            let Some(spec) = &i.spec else { continue };
+            let name = hostnames::model::ObjectRef::new(Kind::Ingress, &i.metadata);
+            if excluded.contains(&name) {
+                continue;
+            }
+            let tls: BTreeSet<&str> = (spec.tls.iter().flatten())
+                .flat_map(|t| t.hosts.iter().flatten().map(String::as_str))
+                .collect();
+            let rules: BTreeSet<&str> = (spec.rules.iter().flatten())
+                .filter_map(|r| r.host.as_deref())
+                .filter(|h| !tls.contains(h))
+                .collect();
+            if !rules.is_empty() {
+                hosts += rules.len();
+                ingresses.push(format!("{}/{}", name.namespace, name.name));
+            }
+        }
+        if hosts > 0 {
+            out.push(Note::RuleHosts { hosts, ingresses });
+        }
+    }
+    if !desired.unfiltered_classes.is_empty() {
+        out.push(Note::Classes {
+            classes: desired.unfiltered_classes.clone(),
+        });
+    }
+    let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &desired.excluded {
+        *excluded.entry(e.why.to_string()).or_default() += 1;
+    }
+    out.extend(
+        excluded
+            .into_iter()
+            .map(|(why, objects)| Note::Excluded { why, objects }),
+    );
+    out
+}
+
 fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
@@ -313,6 +492,92 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         render: RenderArgs,
+    }
+
+    /// What render says it read and used, from manifests: per kind, the opt-in kinds with the
+    /// flag that reads them, rule hosts `--ingress-hosts tls` leaves out, filtered objects.
+    #[test]
+    fn notes_say_what_was_read_and_what_would_use_the_rest() {
+        use crate::controller::hostnames::model::{Filters, IngressHosts};
+        use crate::hostname::HostPolicy;
+        use crate::manifests::documents::Format;
+        const INGRESS: &str = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: a, namespace: n}\n\
+            spec:\n  tls: [{hosts: [a.example.com]}]\n  rules: [{host: a.example.com}, {host: plain.example.com}]\n";
+        const SOLVER: &str =
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: s, namespace: n}\n\
+            spec:\n  rules: [{host: acme.example.com}]\n";
+        const OTHER: &str =
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: t, namespace: n}\n\
+            spec:\n  ingressClassName: traefik\n  tls: [{hosts: [t.example.com]}]\n";
+        const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n\
+            spec:\n  gatewayClassName: eg\n  listeners: [{name: h, port: 443, protocol: HTTPS, hostname: g.example.com}]\n";
+        let all = Filters {
+            ingress_hosts: IngressHosts::All,
+            ..Filters::default()
+        };
+        let gateway_api = Filters {
+            opt_ins: hostnames::kinds::OptIns::GATEWAY_API,
+            ..Filters::default()
+        };
+        let nginx = Filters {
+            ingress_class: Some("nginx".into()),
+            ..Filters::default()
+        };
+        let read = |kind, read, used| Note::Read { kind, read, used };
+        for (docs, filters, want) in [
+            (
+                vec![INGRESS, SOLVER, GATEWAY],
+                Filters::default(),
+                vec![
+                    read(Kind::Ingress, 2, 1),
+                    Note::NotOptedIn {
+                        flag: "--gateway-api",
+                        kinds: vec![(Kind::Gateway, 1)],
+                    },
+                    Note::RuleHosts {
+                        hosts: 2,
+                        ingresses: vec!["n/a".into(), "n/s".into()],
+                    },
+                ],
+            ),
+            (vec![INGRESS, SOLVER], all, vec![read(Kind::Ingress, 2, 2)]),
+            (
+                vec![INGRESS, OTHER],
+                Filters::default(),
+                vec![
+                    read(Kind::Ingress, 2, 2),
+                    Note::RuleHosts {
+                        hosts: 1,
+                        ingresses: vec!["n/a".into()],
+                    },
+                    Note::Classes {
+                        classes: vec!["(none)".into(), "traefik".into()],
+                    },
+                ],
+            ),
+            (vec![GATEWAY], gateway_api, vec![read(Kind::Gateway, 1, 1)]),
+            (
+                vec![INGRESS],
+                nginx,
+                vec![
+                    read(Kind::Ingress, 1, 0),
+                    Note::Excluded {
+                        why:
+                            "no ingress class (and no single default IngressClass) under the filter"
+                                .into(),
+                        objects: 1,
+                    },
+                ],
+            ),
+        ] {
+            let mut m = Manifests::default();
+            for d in &docs {
+                m.add_text(d, Format::Yaml).unwrap();
+            }
+            let policy = HostPolicy::new("cluster.local", &[], &[]);
+            let desired = hostnames::desired(&m.sources(), &filters, &policy);
+            assert_eq!(notes(&m, &filters, &desired), want, "{docs:?}");
+        }
     }
 
     /// One subcommand per mode of the table, named as its `--mode` value, in the table's order,

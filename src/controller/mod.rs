@@ -705,6 +705,8 @@ struct ControllerHooks {
     guard: Policy,
     /// Where a held write's Event goes: the Corefile's ConfigMap, else the controller's Pod.
     guard_object: k8s_openapi::api::core::v1::ObjectReference,
+    /// `Desired::unfiltered_classes` last warned about: warned again only when they change.
+    classes_warned: Vec<String>,
 }
 
 /// The message of a write held by the removal guard: the same for the same removal, so that
@@ -749,6 +751,7 @@ impl ControllerHooks {
         let target = (args.dns.shared.mode.spec().edits_corefile())
             .then(|| configmap_object(&args.dns.coredns.target()));
         Self {
+            classes_warned: Vec::new(),
             guard: args.removal_guard.policy(),
             guard_object: target
                 .as_ref()
@@ -823,6 +826,16 @@ impl sync::Hooks for ControllerHooks {
         );
         if !leader {
             return;
+        }
+        if d.unfiltered_classes != self.classes_warned {
+            if !d.unfiltered_classes.is_empty() {
+                tracing::warn!(
+                    classes = d.unfiltered_classes.join(","),
+                    "{}",
+                    hostnames::model::unfiltered_classes_message(&d.unfiltered_classes)
+                );
+            }
+            self.classes_warned.clone_from(&d.unfiltered_classes);
         }
         for r in self.reported.fresh(&d.rejected, events::rejection_key) {
             tracing::warn!(

@@ -74,7 +74,7 @@ pub struct SharedArgs {
     )]
     pub api_timeout: std::time::Duration,
 
-    /// Write nothing: log the change each sync would make.
+    /// Write nothing: log what would be written or removed (the controller: at each sync).
     #[arg(
         long,
         env = "OUROBOROS_CONTROLLER_DRY_RUN",
@@ -89,7 +89,8 @@ pub struct SharedArgs {
     pub dry_run: bool,
 
     /// coredns, coredns-import: how the block answers. `template` (A/AAAA only, with the proxy
-    /// Service's ClusterIPs) works on every CoreDNS from 1.7; `rewrite` (a name target,
+    /// Service's ClusterIPs) works on every CoreDNS from 1.7; `view` (the same answers from
+    /// server blocks, for thousands of names; coredns mode, CoreDNS 1.10+); `rewrite` (a name target,
     /// --proxy-fqdn) hijacks every query type for the host and its wildcard lines need CoreDNS
     /// 1.8.4 or later (docs/coredns-answers.md).
     #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]

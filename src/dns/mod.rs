@@ -51,8 +51,9 @@ macro_rules! mode_enum {
         }
 
         /// The help of `--mode`: every value, in the table's order (no final period, as clap leaves
-        /// none after a one-line doc comment).
-        pub const MODE_HELP: &str = concat!("Where to publish the names: ", or_list!($($value),*));
+        /// none after a one-line doc comment). Worded for every command that takes it: the
+        /// controller writes there, cleanup removes from there, doctor checks there.
+        pub const MODE_HELP: &str = concat!("Where the names are published: ", or_list!($($value),*));
     };
 }
 
@@ -180,7 +181,7 @@ mod tests {
         let names: Vec<&str> = Mode::value_variants().iter().map(|m| m.name()).collect();
         let (last, rest) = names.split_last().unwrap();
         let list = format!("{} or {last}", rest.join(", "));
-        assert_eq!(MODE_HELP, format!("Where to publish the names: {list}"));
+        assert_eq!(MODE_HELP, format!("Where the names are published: {list}"));
     }
 
     #[test]

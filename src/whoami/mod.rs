@@ -26,14 +26,21 @@ use crate::flags::UsageError;
 use crate::proxy_protocol::decode::error::DecodeError;
 use crate::proxy_protocol::decode::header::Header;
 use crate::proxy_protocol::decode::{decode, MAX_HEADER_LEN};
+use crate::proxy_protocol::Version;
 use http::{
     body_framing, keep_alive, parse_head, response_bytes, wants_json, BodyFraming, Request,
 };
 use report::{render_json, render_text, Report};
 
-/// How to treat a PROXY-protocol header at the start of each connection.
+/// How to treat a PROXY-protocol header at the start of each connection. `v1` and `v2` are the
+/// values `proxy --proxy-protocol` and `edge --proxy-protocol` send, so one vocabulary reads the
+/// same in all three: whoami given `v2` expects what a proxy given `v2` sends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProxyMode {
+    /// Every connection must start with a valid v1 header; others (v2 included) are closed.
+    V1,
+    /// Every connection must start with a valid v2 header; others (v1 included) are closed.
+    V2,
     /// Every connection must start with a valid v1 or v2 header; others are closed.
     Required,
     /// Decode a v1 or v2 header when the connection starts with one, plain HTTP otherwise.
@@ -54,8 +61,9 @@ pub struct WhoamiArgs {
         value_name = "ADDR"
     )]
     pub listen: String,
-    /// PROXY-protocol header handling: `required` closes connections without a valid v1/v2
-    /// header, `optional` auto-detects v1, v2 or none, `off` treats every byte as HTTP.
+    /// PROXY-protocol header handling: `v1` or `v2` closes connections without a valid header
+    /// of that version (what `proxy --proxy-protocol v1|v2` sends), `required` without a valid
+    /// v1/v2 header, `optional` auto-detects v1, v2 or none, `off` treats every byte as HTTP.
     #[arg(
         long,
         env = "OUROBOROS_WHOAMI_PROXY_PROTOCOL",
@@ -290,6 +298,19 @@ async fn read_proxy_header(
     loop {
         match decode(buf) {
             Ok((header, used)) => {
+                let want = match mode {
+                    ProxyMode::V1 => Some(Version::V1),
+                    ProxyMode::V2 => Some(Version::V2),
+                    _ => None,
+                };
+                if let Some(want) = want.filter(|w| *w != header.version) {
+                    return Err(HeaderFailure::Broken(format!(
+                        "a PROXY {} header, where --proxy-protocol {} expects {}",
+                        header.version.as_str(),
+                        want.as_str(),
+                        want.as_str()
+                    )));
+                }
                 buf.drain(..used);
                 return Ok(Some(header));
             }

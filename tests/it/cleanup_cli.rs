@@ -50,8 +50,8 @@ fn etc_hosts_block_removed_then_nothing_to_do() {
     let o = cleanup(
         &[],
         &[
-            ("OUROBOROS_CONTROLLER_MODE", "etc-hosts"),
-            ("OUROBOROS_CONTROLLER_ETC_HOSTS", &p),
+            ("OUROBOROS_CLEANUP_MODE", "etc-hosts"),
+            ("OUROBOROS_CLEANUP_ETC_HOSTS", &p),
         ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

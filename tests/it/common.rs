@@ -39,7 +39,11 @@ pub fn command(subcommand: &str) -> Command {
             cmd.env_remove(k);
         }
     }
-    cmd.env("OUROBOROS_CONTROLLER_CLUSTER_DOMAIN", "cluster.local");
+    // Each command reads its own variable (`OUROBOROS_<COMMAND>_<FLAG>`).
+    if ["controller", "doctor", "render"].contains(&subcommand) {
+        let variable = format!("OUROBOROS_{}_CLUSTER_DOMAIN", subcommand.to_uppercase());
+        cmd.env(variable, "cluster.local");
+    }
     cmd
 }
 

@@ -56,7 +56,7 @@ fn bad_usage_exits_64_naming_the_flag() {
         (
             &[][..],
             &[(
-                "OUROBOROS_CONTROLLER_TARGETS",
+                "OUROBOROS_CONTROLLER_TARGET",
                 "name=a,service=x,ingress-class-controller=traefik.io/ingress-controller;\
                  name=b,service=y,ingress-class-controller=traefik.io/ingress-controller",
             )][..],
@@ -134,15 +134,15 @@ fn help_lists_every_controller_flag_and_variable() {
         ("--listen-health", "OUROBOROS_CONTROLLER_LISTEN_HEALTH"),
         (
             "--node-local-dns-namespace",
-            "OUROBOROS_NODE_LOCAL_DNS_NAMESPACE",
+            "OUROBOROS_CONTROLLER_NODE_LOCAL_DNS_NAMESPACE",
         ),
         (
             "--node-local-dns-configmap",
-            "OUROBOROS_NODE_LOCAL_DNS_CONFIGMAP",
+            "OUROBOROS_CONTROLLER_NODE_LOCAL_DNS_CONFIGMAP",
         ),
         ("--mode", "OUROBOROS_CONTROLLER_MODE"),
         ("--gateway-api", "OUROBOROS_CONTROLLER_GATEWAY_API"),
-        ("--instance", "OUROBOROS_INSTANCE"),
+        ("--instance", "OUROBOROS_CONTROLLER_INSTANCE"),
     ] {
         assert!(names(&stdout, flag), "{flag} missing");
         assert!(names(&stdout, var), "{var} missing");

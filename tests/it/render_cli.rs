@@ -117,9 +117,13 @@ fn errors_from_the_environment_name_the_variable() {
         64,
     );
     assert!(
-        stderr.contains(
-            "note: set by the environment: OUROBOROS_CONTROLLER_COREDNS_ANSWER (--coredns-answer)"
-        ),
+        stderr.contains("OUROBOROS_CONTROLLER_COREDNS_ANSWER (--coredns-answer)"),
+        "{stderr}"
+    );
+    // The remedy is in render's words: it has subcommands, no --mode.
+    assert!(
+        stderr.contains("use `render coredns` or --coredns-answer template")
+            && !stderr.contains("--mode"),
         "{stderr}"
     );
 }
@@ -129,7 +133,7 @@ fn defaults_and_env() {
     let out = ok(render_env(
         &["external-dns", &fixture("ingresses.yaml")],
         None,
-        &[("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1,2001:db8::1")],
+        &[("OUROBOROS_RENDER_PROXY_IP", "192.0.2.1,2001:db8::1")],
     ));
     let objs = endpoints(&out);
     assert_eq!(objs.len(), 4);
@@ -159,11 +163,11 @@ fn defaults_and_env() {
         ],
         None,
         &[
-            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
-            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL", "86400"),
-            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_LABEL", "a=1,b=2"),
+            ("OUROBOROS_RENDER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_RENDER_EXTERNAL_DNS_RECORD_TTL", "86400"),
+            ("OUROBOROS_RENDER_EXTERNAL_DNS_LABEL", "a=1,b=2"),
             (
-                "OUROBOROS_CONTROLLER_EXTERNAL_DNS_ANNOTATION",
+                "OUROBOROS_RENDER_EXTERNAL_DNS_ANNOTATION",
                 "note=x, y\nother=z",
             ),
         ],
@@ -174,6 +178,56 @@ fn defaults_and_env() {
     assert_eq!(o["metadata"]["labels"]["b"], "2");
     assert_eq!(o["metadata"]["annotations"]["note"], "x, y");
     assert_eq!(o["metadata"]["annotations"]["other"], "z");
+}
+
+/// The variables render read before each command had its own (the controller's) are still
+/// read, each named once in a warning with its new name; the new name wins over the old.
+#[test]
+fn old_variable_names_are_read_and_warned_once() {
+    let f = fixture("ingresses.yaml");
+    let out = render_env(
+        &["external-dns", &f],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL", "86400"),
+        ],
+    );
+    let o = &endpoints(&out.stdout)[0];
+    assert_eq!(
+        o["spec"]["endpoints"][0]["targets"],
+        serde_json::json!(["192.0.2.1"])
+    );
+    assert_eq!(o["spec"]["endpoints"][0]["recordTTL"], 86400);
+    for (old, new) in [
+        ("OUROBOROS_CONTROLLER_PROXY_IP", "OUROBOROS_RENDER_PROXY_IP"),
+        (
+            "OUROBOROS_CONTROLLER_EXTERNAL_DNS_RECORD_TTL",
+            "OUROBOROS_RENDER_EXTERNAL_DNS_RECORD_TTL",
+        ),
+    ] {
+        let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains(old)).collect();
+        assert_eq!(lines.len(), 1, "{}", out.stderr);
+        assert!(
+            lines[0].contains("WARN") && lines[0].contains(new),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = render_env(
+        &["external-dns", &f],
+        None,
+        &[
+            ("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.1"),
+            ("OUROBOROS_RENDER_PROXY_IP", "192.0.2.2"),
+        ],
+    );
+    let o = &endpoints(&out.stdout)[0];
+    assert_eq!(
+        o["spec"]["endpoints"][0]["targets"],
+        serde_json::json!(["192.0.2.2"])
+    );
+    assert!(out.stderr.contains("unset the old one"), "{}", out.stderr);
 }
 
 #[test]
@@ -605,6 +659,124 @@ fn usage_errors() {
         let stderr = fails(render(&args), 64);
         assert!(stderr.contains(want), "{args:?}: {want:?} not in {stderr}");
     }
+}
+
+/// render says on stderr what it read and what it used, per kind, and names the flag that
+/// would use the rest: the README's first command reads the Gateway-API objects of `examples/`
+/// and, without --gateway-api, uses none of them.
+#[test]
+fn render_says_what_it_read_and_what_it_used() {
+    let e = examples();
+    let out = render(&["coredns", "--corefile", "examples/Corefile", IP, &e]);
+    let stderr = &out.stderr;
+    assert_eq!(out.code, 0, "{stderr}");
+    assert!(
+        stderr.contains("read 5 Ingress: 5 gave hostnames"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "read 2 Gateway, 2 HTTPRoute, 1 GRPCRoute, 1 TLSRoute but used none: add --gateway-api"
+        ),
+        "{stderr}"
+    );
+    // Without a class filter every class goes to the default proxy: said, with the classes.
+    assert!(
+        stderr.contains("Ingresses of 2 classes (internal, nginx) all go to the default proxy"),
+        "{stderr}"
+    );
+    // Info lines, not warnings: nothing is wrong.
+    assert_eq!(stderr.matches("WARN").count(), 0, "{stderr}");
+    let out = render(&[
+        "coredns",
+        "--corefile",
+        "examples/Corefile",
+        IP,
+        "--ingress-class",
+        "nginx",
+        &e,
+    ]);
+    assert!(!out.stderr.contains("classes ("), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("1 objects left out: ingress class \"internal\" is filtered out"),
+        "{}",
+        out.stderr
+    );
+    let out = render(&[
+        "coredns",
+        "--corefile",
+        "examples/Corefile",
+        IP,
+        "--gateway-api",
+        &e,
+    ]);
+    assert!(out.stderr.contains("read 2 Gateway: "), "{}", out.stderr);
+    assert!(!out.stderr.contains("add --gateway-api"), "{}", out.stderr);
+}
+
+/// An Ingress whose hosts are only in `spec.rules` (cert-manager's HTTP-01 solver) gets the
+/// reason and the flag, not just "no hostname selected".
+#[test]
+fn an_ingress_with_rule_hosts_only_names_ingress_hosts_all() {
+    let solver = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: solver\n  \
+        namespace: team\nspec:\n  rules:\n  - host: acme.example.com\n";
+    let out = render_env(&["external-dns", IP, "-"], Some(solver), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("1 hosts only in the spec.rules of 1 Ingress")
+            && out.stderr.contains("add --ingress-hosts all")
+            && out.stderr.contains("team/solver"),
+        "{}",
+        out.stderr
+    );
+    let out = render_env(
+        &["external-dns", IP, "--ingress-hosts", "all", "-"],
+        Some(solver),
+        &[],
+    );
+    assert!(
+        !out.stderr.contains("--ingress-hosts all"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(dns_names(&ok(out)), set(&["acme.example.com"]));
+}
+
+/// `--list`: each hairpinned name with its target and answer, without reading the Corefile.
+#[test]
+fn list_prints_each_name_with_its_target_and_answer() {
+    let e = examples();
+    let out = ok(render(&[
+        "coredns",
+        "--corefile",
+        "/nonexistent",
+        IP,
+        "--list",
+        &e,
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert!(lines.contains(&"api.example.com\tdefault\trelay"), "{out}");
+    assert!(
+        lines.contains(&"*.apps.example.com\tdefault\trelay"),
+        "{out}"
+    );
+    let out = ok(render(&[
+        "etc-hosts",
+        "--hosts-file",
+        "/nonexistent",
+        IP,
+        "--target",
+        "name=gw,service=ns/gw,gateway-class=eg,proxy-ip=10.96.0.60,answer=skip",
+        "--gateway-api",
+        "--list",
+        &e,
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 12, "{out}");
+    assert!(lines.iter().any(|l| l.ends_with("\tgw\tskip")), "{out}");
 }
 
 #[test]

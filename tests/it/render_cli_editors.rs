@@ -16,9 +16,9 @@ fn render_env(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Outpu
     let mut env = env.to_vec();
     if !env
         .iter()
-        .any(|(k, _)| *k == "OUROBOROS_CONTROLLER_COREDNS_ANSWER")
+        .any(|(k, _)| *k == "OUROBOROS_RENDER_COREDNS_ANSWER")
     {
-        env.push(("OUROBOROS_CONTROLLER_COREDNS_ANSWER", "rewrite"));
+        env.push(("OUROBOROS_RENDER_COREDNS_ANSWER", "rewrite"));
     }
     common::render_env(args, stdin, &env)
 }
@@ -184,11 +184,11 @@ fn corefile_from_stdin_crlf_and_custom_proxy() {
              \t{END}\r\n}}\r\n"
         )
     );
-    // The controller's variable sets it too.
+    // Its variable sets it too.
     let out = ok(render_env(
         &["coredns", "--corefile", "-", &fixture("list.yaml")],
         Some(input),
-        &[("OUROBOROS_CONTROLLER_PROXY_FQDN", "p.ns.svc.cluster.local.")],
+        &[("OUROBOROS_RENDER_PROXY_FQDN", "p.ns.svc.cluster.local.")],
     ));
     assert!(out.contains("rewrite name list-one.example.com p.ns.svc.cluster.local.\r\n"));
     let stderr = fails(
@@ -413,7 +413,7 @@ fn hosts_file_block() {
     let env_out = ok(render_env(
         &["etc-hosts", "--hosts-file", &hosts, &fixture("list.yaml")],
         None,
-        &[("OUROBOROS_CONTROLLER_PROXY_IP", "192.0.2.9")],
+        &[("OUROBOROS_RENDER_PROXY_IP", "192.0.2.9")],
     ));
     assert!(
         env_out.contains("192.0.2.9 list-one.example.com\n"),
@@ -487,7 +487,7 @@ fn unparseable_hosts_file_fails_naming_file_and_line() {
 #[test]
 fn template_block_from_examples() {
     let (path, input) = example_corefile();
-    let env = [("OUROBOROS_CONTROLLER_COREDNS_ANSWER", "template")];
+    let env = [("OUROBOROS_RENDER_COREDNS_ANSWER", "template")];
     let out = render_env(
         &[
             "coredns",

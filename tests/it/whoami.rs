@@ -239,6 +239,52 @@ fn optional_mode_serves_plain_http() {
     }
 }
 
+/// `--proxy-protocol v1|v2` means the version, as it does for `proxy` and `edge`: whoami takes a
+/// header of that version and closes a connection with the other one, naming both.
+#[test]
+fn a_version_mode_takes_only_that_version() {
+    let header = |version: &str| {
+        let v = if version == "v1" {
+            Version::V1
+        } else {
+            Version::V2
+        };
+        let mut bytes = encode_tcp(
+            v,
+            Source("192.0.2.10:51234".parse().unwrap()),
+            Destination("203.0.113.7:443".parse().unwrap()),
+        )
+        .as_bytes()
+        .to_vec();
+        bytes.extend_from_slice(GET_JSON);
+        bytes
+    };
+    for (mode, number, other) in [("v1", 1, "v2"), ("v2", 2, "v1")] {
+        let mut w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", mode]);
+        let mut s = w.connect();
+        let v = exchange(&mut s, &header(mode))
+            .unwrap_or_else(|| panic!("{mode}: no reply"))
+            .json();
+        assert_eq!(v["proxy"]["version"], number, "{mode}: {v}");
+        assert_eq!(v["client_addr"], "192.0.2.10:51234", "{mode}: {v}");
+        let mut s = w.connect();
+        s.write_all(&header(other)).unwrap();
+        assert!(
+            closed_without_reply(&mut s),
+            "{mode}: a {other} header is refused"
+        );
+        let peer = local(&s);
+        let line = w.wait_for_log(|v| v["level"] == "WARN" && v["peer"] == peer.as_str());
+        let reason = line["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!(
+                "a PROXY {other} header, where --proxy-protocol {mode}"
+            )),
+            "{line}"
+        );
+    }
+}
+
 #[test]
 fn required_mode_rejects_a_connection_without_header() {
     let mut w = Whoami::start("127.0.0.1:0", &["--proxy-protocol", "required"]);

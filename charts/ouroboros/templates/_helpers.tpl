@@ -326,6 +326,11 @@ set to different values.
 */}}
 {{- define "ouroboros.compat" -}}
 {{- $values := .Values -}}
+{{- /* The binary's mode name, which the schema takes so that this message, not the schema's
+list of values, says where the etc-hosts mode is. */ -}}
+{{- if eq (toString $values.controller.mode) "etc-hosts" -}}
+{{- fail "controller.mode=etc-hosts: the etc-hosts mode writes each node's hosts file, so it runs as a DaemonSet, not in the controller Deployment: set etcHosts.enabled=true instead (with controller.mode empty the DaemonSet replaces the controller; with controller.mode set, both run)" -}}
+{{- end -}}
 {{- $mode := include "ouroboros.controllerMode" . -}}
 {{- range $a := include "ouroboros.aliases" . | fromYamlArray -}}
 {{- $cur := $values -}}

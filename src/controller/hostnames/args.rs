@@ -142,7 +142,7 @@ pub struct HostnameArgs {
     )]
     pub answer: AnswerPick,
 
-    /// The default target's ingress controller, for reading whether it takes the PROXY header:
+    /// The default target's ingress controller, for reading whether it takes the PROXY header.
     /// ingress-nginx, haproxy, traefik, contour, envoy-gateway, nginx-gateway-fabric or cilium
     /// (each needs --ingress-controller-config), or `probe`: read no configuration, knock on the
     /// --ingress-controller-service's ClusterIP (port 443 with a TLS hello, else 80 with HTTP)
@@ -157,7 +157,7 @@ pub struct HostnameArgs {
     pub ingress_controller_kind: Option<SourceKind>,
 
     /// The one object that says whether the default target's ingress controller takes the PROXY
-    /// header, watched by name: NAMESPACE/NAME of ingress-nginx's or HAProxy's ConfigMap,
+    /// header, watched by name. NAMESPACE/NAME of ingress-nginx's or HAProxy's ConfigMap,
     /// Cilium's `cilium-config` ConfigMap, Traefik's or Contour's Deployment
     /// (`daemonset/NAMESPACE/NAME` for a DaemonSet), an Envoy Gateway ClientTrafficPolicy or an
     /// NGINX Gateway Fabric NginxProxy (docs/targets.md). A --target takes

@@ -146,7 +146,7 @@ fn compute(
         policy,
         rules: &filters.targets,
     };
-    names.ingresses(sources, &mut out);
+    let classes = names.ingresses(sources, &mut out);
     if filters.opt_ins.gateway_api {
         let gateways = names.gateways(sources, &mut out);
         names.routes(&sources.http_routes, &gateways, &mut out);
@@ -167,7 +167,14 @@ fn compute(
     if filters.opt_ins.istio_gateways {
         names.classless(&sources.istio_gateways, &sources.ingress_classes, &mut out);
     }
-    out.finish()
+    let mut desired = out.finish();
+    if !filters.reads_ingress_classes() && classes.len() > 1 {
+        desired.unfiltered_classes = classes
+            .into_iter()
+            .map(|c| c.unwrap_or(model::NO_CLASS).to_string())
+            .collect();
+    }
+    desired
 }
 
 /// A kind with neither a class nor a parent (Traefik's, Contour's and Istio's): its names go to
@@ -244,9 +251,14 @@ struct Attachable<'a> {
 
 impl Names<'_> {
     /// Each Ingress's TLS hosts (and rule hosts with --ingress-hosts all), to the target of
-    /// its class's controller or name.
-    fn ingresses(&self, sources: &Sources<'_>, out: &mut Collector) {
+    /// its class's controller or name; returns the classes of the Ingresses that named hosts.
+    fn ingresses<'s>(
+        &self,
+        sources: &'s Sources<'_>,
+        out: &mut Collector,
+    ) -> std::collections::BTreeSet<Option<&'s str>> {
         let filters = self.filters;
+        let mut classes = std::collections::BTreeSet::new();
         let default_class = default_ingress_class(&sources.ingress_classes);
         for ing in &sources.ingresses {
             let object = ObjectRef::new(Kind::Ingress, &ing.metadata);
@@ -271,8 +283,13 @@ impl Names<'_> {
                 .into_iter()
                 .flat_map(|s| s.rules.iter().flatten())
                 .filter_map(|r| r.host.as_ref());
-            out.add(self.policy, object, target, tls.chain(rule_hosts));
+            let mut hosts = tls.chain(rule_hosts).peekable();
+            if hosts.peek().is_some() {
+                classes.insert(class);
+            }
+            out.add(self.policy, object, target, hosts);
         }
+        classes
     }
 
     /// Each Gateway's listener hostnames, to its target; returns the Gateways routes may

@@ -39,7 +39,7 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    pub(super) fn new(kind: Kind, meta: &ObjectMeta) -> Self {
+    pub fn new(kind: Kind, meta: &ObjectMeta) -> Self {
         Self {
             kind,
             namespace: namespace(meta).to_string(),
@@ -169,6 +169,27 @@ pub struct Desired {
     pub placed: BTreeMap<Hostname, Target>,
     /// Objects that lost a hostname to an object of another target, by host.
     pub conflicts: Vec<Conflict>,
+    /// Without a class filter or a target by class ([`Filters::reads_ingress_classes`]): the
+    /// classes of the Ingresses that named hosts, when there are several ([`NO_CLASS`] for
+    /// an Ingress without one). They all go to the default target's one ingress controller,
+    /// which may not serve them all: `render`, the controller and `doctor` say so.
+    pub unfiltered_classes: Vec<String>,
+}
+
+/// How [`Desired::unfiltered_classes`] names an Ingress without a class.
+pub const NO_CLASS: &str = "(none)";
+
+/// What `render`, the controller and `doctor` say of [`Desired::unfiltered_classes`], in the
+/// same words.
+pub fn unfiltered_classes_message(classes: &[String]) -> String {
+    format!(
+        "Ingresses of {} classes ({}) all go to the default proxy: if another ingress \
+         controller serves some of them, set --ingress-class, --ingress-class-controller or a \
+         --target per class (chart: controller.ingressClass, controller.ingressClassControllers, \
+         proxies[])",
+        classes.len(),
+        classes.join(", ")
+    )
 }
 
 /// A hostname claimed by objects of two targets: `winner`'s target answers for it; `loser`

@@ -323,6 +323,41 @@ fn assert_class_filter(i: usize, ing: &Ingress, class_refs: &[&IngressClass], wa
     }
 }
 
+/// Without a class filter, the classes of the Ingresses that name hosts are listed when there
+/// are several (render, the controller and doctor say so); one class, a filter, or a class
+/// whose Ingresses name no host list none.
+#[test]
+fn several_unfiltered_classes_are_listed() {
+    let a = ingress("a", Some("nginx"), None, &["a.example.com"]);
+    let b = ingress("b", None, Some("traefik"), &["b.example.com"]);
+    let c = ingress("c", None, None, &["c.example.com"]);
+    let empty = ingress("e", Some("haproxy"), None, &[]);
+    let by_class = Filters {
+        ingress_class: Some("nginx".into()),
+        ..Default::default()
+    };
+    for (ingresses, filters, want) in [
+        (
+            vec![&a, &b, &c],
+            Filters::default(),
+            vec!["(none)", "nginx", "traefik"],
+        ),
+        (vec![&a, &empty], Filters::default(), vec![]),
+        (vec![&c, &c], Filters::default(), vec![]),
+        (vec![&a, &b], by_class, vec![]),
+    ] {
+        let d = desired(
+            &Sources {
+                ingresses,
+                ..Default::default()
+            },
+            &filters,
+            &policy(),
+        );
+        assert_eq!(d.unfiltered_classes, want, "{filters:?}");
+    }
+}
+
 #[test]
 fn gateway_api_needs_the_flag() {
     let gw = gateway("gw", "g", "c", &["gw.example.com"], false);

@@ -15,10 +15,11 @@ use crate::dns::write::sink::AnySink;
 use crate::dns::{self, ConfigMapKey};
 use crate::flags::UsageError;
 
-/// Why `--coredns-answer view` is refused with `--mode coredns-import`.
-pub const VIEW_NEEDS_COREFILE: &str = "--coredns-answer view writes server blocks before the \
+/// Why `--coredns-answer view` is refused with `--mode coredns-import` (and what to do instead,
+/// in the words of the command refusing it: the controller's flags, or `render`'s subcommands).
+const VIEW_NEEDS_COREFILE: &str = "--coredns-answer view writes server blocks before the \
      Corefile's root block, which an `import …/*.override` snippet (inside the root block) \
-     cannot hold: use --mode coredns or --coredns-answer template";
+     cannot hold";
 
 pub struct CorednsImport;
 
@@ -30,7 +31,9 @@ impl DnsMode for CorednsImport {
     fn check(&self, dns: &DnsArgs) -> Result<(), UsageError> {
         coredns::check_node_local_dns(dns)?;
         if dns.shared.coredns_answer == AnswerForm::View {
-            return Err(UsageError::new(VIEW_NEEDS_COREFILE));
+            return Err(UsageError::new(format!(
+                "{VIEW_NEEDS_COREFILE}: use --mode coredns or --coredns-answer template"
+            )));
         }
         Ok(())
     }
@@ -139,7 +142,9 @@ impl RenderMode for Render {
 
     fn check(&self) -> anyhow::Result<()> {
         if self.proxy.coredns_answer == AnswerForm::View {
-            return Err(UsageError::err(VIEW_NEEDS_COREFILE));
+            return Err(UsageError::err(format!(
+                "{VIEW_NEEDS_COREFILE}: use `render coredns` or --coredns-answer template"
+            )));
         }
         Ok(())
     }

@@ -981,7 +981,7 @@ pub struct Flags {
     pub external_dns_output: ExternalDnsOutput,
 
     /// external-dns, `--external-dns-output service`: the one annotation prefix the Services'
-    /// records are written under, ending in `/`: the `--annotation-prefix` of the external-dns
+    /// records are written under, ending in `/`. The `--annotation-prefix` of the external-dns
     /// instance that should publish them (split-horizon: other instances ignore them)
     /// [default: both external-dns.kubernetes.io/ and external-dns.alpha.kubernetes.io/, which
     /// every external-dns version reads].

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::cut;
-use crate::controller::hostnames::model::Desired;
+use crate::controller::hostnames::model::{unfiltered_classes_message, Desired};
 use crate::doctor::report::Check;
 
 ///
@@ -37,7 +37,7 @@ pub fn hostnames(desired: &Desired, left_out: &[(String, usize)]) -> Check {
         .iter()
         .map(|e| format!("{} skipped: {}", e.object, e.why))
         .chain(left_out);
-    if desired.rejected.is_empty() {
+    if desired.rejected.is_empty() && desired.unfiltered_classes.is_empty() {
         return Check::ok(ID, summary).evidence_all(cut(excluded.collect()));
     }
     let rejected = desired.rejected.iter().map(|r| {
@@ -49,18 +49,29 @@ pub fn hostnames(desired: &Desired, left_out: &[(String, usize)]) -> Check {
             r.reason.explain()
         )
     });
-    Check::warn(
-        ID,
-        format!(
-            "{summary}; {} name(s) rejected by policy",
+    let mut actions = Vec::new();
+    if !desired.rejected.is_empty() {
+        summary.push_str(&format!(
+            "; {} name(s) rejected by policy",
             desired.rejected.len()
-        ),
-    )
-    .evidence_all(cut(rejected.chain(excluded).collect()))
-    .action(
-        "fix the names on those objects, or adjust --allow-domain / --deny-domain; the \
-         controller also reports them as HostnameRejected Events on the objects",
-    )
+        ));
+        actions.push(
+            "fix the names on those objects, or adjust --allow-domain / --deny-domain; the \
+             controller also reports them as HostnameRejected Events on the objects"
+                .to_string(),
+        );
+    }
+    // Several classes to one ingress controller: a name it does not serve would break.
+    if !desired.unfiltered_classes.is_empty() {
+        summary.push_str(&format!(
+            "; Ingresses of {} classes all go to the default proxy",
+            desired.unfiltered_classes.len()
+        ));
+        actions.push(unfiltered_classes_message(&desired.unfiltered_classes));
+    }
+    Check::warn(ID, summary)
+        .evidence_all(cut(rejected.chain(excluded).collect()))
+        .action(actions.join("; and "))
 }
 
 #[cfg(test)]
@@ -94,6 +105,36 @@ mod tests {
             c.evidence[0].starts_with("Ingress shop/web: \"bad_name.example.com\" rejected"),
             "{c:?}"
         );
+        // Ingresses of two classes and no class filter: all to one proxy, a warning.
+        let other: Ingress = serde_json::from_value(json!({
+            "metadata": {"name": "t", "namespace": "shop"},
+            "spec": {"ingressClassName": "traefik", "tls": [{"hosts": ["t.example.com"]}]}
+        }))
+        .unwrap();
+        let sources = Sources {
+            ingresses: vec![&ing, &other],
+            ..Default::default()
+        };
+        let c = hostnames(&desired(&sources, &Filters::default(), &policy), &[]);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.summary
+                .ends_with("; Ingresses of 2 classes all go to the default proxy"),
+            "{c:?}"
+        );
+        assert!(
+            c.action
+                .as_deref()
+                .unwrap_or_default()
+                .contains("(none), traefik"),
+            "{c:?}"
+        );
+        let filtered = Filters {
+            ingress_class: Some("traefik".into()),
+            ..Filters::default()
+        };
+        let c = hostnames(&desired(&sources, &filtered, &policy), &[]);
+        assert_eq!(c.status, Status::Ok, "{c:?}");
         let ok = hostnames(
             &desired(&Sources::default(), &Filters::default(), &policy),
             &[],
