@@ -5,7 +5,7 @@
 //! killed is swept by the next one.
 //!
 //! ```text
-//!   lan netns: 10.213.0.1 (the node's gateway, the public DNS stub :53, an outside client)
+//!   lan netns: 10.213.0.1 (the node's gateway, the public DNS stub :53)
 //!        │ veth
 //!   node netns: eth0 10.213.0.2 (etcd, kube-apiserver :6443, controller manager, scheduler,
 //!        │      kube-proxy nftables, containerd and kubelet in a mount namespace of their own)
@@ -243,6 +243,26 @@ fn sweep() {
         }
     }
     remove_stale_dirs_tagged(TAG);
+    remove_unmounted_cni_netns();
+}
+
+/// The pods' network-namespace files a node made in the machine's /run/netns before they went
+/// to a private tmpfs: empty files with nothing mounted on them (`ip netns list` fails on
+/// each), which no runtime can use again.
+fn remove_unmounted_cni_netns() {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mounted: Vec<&str> = mounts.lines().filter_map(|l| l.split(' ').nth(4)).collect();
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let is_cni = e.file_name().to_string_lossy().starts_with("cni-");
+        let empty = e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0);
+        if is_cni && empty && !mounted.contains(&&*path.to_string_lossy()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// How often the kubelet syncs each pod (`syncFrequency`), which is when a changed ConfigMap
@@ -622,7 +642,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         .unwrap();
         // containerd in a mount namespace of its own (the kubelet joins it below): its mounts,
         // the pods' volumes and network-namespace files, stay there; /run/containerd, /var/log
-        // and the CNI cache are private directories, so nothing is written to the machine's;
+        // the CNI cache and the pods' network-namespace files (/run/netns) are private, so
+        // nothing is written to the machine's;
         // /etc/hosts is the node's own file (the etc-hosts DaemonSet's hostPath).
         std::fs::write(dir.join("hosts"), HOSTS).unwrap();
         let script = format!(
@@ -630,6 +651,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
              mkdir -p /run/containerd && mount -t tmpfs tmpfs /run/containerd; \
              mount --bind {log} /var/log; \
              mkdir -p /var/lib/cni && mount --bind {cache} /var/lib/cni; \
+             mount -t tmpfs tmpfs /run/netns; \
              mount --bind {hosts} /etc/hosts; \
              exec containerd --config {config}",
             hosts = self.path("hosts"),
