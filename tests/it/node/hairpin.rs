@@ -284,8 +284,22 @@ pub fn corefile(node: &Node) -> String {
     ])
 }
 
-/// Waits until every pod matching `selector` in `namespace` is Ready.
+/// Waits until every pod matching `selector` in `namespace` is Ready (and there is one: `kubectl
+/// wait` fails at once while the ReplicaSet has created none yet).
 pub fn wait_ready(node: &Node, namespace: &str, selector: &str, timeout: &str) {
+    let started = Instant::now();
+    while node
+        .kubectl_ok(&["get", "pods", "-n", namespace, "-l", selector, "-o", "name"])
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no pod {selector} in {namespace} after 60 s\n{}",
+            node.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let out = node.kubectl(&[
         "wait",
         "-n",
