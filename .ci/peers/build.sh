@@ -86,7 +86,7 @@ build() {
 # linked as bin/NAME.
 build_c() {
     local name=$1 dir=$2 source=$3 key
-    key=$(cat "$dir/$source" | sha256sum | cut -c1-12)
+    key=$(sha256sum <"$dir/$source" | cut -c1-12)
     local out="$cache/$name-$key"
     rm -f "$bin/$name" "$bin/$name.failed"
     if [[ ! -e $out/.ok ]]; then

@@ -8,12 +8,9 @@
 //! by default, plus the kubelet's ConfigMap cache) and CoreDNS's `reload` poll (30 s, plus up to
 //! 15 s of jitter).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use simple_dns::TYPE;
-
-use super::hairpin::{restricted_namespace, Flavor, Setup};
+use super::hairpin::{replica_answers, restricted_namespace, Flavor, Setup};
 use super::Node;
 use super::PodSync;
 
@@ -34,15 +31,6 @@ fn client_http(node: &Node, host: &str) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The A answers of the CoreDNS pod at `pod_ip` for `host`, asked from the node.
-fn pod_answers(node: &Node, pod_ip: &str, host: &str) -> Vec<String> {
-    let server: SocketAddr = format!("{pod_ip}:53").parse().unwrap();
-    node.ns
-        .run(|| crate::peers::dns::query(server, host, TYPE::A, false))
-        .map(|r| r.answers)
-        .unwrap_or_default()
 }
 
 fn samples() -> usize {
@@ -119,7 +107,7 @@ fn time_to_hairpin() {
                 node.diagnose()
             );
             for (pod, seen) in pods.iter().zip(replicas.iter_mut()) {
-                if seen.is_none() && pod_answers(node, pod, &host).contains(&want) {
+                if seen.is_none() && replica_answers(node, pod, &host).contains(&want) {
                     *seen = Some(applied.elapsed());
                 }
             }

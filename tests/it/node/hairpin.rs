@@ -138,6 +138,19 @@ http {
     ssl_certificate_key /tls/tls.key;
     location / { return 200 "client=$proxy_protocol_addr via=$remote_addr\n"; }
   }
+  # An Ingress's backend, as an ingress controller routes it: the whoami of the doctor test
+  # (node/doctor.rs), told the client's address the PROXY header carried.
+  server {
+    listen 8080 proxy_protocol;
+    server_name whoami.example.com;
+    resolver 10.96.0.10 valid=5s;
+    set $backend http://whoami.app.svc.cluster.local:8080;
+    location / {
+      proxy_set_header X-Real-IP $proxy_protocol_addr;
+      proxy_set_header X-Forwarded-For $proxy_protocol_addr;
+      proxy_pass $backend;
+    }
+  }
 }
 "#;
     let read = |f: &str| std::fs::read_to_string(tls_dir.join(f)).unwrap();
@@ -438,6 +451,43 @@ impl Setup {
         took
     }
 
+    /// Waits until every CoreDNS replica answers `host` with the proxy Service's ClusterIP
+    /// (each replica projects and reloads on its own clock), for at most `within`.
+    pub fn wait_every_replica(&self, host: &str, within: Duration) {
+        let node = &self.node;
+        let proxy_ip = node.kubectl_ok(&[
+            "get",
+            "svc",
+            "-n",
+            RELEASE_NAMESPACE,
+            "ouroboros-proxy",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        let want = format!("A {proxy_ip}");
+        let pods = node.kubectl_ok(&[
+            "get",
+            "pods",
+            "-n",
+            "kube-system",
+            "-l",
+            "k8s-app=kube-dns",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ]);
+        let started = Instant::now();
+        for pod in pods.split_whitespace() {
+            while !replica_answers(node, pod, host).contains(&want) {
+                assert!(
+                    started.elapsed() < within,
+                    "CoreDNS {pod} does not answer {host} with {want} after {within:?}\n{}",
+                    node.diagnose()
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+
     /// Waits until no object of the release is left (pods take their grace period to go after
     /// `helm uninstall`), for at most 90 s.
     pub fn assert_nothing_left(&self) {
@@ -463,6 +513,15 @@ impl Setup {
             std::thread::sleep(Duration::from_secs(1));
         }
     }
+}
+
+/// The A answers of the CoreDNS pod at `pod_ip` for `host`, asked from the node.
+pub fn replica_answers(node: &Node, pod_ip: &str, host: &str) -> Vec<String> {
+    let server: std::net::SocketAddr = format!("{pod_ip}:53").parse().unwrap();
+    node.ns
+        .run(|| crate::peers::dns::query(server, host, simple_dns::TYPE::A, false))
+        .map(|r| r.answers)
+        .unwrap_or_default()
 }
 
 /// A klog line at info level: `I` and the date, as `I1207 19:07:41.403619`.

@@ -15,6 +15,20 @@ pub const PAUSE: &str = "registry.k8s.io/pause:3.10";
 pub const COREDNS: &str = "registry.k8s.io/coredns/coredns:v1.15.0";
 pub const NGINX: &str = "ouroboros.test/nginx:1";
 pub const CLIENT: &str = "ouroboros.test/client:1";
+/// Ours, as `deploy/image.sh` names it: the chart's default image, tagged with its appVersion.
+pub fn ours_name() -> String {
+    let chart = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/ouroboros/Chart.yaml"),
+    )
+    .unwrap();
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .expect("Chart.yaml has an appVersion")
+        .trim()
+        .trim_matches('"');
+    format!("ghcr.io/ouroboros-hairpin/ouroboros:{app_version}")
+}
 
 /// Our image as `deploy/image.sh` writes it (its default name: the chart's default image).
 pub fn ours() -> PathBuf {
@@ -187,20 +201,10 @@ fn our_image_is_the_containerfiles_stripped_and_small() {
         "the image archive is {size} bytes, over 25 MB"
     );
     let index: serde_json::Value = serde_json::from_slice(&member(&archive, "index.json")).unwrap();
-    let chart = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/ouroboros/Chart.yaml"),
-    )
-    .unwrap();
-    let app_version = chart
-        .lines()
-        .find_map(|l| l.strip_prefix("appVersion:"))
-        .unwrap()
-        .trim()
-        .trim_matches('"');
     let manifest_ref = &index["manifests"][0];
     assert_eq!(
         manifest_ref["annotations"]["io.containerd.image.name"],
-        format!("ghcr.io/ouroboros-hairpin/ouroboros:{app_version}"),
+        ours_name(),
         "the chart's default image"
     );
     let manifest: serde_json::Value =
