@@ -14,6 +14,7 @@ const PURE: &[&str] = &[
     "proxy_protocol/",
     "dns/mod.rs",
     "dns/answer.rs",
+    "dns/answer_form.rs",
     "dns/block.rs",
     "dns/corefile.rs",
     "dns/coredns_import.rs",

@@ -643,14 +643,25 @@ mod needs_tests {
                 node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
-                writes: vec![Grant {
-                    namespace: "kube-system".into(),
-                    api_group: "",
-                    resource: "configmaps",
-                    names: vec!["coredns".into()],
-                    verbs: &["get", "list", "watch", "update"],
-                    why: "edit the Corefile and restore it when reverted",
-                }],
+                writes: vec![
+                    Grant {
+                        namespace: "kube-system".into(),
+                        api_group: "",
+                        resource: "configmaps",
+                        names: vec!["coredns".into()],
+                        verbs: &["get", "list", "watch", "update"],
+                        why: "edit the Corefile and restore it when reverted",
+                    },
+                    // --coredns-answer auto reads the version from this one Deployment.
+                    Grant {
+                        namespace: "kube-system".into(),
+                        api_group: "apps",
+                        resource: "deployments",
+                        names: vec!["coredns".into()],
+                        verbs: &["get"],
+                        why: "read CoreDNS's version from its image tag (--coredns-answer auto)",
+                    },
+                ],
                 removes: vec![Grant {
                     namespace: "kube-system".into(),
                     api_group: "",
@@ -679,6 +690,23 @@ mod needs_tests {
                 ..c
             }
         );
+    }
+
+    /// The Deployment is read only while `auto` needs the version from it.
+    #[test]
+    fn the_coredns_deployment_only_while_auto_reads_it() {
+        let reads = |extra: &[&str]| {
+            of(extra)
+                .0
+                .writes
+                .iter()
+                .any(|g| g.resource == "deployments")
+        };
+        assert!(reads(&[]));
+        assert!(!reads(&["--coredns-version", "1.11.3"]));
+        assert!(!reads(&["--coredns-answer", "template"]));
+        assert!(!reads(&["--coredns-answer", "view"]));
+        assert!(!reads(&["--mode", "coredns-import"]));
     }
 
     /// Where the mode's first grant is: its namespace, then its object's name or, with no

@@ -9,6 +9,7 @@
 //! generated here.
 
 pub mod answer;
+pub mod answer_form;
 pub mod args;
 mod block;
 pub mod coredns_import;

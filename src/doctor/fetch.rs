@@ -15,13 +15,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::checks::{
-    coredns_version::pick_coredns_workload, coredns_version::COREDNS_DEPLOYMENT,
-    coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure, inputs::Got, inputs::Workload,
-    permissions::Question,
+    coredns_version::pick_coredns_workload, coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure,
+    inputs::Got, inputs::Workload, permissions::Question,
 };
 use crate::controller::hostnames::kinds::{Place, Served, SourceObject};
 use crate::controller::placement::resource_at;
 use crate::controller::projection::{Project, Projected};
+use crate::dns::answer_form::COREDNS_DEPLOYMENT;
 use crate::kube_client::Cause;
 
 const ATTEMPTS: u32 = 3;

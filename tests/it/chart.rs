@@ -230,6 +230,10 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "coredns, auto answers with the CoreDNS version given",
+        &["controller.corednsVersion=v1.11.3"],
+    ),
+    (
         "coredns, node-local-dns (kubespray's name)",
         &[
             "controller.nodeLocalDns.enabled=true",
@@ -817,6 +821,57 @@ fn rbac_of_every_pod_equals_what_the_binary_needs() {
         checked >= 10,
         "reference values: only {checked} pods checked"
     );
+}
+
+/// `--coredns-answer auto` reads CoreDNS's version from the Deployment `coredns`: `get` on that
+/// one Deployment, in the CoreDNS Role, and nothing on Deployments once the version is given
+/// (then passed as the flag) or the form is named.
+#[test]
+fn auto_answers_get_the_coredns_deployment_only_when_they_read_it() {
+    let deployment_rules = |objs: &[Value]| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| kind(o) == "Role" || kind(o) == "ClusterRole")
+            .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|r| strings(&r["resources"]).contains(&"deployments".to_string()))
+            .collect()
+    };
+    let role = find(defaults(), "Role", "ouroboros-controller-coredns").expect("the CoreDNS Role");
+    assert_eq!(role["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        deployment_rules(defaults()),
+        vec![serde_json::json!({
+            "apiGroups": ["apps"], "resources": ["deployments"],
+            "resourceNames": ["coredns"], "verbs": ["get"],
+        })],
+        "defaults: get on the Deployment coredns, nothing else on Deployments"
+    );
+    for sets in [
+        &["controller.corednsVersion=v1.11.3"][..],
+        &["controller.corednsAnswer=template"],
+        &["controller.mode=coredns-import"],
+    ] {
+        assert_eq!(
+            deployment_rules(rendered(sets)),
+            Vec::<Value>::new(),
+            "{sets:?}"
+        );
+    }
+    let args = |objs: &[Value]| -> Vec<String> {
+        let c = find(objs, "Deployment", "ouroboros-controller").expect("the controller");
+        strings(&c["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    let given = args(rendered(&["controller.corednsVersion=v1.11.3"]));
+    assert!(
+        given.contains(&"--coredns-version=v1.11.3".to_string()),
+        "{given:?}"
+    );
+    assert!(
+        given.contains(&"--coredns-answer=auto".to_string()),
+        "{given:?}"
+    );
+    assert!(!args(defaults())
+        .iter()
+        .any(|a| a.starts_with("--coredns-version")));
 }
 
 #[test]
