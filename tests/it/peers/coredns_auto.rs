@@ -1,0 +1,188 @@
+//! `--coredns-answer auto` against a real API server: the controller reads CoreDNS's version from
+//! the image tag of the Deployment `coredns`, writes the form it picks, and rewrites the block in
+//! one write of the ConfigMap when CoreDNS is upgraded. In a namespace of its own (the CoreDNS
+//! ConfigMap and Deployment there), so the other tests' controllers never see that Deployment.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+
+use super::cluster;
+use super::coredns::corefile_fixture;
+use super::{spawn, wait_for};
+use crate::support::temp_dir;
+
+const NS: &str = "coredns-auto";
+
+fn deployment(image: &str) -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "coredns", "namespace": NS, "labels": {"k8s-app": "kube-dns"}},
+        "spec": {
+            "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            "template": {
+                "metadata": {"labels": {"k8s-app": "kube-dns"}},
+                "spec": {"containers": [{"name": "coredns", "image": image}]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+/// The namespace with the kubeadm Corefile, CoreDNS 1.9.4's Deployment and an Ingress.
+async fn setup(cluster: &cluster::Cluster) -> kube::Client {
+    cluster.ensure_namespace(NS).await;
+    let client = cluster.admin().await;
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "coredns", "namespace": NS},
+        "data": {"Corefile": kubeadm},
+    }))
+    .unwrap();
+    let pp = PostParams::default();
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&pp, &cm)
+        .await
+        .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &deployment("mcr.microsoft.com/oss/kubernetes/coredns:v1.9.4-hotfix.20240704"),
+        )
+        .await
+        .unwrap();
+    cluster
+        .apply_yaml(
+            &serde_json::json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {"name": "shop", "namespace": NS},
+                "spec": {
+                    "tls": [{"hosts": ["shop.example.com", "*.apps.example.com"], "secretName": "t"}],
+                    "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}},
+                },
+            })
+            .to_string(),
+        )
+        .await;
+    client
+}
+
+/// Upgrades CoreDNS to 1.11.3 and watches the ConfigMap from `rv` (the first write) until five
+/// seconds after the view form appears (or 45 s): how many writes, and the last Corefile.
+async fn upgrade(client: &kube::Client, cms: &Api<ConfigMap>, rv: &str) -> (usize, String) {
+    let wp = WatchParams::default().fields("metadata.name=coredns");
+    let mut watch = cms.watch(&wp, rv).await.unwrap().boxed();
+    let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "coredns", "image": "registry.k8s.io/coredns/coredns:v1.11.3"}
+    ]}}}});
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .patch(
+            "coredns",
+            &PatchParams::default(),
+            &Patch::Strategic(&image),
+        )
+        .await
+        .unwrap();
+    let mut modified = Vec::new();
+    // The re-read is every 30 s; then a few seconds more, to see any second write.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(45);
+    let mut seen_view = None;
+    loop {
+        let next = tokio::time::timeout_at(deadline, watch.next()).await;
+        let Ok(Some(event)) = next else { break };
+        if let WatchEvent::Modified(cm) = event.unwrap() {
+            let text = cm
+                .data
+                .unwrap_or_default()
+                .remove("Corefile")
+                .unwrap_or_default();
+            if text.contains("view ouroboros {") && seen_view.is_none() {
+                seen_view = Some(tokio::time::Instant::now());
+            }
+            modified.push(text);
+        }
+        if seen_view.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
+            break;
+        }
+    }
+    (modified.len(), modified.pop().unwrap_or_default())
+}
+
+/// CoreDNS 1.9.4 (AKS's tag): the pair. Upgraded to 1.11.3 (kubeadm's): the view form, in one
+/// write (one MODIFIED event of the ConfigMap), within the controller's re-read.
+#[test]
+fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let dir = temp_dir("coredns-auto");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(setup(cluster));
+    let mut cmd = crate::common::command("controller");
+    cmd.args([
+        "--kubeconfig",
+        cluster.admin_kubeconfig().to_str().unwrap(),
+        "--coredns-namespace",
+        NS,
+        "--include-namespace",
+        NS,
+        "--proxy-ip",
+        "10.96.0.20",
+        "--leader-elect=false",
+        "--listen-health=",
+        "--cluster-domain",
+        "cluster.local",
+    ]);
+    let mut controller = spawn("controller", cmd, &dir.path().join("controller.log"));
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    let read = || {
+        rt.block_on(async {
+            let cm = cms.get("coredns").await.ok()?;
+            let text = cm.data?.remove("Corefile")?;
+            Some((text, cm.metadata.resource_version?))
+        })
+    };
+    let (first, rv) = wait_for(
+        "the first write",
+        &mut controller,
+        Duration::from_secs(60),
+        || read().filter(|(t, _)| t.contains("# === BEGIN ouroboros")),
+    );
+    assert!(first.contains("    template IN A example.com {"), "{first}");
+    assert!(!first.contains("view ouroboros"), "{first}");
+    let log = controller.log_text();
+    assert!(
+        log.contains("CoreDNS answer form template: --coredns-answer auto: CoreDNS 1.9.4"),
+        "{log}"
+    );
+
+    // Upgrade CoreDNS; watch the ConfigMap from the first write on.
+    let (events, text) = rt.block_on(upgrade(&client, &cms, &rv));
+    assert_eq!(
+        events,
+        1,
+        "one write of the ConfigMap:\n{}",
+        controller.tail()
+    );
+    assert!(text.starts_with("# === BEGIN ouroboros"), "{text}");
+    assert!(text.contains("view ouroboros {"), "{text}");
+    assert!(
+        !text.contains("template IN A example.com"),
+        "the pair is gone: {text}"
+    );
+    let log = controller.log_text();
+    assert!(
+        log.contains("CoreDNS answer form view: --coredns-answer auto: CoreDNS 1.11.3"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("WARN"),
+        "no warning while the version is known: {log}"
+    );
+}
