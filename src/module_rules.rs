@@ -21,6 +21,7 @@ const PURE: &[&str] = &[
     "dns/etc_hosts.rs",
     "dns/external.rs",
     "dns/name_regex.rs",
+    "dns/reload_memory.rs",
     "dns/write/plan.rs",
     "dns/write/replace.rs",
     "controller/hostnames/",

@@ -18,6 +18,7 @@ pub mod etc_hosts;
 pub mod external;
 pub mod mode;
 mod name_regex;
+pub mod reload_memory;
 pub mod rewrite_rule;
 pub mod write;
 
