@@ -1,12 +1,13 @@
-//! The CoreDNS answer form the controller writes in: `--coredns-answer` as given, and for
-//! `auto` the pick from CoreDNS's version (`dns::answer_form::pick`), read from
-//! `--coredns-version` or from the image tag of the CoreDNS Deployment. The first pick is made
-//! before the first write, so the block is written in its form from the start; the Deployment
-//! is read again every [`REREAD`], and a changed form (CoreDNS upgraded or downgraded) makes
-//! the engine write again: one write of the ConfigMap with the whole block in its new form.
+//! What the controller reads of the CoreDNS Deployment (coredns mode): its version, from which
+//! `--coredns-answer auto` picks the form (`dns::answer_form::pick`; `--coredns-version`
+//! instead when given), and its container's memory limit, which no Corefile is written under
+//! whose reload is predicted to exceed it (`dns::reload_memory`, checked by the writer). Both
+//! are read before the first write, so the block is written in its form from the start, and
+//! again every [`REREAD`]: a changed form (CoreDNS upgraded or downgraded) or limit makes the
+//! engine write again, one write of the ConfigMap with the whole block in its new form.
 //!
-//! API call (coredns mode, `auto`, no `--coredns-version`): `get` on the Deployment
-//! [`COREDNS_DEPLOYMENT`] in --coredns-namespace (RBAC by resourceName).
+//! API call (coredns mode): `get` on the Deployment [`COREDNS_DEPLOYMENT`] in
+//! --coredns-namespace (RBAC by resourceName).
 
 use std::time::Duration;
 
@@ -17,11 +18,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
-use crate::dns::answer_form::{known_from_images, pick, Known, Picked};
+use crate::dns::answer_form::{coredns_image, known_from_images, pick, Known, Picked};
 use crate::dns::answer_form::{AnswerForm, COREDNS_DEPLOYMENT};
 use crate::dns::mode::coredns::reads_coredns_version;
 use crate::dns::mode::DnsArgs;
-use crate::dns::write::form::CurrentForm;
+use crate::dns::reload_memory::parse_quantity;
+use crate::dns::write::form::{CurrentForm, MemoryLimit};
 use crate::dns::Mode;
 use crate::kube_client::{describe, Cause};
 
@@ -44,18 +46,27 @@ pub fn from_flags(dns: &DnsArgs, unread: &str) -> Picked {
     )
 }
 
-/// The CoreDNS version from the Deployment's image, or why it is unknown. `Err` when the
-/// Deployment could not be read at all (the API failed), `Ok(Known::Unknown)` when it was read
-/// and says no version.
-async fn read(api: &Api<Deployment>, namespace: &str) -> Result<Known, String> {
+/// What one read of the Deployment gave: CoreDNS's version (or why it is unknown) and its
+/// container's memory limit in bytes.
+struct Read {
+    known: Known,
+    limit: Option<u64>,
+}
+
+/// Reads the Deployment. `Err` when it could not be read at all (the API failed); a Deployment
+/// that is not there is an unknown version and no limit.
+async fn read(api: &Api<Deployment>, namespace: &str) -> Result<Read, String> {
     let object = format!("Deployment {namespace}/{COREDNS_DEPLOYMENT}");
     let d = match api.get_opt(COREDNS_DEPLOYMENT).await {
         Ok(Some(d)) => d,
         Ok(None) => {
-            return Ok(Known::Unknown(format!(
-                "there is no {object} (RKE2 names its CoreDNS Deployment \
-                 rke2-coredns-rke2-coredns)"
-            )))
+            return Ok(Read {
+                known: Known::Unknown(format!(
+                    "there is no {object} (RKE2 names its CoreDNS Deployment \
+                     rke2-coredns-rke2-coredns)"
+                )),
+                limit: None,
+            })
         }
         Err(e) => {
             let hint = match Cause::of(&e) {
@@ -65,13 +76,24 @@ async fn read(api: &Api<Deployment>, namespace: &str) -> Result<Known, String> {
             return Err(format!("reading {object} failed{hint}: {}", describe(&e)));
         }
     };
-    let images: Vec<String> = d
+    let containers = d
         .spec
         .and_then(|s| s.template.spec)
-        .map(|p| p.containers.into_iter().filter_map(|c| c.image).collect())
+        .map(|p| p.containers)
         .unwrap_or_default();
-    let images: Vec<&str> = images.iter().map(String::as_str).collect();
-    Ok(known_from_images(&object, &images))
+    let images: Vec<&str> = containers
+        .iter()
+        .filter_map(|c| c.image.as_deref())
+        .collect();
+    let known = known_from_images(&object, &images);
+    // The limit of the container running the CoreDNS image.
+    let coredns = coredns_image(images.iter().copied());
+    let limit = containers
+        .iter()
+        .find(|c| c.image.as_deref().is_some_and(|i| Some(i) == coredns))
+        .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get("memory"))
+        .and_then(|q| parse_quantity(&q.0));
+    Ok(Read { known, limit })
 }
 
 /// Logs a pick and sets its metric. A pick on an unknown version is the one warning.
@@ -85,21 +107,31 @@ fn report(picked: &Picked, metrics: &Metrics) {
     }
 }
 
-/// Makes the first pick (reading the Deployment once when `auto` needs it) and, when it reads
-/// the Deployment, starts the task that reads it again every [`REREAD`] and bumps `forced` when
-/// the form changes. The form the writers read is `form`.
+/// Logs a memory limit read (and changed).
+fn report_limit(limit: Option<u64>) {
+    match limit {
+        Some(l) => tracing::info!(
+            limit_mib = l >> 20,
+            "CoreDNS's memory limit: no Corefile whose reload is predicted to exceed it is written"
+        ),
+        None => tracing::info!("CoreDNS has no memory limit (or none was read): no reload guard"),
+    }
+}
+
+/// Makes the first pick and reads the memory limit (reading the Deployment once, in coredns
+/// mode) and starts the task that reads it again every [`REREAD`] and bumps `forced` when the
+/// form or the limit changes. The writers read `form` and `limit`.
 pub async fn start(
     client: &Client,
     dns: &DnsArgs,
-    form: &CurrentForm,
+    (form, limit): (&CurrentForm, &MemoryLimit),
     metrics: &Metrics,
     (forced, stop): (&watch::Sender<u64>, &CancellationToken),
 ) -> Option<JoinHandle<()>> {
-    let edits = dns.shared.mode.spec().edits_coredns();
-    if !edits {
+    if !dns.shared.mode.spec().edits_coredns() {
         return None;
     }
-    if !reads_coredns_version(dns) {
+    if dns.shared.mode != Mode::Coredns {
         let picked = from_flags(dns, "not read");
         form.set(picked.clone());
         report(&picked, metrics);
@@ -107,43 +139,60 @@ pub async fn start(
     }
     let namespace = dns.coredns.coredns_namespace.clone();
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
-    let first = match read(&api, &namespace).await {
-        Ok(known) => known,
-        Err(why) => Known::Unknown(why),
+    let first = read(&api, &namespace).await;
+    let picked = match (&first, reads_coredns_version(dns)) {
+        (Ok(r), true) => pick(AnswerForm::Auto, &r.known, false),
+        (Err(why), true) => pick(AnswerForm::Auto, &Known::Unknown(why.clone()), false),
+        (_, false) => from_flags(dns, "not read"),
     };
-    let picked = pick(AnswerForm::Auto, &first, false);
     form.set(picked.clone());
     report(&picked, metrics);
-    let (form, metrics, forced, stop) =
-        (form.clone(), metrics.clone(), forced.clone(), stop.clone());
+    match &first {
+        Ok(r) => {
+            limit.set(r.limit);
+            report_limit(r.limit);
+        }
+        Err(why) => tracing::warn!("{why}: CoreDNS's memory limit is unknown, no reload guard"),
+    }
+    let (form, limit) = (form.clone(), limit.clone());
+    let (metrics, forced, stop) = (metrics.clone(), forced.clone(), stop.clone());
+    let auto = reads_coredns_version(dns);
     Some(tokio::spawn(async move {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(REREAD) => {}
             }
-            // Only a version read changes the pick: a failed read, a Deployment gone or an
-            // image without a version tag keeps the form written, rather than write the pair
-            // on a passing API error and the view form again a moment later.
-            let known = match read(&api, &namespace).await {
-                Ok(known @ Known::Image { .. }) => known,
-                Ok(other) => {
-                    tracing::debug!(?other, "CoreDNS's version unknown on a re-read; form kept");
-                    continue;
-                }
+            let read = match read(&api, &namespace).await {
+                Ok(read) => read,
                 Err(why) => {
-                    tracing::debug!("{why}; CoreDNS answer form kept");
+                    tracing::debug!("{why}; CoreDNS answer form and memory limit kept");
                     continue;
                 }
             };
-            let picked = pick(AnswerForm::Auto, &known, false);
-            let basis_changed = form.get().basis != picked.basis;
-            if form.set(picked.clone()) {
-                report(&picked, &metrics);
-                tracing::info!("the CoreDNS answer form changed; rewriting the block in one write");
+            let mut changed = false;
+            if limit.set(read.limit) {
+                report_limit(read.limit);
+                changed = true;
+            }
+            // Only a version read changes the pick: a Deployment gone or an image without a
+            // version tag keeps the form written, rather than write the pair on a passing
+            // change and the view form again a moment later.
+            if auto && matches!(read.known, Known::Image { .. }) {
+                let picked = pick(AnswerForm::Auto, &read.known, false);
+                let basis_changed = form.get().basis != picked.basis;
+                if form.set(picked.clone()) {
+                    report(&picked, &metrics);
+                    tracing::info!(
+                        "the CoreDNS answer form changed; rewriting the block in one write"
+                    );
+                    changed = true;
+                } else if basis_changed {
+                    report(&picked, &metrics);
+                }
+            }
+            if changed {
                 forced.send_modify(|n| *n = n.wrapping_add(1));
-            } else if basis_changed {
-                report(&picked, &metrics);
             }
         }
     }))

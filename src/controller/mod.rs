@@ -44,7 +44,7 @@ use crate::dns::mode::build::Build;
 use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
-use crate::dns::write::form::CurrentForm;
+use crate::dns::write::form::{CurrentForm, MemoryLimit};
 use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
@@ -196,7 +196,8 @@ pub async fn run_with(
     let targets = &filters.targets;
     let form = CurrentForm::new(coredns_form::from_flags(&args.dns, "not read yet"));
     let at = Build::new(client.clone(), &cluster_domain, targets).routed(&rules, &routes);
-    let at = at.picking(form.clone());
+    let limit = MemoryLimit::default();
+    let at = at.picking(form.clone(), limit.clone());
     let sink = crate::dns::mode::sink(&args.dns, &at)?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -244,7 +245,7 @@ pub async fn run_with(
         start.spawn_all()
     };
     // Before the first write: it already answers (and in the CoreDNS form) as picked.
-    let picks = (&rules[..], &filters.targets[..], &routes, &form);
+    let picks = (&rules[..], &filters.targets[..], &routes, (&form, &limit));
     let answer_tasks = start_picks(&client, &args, picks, &metrics, (&forced_tx, &stop)).await;
     drop((applied_rx, forced_tx));
 
@@ -292,16 +293,19 @@ pub async fn run_with(
     Ok(())
 }
 
+/// What the writers read of the CoreDNS Deployment: the answer form and the memory limit.
+type CorednsReads<'a> = (&'a CurrentForm, &'a MemoryLimit);
+
 /// Makes the picks the first write needs, each target's answer and the CoreDNS form, and
 /// starts the tasks that follow what they were picked from.
 async fn start_picks(
     client: &Client,
     args: &ControllerArgs,
-    (rules, targets, routes, form): (&[AnswerRule], &[TargetRule], &Routes, &CurrentForm),
+    (rules, targets, routes, coredns): (&[AnswerRule], &[TargetRule], &Routes, CorednsReads<'_>),
     metrics: &Metrics,
     (forced, stop): (&watch::Sender<u64>, &CancellationToken),
 ) -> Vec<JoinHandle<()>> {
-    let form_task = coredns_form::start(client, &args.dns, form, metrics, (forced, stop)).await;
+    let form_task = coredns_form::start(client, &args.dns, coredns, metrics, (forced, stop)).await;
     let answer_tasks =
         answers::start(client, rules, targets, routes, (forced, stop, args.resync)).await;
     answer_tasks.into_iter().chain(form_task).collect()
@@ -937,6 +941,7 @@ impl sync::Hooks for ControllerHooks {
         let notice = match e.reason {
             Reason::Unparseable => Some((events::COREFILE_UNPARSEABLE, "Edit")),
             Reason::TooLarge => Some((events::BLOCK_TOO_LARGE, "Write")),
+            Reason::ReloadTooLarge => Some((events::BLOCK_RELOAD_TOO_LARGE, "Write")),
             Reason::NoClusterIp | Reason::NotFound
                 if e.object.as_ref().is_some_and(|o| o.kind == "Service") =>
             {

@@ -652,14 +652,15 @@ mod needs_tests {
                         verbs: &["get", "list", "watch", "update"],
                         why: "edit the Corefile and restore it when reverted",
                     },
-                    // --coredns-answer auto reads the version from this one Deployment.
+                    // The memory limit, and auto's version, from this one Deployment.
                     Grant {
                         namespace: "kube-system".into(),
                         api_group: "apps",
                         resource: "deployments",
                         names: vec!["coredns".into()],
                         verbs: &["get"],
-                        why: "read CoreDNS's version from its image tag (--coredns-answer auto)",
+                        why: "read CoreDNS's memory limit (the reload guard) and, for \
+                              --coredns-answer auto, its version",
                     },
                 ],
                 removes: vec![Grant {
@@ -692,9 +693,10 @@ mod needs_tests {
         );
     }
 
-    /// The Deployment is read only while `auto` needs the version from it.
+    /// coredns mode reads the CoreDNS Deployment (memory limit, and `auto`'s version), whatever
+    /// the form; coredns-import does not.
     #[test]
-    fn the_coredns_deployment_only_while_auto_reads_it() {
+    fn the_coredns_deployment_in_coredns_mode_only() {
         let reads = |extra: &[&str]| {
             of(extra)
                 .0
@@ -703,9 +705,8 @@ mod needs_tests {
                 .any(|g| g.resource == "deployments")
         };
         assert!(reads(&[]));
-        assert!(!reads(&["--coredns-version", "1.11.3"]));
-        assert!(!reads(&["--coredns-answer", "template"]));
-        assert!(!reads(&["--coredns-answer", "view"]));
+        assert!(reads(&["--coredns-version", "1.11.3"]));
+        assert!(reads(&["--coredns-answer", "template"]));
         assert!(!reads(&["--mode", "coredns-import"]));
     }
 

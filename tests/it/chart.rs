@@ -823,11 +823,11 @@ fn rbac_of_every_pod_equals_what_the_binary_needs() {
     );
 }
 
-/// `--coredns-answer auto` reads CoreDNS's version from the Deployment `coredns`: `get` on that
-/// one Deployment, in the CoreDNS Role, and nothing on Deployments once the version is given
-/// (then passed as the flag) or the form is named.
+/// coredns mode reads the Deployment `coredns` (its memory limit for the reload guard, and for
+/// `--coredns-answer auto` its version): `get` on that one Deployment, in the CoreDNS Role, and
+/// nothing on Deployments in coredns-import mode; a given version is passed as the flag.
 #[test]
-fn auto_answers_get_the_coredns_deployment_only_when_they_read_it() {
+fn coredns_mode_gets_the_coredns_deployment_only() {
     let deployment_rules = |objs: &[Value]| -> Vec<Value> {
         objs.iter()
             .filter(|o| kind(o) == "Role" || kind(o) == "ClusterRole")
@@ -837,25 +837,21 @@ fn auto_answers_get_the_coredns_deployment_only_when_they_read_it() {
     };
     let role = find(defaults(), "Role", "ouroboros-controller-coredns").expect("the CoreDNS Role");
     assert_eq!(role["metadata"]["namespace"], "kube-system");
-    assert_eq!(
-        deployment_rules(defaults()),
-        vec![serde_json::json!({
-            "apiGroups": ["apps"], "resources": ["deployments"],
-            "resourceNames": ["coredns"], "verbs": ["get"],
-        })],
-        "defaults: get on the Deployment coredns, nothing else on Deployments"
-    );
+    let get_coredns = vec![serde_json::json!({
+        "apiGroups": ["apps"], "resources": ["deployments"],
+        "resourceNames": ["coredns"], "verbs": ["get"],
+    })];
     for sets in [
-        &["controller.corednsVersion=v1.11.3"][..],
+        &[][..],
+        &["controller.corednsVersion=v1.11.3"],
         &["controller.corednsAnswer=template"],
-        &["controller.mode=coredns-import"],
     ] {
-        assert_eq!(
-            deployment_rules(rendered(sets)),
-            Vec::<Value>::new(),
-            "{sets:?}"
-        );
+        assert_eq!(deployment_rules(rendered(sets)), get_coredns, "{sets:?}");
     }
+    assert_eq!(
+        deployment_rules(rendered(&["controller.mode=coredns-import"])),
+        Vec::<Value>::new()
+    );
     let args = |objs: &[Value]| -> Vec<String> {
         let c = find(objs, "Deployment", "ouroboros-controller").expect("the controller");
         strings(&c["spec"]["template"]["spec"]["containers"][0]["args"])

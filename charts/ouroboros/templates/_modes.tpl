@@ -34,11 +34,10 @@ controller.mode: its define has only the flags.
 {{- $c := .Values.controller -}}
 {{- $rules := list
       (dict "apiGroups" (list "") "resources" (list "configmaps") "resourceNames" (list $c.coredns.configmap) "verbs" (list "get" "list" "watch" "update")) -}}
-{{- /* corednsAnswer=auto without corednsVersion reads CoreDNS's version from the image tag of
-the Deployment `coredns` (get only, that one Deployment). */ -}}
-{{- if and (eq $c.corednsAnswer "auto") (not $c.corednsVersion) -}}
+{{- /* The Deployment `coredns` (get only, that one Deployment): its container's memory limit,
+which no Corefile whose reload would exceed it is written under, and for corednsAnswer=auto its
+image tag's version. */ -}}
 {{- $rules = append $rules (dict "apiGroups" (list "apps") "resources" (list "deployments") "resourceNames" (list "coredns") "verbs" (list "get")) -}}
-{{- end -}}
 {{- $roles := list (dict "suffix" "coredns" "namespace" $c.coredns.namespace "rules" $rules) -}}
 {{- /* Without node-local-dns, its ConfigMap is looked up (get only) to warn that it bypasses
 the block. */ -}}

@@ -49,10 +49,13 @@ impl DnsMode for Coredns {
     }
 
     fn sink(&self, dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
-        let target = CorednsTarget::Corefile(
+        let mut writer =
             CorefileWriter::new(at.client.clone(), dns.coredns.target(), Retry::default())
-                .dry_run(dns.shared.dry_run),
-        );
+                .dry_run(dns.shared.dry_run);
+        if let Some(limit) = &at.limit {
+            writer = writer.reload_limit(limit.clone());
+        }
+        let target = CorednsTarget::Corefile(writer);
         Ok(AnySink::new(CorednsSink::new(dns, at, target)?))
     }
 
@@ -64,16 +67,15 @@ impl DnsMode for Coredns {
             &["get", "list", "watch", "update"],
             "edit the Corefile and restore it when reverted",
         )];
-        if reads_coredns_version(dns) {
-            grants.push(Grant {
-                namespace: dns.coredns.coredns_namespace.clone(),
-                api_group: "apps",
-                resource: "deployments",
-                names: vec![COREDNS_DEPLOYMENT.to_string()],
-                verbs: &["get"],
-                why: "read CoreDNS's version from its image tag (--coredns-answer auto)",
-            });
-        }
+        grants.push(Grant {
+            namespace: dns.coredns.coredns_namespace.clone(),
+            api_group: "apps",
+            resource: "deployments",
+            names: vec![COREDNS_DEPLOYMENT.to_string()],
+            verbs: &["get"],
+            why: "read CoreDNS's memory limit (the reload guard) and, for --coredns-answer \
+                  auto, its version",
+        });
         grants
     }
 

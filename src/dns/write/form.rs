@@ -1,7 +1,9 @@
-//! The form the CoreDNS writers answer in now (`--coredns-answer`, and for `auto` the
-//! controller's pick from CoreDNS's version), shared by the controller and the writers: the
-//! writers read it when they resolve an answer, so a changed pick reaches the ConfigMap in the
-//! next write, one write with the whole block in its new form.
+//! What the controller reads of CoreDNS that the writers need, shared by both: the form the
+//! CoreDNS writers answer in now (`--coredns-answer`, and for `auto` the controller's pick from
+//! CoreDNS's version), read when they resolve an answer, so a changed pick reaches the ConfigMap
+//! in the next write, one write with the whole block in its new form; and the CoreDNS
+//! container's memory limit, which a Corefile whose reload would exceed it must not be written
+//! under (`dns::reload_memory`).
 
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +32,24 @@ impl CurrentForm {
     /// The form to write in (never `auto`).
     pub fn form(&self) -> AnswerForm {
         self.0.lock().expect("form lock").form
+    }
+}
+
+/// The CoreDNS container's memory limit in bytes (`None`: none set, or not read yet).
+#[derive(Clone, Debug, Default)]
+pub struct MemoryLimit(Arc<Mutex<Option<u64>>>);
+
+impl MemoryLimit {
+    /// Replaces the limit; whether it changed.
+    pub fn set(&self, limit: Option<u64>) -> bool {
+        let mut l = self.0.lock().expect("limit lock");
+        let changed = *l != limit;
+        *l = limit;
+        changed
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        *self.0.lock().expect("limit lock")
     }
 }
 

@@ -1,7 +1,9 @@
 //! `--coredns-answer auto` against a real API server: the controller reads CoreDNS's version from
 //! the image tag of the Deployment `coredns`, writes the form it picks, and rewrites the block in
-//! one write of the ConfigMap when CoreDNS is upgraded. In a namespace of its own (the CoreDNS
-//! ConfigMap and Deployment there), so the other tests' controllers never see that Deployment.
+//! one write of the ConfigMap when CoreDNS is upgraded; and it reads the container's memory
+//! limit, under which no Corefile whose reload would exceed it is written. Each test in a
+//! namespace of its own (the CoreDNS ConfigMap and Deployment there), so the other tests'
+//! controllers never see that Deployment.
 
 use std::time::Duration;
 
@@ -17,39 +19,46 @@ use crate::support::temp_dir;
 
 const NS: &str = "coredns-auto";
 
-fn deployment(image: &str) -> Deployment {
+/// CoreDNS's Deployment in `ns`: its image and its container's memory limit.
+fn deployment(ns: &str, image: &str, limit: &str) -> Deployment {
     serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "coredns", "namespace": NS, "labels": {"k8s-app": "kube-dns"}},
+        "metadata": {"name": "coredns", "namespace": ns, "labels": {"k8s-app": "kube-dns"}},
         "spec": {
             "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
             "template": {
                 "metadata": {"labels": {"k8s-app": "kube-dns"}},
-                "spec": {"containers": [{"name": "coredns", "image": image}]},
+                "spec": {"containers": [{"name": "coredns", "image": image,
+                    "resources": {"limits": {"memory": limit}}}]},
             },
         },
     }))
     .unwrap()
 }
 
-/// The namespace with the kubeadm Corefile, CoreDNS 1.9.4's Deployment and an Ingress.
-async fn setup(cluster: &cluster::Cluster) -> kube::Client {
-    cluster.ensure_namespace(NS).await;
+/// `ns` with the kubeadm Corefile, CoreDns 1.9.4's Deployment (AKS's tag) with the memory limit
+/// `limit`, and an Ingress.
+async fn setup(cluster: &cluster::Cluster, ns: &str, limit: &str) -> kube::Client {
+    cluster.ensure_namespace(ns).await;
     let client = cluster.admin().await;
     let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
     let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "coredns", "namespace": NS},
+        "metadata": {"name": "coredns", "namespace": ns},
         "data": {"Corefile": kubeadm},
     }))
     .unwrap();
     let pp = PostParams::default();
-    Api::<ConfigMap>::namespaced(client.clone(), NS)
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
         .create(&pp, &cm)
         .await
         .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), NS)
+    Api::<Deployment>::namespaced(client.clone(), ns)
         .create(
             &pp,
-            &deployment("mcr.microsoft.com/oss/kubernetes/coredns:v1.9.4-hotfix.20240704"),
+            &deployment(
+                ns,
+                "mcr.microsoft.com/oss/kubernetes/coredns:v1.9.4-hotfix.20240704",
+                limit,
+            ),
         )
         .await
         .unwrap();
@@ -58,7 +67,7 @@ async fn setup(cluster: &cluster::Cluster) -> kube::Client {
             &serde_json::json!({
                 "apiVersion": "networking.k8s.io/v1",
                 "kind": "Ingress",
-                "metadata": {"name": "shop", "namespace": NS},
+                "metadata": {"name": "shop", "namespace": ns},
                 "spec": {
                     "tls": [{"hosts": ["shop.example.com", "*.apps.example.com"], "secretName": "t"}],
                     "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}},
@@ -68,6 +77,26 @@ async fn setup(cluster: &cluster::Cluster) -> kube::Client {
         )
         .await;
     client
+}
+
+/// The controller (`auto`) for the CoreDNS ConfigMap and the Ingresses of `ns`.
+fn controller(cluster: &cluster::Cluster, ns: &str, dir: &std::path::Path) -> super::Process {
+    let mut cmd = crate::common::command("controller");
+    cmd.args([
+        "--kubeconfig",
+        cluster.admin_kubeconfig().to_str().unwrap(),
+        "--coredns-namespace",
+        ns,
+        "--include-namespace",
+        ns,
+        "--proxy-ip",
+        "10.96.0.20",
+        "--leader-elect=false",
+        "--listen-health=",
+        "--cluster-domain",
+        "cluster.local",
+    ]);
+    spawn("controller", cmd, &dir.join("controller.log"))
 }
 
 /// Upgrades CoreDNS to 1.11.3 and watches the ConfigMap from `rv` (the first write) until five
@@ -123,23 +152,8 @@ fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
         .enable_all()
         .build()
         .unwrap();
-    let client = rt.block_on(setup(cluster));
-    let mut cmd = crate::common::command("controller");
-    cmd.args([
-        "--kubeconfig",
-        cluster.admin_kubeconfig().to_str().unwrap(),
-        "--coredns-namespace",
-        NS,
-        "--include-namespace",
-        NS,
-        "--proxy-ip",
-        "10.96.0.20",
-        "--leader-elect=false",
-        "--listen-health=",
-        "--cluster-domain",
-        "cluster.local",
-    ]);
-    let mut controller = spawn("controller", cmd, &dir.path().join("controller.log"));
+    let client = rt.block_on(setup(cluster, NS, "170Mi"));
+    let mut controller = controller(cluster, NS, dir.path());
     let cms = Api::<ConfigMap>::namespaced(client.clone(), NS);
     let read = || {
         rt.block_on(async {
@@ -185,4 +199,73 @@ fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
         !log.contains("WARN"),
         "no warning while the version is known: {log}"
     );
+}
+
+/// CoreDNS with a memory limit of 60 MiB, under which even a small block's reload is predicted
+/// not to fit (52 MiB and a 20% margin): nothing is written, the ConfigMap keeps its Corefile,
+/// a BlockReloadTooLarge Event on it says why and what to do. The limit raised to 170 MiB
+/// (kubeadm's), the block is written at the next read of the Deployment.
+#[test]
+fn a_block_whose_reload_exceeds_the_memory_limit_is_not_written() {
+    const NS: &str = "coredns-guard";
+    let Some(cluster) = cluster::shared() else {
+        return;
+    };
+    let dir = temp_dir("coredns-guard");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(setup(cluster, NS, "60Mi"));
+    let mut controller = controller(cluster, NS, dir.path());
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS);
+    let note = wait_for(
+        "the Event",
+        &mut controller,
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let list = events.list(&Default::default()).await.ok()?;
+                list.items
+                    .into_iter()
+                    .find(|e| e.reason.as_deref() == Some("BlockReloadTooLarge"))
+                    .and_then(|e| e.note)
+            })
+        },
+    );
+    assert!(
+        note.contains("over CoreDNS's memory limit of 60 MiB"),
+        "{note}"
+    );
+    assert!(note.contains("raise the memory limit"), "{note}");
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    let corefile = || {
+        rt.block_on(async {
+            let cm = cms.get("coredns").await.unwrap();
+            cm.data.unwrap().remove("Corefile").unwrap()
+        })
+    };
+    let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
+    assert_eq!(corefile(), kubeadm, "nothing written");
+    assert!(
+        controller.log_text().contains("reload_too_large")
+            || controller.log_text().contains("OOM-killed")
+    );
+
+    let limit = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "coredns", "resources": {"limits": {"memory": "170Mi"}}}
+    ]}}}});
+    rt.block_on(Api::<Deployment>::namespaced(client.clone(), NS).patch(
+        "coredns",
+        &PatchParams::default(),
+        &Patch::Strategic(&limit),
+    ))
+    .unwrap();
+    let written = wait_for(
+        "the write under 170 MiB",
+        &mut controller,
+        Duration::from_secs(60),
+        || Some(corefile()).filter(|t| t.contains("# === BEGIN ouroboros")),
+    );
+    assert!(written.contains("template IN A example.com"), "{written}");
 }
