@@ -281,6 +281,13 @@ fn workload(
             .cloned()
             .collect(),
         images: containers.iter().filter_map(|c| c.image.clone()).collect(),
+        memory_limits: containers
+            .iter()
+            .filter_map(|c| {
+                let limit = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+                Some((c.image.clone()?, limit.0.clone()))
+            })
+            .collect(),
     }
 }
 

@@ -822,9 +822,11 @@ async fn coredns_section<'c, 'a>(
         let mut imports = None;
         let mut shadows = None;
         let mut rewritten = None;
+        let mut corefile = None;
         match checks::coredns::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
+                corefile = Some(text.to_string());
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
                 if mode == Mode::Coredns {
                     known = checks::coredns::held(mode, text, candidates);
@@ -897,6 +899,12 @@ async fn coredns_section<'c, 'a>(
             &deployment,
             known,
             picked,
+        ));
+        out.push(checks::coredns_version::reload_memory(
+            mode,
+            corefile.as_deref(),
+            known,
+            &deployment,
         ));
     } else {
         out.extend(checks::coredns::skip_unless_coredns("coredns", mode));

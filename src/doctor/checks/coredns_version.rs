@@ -10,6 +10,8 @@ use super::{coredns::UNKNOWN, inputs::Got, inputs::Workload};
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
 use crate::dns::answer_form::{image_version, COREDNS_DEPLOYMENT};
 use crate::dns::answer_form::{known_from_images, pick, AnswerForm, Known, Picked};
+use crate::dns::corefile;
+use crate::dns::reload_memory::{self, parse_quantity};
 use crate::dns::Mode;
 use crate::doctor::report::{Check, Status};
 use crate::hostname::Hostname;
@@ -185,6 +187,87 @@ fn version_check(
     .action(action)
 }
 
+/// coredns-reload-memory: whether CoreDNS can reload the Corefile with the block the
+/// controller would write (`corefile` spliced with `want`) within its container's memory limit,
+/// as the controller's guard predicts it (`dns::reload_memory`). Only the Deployment named
+/// [`COREDNS_DEPLOYMENT`] counts: it is the one the controller reads.
+pub fn reload_memory(
+    mode: Mode,
+    corefile: Option<&str>,
+    want: Option<&Expected<'_>>,
+    deployment: &Got<Workload>,
+) -> Check {
+    const ID: &str = "coredns-reload-memory";
+    if mode != Mode::Coredns {
+        return Check::skip(
+            ID,
+            format!("mode {}: the guard is coredns mode's", mode.name()),
+        );
+    }
+    let (Some(text), Some(want)) = (corefile, want) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let Ok(Some(w)) = deployment
+        .as_ref()
+        .map(|d| d.as_ref().filter(|w| w.name == COREDNS_DEPLOYMENT))
+    else {
+        return Check::skip(
+            ID,
+            format!("no Deployment {COREDNS_DEPLOYMENT} was read: the controller guards nothing"),
+        );
+    };
+    let limit = coredns_image(w).and_then(|i| w.memory_limits.get(i));
+    let Some((quantity, limit)) = limit.and_then(|q| Some((q, parse_quantity(q)?))) else {
+        return Check::ok(
+            ID,
+            format!(
+                "{} sets no memory limit on CoreDNS: nothing to guard",
+                w.reference()
+            ),
+        );
+    };
+    let Ok(edit) = corefile::splice_groups(text, &want.groups) else {
+        return Check::skip(ID, "the Corefile does not parse (see coredns-block)");
+    };
+    let form = match want
+        .groups
+        .iter()
+        .all(|g| matches!(g.answer, Answer::View(_)))
+    {
+        true => AnswerForm::View,
+        false => AnswerForm::Template,
+    };
+    let evidence = format!("{}: memory limit {quantity}", w.reference());
+    let bytes = edit.text.len();
+    match reload_memory::fits(form, bytes, Some(limit)) {
+        Ok(()) => Check::ok(
+            ID,
+            format!(
+                "a reload of the {bytes}-byte Corefile with our {} block is predicted to peak at \
+                 {} MiB (with a {}% margin), within CoreDNS's memory limit",
+                form.as_str(),
+                reload_memory::with_margin(reload_memory::predicted_peak(form, bytes))
+                    .div_ceil(1 << 20),
+                reload_memory::MARGIN_PERCENT
+            ),
+        )
+        .evidence(evidence),
+        // The controller writes a Corefile no larger than the one CoreDNS runs anyway.
+        Err(e) if bytes <= text.len() => Check::warn(ID, e.to_string()).evidence(evidence).action(
+            "CoreDNS runs a Corefile at least as large: raise the memory limit before its next \
+             restart or reload",
+        ),
+        Err(e) => Check::fail(ID, format!("{e}: the controller does not write it"))
+            .evidence(evidence)
+            .action(
+                "raise the memory limit of the CoreDNS Deployment's container, hairpin fewer \
+                 names (--ingress-class, --allow-domain), or use --coredns-answer view (auto \
+                 picks it on CoreDNS 1.10 and later); until then the block written last stays \
+                 (BlockReloadTooLarge Event)",
+            ),
+    }
+}
+
 /// From this many names on, doctor suggests the view form where CoreDNS has it: the template
 /// pair's patterns are scanned by every A/AAAA query under the names' top-level domains, which
 /// bench/coredns measures at 1.4-1.9x CPU a hairpinned query at 1,000 names and 4.2x at 30,000,
@@ -293,6 +376,54 @@ mod tests {
         );
     }
 
+    /// The guard as doctor reports it: no limit is OK, a limit the desired Corefile's reload
+    /// would exceed FAILs (the controller does not write it), a roomy one is OK.
+    #[test]
+    fn the_reload_guard_is_judged_as_the_controller_does() {
+        let limited = |q: &str| -> Got<Workload> {
+            let mut w = dep("registry.k8s.io/coredns/coredns:v1.11.3")
+                .unwrap()
+                .unwrap();
+            w.memory_limits = BTreeMap::from([(w.images[0].clone(), q.to_string())]);
+            Ok(Some(w))
+        };
+        let names: Vec<String> = (0..3000).map(|i| format!("host{i}.example.com")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (h, a) = (hosts(&names), proxy());
+        let want = expect(Some(&h), Some(&a));
+        let text = crate::doctor::checks::fixtures::PLAIN;
+        let c = |d: &Got<Workload>| reload_memory(Mode::Coredns, Some(text), want.as_ref(), d);
+        assert_eq!(c(&dep("coredns/coredns:1.11.3")).status, Status::Ok);
+        let fail = c(&limited("60Mi"));
+        assert_eq!(fail.status, Status::Fail, "{fail:?}");
+        assert!(
+            fail.summary
+                .contains("over CoreDNS's memory limit of 60 MiB"),
+            "{fail:?}"
+        );
+        assert!(fail
+            .action
+            .as_deref()
+            .unwrap()
+            .starts_with("raise the memory limit"));
+        assert_eq!(
+            fail.evidence,
+            ["Deployment kube-system/coredns: memory limit 60Mi"]
+        );
+        assert_eq!(c(&limited("170Mi")).status, Status::Ok);
+        assert_eq!(c(&Ok(None)).status, Status::Skip);
+        assert_eq!(
+            reload_memory(
+                Mode::CorednsImport,
+                Some(text),
+                want.as_ref(),
+                &limited("60Mi")
+            )
+            .status,
+            Status::Skip
+        );
+    }
+
     #[test]
     fn the_coredns_container() {
         let w = |name: &str, images: &[&str]| Workload {
@@ -302,6 +433,7 @@ mod tests {
             labels: BTreeMap::new(),
             args: vec![],
             images: images.iter().map(|s| s.to_string()).collect(),
+            memory_limits: BTreeMap::new(),
         };
         let rke2 = w(
             "rke2-coredns-rke2-coredns",
@@ -331,6 +463,7 @@ mod tests {
             labels: BTreeMap::new(),
             args: vec![],
             images: vec![image.into()],
+            memory_limits: BTreeMap::new(),
         }))
     }
 
