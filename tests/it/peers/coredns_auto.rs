@@ -5,6 +5,7 @@
 //! namespace of its own (the CoreDNS ConfigMap and Deployment there), so the other tests'
 //! controllers never see that Deployment.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use super::cluster;
 use super::coredns::corefile_fixture;
 use super::{spawn, wait_for};
-use crate::support::temp_dir;
+use crate::support::{free_port, http_get, temp_dir, V4};
 
 const NS: &str = "coredns-auto";
 
@@ -79,8 +80,14 @@ async fn setup(cluster: &cluster::Cluster, ns: &str, limit: &str) -> kube::Clien
     client
 }
 
-/// The controller (`auto`) for the CoreDNS ConfigMap and the Ingresses of `ns`.
-fn controller(cluster: &cluster::Cluster, ns: &str, dir: &std::path::Path) -> super::Process {
+/// The controller (`auto`) for the CoreDNS ConfigMap and the Ingresses of `ns`, its admin
+/// endpoint on `health`.
+fn controller(
+    cluster: &cluster::Cluster,
+    ns: &str,
+    dir: &std::path::Path,
+    health: SocketAddr,
+) -> super::Process {
     let mut cmd = crate::common::command("controller");
     cmd.args([
         "--kubeconfig",
@@ -92,10 +99,10 @@ fn controller(cluster: &cluster::Cluster, ns: &str, dir: &std::path::Path) -> su
         "--proxy-ip",
         "10.96.0.20",
         "--leader-elect=false",
-        "--listen-health=",
         "--cluster-domain",
         "cluster.local",
     ]);
+    cmd.arg(format!("--listen-health={health}"));
     spawn("controller", cmd, &dir.join("controller.log"))
 }
 
@@ -153,7 +160,8 @@ fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
         .build()
         .unwrap();
     let client = rt.block_on(setup(cluster, NS, "170Mi"));
-    let mut controller = controller(cluster, NS, dir.path());
+    let health: SocketAddr = (V4, free_port(V4)).into();
+    let mut controller = controller(cluster, NS, dir.path(), health);
     let cms = Api::<ConfigMap>::namespaced(client.clone(), NS);
     let read = || {
         rt.block_on(async {
@@ -175,6 +183,20 @@ fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
         log.contains("CoreDNS answer form template: --coredns-answer auto: CoreDNS 1.9.4"),
         "{log}"
     );
+    let metric = |form: &str| {
+        let (_, metrics) = http_get(health, "/metrics");
+        let line = format!(
+            "ouroboros_controller_coredns_answer_form{{form=\"{form}\",basis=\"version\"}} 1"
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+        // One series: the pick now.
+        let series = metrics
+            .lines()
+            .filter(|l| l.starts_with("ouroboros_controller_coredns_answer_form{"))
+            .count();
+        assert_eq!(series, 1, "{metrics}");
+    };
+    metric("template");
 
     // Upgrade CoreDNS; watch the ConfigMap from the first write on.
     let (events, text) = rt.block_on(upgrade(&client, &cms, &rv));
@@ -195,6 +217,7 @@ fn an_upgraded_coredns_gets_the_view_form_in_one_write() {
         log.contains("CoreDNS answer form view: --coredns-answer auto: CoreDNS 1.11.3"),
         "{log}"
     );
+    metric("view");
     assert!(
         !log.contains("WARN"),
         "no warning while the version is known: {log}"
@@ -217,7 +240,8 @@ fn a_block_whose_reload_exceeds_the_memory_limit_is_not_written() {
         .build()
         .unwrap();
     let client = rt.block_on(setup(cluster, NS, "60Mi"));
-    let mut controller = controller(cluster, NS, dir.path());
+    let health: SocketAddr = (V4, free_port(V4)).into();
+    let mut controller = controller(cluster, NS, dir.path(), health);
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS);
     let note = wait_for(
         "the Event",
@@ -247,9 +271,13 @@ fn a_block_whose_reload_exceeds_the_memory_limit_is_not_written() {
     };
     let kubeadm = std::fs::read_to_string(corefile_fixture("kubeadm.Corefile")).unwrap();
     assert_eq!(corefile(), kubeadm, "nothing written");
+    let (status, body) = http_get(health, "/readyz");
+    assert_eq!(status, 503, "not ready while the write is refused: {body}");
+    assert!(body.contains("OOM-killed"), "{body}");
+    let (_, metrics) = http_get(health, "/metrics");
     assert!(
-        controller.log_text().contains("reload_too_large")
-            || controller.log_text().contains("OOM-killed")
+        metrics.contains("result=\"reload_too_large\""),
+        "the syncs metric counts it:\n{metrics}"
     );
 
     let limit = serde_json::json!({"spec": {"template": {"spec": {"containers": [
