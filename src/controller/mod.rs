@@ -3,7 +3,7 @@
 
 pub mod answers;
 pub mod args;
-pub mod coredns_form;
+pub mod coredns_deployment;
 pub mod events;
 pub mod hostnames;
 pub mod ipmode;
@@ -194,7 +194,7 @@ pub async fn run_with(
     } = args.validate()?;
     let (rules, routes) = (args.answer_rules()?, Routes::default());
     let targets = &filters.targets;
-    let form = CurrentForm::new(coredns_form::from_flags(&args.dns, "not read yet"));
+    let form = CurrentForm::new(coredns_deployment::from_flags(&args.dns, "not read yet"));
     let at = Build::new(client.clone(), &cluster_domain, targets).routed(&rules, &routes);
     let limit = MemoryLimit::default();
     let at = at.picking(form.clone(), limit.clone());
@@ -305,7 +305,8 @@ async fn start_picks(
     metrics: &Metrics,
     (forced, stop): (&watch::Sender<u64>, &CancellationToken),
 ) -> Vec<JoinHandle<()>> {
-    let form_task = coredns_form::start(client, &args.dns, coredns, metrics, (forced, stop)).await;
+    let form_task =
+        coredns_deployment::start(client, &args.dns, coredns, metrics, (forced, stop)).await;
     let answer_tasks =
         answers::start(client, rules, targets, routes, (forced, stop, args.resync)).await;
     answer_tasks.into_iter().chain(form_task).collect()
