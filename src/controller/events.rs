@@ -37,6 +37,8 @@ pub const HAIRPIN_RESTORED: &str = "HairpinRestored";
 pub const COREFILE_UNPARSEABLE: &str = "CorefileUnparseable";
 pub const BLOCK_REVERTED: &str = "BlockReverted";
 pub const BLOCK_TOO_LARGE: &str = "BlockTooLarge";
+/// The block's reload would exceed CoreDNS's memory limit (`dns::reload_memory`): not written.
+pub const BLOCK_RELOAD_TOO_LARGE: &str = "BlockReloadTooLarge";
 pub const PROXY_ADDRESS_MISSING: &str = "ProxyAddressMissing";
 pub const HOSTNAME_SHADOWED: &str = "HostnameShadowed";
 pub const HOSTNAME_REWRITTEN: &str = "HostnameRewritten";

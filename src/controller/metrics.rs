@@ -49,6 +49,14 @@ pub struct AnswerLabels {
     pub answer: String,
 }
 
+/// The CoreDNS block's answer form (`template`, `view`, `rewrite`) and why (`asked`, `version`,
+/// `unknown_version`, `import_snippet`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FormLabels {
+    pub form: String,
+    pub basis: String,
+}
+
 /// A probe's target and verdict (`ok`, `dns-wrong`, `dns-missing`, `refused`, `reset`,
 /// `timeout`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -77,6 +85,8 @@ pub struct Metrics {
     /// others.
     pub target_answer: Family<AnswerLabels, Gauge>,
     pub rejected: Family<ReasonLabel, Gauge>,
+    /// 1 on the CoreDNS block's answer form and why it is that form; one series.
+    pub coredns_answer_form: Family<FormLabels, Gauge>,
     /// (hostname, losing object) pairs: hosts claimed by objects of two targets.
     pub hostname_conflicts: Gauge,
     pub conflicts: Counter,
@@ -123,6 +133,18 @@ impl Collector for SinceLastSuccess {
     }
 }
 
+/// The CoreDNS block's families.
+fn register_coredns(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "coredns_answer_form",
+        "1 on the form the CoreDNS block answers in (template, view, rewrite), labelled with \
+         why: asked (--coredns-answer), version (auto, from CoreDNS's version), \
+         unknown_version (auto without a version: the pair; set --coredns-version), \
+         import_snippet (auto in coredns-import mode: the pair)",
+        m.coredns_answer_form.clone(),
+    );
+}
+
 /// The hairpin probe's families.
 fn register_probe(r: &mut Registry, m: &Metrics) {
     r.register(
@@ -153,6 +175,7 @@ impl Metrics {
             target_skipped: Family::default(),
             target_answer: Family::default(),
             rejected: Family::default(),
+            coredns_answer_form: Family::default(),
             hostname_conflicts: Gauge::default(),
             conflicts: Counter::default(),
             leader: Gauge::default(),
@@ -242,8 +265,20 @@ impl Metrics {
             m.removal_holds.clone(),
         );
         register_probe(r, &m);
+        register_coredns(r, &m);
         r.register_collector(Box::new(SinceLastSuccess(m.last_success.clone())));
         m
+    }
+
+    /// The CoreDNS answer form now: one series, the old one (another form or reason) gone.
+    pub fn coredns_answer(&self, picked: &crate::dns::answer_form::Picked) {
+        self.coredns_answer_form.clear();
+        self.coredns_answer_form
+            .get_or_create(&FormLabels {
+                form: picked.form.as_str().into(),
+                basis: picked.basis.as_str().into(),
+            })
+            .set(1);
     }
 
     pub fn sync(&self, mode: &str, result: &str) {

@@ -3,6 +3,7 @@
 
 pub mod answers;
 pub mod args;
+pub mod coredns_deployment;
 pub mod events;
 pub mod hostnames;
 pub mod ipmode;
@@ -43,13 +44,14 @@ use crate::dns::mode::build::Build;
 use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{ObjectKey, Reason, SinkError};
+use crate::dns::write::form::{CurrentForm, MemoryLimit};
 use crate::dns::write::routes::Routes;
 use crate::dns::write::sink::Sink;
 use crate::dns::ConfigMapKey;
 use crate::flags::UsageError;
 use crate::hostname::{Hostname, LogName};
 use crate::kube_client::Cause;
-use crate::target::TargetRule;
+use crate::target::{AnswerRule, TargetRule};
 
 /// `ouroboros controller`: keeps in-cluster DNS for the hairpinned hostnames pointing at the
 /// proxy.
@@ -192,7 +194,10 @@ pub async fn run_with(
     } = args.validate()?;
     let (rules, routes) = (args.answer_rules()?, Routes::default());
     let targets = &filters.targets;
+    let form = CurrentForm::new(coredns_deployment::from_flags(&args.dns, "not read yet"));
     let at = Build::new(client.clone(), &cluster_domain, targets).routed(&rules, &routes);
+    let limit = MemoryLimit::default();
+    let at = at.picking(form.clone(), limit.clone());
     let sink = crate::dns::mode::sink(&args.dns, &at)?;
     let mode = sink.mode();
     let identity = lease::identity();
@@ -239,15 +244,9 @@ pub async fn run_with(
         };
         start.spawn_all()
     };
-    // Before the first write: it already answers as picked.
-    let answer_tasks = answers::start(
-        &client,
-        &rules,
-        &filters.targets,
-        &routes,
-        (&forced_tx, &stop, args.resync),
-    )
-    .await;
+    // Before the first write: it already answers (and in the CoreDNS form) as picked.
+    let picks = (&rules[..], &filters.targets[..], &routes, (&form, &limit));
+    let answer_tasks = start_picks(&client, &args, picks, &metrics, (&forced_tx, &stop)).await;
     drop((applied_rx, forced_tx));
 
     let mut hooks = ControllerHooks::new(
@@ -292,6 +291,25 @@ pub async fn run_with(
     wait_stopped(watches.tasks, events_task, admin).await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// What the writers read of the CoreDNS Deployment: the answer form and the memory limit.
+type CorednsReads<'a> = (&'a CurrentForm, &'a MemoryLimit);
+
+/// Makes the picks the first write needs, each target's answer and the CoreDNS form, and
+/// starts the tasks that follow what they were picked from.
+async fn start_picks(
+    client: &Client,
+    args: &ControllerArgs,
+    (rules, targets, routes, coredns): (&[AnswerRule], &[TargetRule], &Routes, CorednsReads<'_>),
+    metrics: &Metrics,
+    (forced, stop): (&watch::Sender<u64>, &CancellationToken),
+) -> Vec<JoinHandle<()>> {
+    let form_task =
+        coredns_deployment::start(client, &args.dns, coredns, metrics, (forced, stop)).await;
+    let answer_tasks =
+        answers::start(client, rules, targets, routes, (forced, stop, args.resync)).await;
+    answer_tasks.into_iter().chain(form_task).collect()
 }
 
 /// The Events task (none with --dry-run, which writes nothing) and its Notifier.
@@ -937,6 +955,7 @@ impl sync::Hooks for ControllerHooks {
         let notice = match e.reason {
             Reason::Unparseable => Some((events::COREFILE_UNPARSEABLE, "Edit")),
             Reason::TooLarge => Some((events::BLOCK_TOO_LARGE, "Write")),
+            Reason::ReloadTooLarge => Some((events::BLOCK_RELOAD_TOO_LARGE, "Write")),
             Reason::NoClusterIp | Reason::NotFound
                 if e.object.as_ref().is_some_and(|o| o.kind == "Service") =>
             {

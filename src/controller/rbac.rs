@@ -643,14 +643,26 @@ mod needs_tests {
                 node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
-                writes: vec![Grant {
-                    namespace: "kube-system".into(),
-                    api_group: "",
-                    resource: "configmaps",
-                    names: vec!["coredns".into()],
-                    verbs: &["get", "list", "watch", "update"],
-                    why: "edit the Corefile and restore it when reverted",
-                }],
+                writes: vec![
+                    Grant {
+                        namespace: "kube-system".into(),
+                        api_group: "",
+                        resource: "configmaps",
+                        names: vec!["coredns".into()],
+                        verbs: &["get", "list", "watch", "update"],
+                        why: "edit the Corefile and restore it when reverted",
+                    },
+                    // The memory limit, and auto's version, from this one Deployment.
+                    Grant {
+                        namespace: "kube-system".into(),
+                        api_group: "apps",
+                        resource: "deployments",
+                        names: vec!["coredns".into()],
+                        verbs: &["get"],
+                        why: "read CoreDNS's memory limit (the reload guard) and, for \
+                              --coredns-answer auto, its version",
+                    },
+                ],
                 removes: vec![Grant {
                     namespace: "kube-system".into(),
                     api_group: "",
@@ -679,6 +691,23 @@ mod needs_tests {
                 ..c
             }
         );
+    }
+
+    /// coredns mode reads the CoreDNS Deployment (memory limit, and `auto`'s version), whatever
+    /// the form; coredns-import does not.
+    #[test]
+    fn the_coredns_deployment_in_coredns_mode_only() {
+        let reads = |extra: &[&str]| {
+            of(extra)
+                .0
+                .writes
+                .iter()
+                .any(|g| g.resource == "deployments")
+        };
+        assert!(reads(&[]));
+        assert!(reads(&["--coredns-version", "1.11.3"]));
+        assert!(reads(&["--coredns-answer", "template"]));
+        assert!(!reads(&["--mode", "coredns-import"]));
     }
 
     /// Where the mode's first grant is: its namespace, then its object's name or, with no

@@ -6,44 +6,13 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Arg, ArgAction, Args, Command, ValueEnum};
+use clap::{Arg, ArgAction, Args, Command};
 
-use crate::dns::answer::{Answer, ProxyAddrs};
+use crate::dns::answer::Version;
+use crate::dns::answer_form::{parse_version, AnswerForm};
 use crate::dns::{ConfigMapKey, Mode, ProxyFqdn, MODE_HELP};
 use crate::flags::parse_answer_ip;
 use crate::target::TargetRule;
-
-/// How the CoreDNS block answers (coredns and coredns-import modes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AnswerForm {
-    /// `template IN A` / `template IN AAAA` answering only A and AAAA queries with the proxy
-    /// Service's ClusterIPs (or --proxy-ip); every other query type keeps its public answer.
-    /// Works on CoreDNS 1.7 and later and in node-local-dns.
-    Template,
-    /// For large sets (thousands of names): a server block per top-level domain before the root
-    /// block, whose `view` passes only A and AAAA queries for the hairpinned names (one set
-    /// lookup) to the same `template` answers; every other query goes to the root block as
-    /// before. About a third of the template pair's size per name. Needs CoreDNS 1.10 or later;
-    /// coredns mode only (node-local-dns, which has no `view`, gets the template pair).
-    View,
-    /// `rewrite name` lines to --proxy-fqdn, as the reference tool writes. A name rewrite
-    /// answers every query type for the host from the cluster domain (breaks cert-manager
-    /// DNS-01 for apex and delegated hosts; before CoreDNS 1.8.4 for every host), autopath
-    /// skips it, and wildcard lines need CoreDNS 1.8.4 or later (`answer auto`).
-    Rewrite,
-}
-
-impl AnswerForm {
-    /// The answer with the proxy's addresses in this form; `None` for `rewrite`, which answers
-    /// with a name.
-    pub fn with_addrs(self, addrs: ProxyAddrs) -> Option<Answer> {
-        match self {
-            AnswerForm::Template => Some(Answer::Template(addrs)),
-            AnswerForm::View => Some(Answer::View(addrs)),
-            AnswerForm::Rewrite => None,
-        }
-    }
-}
 
 pub const DEFAULT_PROXY_SERVICE: &str = "ouroboros-proxy";
 pub const DEFAULT_NAMESPACE: &str = "ouroboros";
@@ -88,13 +57,20 @@ pub struct SharedArgs {
     )]
     pub dry_run: bool,
 
-    /// coredns, coredns-import: how the block answers. `template` (A/AAAA only, with the proxy
-    /// Service's ClusterIPs) works on every CoreDNS from 1.7; `view` (the same answers from
-    /// server blocks, for thousands of names; coredns mode, CoreDNS 1.10+); `rewrite` (a name target,
-    /// --proxy-fqdn) hijacks every query type for the host and its wildcard lines need CoreDNS
-    /// 1.8.4 or later (docs/coredns-answers.md).
-    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
+    /// coredns, coredns-import: how the block answers. `auto` picks `view` in coredns mode on
+    /// CoreDNS 1.10 and later (--coredns-version, else the CoreDNS Deployment's image tag) and
+    /// `template` otherwise; `template` (A/AAAA only, with the proxy Service's ClusterIPs) works
+    /// on every CoreDNS from 1.7; `view` needs 1.10; `rewrite` (a name target, --proxy-fqdn)
+    /// hijacks every query type for the host and its wildcard lines need CoreDNS 1.8.4 or later
+    /// (docs/coredns-answers.md).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Auto)]
     pub coredns_answer: AnswerForm,
+
+    /// coredns with --coredns-answer auto: the cluster's CoreDNS version (e.g. 1.11.3), for
+    /// when the CoreDNS Deployment's image tag does not say it (a digest-only image, a
+    /// Deployment not named `coredns`) [default: read from that tag].
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_VERSION", value_name = "VERSION", value_parser = parse_version)]
+    pub coredns_version: Option<Version>,
 
     /// coredns, coredns-import with --coredns-answer rewrite: the rewrite target, the proxy
     /// Service's FQDN with its trailing dot [default:
@@ -247,6 +223,7 @@ const PUBLISHED_ORDER: &[&str] = &[
     "coredns-import-configmap",
     "coredns-import-key",
     "coredns-answer",
+    "coredns-version",
     "proxy-fqdn",
     "proxy-service-name",
     "proxy-service-namespace",

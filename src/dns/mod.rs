@@ -9,6 +9,7 @@
 //! generated here.
 
 pub mod answer;
+pub mod answer_form;
 pub mod args;
 mod block;
 pub mod coredns_import;
@@ -17,6 +18,7 @@ pub mod etc_hosts;
 pub mod external;
 pub mod mode;
 mod name_regex;
+pub mod reload_memory;
 pub mod rewrite_rule;
 pub mod write;
 

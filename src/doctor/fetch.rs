@@ -15,13 +15,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::checks::{
-    coredns_version::pick_coredns_workload, coredns_version::COREDNS_DEPLOYMENT,
-    coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure, inputs::Got, inputs::Workload,
-    permissions::Question,
+    coredns_version::pick_coredns_workload, coredns_version::KUBE_DNS_SELECTOR, inputs::ApiFailure,
+    inputs::Got, inputs::Workload, permissions::Question,
 };
 use crate::controller::hostnames::kinds::{Place, Served, SourceObject};
 use crate::controller::placement::resource_at;
 use crate::controller::projection::{Project, Projected};
+use crate::dns::answer_form::COREDNS_DEPLOYMENT;
 use crate::kube_client::Cause;
 
 const ATTEMPTS: u32 = 3;
@@ -281,6 +281,13 @@ fn workload(
             .cloned()
             .collect(),
         images: containers.iter().filter_map(|c| c.image.clone()).collect(),
+        memory_limits: containers
+            .iter()
+            .filter_map(|c| {
+                let limit = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+                Some((c.image.clone()?, limit.0.clone()))
+            })
+            .collect(),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::controller::hostnames::{
 };
 use crate::controller::rbac::{self, Needs};
 use crate::dns::answer::{Answer, ProxyAddrs};
-use crate::dns::args::AnswerForm;
+use crate::dns::answer_form::{AnswerForm, Picked};
 use crate::dns::mode::DnsArgs;
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
@@ -344,8 +344,7 @@ async fn dial(targets: Vec<SocketAddr>, timeout: Duration) -> Vec<Dial> {
 /// Runs every check against the cluster behind `client`, in a fixed order.
 /// Flag errors are `UsageError`s.
 pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Report> {
-    let d = &args.dns;
-    let mode = d.shared.mode;
+    let mode = args.dns.shared.mode;
     let Validated {
         filters,
         policy,
@@ -353,6 +352,27 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
         cluster_domain,
     } = args.validate()?;
     let mut out: Vec<Check> = Vec::new();
+    // The CoreDNS Deployment, read once: its image's version is what `--coredns-answer auto`
+    // picks the form from, and what the coredns-version check judges.
+    let deployment = match crate::dns::mode::coredns::reads_coredns_version(&args.dns) {
+        true => Some(fetch::coredns_deployment(client, &args.dns.coredns.coredns_namespace).await),
+        false => None,
+    };
+    let unread = Ok(None);
+    let picked = checks::coredns_version::answer_pick(
+        (
+            args.dns.shared.coredns_answer,
+            args.dns.shared.coredns_version,
+        ),
+        mode,
+        &args.dns.coredns.coredns_namespace,
+        deployment.as_ref().unwrap_or(&unread),
+    );
+    // From here on the flags say the form the controller writes, never `auto`.
+    let mut resolved = args.clone();
+    resolved.dns.shared.coredns_answer = picked.form;
+    let args = &resolved;
+    let d = &args.dns;
 
     // 1. The ingress controller: its Service, KEP-1860, PROXY protocol; then each target's
     // answer, picked as the controller picks it.
@@ -421,7 +441,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             .chain(other.as_ref().and_then(|o| expected(hosts, o)))
             .collect(),
     };
-    let (checks, known) = coredns_section(client, d, &candidates).await;
+    let (checks, known) = coredns_section(client, d, &candidates, (deployment, &picked)).await;
     out.extend(checks);
 
     // 4. node-local-dns.
@@ -790,6 +810,7 @@ async fn coredns_section<'c, 'a>(
     client: &Client,
     d: &DnsArgs,
     candidates: &'c [checks::coredns::Expected<'a>],
+    (deployment, picked): (Option<Got<checks::inputs::Workload>>, &Picked),
 ) -> (Vec<Check>, Option<&'c checks::coredns::Expected<'a>>) {
     let mode = d.shared.mode;
     let mut out = Vec::new();
@@ -801,9 +822,11 @@ async fn coredns_section<'c, 'a>(
         let mut imports = None;
         let mut shadows = None;
         let mut rewritten = None;
+        let mut corefile = None;
         match checks::coredns::corefile_text(mode, &target, &got) {
             Err(c) => out.push(c),
             Ok(text) => {
+                corefile = Some(text.to_string());
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
                 if mode == Mode::Coredns {
                     known = checks::coredns::held(mode, text, candidates);
@@ -862,15 +885,26 @@ async fn coredns_section<'c, 'a>(
             mode,
             rewritten.as_deref(),
         ));
-        let deployment = match known {
-            Some(_) => fetch::coredns_deployment(client, &d.coredns.coredns_namespace).await,
-            None => Ok(None),
+        // Read once: already for `auto`'s pick, else only when the checks would not skip.
+        let deployment = match (deployment, known) {
+            (Some(got), _) => got,
+            (None, Some(_)) => {
+                fetch::coredns_deployment(client, &d.coredns.coredns_namespace).await
+            }
+            (None, None) => Ok(None),
         };
         out.push(checks::coredns_version::coredns_version(
             mode,
             &d.coredns.coredns_namespace,
             &deployment,
             known,
+            picked,
+        ));
+        out.push(checks::coredns_version::reload_memory(
+            mode,
+            corefile.as_deref(),
+            known,
+            &deployment,
         ));
     } else {
         out.extend(checks::coredns::skip_unless_coredns("coredns", mode));

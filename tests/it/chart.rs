@@ -230,6 +230,10 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "coredns, auto answers with the CoreDNS version given",
+        &["controller.corednsVersion=v1.11.3"],
+    ),
+    (
         "coredns, node-local-dns (kubespray's name)",
         &[
             "controller.nodeLocalDns.enabled=true",
@@ -817,6 +821,53 @@ fn rbac_of_every_pod_equals_what_the_binary_needs() {
         checked >= 10,
         "reference values: only {checked} pods checked"
     );
+}
+
+/// coredns mode reads the Deployment `coredns` (its memory limit for the reload guard, and for
+/// `--coredns-answer auto` its version): `get` on that one Deployment, in the CoreDNS Role, and
+/// nothing on Deployments in coredns-import mode; a given version is passed as the flag.
+#[test]
+fn coredns_mode_gets_the_coredns_deployment_only() {
+    let deployment_rules = |objs: &[Value]| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| kind(o) == "Role" || kind(o) == "ClusterRole")
+            .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|r| strings(&r["resources"]).contains(&"deployments".to_string()))
+            .collect()
+    };
+    let role = find(defaults(), "Role", "ouroboros-controller-coredns").expect("the CoreDNS Role");
+    assert_eq!(role["metadata"]["namespace"], "kube-system");
+    let get_coredns = vec![serde_json::json!({
+        "apiGroups": ["apps"], "resources": ["deployments"],
+        "resourceNames": ["coredns"], "verbs": ["get"],
+    })];
+    for sets in [
+        &[][..],
+        &["controller.corednsVersion=v1.11.3"],
+        &["controller.corednsAnswer=template"],
+    ] {
+        assert_eq!(deployment_rules(rendered(sets)), get_coredns, "{sets:?}");
+    }
+    assert_eq!(
+        deployment_rules(rendered(&["controller.mode=coredns-import"])),
+        Vec::<Value>::new()
+    );
+    let args = |objs: &[Value]| -> Vec<String> {
+        let c = find(objs, "Deployment", "ouroboros-controller").expect("the controller");
+        strings(&c["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    let given = args(rendered(&["controller.corednsVersion=v1.11.3"]));
+    assert!(
+        given.contains(&"--coredns-version=v1.11.3".to_string()),
+        "{given:?}"
+    );
+    assert!(
+        given.contains(&"--coredns-answer=auto".to_string()),
+        "{given:?}"
+    );
+    assert!(!args(defaults())
+        .iter()
+        .any(|a| a.starts_with("--coredns-version")));
 }
 
 #[test]

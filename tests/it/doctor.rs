@@ -35,6 +35,11 @@ fn args(extra: &[&str]) -> DoctorArgs {
     if !extra.contains(&"--dial") {
         argv.extend(["--dial", "never"]);
     }
+    // The scenarios hold the template pair, which `auto` (the default) picks only where
+    // CoreDNS is older than 1.10; `auto` itself: auto_answers_are_judged_in_the_picked_form.
+    if !extra.contains(&"--coredns-answer") {
+        argv.extend(["--coredns-answer", "template"]);
+    }
     argv.extend_from_slice(extra);
     match crate::common::parse_without_env::<Cli, _, _>(argv)
         .unwrap()
@@ -711,6 +716,7 @@ async fn broken_cluster_reports_each_problem() {
         ("coredns-shadowing", Status::Warn),
         ("coredns-rewrites", Status::Warn),
         ("coredns-version", Status::Fail),
+        ("coredns-reload-memory", Status::Skip),
         ("node-local-dns", Status::Warn),
         ("proxy-service", Status::Ok),
         ("proxy-endpoints", Status::Fail),
@@ -764,7 +770,7 @@ async fn broken_cluster_reports_each_problem() {
         v.action
             .as_deref()
             .unwrap()
-            .starts_with("use --coredns-answer template (the default)"),
+            .starts_with("use --coredns-answer template (what auto picks before CoreDNS 1.10)"),
         "{v:?}"
     );
     let uris: Vec<&str> = seen.iter().map(|s| s.uri.as_str()).collect();
@@ -777,7 +783,8 @@ async fn broken_cluster_reports_each_problem() {
         .as_deref()
         .unwrap()
         .starts_with(
-        "use --coredns-answer template (the default, which it needs) and turn on --node-local-dns"
+        "use --coredns-answer template or auto (node-local-dns needs the template pair, which both \
+         write there) and turn on --node-local-dns"
     ));
 }
 
@@ -1222,6 +1229,75 @@ async fn node_local_dns_holds_the_same_block_when_opted_in() {
             .starts_with("turn on --node-local-dns (chart: controller.nodeLocalDns.enabled)"),
         "{n:?}"
     );
+}
+
+/// `--coredns-answer auto`: doctor reads the Deployment `coredns` first, judges the block in
+/// the form the controller picks from its image tag (view on 1.11.3, the pair on 1.9.4) and
+/// says the pick in the coredns-version check.
+#[tokio::test]
+async fn auto_answers_are_judged_in_the_picked_form() {
+    let hosts = ["shop.example.com", "blog.example.com", "*.blog.example.com"];
+    let view = Answer::View(ProxyAddrs::new(&["10.96.0.20".parse().unwrap()]).unwrap());
+    let corefile = |answer: &Answer| {
+        configmap(
+            "kube-system",
+            "coredns",
+            json!({"Corefile": with_block(&corefile_fixture("kubeadm.Corefile"), &hosts, answer)}),
+        )
+    };
+    let image = |img: &str| {
+        deployment(
+            "kube-system",
+            "coredns",
+            json!({"k8s-app": "kube-dns"}),
+            img,
+            vec![],
+        )
+    };
+    let auto = args(&["--coredns-answer", "auto"]);
+    for (img, block, want, form) in [
+        (
+            "registry.k8s.io/coredns/coredns:v1.11.3",
+            &view,
+            Status::Ok,
+            "answer form view: --coredns-answer auto: CoreDNS 1.11.3",
+        ),
+        (
+            "registry.k8s.io/coredns/coredns:v1.11.3",
+            &template(),
+            Status::Fail,
+            "answer form view",
+        ),
+        (
+            "mcr.microsoft.com/oss/kubernetes/coredns:v1.9.4-hotfix.20240704",
+            &template(),
+            Status::Ok,
+            "answer form template: --coredns-answer auto: CoreDNS 1.9.4",
+        ),
+        (
+            "registry.k8s.io/coredns/coredns@sha256:0123abcd",
+            &template(),
+            Status::Ok,
+            "answer form template: --coredns-answer auto does not know",
+        ),
+    ] {
+        let cluster = healthy()
+            .at(COREDNS, corefile(block))
+            .at(COREDNS_DEPLOY, image(img));
+        let (report, seen) = run(cluster, &auto).await;
+        let b = check(&report, "coredns-block");
+        assert_eq!(b.status, want, "{img}: {b:?}");
+        let v = check(&report, "coredns-version");
+        assert!(
+            v.evidence.iter().any(|e| e.starts_with(form)),
+            "{img}: {v:?}"
+        );
+        let reads = seen
+            .iter()
+            .filter(|s| s.uri.starts_with(COREDNS_DEPLOY))
+            .count();
+        assert_eq!(reads, 1, "{img}: the Deployment is read once");
+    }
 }
 
 #[tokio::test]

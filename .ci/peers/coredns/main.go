@@ -31,14 +31,27 @@ import (
 	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
-// The execution order is CoreDNS's own (core/dnsserver/zdirectives.go, the same relative order in
-// every version built here) restricted to the plugins above.
+// The plugins compiled in, by directive name (metrics' is `prometheus`, onevent's `on`).
+var compiled = map[string]bool{
+	"autopath": true, "bind": true, "bufsize": true, "cache": true, "errors": true,
+	"file": true, "forward": true, "health": true, "hosts": true, "kubernetes": true,
+	"loadbalance": true, "log": true, "loop": true, "prometheus": true, "ready": true,
+	"reload": true, "rewrite": true, "template": true, "view": true, "whoami": true, "on": true,
+}
+
+// The execution order is the linked CoreDNS version's own (its core/dnsserver/zdirectives.go,
+// generated from its plugin.cfg) restricted to the plugins above: each build runs them in its
+// version's order (1.11 runs cache before rewrite, 1.15 after), as a release binary does.
+// Directives of plugins not compiled in are dropped, so a Corefile naming one fails to parse
+// ("unknown directive") as with a release binary that lacks the plugin.
 func init() {
-	dnsserver.Directives = []string{
-		"reload", "bufsize", "bind", "ready", "health", "prometheus", "errors", "log",
-		"loadbalance", "rewrite", "autopath", "cache", "template", "hosts", "kubernetes",
-		"file", "loop", "forward", "whoami", "on", "view",
+	var order []string
+	for _, d := range dnsserver.Directives {
+		if compiled[d] {
+			order = append(order, d)
+		}
 	}
+	dnsserver.Directives = order
 }
 
 func main() { coremain.Run() }

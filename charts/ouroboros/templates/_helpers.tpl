@@ -465,10 +465,13 @@ modes that write CoreDNS's configuration, the CoreDNS ones. Call with (dict "roo
 {{- end }}
 {{- if $spec.editsCoredns }}
 {{- if and $v.nodeLocalDns.enabled (eq $v.corednsAnswer "rewrite") }}
-{{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=template or view (node-local-dns then gets the template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
+{{- fail "controller.nodeLocalDns.enabled needs controller.corednsAnswer=auto, template or view (node-local-dns then gets the template pair): node-local-dns has no kubernetes plugin, so a rewritten cluster name would be forwarded upstream and fail" }}
 {{- end }}
 - --coredns-answer={{ $v.corednsAnswer }}
-{{- if has $v.corednsAnswer (list "template" "view") }}
+{{- if and (eq $v.corednsAnswer "auto") $v.corednsVersion }}
+- --coredns-version={{ $v.corednsVersion }}
+{{- end }}
+{{- if has $v.corednsAnswer (list "auto" "template" "view") }}
 {{- range $v.proxyIps }}
 - --proxy-ip={{ . }}
 {{- end }}

@@ -32,8 +32,13 @@ controller.mode: its define has only the flags.
 
 {{- define "ouroboros.mode.coredns" -}}
 {{- $c := .Values.controller -}}
-{{- $roles := list (dict "suffix" "coredns" "namespace" $c.coredns.namespace "rules" (list
-      (dict "apiGroups" (list "") "resources" (list "configmaps") "resourceNames" (list $c.coredns.configmap) "verbs" (list "get" "list" "watch" "update")))) -}}
+{{- $rules := list
+      (dict "apiGroups" (list "") "resources" (list "configmaps") "resourceNames" (list $c.coredns.configmap) "verbs" (list "get" "list" "watch" "update")) -}}
+{{- /* The Deployment `coredns` (get only, that one Deployment): its container's memory limit,
+which no Corefile whose reload would exceed it is written under, and for corednsAnswer=auto its
+image tag's version. */ -}}
+{{- $rules = append $rules (dict "apiGroups" (list "apps") "resources" (list "deployments") "resourceNames" (list "coredns") "verbs" (list "get")) -}}
+{{- $roles := list (dict "suffix" "coredns" "namespace" $c.coredns.namespace "rules" $rules) -}}
 {{- /* Without node-local-dns, its ConfigMap is looked up (get only) to warn that it bypasses
 the block. */ -}}
 {{- if not $c.nodeLocalDns.enabled -}}
@@ -117,11 +122,11 @@ the block. */ -}}
   | toJson -}}
 {{- end -}}
 
-{{/* The CoreDNS modes' proxy Service read: with template or view answers (the Service itself
+{{/* The CoreDNS modes' proxy Service read: with auto, template or view answers (the Service itself
 unless controller.proxyIps gives the addresses); JSON, {} when they read none (rewrite). */}}
 {{- define "ouroboros.corednsReads" -}}
 {{- $c := .Values.controller -}}
-{{- if has $c.corednsAnswer (list "template" "view") -}}
+{{- if has $c.corednsAnswer (list "auto" "template" "view") -}}
 {{- dict "service" (ternary "" (include "ouroboros.proxyServiceName" .) (not (empty $c.proxyIps))) "verbs" (list "get" "list" "watch") | toJson -}}
 {{- else -}}
 {}
@@ -132,7 +137,7 @@ unless controller.proxyIps gives the addresses); JSON, {} when they read none (r
 rewrite target (rewrite). */}}
 {{- define "ouroboros.corednsWithoutProxy" -}}
 {{- $c := .Values.controller -}}
-{{- if and (has $c.corednsAnswer (list "template" "view")) (not $c.proxyIps) -}}
+{{- if and (has $c.corednsAnswer (list "auto" "template" "view")) (not $c.proxyIps) -}}
 controller.proxyIps
 {{- else if and (eq $c.corednsAnswer "rewrite") (not $c.proxyFqdn) -}}
 controller.proxyFqdn

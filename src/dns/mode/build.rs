@@ -2,6 +2,7 @@
 //! addresses, and how the controller's picks route them (relay or direct).
 
 use crate::dns::mode::DnsArgs;
+use crate::dns::write::form::{CurrentForm, MemoryLimit};
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
 use crate::target::{AnswerRule, Target, TargetRule};
@@ -18,6 +19,12 @@ pub struct Build<'a> {
     /// How each target answers (relay or direct), when the controller picks; `None` answers
     /// every target through its proxy.
     pub routing: Option<Routing<'a>>,
+    /// The CoreDNS answer form the controller keeps (`auto`'s pick); `None`: the form the flags
+    /// give, `auto` as the pair (cleanup, which answers nothing).
+    pub form: Option<CurrentForm>,
+    /// The CoreDNS container's memory limit the controller keeps (the reload guard); `None`:
+    /// no guard (cleanup).
+    pub limit: Option<MemoryLimit>,
 }
 
 /// Each target's answer settings (the default target's first) and the picks the controller
@@ -57,6 +64,18 @@ impl<'a> Build<'a> {
             cluster_domain,
             targets,
             routing: None,
+            form: None,
+            limit: None,
+        }
+    }
+
+    /// The build whose CoreDNS writers answer in the form `form` holds when they write, and
+    /// refuse a Corefile whose reload would exceed the memory limit `limit` holds.
+    pub fn picking(self, form: CurrentForm, limit: MemoryLimit) -> Self {
+        Self {
+            form: Some(form),
+            limit: Some(limit),
+            ..self
         }
     }
 

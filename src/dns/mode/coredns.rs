@@ -11,9 +11,11 @@ use super::build::{default_proxy, proxy_ips, Build};
 use super::render::{AnswerArgs, Placed, RenderMode, LOG_TARGET};
 use super::{DnsArgs, DnsMode, Grant, ProxySource};
 use crate::dns::answer::{self, groups, Answer, ProxyAddrs, Rules};
-use crate::dns::args::AnswerForm;
+use crate::dns::answer_form::AnswerForm;
+use crate::dns::answer_form::{pick, Known, COREDNS_DEPLOYMENT};
 use crate::dns::write::apply::{Applied, CorefileWriter, ImportWriter, Outcome, Retry};
 use crate::dns::write::error::{Reason, SinkError};
+use crate::dns::write::form::CurrentForm;
 use crate::dns::write::plan::Plan;
 use crate::dns::write::proxy_ips::ProxyIps;
 use crate::dns::write::routes::Routes;
@@ -47,21 +49,34 @@ impl DnsMode for Coredns {
     }
 
     fn sink(&self, dns: &DnsArgs, at: &Build<'_>) -> Result<AnySink, UsageError> {
-        let target = CorednsTarget::Corefile(
+        let mut writer =
             CorefileWriter::new(at.client.clone(), dns.coredns.target(), Retry::default())
-                .dry_run(dns.shared.dry_run),
-        );
+                .dry_run(dns.shared.dry_run);
+        if let Some(limit) = &at.limit {
+            writer = writer.reload_limit(limit.clone());
+        }
+        let target = CorednsTarget::Corefile(writer);
         Ok(AnySink::new(CorednsSink::new(dns, at, target)?))
     }
 
     fn write_grants(&self, dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
-        vec![Grant::configmaps(
+        let mut grants = vec![Grant::configmaps(
             &dns.coredns.coredns_namespace,
             &[&dns.coredns.coredns_configmap],
             // list/watch: the revert watch (field selector metadata.name=<name>).
             &["get", "list", "watch", "update"],
             "edit the Corefile and restore it when reverted",
-        )]
+        )];
+        grants.push(Grant {
+            namespace: dns.coredns.coredns_namespace.clone(),
+            api_group: "apps",
+            resource: "deployments",
+            names: vec![COREDNS_DEPLOYMENT.to_string()],
+            verbs: &["get"],
+            why: "read CoreDNS's memory limit (the reload guard) and, for --coredns-answer \
+                  auto, its version",
+        });
+        grants
     }
 
     fn removal_grants(&self, dns: &DnsArgs, _namespace: &str) -> Vec<Grant> {
@@ -138,7 +153,8 @@ impl RenderMode for Render {
 
     fn render(&self, edited: &str, placed: &Placed) -> anyhow::Result<String> {
         let hosts = &placed.plan.hosts;
-        let rules = placed.rules(&self.proxy)?;
+        let proxy = self.proxy.resolved(false, hosts.len());
+        let rules = placed.rules(&proxy)?;
         let edit = dns::corefile::splice_groups(edited, &groups(&rules)).map_err(|e| {
             anyhow::anyhow!("{}: {e} (nothing was printed)", self.corefile.display())
         })?;
@@ -174,7 +190,7 @@ impl RenderMode for Render {
                 "the Corefile imports /etc/coredns/custom/*.override: consider `ouroboros render coredns-import` and put the snippet into the coredns-custom ConfigMap instead of editing the Corefile"
             );
         }
-        self.proxy.fits_configmap(&edit.text, "Corefile")?;
+        proxy.fits_configmap(&edit.text, "Corefile")?;
         tracing::info!(
             target: LOG_TARGET,
             hosts = hosts.len(),
@@ -198,19 +214,37 @@ pub(super) fn check_node_local_dns(dns: &DnsArgs) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// Whether the controller reads the CoreDNS Deployment: coredns mode, `--coredns-answer auto`
+/// and no `--coredns-version`.
+pub fn reads_coredns_version(dns: &DnsArgs) -> bool {
+    dns.shared.mode == crate::dns::Mode::Coredns
+        && dns.shared.coredns_answer == AnswerForm::Auto
+        && dns.shared.coredns_version.is_none()
+}
+
 /// Whether the CoreDNS modes answer with the proxy's addresses (not `rewrite`).
 pub(super) fn answers_with_addresses(dns: &DnsArgs) -> bool {
-    matches!(
-        dns.shared.coredns_answer,
-        AnswerForm::Template | AnswerForm::View
-    )
+    dns.shared.coredns_answer != AnswerForm::Rewrite
+}
+
+/// The form the CoreDNS writers answer in: the controller's (`auto`'s pick, kept up to date),
+/// else the flags' with `auto` as the pair until picked.
+fn current_form(dns: &DnsArgs, at: &Build<'_>) -> CurrentForm {
+    at.form.clone().unwrap_or_else(|| {
+        let known = Known::Unknown("not read".into());
+        CurrentForm::new(pick(
+            dns.shared.coredns_answer,
+            &known,
+            dns.shared.mode == crate::dns::Mode::CorednsImport,
+        ))
+    })
 }
 
 /// Where the CoreDNS modes' answers come from.
 pub enum AnswerSource {
-    /// The proxy's addresses, resolved at each apply, answered by the template pair or, when
-    /// `true`, by the `view` form's server blocks.
-    Addresses(ProxyIps, bool),
+    /// The proxy's addresses, resolved at each apply, answered in the form `CurrentForm` holds
+    /// then (the template pair or the `view` form's server blocks).
+    Addresses(ProxyIps, CurrentForm),
     /// Rewrite lines to the proxy Service's name.
     Rewrite(ProxyFqdn),
     /// Rewrite lines to the proxy Service's name or, when `target`'s pick is direct, to the
@@ -236,15 +270,11 @@ impl AnswerSource {
                 Route::Direct => direct.clone(),
                 Route::Relay | Route::Skip => relay.clone(),
             })),
-            AnswerSource::Addresses(ips, view) => {
+            AnswerSource::Addresses(ips, form) => {
                 let ips = ips.resolve().await?;
                 // `resolve` never returns an empty list on success.
                 ProxyAddrs::new(&ips)
-                    .map(if *view {
-                        Answer::View
-                    } else {
-                        Answer::Template
-                    })
+                    .and_then(|a| form.form().with_addrs(a))
                     .ok_or_else(|| SinkError {
                         reason: Reason::NoClusterIp,
                         object: None,
@@ -296,10 +326,11 @@ impl AnswerSource {
         client: Option<kube::Client>,
         at: &Build<'_>,
     ) -> Result<Vec<AnswerSource>, UsageError> {
+        let form = current_form(dns, at);
         let default = match dns.shared.coredns_answer {
-            form @ (AnswerForm::Template | AnswerForm::View) => AnswerSource::Addresses(
+            AnswerForm::Auto | AnswerForm::Template | AnswerForm::View => AnswerSource::Addresses(
                 proxy_ips(&default_proxy(dns), client.clone()),
-                form == AnswerForm::View,
+                form.clone(),
             ),
             AnswerForm::Rewrite => AnswerSource::Rewrite(
                 dns.shared
@@ -312,8 +343,8 @@ impl AnswerSource {
         let ips = super::build::target_ips(dns, client.as_ref(), at.targets);
         for ((ns, name), ips) in services.into_iter().zip(ips) {
             out.push(match dns.shared.coredns_answer {
-                form @ (AnswerForm::Template | AnswerForm::View) => {
-                    AnswerSource::Addresses(ips, form == AnswerForm::View)
+                AnswerForm::Auto | AnswerForm::Template | AnswerForm::View => {
+                    AnswerSource::Addresses(ips, form.clone())
                 }
                 AnswerForm::Rewrite => AnswerSource::Rewrite(
                     ProxyFqdn::for_service(&name, &ns, at.cluster_domain).map_err(UsageError)?,

@@ -9,7 +9,7 @@ use super::coredns::{self, CorednsSink, CorednsTarget};
 use super::render::{AnswerArgs, Placed, RenderMode, LOG_TARGET};
 use super::{DnsArgs, DnsMode, Grant, ProxySource};
 use crate::dns::answer::groups;
-use crate::dns::args::AnswerForm;
+use crate::dns::answer_form::AnswerForm;
 use crate::dns::write::apply::{ImportWriter, Retry};
 use crate::dns::write::sink::AnySink;
 use crate::dns::{self, ConfigMapKey};
@@ -150,8 +150,9 @@ impl RenderMode for Render {
     }
 
     fn render(&self, _edited: &str, placed: &Placed) -> anyhow::Result<String> {
-        let text = dns::coredns_import::render_groups(&groups(&placed.rules(&self.proxy)?));
-        self.proxy.fits_configmap(&text, "import snippet")?;
+        let proxy = self.proxy.resolved(true, placed.plan.hosts.len());
+        let text = dns::coredns_import::render_groups(&groups(&placed.rules(&proxy)?));
+        proxy.fits_configmap(&text, "import snippet")?;
         tracing::info!(
             target: LOG_TARGET,
             hosts = placed.plan.hosts.len(),

@@ -11,8 +11,9 @@ use std::path::Path;
 
 use clap::Args;
 
+use crate::dns::answer::Version;
 use crate::dns::answer::{Answer, ProxyAddrs, Rules};
-use crate::dns::args::AnswerForm;
+use crate::dns::answer_form::{parse_version, pick, AnswerForm, Known, Picked};
 use crate::dns::write::plan::Plan;
 use crate::dns::{self, ProxyFqdn};
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
@@ -53,12 +54,19 @@ pub trait RenderMode: Args {
 /// How `render coredns` and `render coredns-import` answer: the controller's flags.
 #[derive(Args, Debug, Clone)]
 pub struct AnswerArgs {
-    /// `template` (A/AAAA answers with --proxy-ip, every other query type left public), `view`
-    /// (the same answers from server blocks of their own, for thousands of names; coredns only,
-    /// CoreDNS 1.10+) or `rewrite` (`rewrite name` lines to --proxy-fqdn; wildcards need
-    /// CoreDNS 1.8.4+).
-    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Template)]
+    /// `auto` (`view` with --coredns-version 1.10 or later in `render coredns`, else
+    /// `template`, with a warning when the version is not given), `template` (A/AAAA answers
+    /// with --proxy-ip, every other query type left public), `view` (the same answers from
+    /// server blocks of their own, for thousands of names; coredns only, CoreDNS 1.10+) or
+    /// `rewrite` (`rewrite name` lines to --proxy-fqdn; wildcards need CoreDNS 1.8.4+).
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_ANSWER", value_enum, default_value_t = AnswerForm::Auto)]
     pub coredns_answer: AnswerForm,
+
+    /// auto: the cluster's CoreDNS version (e.g. 1.11.3: `kubectl -n kube-system get deploy
+    /// coredns -o jsonpath='{..image}'`), which render cannot read; without it `auto` writes
+    /// the template pair.
+    #[arg(long, env = "OUROBOROS_CONTROLLER_COREDNS_VERSION", value_name = "VERSION", value_parser = parse_version)]
+    pub coredns_version: Option<Version>,
 
     /// template: the proxy Service's ClusterIPs (repeatable, IPv4 and IPv6; comma-separated in
     /// the environment variable): `kubectl -n ouroboros get service ouroboros-proxy -o
@@ -117,6 +125,36 @@ impl AnswerArgs {
         Err(anyhow::anyhow!(
             "{message}. Nothing was printed (--allow-oversize prints it anyway)"
         ))
+    }
+
+    /// The form to render in, and why: `--coredns-answer`, or what `auto` picks from
+    /// --coredns-version (render reads no cluster). `snippet`: the coredns-import snippet.
+    pub fn picked(&self, snippet: bool) -> Picked {
+        let known = match self.coredns_version {
+            Some(v) => Known::Flag(v),
+            None => {
+                Known::Unknown("render reads no cluster and --coredns-version is not given".into())
+            }
+        };
+        pick(self.coredns_answer, &known, snippet)
+    }
+
+    /// These flags with `auto` replaced by its pick, which is logged (a warning when the
+    /// version is unknown) when there are `hosts` to render: the first line `render` prints.
+    pub fn resolved(&self, snippet: bool, hosts: usize) -> AnswerArgs {
+        let picked = self.picked(snippet);
+        if hosts > 0 {
+            let form = picked.form.as_str();
+            if picked.warns() {
+                tracing::warn!(target: LOG_TARGET, form, basis = picked.basis.as_str(), "{}", picked.reason);
+            } else {
+                tracing::info!(target: LOG_TARGET, form, basis = picked.basis.as_str(), "answer form {form}: {}", picked.reason);
+            }
+        }
+        AnswerArgs {
+            coredns_answer: picked.form,
+            ..self.clone()
+        }
     }
 
     /// The answer for a non-empty host set; a missing --proxy-ip is a usage error (exit 64).
@@ -225,7 +263,7 @@ impl Placed {
                 _ if route == Route::Direct => self.direct_answer(proxy, a, t, hosts.len())?,
                 None => proxy.answer(&hosts)?,
                 Some(t) => match proxy.coredns_answer {
-                    form @ (AnswerForm::Template | AnswerForm::View) => {
+                    form @ (AnswerForm::Auto | AnswerForm::Template | AnswerForm::View) => {
                         ProxyAddrs::new(proxy_ips(t, hosts.len())?)
                             .and_then(|a| form.with_addrs(a))
                             .ok_or_else(|| no_proxy_ip(t, hosts.len()))?
@@ -262,7 +300,7 @@ impl Placed {
         names: usize,
     ) -> anyhow::Result<Answer> {
         match proxy.coredns_answer {
-            form @ (AnswerForm::Template | AnswerForm::View) => {
+            form @ (AnswerForm::Auto | AnswerForm::Template | AnswerForm::View) => {
                 let ips = direct_ips(a, t, names)?;
                 Ok(ProxyAddrs::new(ips)
                     .and_then(|addrs| form.with_addrs(addrs))

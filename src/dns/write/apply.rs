@@ -24,8 +24,11 @@ use kube::{Api, Client};
 
 use super::error::Reason;
 use crate::dns::answer::{Answer, Group, Rules};
+use crate::dns::answer_form::AnswerForm;
 use crate::dns::coredns_import;
 use crate::dns::corefile::{self, Findings};
+use crate::dns::reload_memory;
+use crate::dns::write::form::MemoryLimit;
 use crate::dns::ConfigMapKey;
 use crate::dns::{MAX_CONFIGMAP_DATA, TOO_LARGE_WAYS_OUT};
 use crate::hostname::Hostname;
@@ -212,6 +215,19 @@ pub enum ApplyError {
         hosts: usize,
         bytes: usize,
     },
+    /// A reload of the new Corefile is predicted to exceed CoreDNS's memory limit; it was not
+    /// sent.
+    #[error(
+        "{target}: {why}: CoreDNS would be OOM-killed reloading it, so nothing was written (the \
+         block written last stays). Ways out: raise the memory limit of the CoreDNS Deployment's \
+         container, hairpin fewer names (--ingress-class, --allow-domain), or use \
+         --coredns-answer view (auto picks it on CoreDNS 1.10 and later), whose reload costs a \
+         sixth of the pair's"
+    )]
+    ReloadTooLarge {
+        target: ConfigMapKey,
+        why: crate::dns::reload_memory::TooLarge,
+    },
     #[error(
         "{} configmaps/{} in {}: forbidden ({message}); grant the controller's ServiceAccount \
          `{}` on {} in namespace {} ({} does)",
@@ -249,6 +265,7 @@ impl ApplyError {
             ApplyError::CorefileConfigMapMissing { .. } => Reason::NotFound,
             ApplyError::KeyMissing { .. } => Reason::KeyMissing,
             ApplyError::TooLarge { .. } => Reason::TooLarge,
+            ApplyError::ReloadTooLarge { .. } => Reason::ReloadTooLarge,
             ApplyError::Forbidden { .. } => Reason::Forbidden,
             ApplyError::Conflicts { .. } => Reason::Conflict,
             ApplyError::Api { .. } => Reason::Api,
@@ -262,6 +279,7 @@ impl ApplyError {
             | ApplyError::CorefileConfigMapMissing { target, .. }
             | ApplyError::KeyMissing { target, .. }
             | ApplyError::TooLarge { target, .. }
+            | ApplyError::ReloadTooLarge { target, .. }
             | ApplyError::Forbidden { target, .. }
             | ApplyError::Conflicts { target, .. }
             | ApplyError::Api { target, .. } => target,
@@ -298,6 +316,9 @@ pub struct Writer<M> {
     mode: Mode,
     retry: Retry,
     dry_run: bool,
+    /// The CoreDNS container's memory limit a reload of the written Corefile must fit (the
+    /// coredns mode's writer; `None` for the others).
+    limit: Option<MemoryLimit>,
     kind: PhantomData<M>,
 }
 
@@ -322,6 +343,7 @@ impl<M> Writer<M> {
             mode,
             retry,
             dry_run: false,
+            limit: None,
             kind: PhantomData,
         }
     }
@@ -352,6 +374,12 @@ impl CorefileWriter {
         self.mode
     }
 
+    /// Refuses a Corefile whose reload is predicted to exceed the memory limit `limit` holds.
+    pub fn reload_limit(mut self, limit: MemoryLimit) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
     /// Makes the block hold exactly `hosts` answered with `answer` (an empty set removes it).
     pub async fn apply(
         &self,
@@ -368,15 +396,21 @@ impl CorefileWriter {
             Mode::NodeLocalDns => corefile::splice_plugins,
             _ => corefile::splice_groups,
         };
-        self.edit(names(groups), |text| splice(text, groups)).await
+        // The pair's patterns cost a reload most: any group in it counts the whole as the pair.
+        let form = match groups.iter().all(|g| matches!(g.answer, Answer::View(_))) {
+            true => AnswerForm::View,
+            false => AnswerForm::Template,
+        };
+        self.edit(names(groups), form, |text| splice(text, groups))
+            .await
     }
 
     /// Removes our block (for `ouroboros cleanup`).
     pub async fn cleanup(&self) -> Result<Applied, ApplyError> {
-        self.edit(0, corefile::remove).await
+        self.edit(0, AnswerForm::View, corefile::remove).await
     }
 
-    async fn edit<E>(&self, hosts: usize, edit: E) -> Result<Applied, ApplyError>
+    async fn edit<E>(&self, hosts: usize, form: AnswerForm, edit: E) -> Result<Applied, ApplyError>
     where
         E: Fn(&str) -> Result<corefile::Edit, corefile::CorefileError>,
     {
@@ -411,6 +445,8 @@ impl CorefileWriter {
                 .get_or_insert_with(BTreeMap::new)
                 .insert(t.key.clone(), edit.text);
             check_size(&cm, mode, t, hosts)?;
+            let limit = self.limit.as_ref().and_then(MemoryLimit::get);
+            check_reload(form, &change, limit, t)?;
             Ok((Step::Write(Box::new(Op::Replace(cm)), change), findings))
         })
         .await
@@ -652,6 +688,25 @@ fn check_size(
         });
     }
     Ok(())
+}
+
+/// Refuses a Corefile whose reload is predicted to exceed `limit`, unless it is no larger than
+/// the one CoreDNS runs (`before`): keeping a larger block would not help.
+fn check_reload(
+    form: AnswerForm,
+    change: &Change,
+    limit: Option<u64>,
+    target: &ConfigMapKey,
+) -> Result<(), ApplyError> {
+    let before = change.before.as_deref().unwrap_or("");
+    let after = change.after.as_deref().unwrap_or("");
+    match reload_memory::fits(form, after.len(), limit) {
+        Err(why) if after.len() > before.len() => Err(ApplyError::ReloadTooLarge {
+            target: target.clone(),
+            why,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn data_keys(cm: &ConfigMap) -> Vec<String> {

@@ -32,6 +32,9 @@ pub enum Reason {
     KeyMissing,
     /// The write would exceed the API server's ConfigMap size limit; never sent.
     TooLarge,
+    /// A reload of the written Corefile is predicted to exceed CoreDNS's memory limit; never
+    /// sent.
+    ReloadTooLarge,
     /// RBAC refused a call.
     Forbidden,
     /// Someone else kept writing the target (409, or a file that kept changing).
@@ -52,11 +55,12 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tables and tests.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::Unparseable,
         Reason::NotFound,
         Reason::KeyMissing,
         Reason::TooLarge,
+        Reason::ReloadTooLarge,
         Reason::Forbidden,
         Reason::Conflict,
         Reason::Api,
@@ -73,6 +77,7 @@ impl Reason {
             Reason::NotFound => "not_found",
             Reason::KeyMissing => "key_missing",
             Reason::TooLarge => "too_large",
+            Reason::ReloadTooLarge => "reload_too_large",
             Reason::Forbidden => "forbidden",
             Reason::Conflict => "conflict",
             Reason::Api => "api",
@@ -160,13 +165,13 @@ impl SinkError {
     }
 
     /// A failure another attempt with the same set cannot fix: the block would not fit the
-    /// ConfigMap. The controller waits for a new set, a forced sync or the next resync instead
+    /// ConfigMap, or its reload CoreDNS's memory limit (a changed limit forces a sync). The controller waits for a new set, a forced sync or the next resync instead
     /// of retrying with backoff. A 403 is not one: a real kube-apiserver that has just
     /// (re)started refuses every ServiceAccount until its authorizer has loaded the RBAC
     /// objects, and a Role granted later is seen without a restart, so RBAC refusals are
     /// retried with the capped backoff (and said once per distinct message).
     pub fn is_permanent(&self) -> bool {
-        self.reason == Reason::TooLarge
+        matches!(self.reason, Reason::TooLarge | Reason::ReloadTooLarge)
     }
 }
 

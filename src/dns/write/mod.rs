@@ -5,10 +5,12 @@
 //! ingress controller Service's: `routes` holds each target's pick); `plan` says which
 //! proxy target each name goes to; `replace` decides which old external-dns objects may be
 //! deleted once ours are written; `sink` is the interface the controller and `cleanup` drive;
-//! `error` the one error they all return.
+//! `error` the one error they all return; `form` the form the CoreDNS
+//! writers answer in (`--coredns-answer`, and `auto`'s pick).
 
 pub mod apply;
 pub mod error;
+pub mod form;
 pub mod plan;
 pub mod proxy_ips;
 pub mod replace;

@@ -8,40 +8,22 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::coredns::Expected;
 use super::{coredns::UNKNOWN, inputs::Got, inputs::Workload};
 use crate::dns::answer::{oldest_coredns, Answer, ProxyAddrs, Version};
+use crate::dns::answer_form::{image_version, COREDNS_DEPLOYMENT};
+use crate::dns::answer_form::{known_from_images, pick, AnswerForm, Known, Picked};
+use crate::dns::corefile;
+use crate::dns::reload_memory::{self, parse_quantity};
 use crate::dns::Mode;
-use crate::doctor::report::Check;
+use crate::doctor::report::{Check, Status};
 use crate::hostname::Hostname;
 
-/// The CoreDNS Deployment doctor reads first; else the one labelled [`KUBE_DNS_SELECTOR`]
+/// Doctor reads the Deployment [`COREDNS_DEPLOYMENT`] first; else the one labelled this
 /// (RKE2 names it `rke2-coredns-rke2-coredns`).
-pub const COREDNS_DEPLOYMENT: &str = "coredns";
 pub const KUBE_DNS_SELECTOR: &str = "k8s-app=kube-dns";
-
-/// An image reference without its digest, tag and registry path: `coredns` for
-/// `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`.
-fn image_name(image: &str) -> &str {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
-    last.split(':').next().unwrap_or(last)
-}
-
-/// An image reference's tag (`v1.11.3` for `registry.k8s.io/coredns/coredns:v1.11.3@sha256:…`),
-/// None when it has none (digest only, or no tag at all).
-pub fn image_tag(image: &str) -> Option<&str> {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
-    last.split_once(':')
-        .map(|(_, tag)| tag)
-        .filter(|t| !t.is_empty())
-}
 
 /// The workload's CoreDNS image: the first whose name contains `coredns` (`coredns`,
 /// `hardened-coredns`, `mirrored-coredns-coredns`).
 pub fn coredns_image(w: &Workload) -> Option<&str> {
-    w.images
-        .iter()
-        .map(String::as_str)
-        .find(|i| image_name(i).to_ascii_lowercase().contains("coredns"))
+    crate::dns::answer_form::coredns_image(w.images.iter().map(String::as_str))
 }
 
 /// Among Deployments, the CoreDNS one: the first running a CoreDNS image, else the first.
@@ -51,9 +33,52 @@ pub fn pick_coredns_workload(ws: &[Workload]) -> Option<&Workload> {
         .or_else(|| ws.first())
 }
 
-/// coredns-version: the CoreDNS image's version against the oldest that parses our block.
+/// The form the controller writes in with these flags, as it picks it (`--coredns-answer
+/// auto`): from `--coredns-version`, else from the image of the Deployment named
+/// [`COREDNS_DEPLOYMENT`] (the only one it reads; doctor may have found another by label).
+pub fn answer_pick(
+    (asked, flag): (AnswerForm, Option<Version>),
+    mode: Mode,
+    namespace: &str,
+    deployment: &Got<Workload>,
+) -> Picked {
+    let known = match (flag, deployment) {
+        (Some(v), _) => Known::Flag(v),
+        (None, Ok(Some(w))) if w.name == COREDNS_DEPLOYMENT => {
+            let images: Vec<&str> = w.images.iter().map(String::as_str).collect();
+            known_from_images(&w.reference(), &images)
+        }
+        (None, Ok(Some(w))) => Known::Unknown(format!(
+            "CoreDNS runs as {}, and the controller reads only Deployment \
+             {namespace}/{COREDNS_DEPLOYMENT}",
+            w.reference()
+        )),
+        (None, Ok(None)) => Known::Unknown(format!(
+            "there is no Deployment {namespace}/{COREDNS_DEPLOYMENT}"
+        )),
+        (None, Err(e)) => Known::Unknown(format!("the CoreDNS Deployment could not be read: {e}")),
+    };
+    pick(asked, &known, mode == Mode::CorednsImport)
+}
+
+/// coredns-version: the CoreDNS image's version against the oldest that parses our block, and
+/// the form the block is written in (`picked`: `--coredns-answer`, or what `auto` picks).
 /// `deployment` is the CoreDNS Deployment in `namespace` (None when none was found).
 pub fn coredns_version(
+    mode: Mode,
+    namespace: &str,
+    deployment: &Got<Workload>,
+    want: Option<&Expected<'_>>,
+    picked: &Picked,
+) -> Check {
+    let check = version_check(mode, namespace, deployment, want);
+    if check.status == Status::Skip {
+        return check;
+    }
+    check.evidence(format!("answer form {picked}"))
+}
+
+fn version_check(
     mode: Mode,
     namespace: &str,
     deployment: &Got<Workload>,
@@ -117,7 +142,7 @@ pub fn coredns_version(
         ));
     };
     let evidence = format!("{}: image {image}", w.reference());
-    let Some(v) = image_tag(image).and_then(Version::parse) else {
+    let Some(v) = image_version(image) else {
         return Check::warn(
             ID,
             format!("cannot tell the CoreDNS version from the image tag of {image}"),
@@ -143,7 +168,8 @@ pub fn coredns_version(
     }
     let action = match form {
         "rewrite" => format!(
-            "use --coredns-answer template (the default), which parses on CoreDNS {} and later, \
+            "use --coredns-answer template (what auto picks before CoreDNS 1.10), which parses on \
+             CoreDNS {} and later, \
              or upgrade CoreDNS to {need} or later",
             form_needs(want.hosts, Answer::Template)
         ),
@@ -159,6 +185,87 @@ pub fn coredns_version(
     .evidence(evidence)
     .evidence(needs)
     .action(action)
+}
+
+/// coredns-reload-memory: whether CoreDNS can reload the Corefile with the block the
+/// controller would write (`corefile` spliced with `want`) within its container's memory limit,
+/// as the controller's guard predicts it (`dns::reload_memory`). Only the Deployment named
+/// [`COREDNS_DEPLOYMENT`] counts: it is the one the controller reads.
+pub fn reload_memory(
+    mode: Mode,
+    corefile: Option<&str>,
+    want: Option<&Expected<'_>>,
+    deployment: &Got<Workload>,
+) -> Check {
+    const ID: &str = "coredns-reload-memory";
+    if mode != Mode::Coredns {
+        return Check::skip(
+            ID,
+            format!("mode {}: the guard is coredns mode's", mode.name()),
+        );
+    }
+    let (Some(text), Some(want)) = (corefile, want) else {
+        return Check::skip(ID, UNKNOWN);
+    };
+    let Ok(Some(w)) = deployment
+        .as_ref()
+        .map(|d| d.as_ref().filter(|w| w.name == COREDNS_DEPLOYMENT))
+    else {
+        return Check::skip(
+            ID,
+            format!("no Deployment {COREDNS_DEPLOYMENT} was read: the controller guards nothing"),
+        );
+    };
+    let limit = coredns_image(w).and_then(|i| w.memory_limits.get(i));
+    let Some((quantity, limit)) = limit.and_then(|q| Some((q, parse_quantity(q)?))) else {
+        return Check::ok(
+            ID,
+            format!(
+                "{} sets no memory limit on CoreDNS: nothing to guard",
+                w.reference()
+            ),
+        );
+    };
+    let Ok(edit) = corefile::splice_groups(text, &want.groups) else {
+        return Check::skip(ID, "the Corefile does not parse (see coredns-block)");
+    };
+    let form = match want
+        .groups
+        .iter()
+        .all(|g| matches!(g.answer, Answer::View(_)))
+    {
+        true => AnswerForm::View,
+        false => AnswerForm::Template,
+    };
+    let evidence = format!("{}: memory limit {quantity}", w.reference());
+    let bytes = edit.text.len();
+    match reload_memory::fits(form, bytes, Some(limit)) {
+        Ok(()) => Check::ok(
+            ID,
+            format!(
+                "a reload of the {bytes}-byte Corefile with our {} block is predicted to peak at \
+                 {} MiB (with a {}% margin), within CoreDNS's memory limit",
+                form.as_str(),
+                reload_memory::with_margin(reload_memory::predicted_peak(form, bytes))
+                    .div_ceil(1 << 20),
+                reload_memory::MARGIN_PERCENT
+            ),
+        )
+        .evidence(evidence),
+        // The controller writes a Corefile no larger than the one CoreDNS runs anyway.
+        Err(e) if bytes <= text.len() => Check::warn(ID, e.to_string()).evidence(evidence).action(
+            "CoreDNS runs a Corefile at least as large: raise the memory limit before its next \
+             restart or reload",
+        ),
+        Err(e) => Check::fail(ID, format!("{e}: the controller does not write it"))
+            .evidence(evidence)
+            .action(
+                "raise the memory limit of the CoreDNS Deployment's container, hairpin fewer \
+                 names (--ingress-class, --allow-domain), or use --coredns-answer view (auto \
+                 picks it on CoreDNS 1.10 and later); until then the block written last stays \
+                 (BlockReloadTooLarge Event)",
+            ),
+    }
 }
 
 /// From this many names on, doctor suggests the view form where CoreDNS has it: the template
@@ -203,20 +310,122 @@ mod tests {
     use crate::doctor::report::Status;
     use std::collections::BTreeMap;
 
+    /// Doctor picks the form as the controller does: from the flag, else from the Deployment
+    /// named coredns only, and says the pick in the check.
     #[test]
-    fn image_tags_and_the_coredns_container() {
-        for (image, tag) in [
-            ("registry.k8s.io/coredns/coredns:v1.11.3", Some("v1.11.3")),
-            (
-                "registry:5000/coredns/coredns:1.8.3@sha256:abc",
-                Some("1.8.3"),
-            ),
-            ("registry:5000/coredns/coredns@sha256:abc", None),
-            ("registry:5000/coredns", None),
-            ("coredns:", None),
-        ] {
-            assert_eq!(image_tag(image), tag, "{image}");
-        }
+    fn the_answer_form_is_picked_as_the_controller_picks_it() {
+        let auto = (AnswerForm::Auto, None);
+        let p = answer_pick(
+            auto,
+            Mode::Coredns,
+            "kube-system",
+            &dep("registry.k8s.io/coredns/coredns:v1.11.3"),
+        );
+        assert_eq!(p.form, AnswerForm::View, "{p}");
+        let p = answer_pick(
+            auto,
+            Mode::Coredns,
+            "kube-system",
+            &dep("mcr.microsoft.com/oss/kubernetes/coredns:v1.9.4-hotfix.20240704"),
+        );
+        assert_eq!(p.form, AnswerForm::Template, "{p}");
+        let mut rke2 = dep("rancher/hardened-coredns:v1.12.1-build20250401")
+            .unwrap()
+            .unwrap();
+        rke2.name = "rke2-coredns-rke2-coredns".into();
+        let p = answer_pick(auto, Mode::Coredns, "kube-system", &Ok(Some(rke2)));
+        assert!(
+            p.warns()
+                && p.reason
+                    .contains("reads only Deployment kube-system/coredns"),
+            "{p}"
+        );
+        let p = answer_pick(
+            (AnswerForm::Auto, Version::parse("1.12")),
+            Mode::Coredns,
+            "kube-system",
+            &Ok(None),
+        );
+        assert_eq!(p.form, AnswerForm::View, "{p}");
+        let p = answer_pick(
+            auto,
+            Mode::CorednsImport,
+            "kube-system",
+            &dep("coredns/coredns:1.12.0"),
+        );
+        assert_eq!(p.form, AnswerForm::Template, "{p}");
+        let p = answer_pick(auto, Mode::Coredns, "kube-system", &Ok(None));
+        assert!(
+            p.warns() && p.reason.contains("no Deployment kube-system/coredns"),
+            "{p}"
+        );
+        let (h, a) = (hosts(&["a.example.com"]), proxy());
+        let c = coredns_version(
+            Mode::Coredns,
+            "kube-system",
+            &dep("coredns/coredns:1.12.0"),
+            expect(Some(&h), Some(&a)).as_ref(),
+            &p,
+        );
+        assert!(
+            c.evidence
+                .last()
+                .unwrap()
+                .starts_with("answer form template: --coredns-answer auto does not know"),
+            "{c:?}"
+        );
+    }
+
+    /// The guard as doctor reports it: no limit is OK, a limit the desired Corefile's reload
+    /// would exceed FAILs (the controller does not write it), a roomy one is OK.
+    #[test]
+    fn the_reload_guard_is_judged_as_the_controller_does() {
+        let limited = |q: &str| -> Got<Workload> {
+            let mut w = dep("registry.k8s.io/coredns/coredns:v1.11.3")
+                .unwrap()
+                .unwrap();
+            w.memory_limits = BTreeMap::from([(w.images[0].clone(), q.to_string())]);
+            Ok(Some(w))
+        };
+        let names: Vec<String> = (0..3000).map(|i| format!("host{i}.example.com")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (h, a) = (hosts(&names), proxy());
+        let want = expect(Some(&h), Some(&a));
+        let text = crate::doctor::checks::fixtures::PLAIN;
+        let c = |d: &Got<Workload>| reload_memory(Mode::Coredns, Some(text), want.as_ref(), d);
+        assert_eq!(c(&dep("coredns/coredns:1.11.3")).status, Status::Ok);
+        let fail = c(&limited("60Mi"));
+        assert_eq!(fail.status, Status::Fail, "{fail:?}");
+        assert!(
+            fail.summary
+                .contains("over CoreDNS's memory limit of 60 MiB"),
+            "{fail:?}"
+        );
+        assert!(fail
+            .action
+            .as_deref()
+            .unwrap()
+            .starts_with("raise the memory limit"));
+        assert_eq!(
+            fail.evidence,
+            ["Deployment kube-system/coredns: memory limit 60Mi"]
+        );
+        assert_eq!(c(&limited("170Mi")).status, Status::Ok);
+        assert_eq!(c(&Ok(None)).status, Status::Skip);
+        assert_eq!(
+            reload_memory(
+                Mode::CorednsImport,
+                Some(text),
+                want.as_ref(),
+                &limited("60Mi")
+            )
+            .status,
+            Status::Skip
+        );
+    }
+
+    #[test]
+    fn the_coredns_container() {
         let w = |name: &str, images: &[&str]| Workload {
             kind: "Deployment",
             namespace: "kube-system".into(),
@@ -224,6 +433,7 @@ mod tests {
             labels: BTreeMap::new(),
             args: vec![],
             images: images.iter().map(|s| s.to_string()).collect(),
+            memory_limits: BTreeMap::new(),
         };
         let rke2 = w(
             "rke2-coredns-rke2-coredns",
@@ -253,6 +463,7 @@ mod tests {
             labels: BTreeMap::new(),
             args: vec![],
             images: vec![image.into()],
+            memory_limits: BTreeMap::new(),
         }))
     }
 
@@ -317,7 +528,7 @@ mod tests {
             ),
         ];
         for (got, h, a, want) in cases {
-            let c = coredns_version(
+            let c = version_check(
                 Mode::Coredns,
                 "kube-system",
                 &got,
@@ -326,7 +537,7 @@ mod tests {
             assert_eq!(c.status, want, "{got:?} {a:?}: {c:?}");
         }
         let old = dep("coredns/coredns:1.8.3");
-        let c = coredns_version(
+        let c = version_check(
             Mode::Coredns,
             "kube-system",
             &old,
@@ -344,11 +555,12 @@ mod tests {
         assert!(c.evidence[1].contains("answer auto"), "{c:?}");
         assert!(
             c.action.as_deref().unwrap().starts_with(
-                "use --coredns-answer template (the default), which parses on CoreDNS 1.7.0"
+                "use --coredns-answer template (what auto picks before CoreDNS 1.10), which parses on \
+                 CoreDNS 1.7.0"
             ),
             "{c:?}"
         );
-        let c = coredns_version(
+        let c = version_check(
             Mode::Coredns,
             "kube-system",
             &dep("coredns/coredns:1.6.7"),
@@ -358,7 +570,7 @@ mod tests {
             c.action.as_deref(),
             Some("upgrade CoreDNS to 1.7.0 or later")
         );
-        let c = coredns_version(
+        let c = version_check(
             Mode::Coredns,
             "kube-system",
             &Err(forbidden("deployments.apps", "coredns")),
@@ -372,7 +584,7 @@ mod tests {
             "{c:?}"
         );
         assert_eq!(
-            coredns_version(
+            version_check(
                 Mode::EtcHosts,
                 "kube-system",
                 &old,
@@ -382,7 +594,7 @@ mod tests {
             Status::Skip
         );
         assert_eq!(
-            coredns_version(
+            version_check(
                 Mode::Coredns,
                 "kube-system",
                 &old,
@@ -392,7 +604,7 @@ mod tests {
             Status::Skip
         );
         assert_eq!(
-            coredns_version(
+            version_check(
                 Mode::Coredns,
                 "kube-system",
                 &old,
@@ -461,7 +673,7 @@ mod tests {
             ),
         ];
         for (mode, image, h, a, suggested) in cases {
-            let c = coredns_version(
+            let c = version_check(
                 mode,
                 "kube-system",
                 &dep(image),

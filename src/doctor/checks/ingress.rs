@@ -515,6 +515,7 @@ mod tests {
             labels: [("app".to_string(), "x".to_string())].into(),
             args: args.iter().map(|s| s.to_string()).collect(),
             images: vec![image.into()],
+            memory_limits: BTreeMap::new(),
         }
     }
 

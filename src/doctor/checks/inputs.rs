@@ -90,6 +90,8 @@ pub struct Workload {
     /// Every container's command and args, in order.
     pub args: Vec<String>,
     pub images: Vec<String>,
+    /// Each container's memory limit (a quantity, `170Mi`) by its image, where it has one.
+    pub memory_limits: BTreeMap<String, String>,
 }
 
 impl Workload {

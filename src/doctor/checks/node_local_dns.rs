@@ -129,7 +129,10 @@ fn bypassed(
                    or use --mode external-dns";
     c.action(match want.map(Expected::form) {
         Some("rewrite") => {
-            format!("use --coredns-answer template (the default, which it needs) and {turn_on}")
+            format!(
+                "use --coredns-answer template or auto (node-local-dns needs the template pair, \
+                 which both write there) and {turn_on}"
+            )
         }
         _ => turn_on.to_string(),
     })

@@ -167,6 +167,20 @@ impl Upstream {
         Upstream { addr, asked }
     }
 
+    /// How many times the upstream was asked `name` (any case, no trailing dot) with `qtype`.
+    pub fn times_asked(&self, name: &str, qtype: TYPE) -> usize {
+        let want = (
+            name.trim_end_matches('.').to_ascii_lowercase(),
+            format!("{qtype:?}"),
+        );
+        self.asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|q| **q == want)
+            .count()
+    }
+
     /// Whether the upstream was asked `name` (any case, no trailing dot) with `qtype`.
     pub fn was_asked(&self, name: &str, qtype: TYPE) -> bool {
         let want = (

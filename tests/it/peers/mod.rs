@@ -21,6 +21,7 @@ pub mod cluster;
 mod controller;
 mod controller_modes;
 pub mod coredns;
+mod coredns_auto;
 mod crd_sources;
 pub mod dns;
 mod edge;
