@@ -1,6 +1,8 @@
 //! `ouroboros cleanup`: removes what `ouroboros controller` with the same DNS flags wrote (the
 //! Corefile block, the import ConfigMap key, the hosts-file block, this instance's external-dns
 //! objects), with the same write paths, so the Helm uninstall hooks need no kubectl or sed.
+//! With `--lease-name` it also deletes the controller's Lease, which would otherwise outlive the
+//! release naming a deleted pod.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,6 +30,56 @@ pub struct CleanupArgs {
         value_parser = clap::value_parser!(u32).range(1..=100)
     )]
     pub attempts: u32,
+
+    /// Also delete the controller's leader-election Lease of this name (the uninstall hook
+    /// passes it; a Lease already gone is fine). Needs --lease-namespace.
+    #[arg(
+        long,
+        env = "OUROBOROS_CLEANUP_LEASE_NAME",
+        value_name = "NAME",
+        requires = "lease_namespace"
+    )]
+    pub lease_name: Option<String>,
+
+    /// The namespace of --lease-name's Lease (the controller's --lease-namespace).
+    #[arg(
+        long,
+        env = "OUROBOROS_CLEANUP_LEASE_NAMESPACE",
+        value_name = "NAMESPACE",
+        requires = "lease_name"
+    )]
+    pub lease_namespace: Option<String>,
+}
+
+impl CleanupArgs {
+    /// The Lease to delete, (namespace, name).
+    pub fn lease(&self) -> Option<(&str, &str)> {
+        Some((
+            self.lease_namespace.as_deref()?,
+            self.lease_name.as_deref()?,
+        ))
+    }
+
+    /// What these flags need from RBAC (`rbac::workloads::cleanup_required`), with the
+    /// DNS writes' namespace `namespace`: the removal of the mode's writes, and the Lease.
+    pub fn needs(&self, namespace: &str) -> crate::controller::rbac::Needs {
+        let mut n = crate::controller::rbac::Needs::for_cleanup(&self.dns, namespace);
+        n.delete_lease = self
+            .lease()
+            .map(|(ns, name)| (ns.to_string(), name.to_string()));
+        n
+    }
+}
+
+/// The controller's Lease could not be deleted.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot delete the controller's Lease {namespace}/{name}: {source}{hint}")]
+pub struct LeaseDeleteError {
+    pub namespace: String,
+    pub name: String,
+    pub source: kube::Error,
+    /// What to do, for a refusal.
+    pub hint: &'static str,
 }
 
 /// Attempts a 403 gets before it counts as permanent. The uninstall hook's Role is created
@@ -52,15 +104,17 @@ pub fn backoff(n: u32) -> Duration {
 
 pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let dns = &args.dns;
+    let client = || {
+        crate::kube_client::client(
+            dns.shared.kubeconfig.as_deref(),
+            dns.shared.api_timeout,
+            crate::kube_client::Calls::Requests,
+        )
+    };
     let sink = match dns.shared.mode.spec().offline_removal(dns) {
         Some(sink) => sink,
         None => {
-            let client = crate::kube_client::client(
-                dns.shared.kubeconfig.as_deref(),
-                dns.shared.api_timeout,
-                crate::kube_client::Calls::Requests,
-            )
-            .await?;
+            let client = client().await?;
             // The rewrite target does not matter for removal; the domain only has to be valid.
             let domain = crate::cluster_domain::resolve(None);
             // Removal needs no answer, so no named target's Service either.
@@ -69,7 +123,74 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     };
     let applied = with_retries(&sink, args.attempts, backoff).await?;
     report(sink.mode(), &applied);
+    // After the DNS: a Lease left behind is only litter, a block left behind breaks names.
+    if let Some((namespace, name)) = args.lease() {
+        if dns.shared.dry_run {
+            tracing::info!(
+                namespace,
+                name,
+                "dry run: would delete the controller's Lease"
+            );
+        } else {
+            delete_lease(&client().await?, namespace, name, args.attempts, backoff).await?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes the Lease `namespace/name`; one already gone (404) is success. Retried like the
+/// DNS removal (a 403 up to [`FORBIDDEN_ATTEMPTS`] times: the hook's Role may be new).
+pub async fn delete_lease(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    attempts: u32,
+    backoff: impl Fn(u32) -> Duration,
+) -> Result<(), LeaseDeleteError> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let api: kube::Api<Lease> = kube::Api::namespaced(client.clone(), namespace);
+    let attempts = attempts.max(1);
+    let mut n = 1;
+    loop {
+        let e = match api.delete(name, &Default::default()).await {
+            Ok(_) => {
+                tracing::info!(namespace, name, "deleted the controller's Lease");
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                tracing::info!(namespace, name, "the controller's Lease is already gone");
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
+        let last = n >= attempts || (forbidden && n >= FORBIDDEN_ATTEMPTS);
+        if last {
+            return Err(LeaseDeleteError {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                source: e,
+                hint: if forbidden {
+                    "; grant `delete` on leases (apiGroup coordination.k8s.io) named it in its \
+                     namespace (the <fullname>-cleanup Role), or delete it by hand"
+                } else {
+                    ""
+                },
+            });
+        }
+        let wait = backoff(n);
+        tracing::warn!(
+            namespace,
+            name,
+            attempt = n,
+            of = attempts,
+            retry_in_ms = wait.as_millis() as u64,
+            error = %e,
+            "deleting the controller's Lease failed; retrying"
+        );
+        tokio::time::sleep(wait).await;
+        n += 1;
+    }
 }
 
 /// `sink.cleanup()`, retried up to `attempts` times unless the error is permanent.

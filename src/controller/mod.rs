@@ -425,7 +425,7 @@ struct SideStart<'a> {
 }
 
 type ProbeStart<'a> = (
-    &'a watch::Receiver<Option<Arc<crate::dns::write::plan::Plan>>>,
+    &'a watch::Receiver<Option<Arc<probe::Written>>>,
     &'a watch::Receiver<bool>,
     &'a Routes,
 );
@@ -598,6 +598,7 @@ impl SideStart<'_> {
             settings,
             interval: args.probe_interval,
             sample: args.probe_sample as usize,
+            propagation: args.probe_propagation,
             sources,
             routes: routes.clone(),
             targets: self.targets.to_vec(),
@@ -704,8 +705,8 @@ struct ControllerHooks {
     /// Each target's picked answer, for its metric.
     routes: Routes,
     applied_tx: watch::Sender<Option<revert::Written>>,
-    /// The hostnames last written, for the probe.
-    written_tx: watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
+    /// The hostnames last written, with when, for the probe.
+    written_tx: watch::Sender<Option<Arc<probe::Written>>>,
     reload_warned: bool,
     /// The Corefile's ConfigMap (coredns mode), for Events about its server blocks.
     target: Option<ObjectKey>,
@@ -763,7 +764,7 @@ impl ControllerHooks {
         (targets, routes): (Vec<TargetRule>, Routes),
         (applied_tx, written_tx): (
             watch::Sender<Option<revert::Written>>,
-            watch::Sender<Option<Arc<crate::dns::write::plan::Plan>>>,
+            watch::Sender<Option<Arc<probe::Written>>>,
         ),
     ) -> Self {
         let target = (args.dns.shared.mode.spec().edits_corefile())
@@ -935,7 +936,14 @@ impl sync::Hooks for ControllerHooks {
             self.report_findings(f);
         }
         if a.outcome != Outcome::DryRun {
-            self.written_tx.send_replace(Some(Arc::new(plan.clone())));
+            let prev = self.written_tx.borrow().clone();
+            let next = probe::Written::next(
+                prev.as_deref(),
+                plan.clone(),
+                a.outcome == Outcome::Written,
+                tokio::time::Instant::now(),
+            );
+            self.written_tx.send_replace(Some(Arc::new(next)));
             let texts = a.texts;
             self.applied_tx
                 .send_replace(a.rules.map(|rules| revert::Written { rules, texts }));

@@ -58,6 +58,19 @@ pub struct ProbeScheduleArgs {
     )]
     pub probe_sample: u32,
 
+    /// How long after a name is first written a wrong or missing DNS answer is its block still
+    /// loading, not a failure (logged at INFO, not counted): kubelet projects the ConfigMap
+    /// within its sync period (1 min) plus its cache, then CoreDNS's reload (30 s + 15 s
+    /// jitter) reads it. 0 judges every answer at once.
+    #[arg(
+        long,
+        env = "OUROBOROS_CONTROLLER_PROBE_PROPAGATION",
+        value_name = "DURATION",
+        default_value = "2m",
+        value_parser = crate::flags::parse_duration
+    )]
+    pub probe_propagation: Duration,
+
     #[command(flatten)]
     pub probe: crate::probe::args::ProbeArgs,
 }
@@ -194,6 +207,75 @@ pub fn sources(
     Ok(out)
 }
 
+/// When each written name was first written, so the probe can tell a block still propagating
+/// from a failure.
+#[derive(Clone, Debug, Default)]
+pub struct Written {
+    pub plan: Plan,
+    /// The hosts a write of this controller added, with when; a host absent here was already
+    /// in the DNS when this replica first saw it (or was written before it started).
+    pub added_at: BTreeMap<Hostname, tokio::time::Instant>,
+}
+
+impl Written {
+    /// What follows `self` after a sync of `plan` at `now`; `wrote` says whether the sync
+    /// changed the DNS (a sync that wrote nothing adds no name to the DNS, so starts no wait).
+    pub fn next(
+        prev: Option<&Written>,
+        plan: Plan,
+        wrote: bool,
+        now: tokio::time::Instant,
+    ) -> Written {
+        let added_at = plan
+            .hosts
+            .iter()
+            .filter_map(|h| {
+                let known = prev.filter(|p| p.plan.hosts.contains(h));
+                match known {
+                    Some(p) => p.added_at.get(h).map(|at| (h.clone(), *at)),
+                    None => wrote.then(|| (h.clone(), now)),
+                }
+            })
+            .collect();
+        Written { plan, added_at }
+    }
+}
+
+/// How a probe's DNS answer is judged given when its name was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// The answer is the target's: the rest of the probe decides.
+    Loaded,
+    /// The answer is still the old one, but the name was written less than the window ago:
+    /// the cluster DNS has not loaded it yet, which is normal.
+    NotYetLoaded,
+    /// The answer is wrong and the window has passed (or the write time is unknown).
+    Failed,
+}
+
+/// Pure: `written_at` the time the name's block was written (`None`: before this replica
+/// saw it), `window` the expected propagation time, `answer_matches` whether the DNS
+/// answered with the target's addresses.
+pub fn propagation(
+    written_at: Option<std::time::Instant>,
+    now: std::time::Instant,
+    window: Duration,
+    answer_matches: bool,
+) -> Propagation {
+    if answer_matches {
+        return Propagation::Loaded;
+    }
+    match written_at {
+        Some(at) if now.saturating_duration_since(at) < window => Propagation::NotYetLoaded,
+        _ => Propagation::Failed,
+    }
+}
+
+/// Whether `v` says the DNS answered with the target's addresses (whatever came after).
+fn answer_matches(v: Verdict) -> bool {
+    !matches!(v, Verdict::DnsWrong | Verdict::DnsMissing)
+}
+
 /// A concrete name to probe for `host`: a wildcard's `*` becomes a label of ours.
 pub fn probe_name(host: &Hostname) -> String {
     match host.as_str().strip_prefix("*.") {
@@ -222,13 +304,15 @@ pub struct Task {
     pub settings: Settings,
     pub interval: Duration,
     pub sample: usize,
+    /// The expected propagation time (`--probe-propagation`).
+    pub propagation: Duration,
     /// Per target, `Target::all` order.
     pub sources: Vec<Source>,
     pub routes: Routes,
     /// The named targets, for labels and logs.
     pub targets: Vec<TargetRule>,
-    /// The hostnames last written (`None`: nothing yet).
-    pub written: watch::Receiver<Option<Arc<Plan>>>,
+    /// The hostnames last written, with when (`None`: nothing yet).
+    pub written: watch::Receiver<Option<Arc<Written>>>,
     pub leader: watch::Receiver<bool>,
     pub metrics: Metrics,
 }
@@ -241,6 +325,8 @@ struct State {
     expect_failed: BTreeMap<Target, String>,
     /// The hosts with a last-failure series (at most [`MAX_HOST_SERIES`]).
     series: std::collections::BTreeSet<Hostname>,
+    /// The hosts last seen not yet loaded (logged once, neither counted nor failing).
+    pending: std::collections::BTreeSet<Hostname>,
 }
 
 /// The most failing hosts given a series of their own: when everything fails at once (the DNS
@@ -273,20 +359,20 @@ impl Task {
                 self.forget(&mut state, |_| true);
                 continue;
             }
-            let Some(plan) = self.written.borrow().clone() else {
+            let Some(written) = self.written.borrow().clone() else {
                 continue;
             };
-            self.round(&plan, &mut rotation, &mut state).await;
+            self.round(&written, &mut rotation, &mut state).await;
         }
     }
 
     async fn round(
         &self,
-        plan: &Plan,
+        written: &Written,
         rotation: &mut Rotation<Target, Hostname>,
         state: &mut State,
     ) {
-        let names = names_by_target(plan, &self.routes.skipped());
+        let names = names_by_target(&written.plan, &self.routes.skipped());
         rotation.retain(&names);
         let present = |h: &Hostname| names.values().any(|v| v.binary_search(h).is_ok());
         self.forget(state, |h| !present(h));
@@ -326,7 +412,19 @@ impl Task {
                 },
             };
             rotation.probed(target, host.clone(), now.into_std());
-            self.record(state, target, host, &outcome);
+            let written_at = written.added_at.get(&host).map(|at| at.into_std());
+            let judged = propagation(
+                written_at,
+                tokio::time::Instant::now().into_std(),
+                self.propagation,
+                answer_matches(outcome.verdict),
+            );
+            match judged {
+                Propagation::NotYetLoaded => self.not_yet_loaded(state, target, host, &outcome),
+                Propagation::Loaded | Propagation::Failed => {
+                    self.record(state, target, host, &outcome)
+                }
+            }
         }
     }
 
@@ -361,6 +459,21 @@ impl Task {
         }
     }
 
+    /// A name whose block is still propagating: logged once at INFO, neither counted nor
+    /// failing, so a new name raises no alarm.
+    fn not_yet_loaded(&self, state: &mut State, target: Target, host: Hostname, outcome: &Outcome) {
+        if state.pending.insert(host.clone()) {
+            tracing::info!(
+                proxy_target = %target.name(&self.targets),
+                hostname = %host,
+                result = outcome.verdict.as_str(),
+                propagation = ?self.propagation,
+                "hairpin probe: the name is not yet loaded by the cluster DNS (written less than \
+                 --probe-propagation ago); judged again next round"
+            );
+        }
+    }
+
     /// Counts `outcome`, keeps the failing hosts' series, and logs a host when its state
     /// changes (a failure, another failure, a recovery), not each round.
     fn record(&self, state: &mut State, target: Target, host: Hostname, outcome: &Outcome) {
@@ -372,9 +485,17 @@ impl Task {
         if let Some(b) = before.filter(|b| !b.is_ok() && *b != verdict) {
             self.metrics.probe_recovered(&label, host.as_str(), b);
         }
+        let was_pending = state.pending.remove(&host);
         match &outcome.failure {
             None => {
                 state.series.remove(&host);
+                if was_pending {
+                    tracing::info!(
+                        proxy_target = %label,
+                        hostname = %host,
+                        "hairpin probe passes: the cluster DNS has loaded the name"
+                    );
+                }
                 if let Some(b) = before.filter(|b| !b.is_ok()) {
                     tracing::info!(
                         proxy_target = %label,
@@ -421,6 +542,7 @@ impl Task {
         });
         let last = &state.last;
         state.series.retain(|h| last.contains_key(h));
+        state.pending.retain(|h| !gone(h));
         if state.last.len() != before {
             self.set_failing(state);
         }
@@ -492,6 +614,7 @@ mod tests {
             },
             interval: Duration::from_secs(60),
             sample: 5,
+            propagation: Duration::from_secs(120),
             sources: Vec::new(),
             routes: Routes::default(),
             targets: Vec::new(),
@@ -624,9 +747,10 @@ mod tests {
         // The first tick, before any write: nothing to probe, every result at 0.
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(missing(&r), (Some("0".into()), 0));
-        written_tx.send_replace(Some(Arc::new(Plan {
-            hosts: ["a.example.com", "b.example.com"].map(host).into(),
-            placed: BTreeMap::new(),
+        // Written before this replica saw them: judged at once.
+        written_tx.send_replace(Some(Arc::new(Written {
+            plan: Plan::new(["a.example.com", "b.example.com"].map(host).into()),
+            added_at: BTreeMap::new(),
         })));
         for (round, want) in [(1, (Some("1".into()), 1)), (2, (Some("2".into()), 2))] {
             tokio::time::sleep(Duration::from_secs(60)).await;
@@ -641,6 +765,190 @@ mod tests {
         assert_eq!(missing(&r), (Some("3".into()), 0));
         stop.cancel();
         running.await.unwrap();
+    }
+
+    #[test]
+    fn a_wrong_answer_is_a_failure_only_after_the_propagation_window() {
+        let t0 = std::time::Instant::now();
+        let s = Duration::from_secs;
+        let window = s(120);
+        // (written this long before now, answer matches, window, verdict)
+        for (ago, matches, window, want) in [
+            (Some(s(0)), true, window, Propagation::Loaded),
+            (Some(s(500)), true, window, Propagation::Loaded),
+            (None, true, window, Propagation::Loaded),
+            (Some(s(0)), false, window, Propagation::NotYetLoaded),
+            (Some(s(55)), false, window, Propagation::NotYetLoaded),
+            (Some(s(119)), false, window, Propagation::NotYetLoaded),
+            (Some(s(120)), false, window, Propagation::Failed),
+            (Some(s(600)), false, window, Propagation::Failed),
+            // Not written by this replica since it started: judged at once.
+            (None, false, window, Propagation::Failed),
+            // A window of 0 judges at once.
+            (Some(s(0)), false, Duration::ZERO, Propagation::Failed),
+        ] {
+            let now = t0 + s(1000);
+            let written_at = ago.map(|a| now - a);
+            assert_eq!(
+                propagation(written_at, now, window, matches),
+                want,
+                "{ago:?} {matches} {window:?}"
+            );
+        }
+        // Only the DNS verdicts say the answer is not the target's.
+        let wrong: Vec<Verdict> = Verdict::ALL
+            .into_iter()
+            .filter(|v| !answer_matches(*v))
+            .collect();
+        assert_eq!(wrong, [Verdict::DnsWrong, Verdict::DnsMissing]);
+    }
+
+    #[test]
+    fn a_host_is_timed_from_the_write_that_added_it() {
+        let t0 = tokio::time::Instant::now();
+        let later = t0 + Duration::from_secs(30);
+        let plan = |hs: &[&str]| Plan::new(hs.iter().map(|h| host(h)).collect());
+        let at = |w: &Written, h: &str| w.added_at.get(&host(h)).copied();
+        // The first sync after start wrote nothing: what is there was already loaded.
+        let first = Written::next(None, plan(&["a.example.com"]), false, t0);
+        assert_eq!(at(&first, "a.example.com"), None);
+        // A write adding b: b from then, a still unknown.
+        let second = Written::next(
+            Some(&first),
+            plan(&["a.example.com", "b.example.com"]),
+            true,
+            t0,
+        );
+        assert_eq!(at(&second, "a.example.com"), None);
+        assert_eq!(at(&second, "b.example.com"), Some(t0));
+        // A later write adding c keeps b's time; a sync without a write adds no time.
+        let third = Written::next(
+            Some(&second),
+            plan(&["b.example.com", "c.example.com"]),
+            true,
+            later,
+        );
+        assert_eq!(at(&third, "b.example.com"), Some(t0));
+        assert_eq!(at(&third, "c.example.com"), Some(later));
+        assert_eq!(third.added_at.len(), 2, "a left: {:?}", third.added_at);
+        let fourth = Written::next(Some(&third), plan(&["d.example.com"]), false, later);
+        assert!(fourth.added_at.is_empty(), "{:?}", fourth.added_at);
+    }
+
+    /// A new name answered the old way inside the window: one INFO line, nothing counted or
+    /// failing, then one INFO when it loads; outside the window a WARN as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_name_still_propagating_is_not_a_failure() {
+        let mut r = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut r);
+        let (written_tx, written) = watch::channel(None);
+        let t = Task {
+            sample: 1,
+            sources: vec![Source::Ips {
+                relay: Box::new(ProxyIps::Static(vec!["10.0.0.1".parse().unwrap()])),
+                direct: None,
+            }],
+            written,
+            ..task(&metrics)
+        };
+        let counted = |r: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, r).unwrap();
+            let line =
+                "ouroboros_controller_probes_total{target=\"default\",result=\"dns-missing\"} ";
+            let n = text
+                .lines()
+                .find_map(|l| l.strip_prefix(line))
+                .map(str::to_string);
+            (n, exported(r).1)
+        };
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        written_tx.send_replace(Some(Arc::new(Written::next(
+            None,
+            Plan::new(["a.example.com"].map(host).into()),
+            true,
+            tokio::time::Instant::now(),
+        ))));
+        // As `run` does before its first round.
+        for v in Verdict::ALL {
+            metrics.probes_at_zero("default", v);
+        }
+        metrics.probe_failing_hosts("default", 0);
+        let mut rotation = Rotation::default();
+        let mut st = State::default();
+        let w = written_tx.borrow().clone().unwrap();
+        let not_failing = "ouroboros_controller_probe_failing_hosts{target=\"default\"} 0";
+        // No DNS server: every probe is dns-missing. Twice inside the 120 s window.
+        for round in 0..2 {
+            t.round(&w, &mut rotation, &mut st).await;
+            assert_eq!(
+                counted(&r),
+                (Some("0".into()), not_failing.into()),
+                "{round}"
+            );
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        let lines = logs.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("INFO") && lines[0].contains("not yet loaded"),
+            "{lines:?}"
+        );
+        // 120 s after the write: a failure, counted, one WARN.
+        t.round(&w, &mut rotation, &mut st).await;
+        assert_eq!(
+            counted(&r),
+            (
+                Some("1".into()),
+                "ouroboros_controller_probe_failing_hosts{target=\"default\"} 1".into()
+            )
+        );
+        let lines = logs.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[1].contains("WARN") && lines[1].contains("hairpin probe fails"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn a_pending_name_that_loads_says_so_once() {
+        let mut r = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut r);
+        let t = task(&metrics);
+        let mut st = State::default();
+        let a = host("a.example.com");
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            t.not_yet_loaded(
+                &mut st,
+                Target::Default,
+                a.clone(),
+                &outcome(Verdict::DnsWrong),
+            );
+            t.not_yet_loaded(
+                &mut st,
+                Target::Default,
+                a.clone(),
+                &outcome(Verdict::DnsWrong),
+            );
+            t.record(&mut st, Target::Default, a.clone(), &outcome(Verdict::Ok));
+            t.record(&mut st, Target::Default, a.clone(), &outcome(Verdict::Ok));
+        });
+        let lines = logs.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("INFO") && lines[0].contains("not yet loaded"));
+        assert!(lines[1].contains("INFO") && lines[1].contains("has loaded the name"));
+        assert!(!lines.iter().any(|l| l.contains("WARN")), "{lines:?}");
     }
 
     #[test]

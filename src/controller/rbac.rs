@@ -51,6 +51,9 @@ pub struct Needs {
     /// The controller's own namespace (Lease).
     pub namespace: String,
     pub lease_name: String,
+    /// `cleanup --lease-name`: the controller's Lease (namespace, name) that the uninstall
+    /// hook deletes. Never the controller's (it keeps and releases its Lease, never deletes it).
+    pub delete_lease: Option<(String, String)>,
     /// --node-local-dns: our block is written into node-local-dns's Corefile too.
     pub node_local_dns: bool,
     pub node_local_dns_namespace: String,
@@ -157,6 +160,7 @@ impl Needs {
             leader_elect: false,
             namespace: namespace.to_string(),
             lease_name: String::new(),
+            delete_lease: None,
             node_local_dns: writes_node_local_dns,
             // Only a block written there is removed there.
             node_local_dns_namespace: nl(&dns.shared.node_local_dns.node_local_dns_namespace),
@@ -451,6 +455,7 @@ mod tests {
             leader_elect: false,
             namespace: "ouroboros".into(),
             lease_name: "ouroboros-controller".into(),
+            delete_lease: None,
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
@@ -640,6 +645,7 @@ mod needs_tests {
                 leader_elect: true,
                 namespace: "own".into(),
                 lease_name: "ouroboros-controller".into(),
+                delete_lease: None,
                 node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
@@ -685,6 +691,7 @@ mod needs_tests {
             Needs {
                 leader_elect: false,
                 lease_name: String::new(),
+                delete_lease: None,
                 node_local_dns_namespace: String::new(),
                 node_local_dns_configmap: String::new(),
                 proxy_service: None,

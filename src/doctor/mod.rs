@@ -202,11 +202,21 @@ impl DoctorArgs {
     /// What the controller with these flags needs (for the RBAC check), its namespace being
     /// the ServiceAccount's.
     pub fn needs(&self) -> Needs {
+        self.needs_given(self.default_controller_service())
+    }
+
+    /// [`Self::needs`] as if doctor had no --ingress-controller-service: what is left when the
+    /// controller runs without it.
+    pub fn needs_without_ingress_controller_service(&self) -> Needs {
+        self.needs_given(None)
+    }
+
+    fn needs_given(&self, ingress_controller_service: Option<(String, String)>) -> Needs {
         // The controller with these flags watches --ingress-controller-service (ipMode), lists
         // it for direct answers and reads each `auto` target's configuration object: all of
         // that is checked, so the Service must be passed on as the controller gets it.
         let ipmode = crate::controller::args::IpModeArgs {
-            ingress_controller_service: self.default_controller_service(),
+            ingress_controller_service,
             skip_proxy_ipmode: self.skip_proxy_ipmode,
         };
         Needs::for_controller(
@@ -948,6 +958,21 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
         fetch::get(client, "serviceaccounts", &sa.namespace, &sa.name).await;
     let account = checks::permissions::service_account(&sa.namespace, &sa.name, &got);
     let rules = rbac::required(needs);
+    // What doctor's own --ingress-controller-service adds to the rules (see `rbac`'s doc);
+    // nothing when the other flags need that Service (a controller with them cannot run
+    // without it, so lacking its rules is a FAIL).
+    let optional =
+        args.ingress_controller_service.is_some() && args.hostnames.answer_rules(None).is_ok();
+    let without_flag = rbac::required(&args.needs_without_ingress_controller_service());
+    let without: BTreeSet<String> = checks::permissions::questions(&without_flag)
+        .iter()
+        .map(|q| q.describe())
+        .collect();
+    let only_given: BTreeSet<String> = checks::permissions::questions(&rules)
+        .iter()
+        .map(|q| q.describe())
+        .filter(|d| optional && !without.contains(d))
+        .collect();
     let (user, groups) = fetch::service_account_subject(&sa.namespace, &sa.name);
     let mut answers = Vec::new();
     for q in checks::permissions::questions(&rules) {
@@ -960,7 +985,7 @@ async fn permission_checks(client: &Client, args: &DoctorArgs, needs: &Needs) ->
     }
     vec![
         account,
-        checks::permissions::rbac(&format!("ServiceAccount {sa}"), &answers),
+        checks::permissions::rbac(&format!("ServiceAccount {sa}"), &answers, &only_given),
     ]
 }
 

@@ -596,7 +596,7 @@ fn cleanup_needs(args: &[String]) -> Needs {
     assert_eq!(args[0], "cleanup");
     let f = common::parse_without_env::<CleanupFlags, _, _>(&args[1..])
         .unwrap_or_else(|e| panic!("cleanup flags {args:?}: {e}"));
-    Needs::for_cleanup(&f.cleanup.dns, NAMESPACE)
+    f.cleanup.needs(NAMESPACE)
 }
 
 /// Whether the rendered edge pools (if any) have a layer-2 pool.
@@ -1876,6 +1876,9 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
         ("PodDisruptionBudget", "ouroboros-proxy"),
         ("PodDisruptionBudget", "ouroboros-proxy-traefik"),
         ("Role", "ouroboros-cleanup"),
+        // The controller's Lease, in the release namespace (the hook's other Role is in
+        // kube-system).
+        ("Role", "ouroboros-cleanup-lease"),
         ("Role", "ouroboros-controller-coredns"),
         ("Role", "ouroboros-controller-ipmode-ingress-nginx"),
         ("Role", "ouroboros-controller-ipmode-traefik"),
@@ -1883,6 +1886,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
         ("Role", "ouroboros-controller-node-local-dns"),
         ("Role", "ouroboros-controller-proxy-service"),
         ("RoleBinding", "ouroboros-cleanup"),
+        ("RoleBinding", "ouroboros-cleanup-lease"),
         ("RoleBinding", "ouroboros-controller-coredns"),
         ("RoleBinding", "ouroboros-controller-ipmode-ingress-nginx"),
         ("RoleBinding", "ouroboros-controller-ipmode-traefik"),
@@ -4441,4 +4445,34 @@ fn every_mode_of_the_table_has_its_define_and_its_controller_mode_value() {
     }
     want.extend(per_node);
     assert_eq!(enum_values, want, "values.schema.json controller.mode");
+}
+
+/// The uninstall hook deletes the controller's Lease (the one the controller holds, by its
+/// flags) when leader election is on, and asks for no Lease without it; its RBAC is checked
+/// against these flags by `rbac_of_every_pod_equals_what_the_binary_needs`.
+#[test]
+fn the_uninstall_hook_deletes_the_controllers_lease() {
+    for (sets, mode) in [
+        (&[][..], "coredns"),
+        (&["controller.mode=external-dns"][..], "external-dns"),
+        (&["controller.leaderElect=false"][..], "no lease"),
+    ] {
+        let objs = rendered(sets);
+        let controller =
+            container_args(pod_named(objs, "Deployment", "ouroboros-controller").unwrap());
+        let hook = container_args(pod_named(objs, "Job", "ouroboros-cleanup").unwrap());
+        for flag in ["--lease-name", "--lease-namespace"] {
+            assert_eq!(
+                flag_values(&hook, flag),
+                flag_values(&controller, flag),
+                "{mode}: {flag}"
+            );
+        }
+        let elect = mode != "no lease";
+        assert_eq!(
+            flag_values(&hook, "--lease-name").len(),
+            usize::from(elect),
+            "{mode}"
+        );
+    }
 }

@@ -295,3 +295,86 @@ fn coredns_block_removed_through_the_api() {
     assert_eq!(put["metadata"]["resourceVersion"], "41");
     assert!(log.contains("rewrite name exact www.example.com"), "{log}");
 }
+
+/// With `--lease-name`, the controller's Lease goes after the block; one already gone (404) is
+/// success, and the Lease is asked for by name alone (what the hook's Role grants).
+#[test]
+fn the_controllers_lease_is_deleted_after_the_block_and_404_is_fine() {
+    let dir = temp_dir("cleanup-lease");
+    let plain = ".:53 {\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "coredns", "namespace": "kube-system",
+                                 "resourceVersion": "7"},
+                    "data": {"Corefile": plain}});
+    let deleted = json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200});
+    let gone = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                      "reason": "NotFound",
+                      "message": "leases.coordination.k8s.io \"ouroboros-controller\" not found"});
+    let args = |kc: &str| -> Vec<String> {
+        [
+            "--mode",
+            "coredns",
+            "--kubeconfig",
+            kc,
+            "--lease-name",
+            "ouroboros-controller",
+            "--lease-namespace",
+            "ouroboros",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/ouroboros/leases/ouroboros-controller?";
+    for (reply, said) in [
+        (deleted, "deleted the controller's Lease"),
+        (gone, "already gone"),
+    ] {
+        let code = reply["code"].as_u64().unwrap() as u16;
+        let (_api, seen, kc) = scripted_api(dir.path(), vec![(200, cm.clone()), (code, reply)]);
+        let a = args(&kc);
+        let o = cleanup(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+        let log = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{log}");
+        assert!(log.contains(said), "{log}");
+        let got: Vec<(String, String)> = recorded(&seen)
+            .into_iter()
+            .map(|(m, t, _)| (m, t))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "GET".to_string(),
+                    "/api/v1/namespaces/kube-system/configmaps/coredns".to_string()
+                ),
+                ("DELETE".to_string(), lease.to_string()),
+            ],
+            "{log}"
+        );
+    }
+    // Refused three times (a new Role may lag; more is a missing grant): exit 1, what to grant.
+    let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+                           "reason": "Forbidden", "message": "leases is forbidden"});
+    let (_api, seen, kc) = scripted_api(
+        dir.path(),
+        vec![
+            (200, cm),
+            (403, forbidden.clone()),
+            (403, forbidden.clone()),
+            (403, forbidden),
+        ],
+    );
+    let a = args(&kc);
+    let o = cleanup(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let log = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("cannot delete the controller's Lease ouroboros/ouroboros-controller")
+            && log.contains("grant `delete` on leases"),
+        "{log}"
+    );
+    assert_eq!(recorded(&seen).len(), 4);
+    // Either flag alone is a usage error.
+    let o = cleanup(&["--mode", "coredns", "--lease-name", "x"], &[]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+}

@@ -2965,6 +2965,10 @@ fn probe_flags<'a>(listen: &'a str, dns: &'a str, http: &'a str) -> Vec<&'a str>
         http,
         "--probe-timeout",
         "1s",
+        // The CoreDNS here answers from a hosts file, not from what the controller writes:
+        // judge its answers at once, not as a block still propagating.
+        "--probe-propagation",
+        "0s",
     ]
 }
 

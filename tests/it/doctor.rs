@@ -214,7 +214,10 @@ impl Cluster {
                 ra["verb"].as_str().unwrap(),
                 ra["resource"].as_str().unwrap()
             );
-            body["status"] = json!({"allowed": !self.denied.contains(&key)});
+            // "verb resource" denies it on every object, "verb resource name" on that one.
+            let named = format!("{key} {}", ra["name"].as_str().unwrap_or(""));
+            let allowed = !self.denied.contains(&key) && !self.denied.contains(&named);
+            body["status"] = json!({"allowed": allowed});
             return (201, body);
         }
         match self.routes.get(&s.uri) {
@@ -1956,4 +1959,44 @@ async fn a_probe_target_is_knocked_on_by_doctor_itself() {
         "{}",
         report.to_text()
     );
+}
+
+/// Section 1 suggests --ingress-controller-service to check an ingress controller; a
+/// controller runs with it only when told to (the chart: only for a proxy whose ingress
+/// controller Service it names). Lacking only what that flag adds is a WARN saying when it
+/// matters; lacking anything else besides is still a FAIL.
+#[tokio::test]
+async fn the_ingress_controller_flag_alone_does_not_fail_the_rbac_check() {
+    let svc = "/api/v1/namespaces/edge/services/my-lb";
+    let cluster = || {
+        healthy().at(
+            svc,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("edge", "my-lb"),
+                   "spec": {"type": "NodePort", "selector": {"app": "lb"}}}),
+        )
+    };
+    let flag = args(&["--ingress-controller-service", "edge/my-lb"]);
+    // The chart's controller without that flag: no watch on Services.
+    let (report, _) = run(cluster().deny("watch services my-lb"), &flag).await;
+    let c = check(&report, "rbac");
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert!(c.summary.contains("--ingress-controller-service"), "{c:?}");
+    assert!(
+        c.evidence
+            .iter()
+            .all(|e| e.contains("services") && e.contains("my-lb")),
+        "{c:?}"
+    );
+    // Something else lacking too: FAIL.
+    let (report, _) = run(
+        cluster()
+            .deny("watch services my-lb")
+            .deny("update configmaps"),
+        &flag,
+    )
+    .await;
+    assert_eq!(check(&report, "rbac").status, Status::Fail);
+    // Without the flag nothing asks for the watch.
+    let (report, _) = run(cluster().deny("watch services my-lb"), &args(&[])).await;
+    assert_eq!(check(&report, "rbac").status, Status::Ok);
 }

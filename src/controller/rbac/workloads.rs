@@ -18,6 +18,17 @@ pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
             "remove the block from node-local-dns's Corefile",
         ));
     }
+    // `--lease-name`: the controller's Lease goes too, that one alone.
+    if let Some((namespace, name)) = &n.delete_lease {
+        rules.push(rule(
+            Scope::Namespace(namespace.clone()),
+            "coordination.k8s.io",
+            "leases",
+            &[name],
+            &["delete"],
+            "delete the controller's Lease on uninstall",
+        ));
+    }
     rules.sort();
     rules
 }
@@ -156,6 +167,7 @@ mod tests {
             leader_elect: true,
             namespace: "ns".into(),
             lease_name: "lease".into(),
+            delete_lease: None,
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
@@ -244,6 +256,37 @@ mod tests {
         ] {
             let got = cleanup_required(&needs(mode, output));
             assert_eq!(flat(&got), want, "{mode:?} {output:?}");
+        }
+    }
+
+    /// `--lease-name`: `delete` on that one Lease in its namespace, added to the mode's rules;
+    /// the one grant the controller has not (it never deletes its Lease).
+    #[test]
+    fn cleanup_deletes_only_the_named_lease() {
+        for mode in [Mode::Coredns, Mode::ExternalDns] {
+            let output = ExternalDnsOutput::Dnsendpoint;
+            let without = cleanup_required(&needs(mode, output));
+            let n = Needs {
+                delete_lease: Some(("rel".into(), "rel-controller".into())),
+                ..needs(mode, output)
+            };
+            let with = cleanup_required(&n);
+            let added: Vec<_> = flat(&with)
+                .into_iter()
+                .filter(|r| !flat(&without).contains(r))
+                .collect();
+            assert_eq!(
+                added,
+                [(
+                    "rel".to_string(),
+                    "coordination.k8s.io",
+                    "leases",
+                    vec!["rel-controller".to_string()],
+                    vec!["delete"],
+                )],
+                "{mode:?}"
+            );
+            assert_eq!(with.len(), without.len() + 1, "{mode:?}");
         }
     }
 

@@ -77,17 +77,50 @@ pub fn questions(rules: &[Rule]) -> Vec<Question<'_>> {
     out
 }
 
-/// The answers (allowed?) to the questions, for the ServiceAccount `subject`.
-pub fn rbac(subject: &str, answers: &[(Question<'_>, Result<bool, ApiFailure>)]) -> Check {
+/// The answers (allowed?) to the questions, for the ServiceAccount `subject`. `only_given`:
+/// the questions (as [`Question::describe`]s them) that only doctor's own
+/// `--ingress-controller-service` adds. Doctor's section 1 suggests that flag to check an
+/// ingress controller, but a controller runs with it only when told to (the chart only for a
+/// proxy whose ingress controller Service it names), so lacking those alone is a WARN that says
+/// when they matter, not a FAIL.
+pub fn rbac(
+    subject: &str,
+    answers: &[(Question<'_>, Result<bool, ApiFailure>)],
+    only_given: &std::collections::BTreeSet<String>,
+) -> Check {
     const ID: &str = "rbac";
     if let Some((_, Err(e))) = answers.iter().find(|(_, a)| a.is_err()) {
         return e.check(ID);
     }
-    let denied: Vec<String> = answers
+    let denied_questions: Vec<&Question<'_>> = answers
         .iter()
         .filter(|(_, a)| *a == Ok(false))
-        .map(|(q, _)| format!("may not {} (for: {})", q.describe(), q.rule.why))
+        .map(|(q, _)| q)
         .collect();
+    let denied: Vec<String> = denied_questions
+        .iter()
+        .map(|q| format!("may not {} (for: {})", q.describe(), q.rule.why))
+        .collect();
+    let only_flag = !denied_questions.is_empty()
+        && denied_questions
+            .iter()
+            .all(|q| only_given.contains(&q.describe()));
+    if only_flag {
+        return Check::warn(
+            ID,
+            format!(
+                "{subject} lacks {} permission(s) needed only by a controller run with \
+                 --ingress-controller-service",
+                denied.len()
+            ),
+        )
+        .evidence_all(cut(denied))
+        .action(
+            "if the controller runs with --ingress-controller-service, grant them (the chart \
+             does for a proxy whose ingress controller Service it names); if not, they are not \
+             needed: doctor checked the Service you named without them",
+        );
+    }
     // No totals in the summary: they follow the rule table, not the cluster.
     if denied.is_empty() {
         Check::ok(
@@ -145,15 +178,43 @@ mod tests {
                 "get configmaps \"coredns\" in namespace kube-system",
             ]
         );
+        let none = std::collections::BTreeSet::new();
         let all_ok: Vec<_> = qs.iter().cloned().map(|q| (q, Ok(true))).collect();
-        assert_eq!(rbac("sa", &all_ok).status, Status::Ok);
+        assert_eq!(rbac("sa", &all_ok, &none).status, Status::Ok);
         let mut some: Vec<_> = qs.iter().cloned().map(|q| (q, Ok(true))).collect();
         some[1].1 = Ok(false);
-        let c = rbac("sa", &some);
+        let c = rbac("sa", &some, &none);
         assert_eq!(c.status, Status::Fail);
         assert_eq!(
             c.evidence,
             ["may not watch ingresses.networking.k8s.io (cluster-wide) (for: read)"]
+        );
+        // Denied only what doctor's --ingress-controller-service adds: a WARN saying when it
+        // matters; denied anything else too: a FAIL listing both.
+        let flag_only: std::collections::BTreeSet<String> =
+            ["get configmaps \"coredns\" in namespace kube-system".to_string()].into();
+        let mut only: Vec<_> = qs.iter().cloned().map(|q| (q, Ok(true))).collect();
+        only[2].1 = Ok(false);
+        // (denied answers, questions only the flag adds, status, evidence lines)
+        for (answers, given, want, lines) in [
+            (&only, &flag_only, Status::Warn, 1),
+            (&only, &none, Status::Fail, 1),
+            (&all_ok, &flag_only, Status::Ok, 0),
+        ] {
+            let c = rbac("sa", answers, given);
+            assert_eq!(c.status, want, "{:?}", c.evidence);
+            assert_eq!(c.evidence.len(), lines, "{:?}", c.evidence);
+        }
+        let mut both = only.clone();
+        both[1].1 = Ok(false);
+        let c = rbac("sa", &both, &flag_only);
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.evidence.len(), 2, "{:?}", c.evidence);
+        let c = rbac("sa", &only, &flag_only);
+        assert!(
+            c.summary.contains("--ingress-controller-service"),
+            "{}",
+            c.summary
         );
     }
 }
