@@ -587,4 +587,17 @@ fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefi
     setup.helm(&["uninstall"]);
     assert_eq!(corefile(node), before, "the Corefile after uninstall");
     setup.assert_nothing_left();
+    // The controller's Lease carries no label of the release: the uninstall hook deletes it.
+    let lease = node.kubectl(&[
+        "get",
+        "lease",
+        "-n",
+        RELEASE_NAMESPACE,
+        "ouroboros-controller",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&lease.stderr).contains("NotFound"),
+        "the controller's Lease is left after uninstall: {}",
+        String::from_utf8_lossy(&lease.stdout)
+    );
 }
