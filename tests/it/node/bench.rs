@@ -10,27 +10,16 @@
 
 use std::time::{Duration, Instant};
 
-use super::hairpin::{replica_answers, restricted_namespace, Flavor, Setup};
+use super::hairpin::{
+    client_curl, coredns_pod_ips, proxy_cluster_ip, replica_answers, restricted_namespace, Flavor,
+    Setup,
+};
 use super::Node;
 use super::PodSync;
 
 /// `curl http://HOST/` from the client pod: nginx's answer, through our proxy once it works.
 fn client_http(node: &Node, host: &str) -> Option<String> {
-    let out = node.kubectl(&[
-        "exec",
-        "-n",
-        "app",
-        "client",
-        "--",
-        "curl",
-        "-sS",
-        "--max-time",
-        "2",
-        &format!("http://{host}/"),
-    ]);
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    client_curl(node, &["--max-time", "2", &format!("http://{host}/")]).ok()
 }
 
 fn samples() -> usize {
@@ -65,27 +54,8 @@ fn time_to_hairpin() {
     restricted_namespace(node);
     setup.helm(&["install"]);
     setup.wait_fixed(Duration::from_secs(240));
-    let proxy_ip = node.kubectl_ok(&[
-        "get",
-        "svc",
-        "-n",
-        "ouroboros",
-        "ouroboros-proxy",
-        "-o",
-        "jsonpath={.spec.clusterIP}",
-    ]);
-    let want = format!("A {proxy_ip}");
-    let pods = node.kubectl_ok(&[
-        "get",
-        "pods",
-        "-n",
-        "kube-system",
-        "-l",
-        "k8s-app=kube-dns",
-        "-o",
-        "jsonpath={.items[*].status.podIP}",
-    ]);
-    let pods: Vec<String> = pods.split_whitespace().map(String::from).collect();
+    let want = format!("A {}", proxy_cluster_ip(node));
+    let pods = coredns_pod_ips(node);
     println!("sample\thost\tfirst_success_s\tevery_replica_s");
     for i in 1..=samples() {
         let host = format!("s{i}-{}.example.com", std::process::id());

@@ -263,20 +263,15 @@ pub fn client(node: &Node, tls_dir: &std::path::Path) -> String {
 
 /// The client's `https://HOST/` request: Ok(body) or Err(curl's message).
 pub fn client_get(node: &Node) -> Result<String, String> {
-    let out = node.kubectl(&[
-        "exec",
-        "-n",
-        "app",
-        "client",
-        "--",
-        "curl",
-        "-sS",
-        "--max-time",
-        "5",
-        "--cacert",
-        "/ca/ca.crt",
-        &format!("https://{HOST}/"),
-    ]);
+    let url = format!("https://{HOST}/");
+    client_curl(node, &["--max-time", "5", "--cacert", "/ca/ca.crt", &url])
+}
+
+/// `curl -sS ARGS` in the client pod: Ok(body) or Err(curl's message).
+pub fn client_curl(node: &Node, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["exec", "-n", "app", "client", "--", "curl", "-sS"];
+    all.extend_from_slice(args);
+    let out = node.kubectl(&all);
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -286,6 +281,11 @@ pub fn client_get(node: &Node) -> Result<String, String> {
 
 /// The Corefile in the `coredns` ConfigMap, as stored.
 pub fn corefile(node: &Node) -> String {
+    coredns_configmap(node, "{.data.Corefile}")
+}
+
+/// A field of the `coredns` ConfigMap (a kubectl JSONPath such as `{.metadata.resourceVersion}`).
+pub fn coredns_configmap(node: &Node, jsonpath: &str) -> String {
     node.kubectl_ok(&[
         "get",
         "configmap",
@@ -293,8 +293,38 @@ pub fn corefile(node: &Node) -> String {
         "kube-system",
         "coredns",
         "-o",
-        "jsonpath={.data.Corefile}",
+        &format!("jsonpath={jsonpath}"),
     ])
+}
+
+/// The proxy Service's ClusterIP.
+pub fn proxy_cluster_ip(node: &Node) -> String {
+    node.kubectl_ok(&[
+        "get",
+        "svc",
+        "-n",
+        RELEASE_NAMESPACE,
+        "ouroboros-proxy",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ])
+}
+
+/// The CoreDNS pods' addresses.
+pub fn coredns_pod_ips(node: &Node) -> Vec<String> {
+    node.kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "k8s-app=kube-dns",
+        "-o",
+        "jsonpath={.items[*].status.podIP}",
+    ])
+    .split_whitespace()
+    .map(String::from)
+    .collect()
 }
 
 /// Waits until every pod matching `selector` in `namespace` is Ready (and there is one: `kubectl
@@ -455,29 +485,10 @@ impl Setup {
     /// (each replica projects and reloads on its own clock), for at most `within`.
     pub fn wait_every_replica(&self, host: &str, within: Duration) {
         let node = &self.node;
-        let proxy_ip = node.kubectl_ok(&[
-            "get",
-            "svc",
-            "-n",
-            RELEASE_NAMESPACE,
-            "ouroboros-proxy",
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ]);
-        let want = format!("A {proxy_ip}");
-        let pods = node.kubectl_ok(&[
-            "get",
-            "pods",
-            "-n",
-            "kube-system",
-            "-l",
-            "k8s-app=kube-dns",
-            "-o",
-            "jsonpath={.items[*].status.podIP}",
-        ]);
+        let want = format!("A {}", proxy_cluster_ip(node));
         let started = Instant::now();
-        for pod in pods.split_whitespace() {
-            while !replica_answers(node, pod, host).contains(&want) {
+        for pod in coredns_pod_ips(node) {
+            while !replica_answers(node, &pod, host).contains(&want) {
                 assert!(
                     started.elapsed() < within,
                     "CoreDNS {pod} does not answer {host} with {want} after {within:?}\n{}",

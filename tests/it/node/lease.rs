@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::hairpin::{corefile, restricted_namespace, Flavor, Setup};
+use super::hairpin::{coredns_configmap, corefile, restricted_namespace, Flavor, Setup};
 use super::PodSync;
 
 /// The Lease's holder and its duration in seconds (both absent once a holder released it).
@@ -29,15 +29,7 @@ fn lease(node: &super::Node) -> (String, Option<u64>) {
 }
 
 fn configmap_version(node: &super::Node) -> String {
-    node.kubectl_ok(&[
-        "get",
-        "configmap",
-        "-n",
-        "kube-system",
-        "coredns",
-        "-o",
-        "jsonpath={.metadata.resourceVersion}",
-    ])
+    coredns_configmap(node, "{.metadata.resourceVersion}")
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::hairpin::{corefile, restricted_namespace, Flavor, Setup, HOST};
+use super::hairpin::{corefile, proxy_cluster_ip, restricted_namespace, Flavor, Setup, HOST};
 use super::Node;
 use super::PodSync;
 
@@ -33,19 +33,6 @@ fn eventually(node: &Node, what: &str, within: Duration, mut check: impl FnMut()
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-/// The proxy Service's ClusterIP.
-fn proxy_cluster_ip(node: &Node) -> String {
-    node.kubectl_ok(&[
-        "get",
-        "svc",
-        "-n",
-        "ouroboros",
-        "ouroboros-proxy",
-        "-o",
-        "jsonpath={.spec.clusterIP}",
-    ])
 }
 
 #[test]
