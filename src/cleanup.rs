@@ -139,7 +139,7 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Deletes the Lease `namespace/name`; one already gone (404) is success. Retried like the
-/// DNS removal (a 403 up to [`FORBIDDEN_ATTEMPTS`] times: the hook's Role may be new).
+/// DNS removal (a 403 up to `FORBIDDEN_ATTEMPTS` times: the hook's Role may be new).
 pub async fn delete_lease(
     client: &kube::Client,
     namespace: &str,
