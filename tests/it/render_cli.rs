@@ -667,7 +667,15 @@ fn usage_errors() {
 #[test]
 fn render_says_what_it_read_and_what_it_used() {
     let e = examples();
-    let out = render(&["coredns", "--corefile", "examples/Corefile", IP, &e]);
+    let out = render(&[
+        "coredns",
+        "--corefile",
+        "examples/Corefile",
+        "--coredns-version",
+        "1.11.3",
+        IP,
+        &e,
+    ]);
     let stderr = &out.stderr;
     assert_eq!(out.code, 0, "{stderr}");
     assert!(
