@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders deploy/quickstart.yaml: the chart with its default values in namespace `ouroboros`,
 # without the Helm hooks (plain `kubectl apply` would run an uninstall hook at once).
-# tests/it/chart.rs fails when the file drifts from the chart; rerun this after changing the chart.
+# tests/it/chart/ fails when the file drifts from the chart; rerun this after changing the chart.
 #   deploy/render.sh            rewrite deploy/quickstart.yaml
 #   deploy/render.sh --stdout   print it instead
 # Helm: $HELM, else .ci/bin/helm (installed by .ci/tools.sh), else helm on the PATH.

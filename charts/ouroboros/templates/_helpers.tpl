@@ -281,7 +281,7 @@ Keys of the reference tool's chart (lexfrei/ouroboros) and the keys of this char
 "ouroboros.compat" copies each old key that is set onto its new key; NOTES.txt prints one
 deprecation line per old key present. An old key counts as set unless null or an empty string,
 list or map (the reference chart's "unset"). default: the new key's default in values.yaml (a new
-key away from it counts as set; tests/it/chart.rs checks they agree). convert: list (one IP to a
+key away from it counts as set; tests/it/chart/ checks they agree). convert: list (one IP to a
 list), output (crd is dnsendpoint), seconds (a duration to whole seconds), trimDot (drop a
 trailing dot). mode: applies only when the controller Deployment runs in that mode, as in the
 reference chart. controller.gatewayApi.enabled is read by "ouroboros.gatewayApi".

@@ -14,7 +14,7 @@ than naming modes. A mode's define returns JSON of:
                  are given, "verbs"), {} when it reads none
   withoutProxy   with proxy.enabled=false, the values it then needs and lacks ("" when none)
   writeRoles     its Roles ({suffix, namespace, rules}), kept equal to
-                 ouroboros::controller::rbac::required by tests/it/chart.rs
+                 ouroboros::controller::rbac::required by tests/it/chart/
   removal        the cleanup hook's Role ({namespace, rules}), kept equal to
                  ouroboros::controller::rbac::cleanup_required
 etc-hosts runs as its own DaemonSet (etc-hosts.yaml, with its RBAC in rbac.yaml), never as
