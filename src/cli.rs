@@ -682,22 +682,36 @@ mod tests {
         assert!(!short.contains("docs/coredns-answers.md"), "{short}");
         assert!(long.contains("docs/coredns-answers.md"), "{long}");
         // Every flag of every command: its `-h` text is one clause, its `--help` text whole.
-        fn walk(cmd: &clap::Command, long: &mut Vec<String>) {
-            for arg in cmd.get_arguments() {
-                let short = arg.get_help().map(ToString::to_string).unwrap_or_default();
-                if short.len() > 300 {
-                    long.push(format!(
-                        "{} --{:?}: {short}",
-                        cmd.get_name(),
-                        arg.get_long()
-                    ));
-                }
-            }
-            cmd.get_subcommands().for_each(|s| walk(s, long));
-        }
         let mut too_long = Vec::new();
-        walk(&command(&[]), &mut too_long);
+        each_arg(&command(&[]), &mut |cmd, arg| {
+            let short = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            if short.len() > 300 {
+                too_long.push(format!(
+                    "{} --{:?}: {short}",
+                    cmd.get_name(),
+                    arg.get_long()
+                ));
+            }
+        });
         assert!(too_long.is_empty(), "{}", too_long.join("\n"));
+    }
+
+    /// `f(command, argument)` for every argument of `cmd` and of its subcommands, at any depth.
+    fn each_arg(cmd: &clap::Command, f: &mut dyn FnMut(&clap::Command, &clap::Arg)) {
+        for arg in cmd.get_arguments() {
+            f(cmd, arg);
+        }
+        for sub in cmd.get_subcommands() {
+            each_arg(sub, f);
+        }
+    }
+
+    /// The text `--help` shows for `arg`.
+    fn full_help(arg: &clap::Arg) -> String {
+        arg.get_long_help()
+            .or(arg.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default()
     }
 
     /// A flag shared with the controller reads right in cleanup, doctor and render: no help there
@@ -705,25 +719,17 @@ mod tests {
     #[test]
     fn shared_flags_help_fits_every_command() {
         use clap::CommandFactory;
-        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
-            for arg in cmd.get_arguments() {
-                let help = arg
-                    .get_long_help()
-                    .or(arg.get_help())
-                    .map(|h| h.to_string());
-                let help = help.unwrap_or_default();
+        let mut bad = Vec::new();
+        let cli = Cli::command();
+        for name in ["cleanup", "doctor", "render"] {
+            each_arg(cli.find_subcommand(name).unwrap(), &mut |cmd, arg| {
+                let help = full_help(arg);
                 for phrase in ["Where to publish", "each sync would"] {
                     if help.contains(phrase) {
                         bad.push(format!("{} --{:?}: {help}", cmd.get_name(), arg.get_long()));
                     }
                 }
-            }
-            cmd.get_subcommands().for_each(|s| walk(s, bad));
-        }
-        let mut bad = Vec::new();
-        let cli = Cli::command();
-        for name in ["cleanup", "doctor", "render"] {
-            walk(cli.find_subcommand(name).unwrap(), &mut bad);
+            });
         }
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
@@ -733,32 +739,24 @@ mod tests {
     #[test]
     fn a_help_naming_values_names_every_value() {
         use clap::CommandFactory;
-        fn walk(cmd: &clap::Command, bad: &mut Vec<String>) {
-            for arg in cmd.get_arguments() {
-                let help = arg
-                    .get_long_help()
-                    .or(arg.get_help())
-                    .map(|h| h.to_string());
-                let help = help.unwrap_or_default();
-                let values: Vec<String> = arg
-                    .get_possible_values()
-                    .iter()
-                    .filter(|v| !v.is_hide_set())
-                    .map(|v| format!("`{}`", v.get_name()))
-                    .collect();
-                let named = values.iter().filter(|v| help.contains(v.as_str())).count();
-                if named > 0 && named < values.len() {
-                    bad.push(format!(
-                        "{} --{:?}: {values:?} in {help}",
-                        cmd.get_name(),
-                        arg.get_long()
-                    ));
-                }
-            }
-            cmd.get_subcommands().for_each(|s| walk(s, bad));
-        }
         let mut bad = Vec::new();
-        walk(&Cli::command(), &mut bad);
+        each_arg(&Cli::command(), &mut |cmd, arg| {
+            let help = full_help(arg);
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| format!("`{}`", v.get_name()))
+                .collect();
+            let named = values.iter().filter(|v| help.contains(v.as_str())).count();
+            if named > 0 && named < values.len() {
+                bad.push(format!(
+                    "{} --{:?}: {values:?} in {help}",
+                    cmd.get_name(),
+                    arg.get_long()
+                ));
+            }
+        });
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
