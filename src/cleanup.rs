@@ -3,6 +3,14 @@
 //! objects), with the same write paths, so the Helm uninstall hooks need no kubectl or sed.
 //! With `--lease-name` it also deletes the controller's Lease, which would otherwise outlive the
 //! release naming a deleted pod.
+//!
+//! The chart runs it before Helm deletes anything (pre-delete), so that removal never
+//! blackholes a name: `--stop-controller` first stops the controller (it would write the block
+//! back), and `--drain` then keeps the hook running, and with it the proxy Helm deletes only
+//! after the hook, until the cluster DNS has dropped the block. Removed after the proxy (as a
+//! post-delete hook did), the block kept answering the proxy's deleted ClusterIP on every
+//! CoreDNS replica until it reloaded: 40 to 80 s of timeouts for every hairpinned name, on the
+//! real node of tests/it/node.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,6 +22,8 @@ use crate::dns::mode::DnsArgs;
 use crate::dns::write::apply::{Applied, Outcome};
 use crate::dns::write::error::{Reason, SinkError};
 use crate::dns::write::sink::Sink;
+
+pub mod stop;
 
 #[derive(Args, Debug)]
 pub struct CleanupArgs {
@@ -49,6 +59,31 @@ pub struct CleanupArgs {
         requires = "lease_name"
     )]
     pub lease_namespace: Option<String>,
+
+    /// Before removing anything, scale this Deployment (the controller's) to zero and wait
+    /// until it has stopped: no pod left and, with --lease-name, its Lease released or expired,
+    /// so it cannot write back what is removed. The chart's uninstall hook passes it.
+    #[arg(
+        long,
+        env = "OUROBOROS_CLEANUP_STOP_CONTROLLER",
+        value_name = "NAMESPACE/NAME",
+        value_parser = crate::controller::hostnames::targets::parse_namespaced
+    )]
+    pub stop_controller: Option<(String, String)>,
+
+    /// After removing something, wait this long before exiting, so that what still serves the
+    /// names keeps serving until the cluster DNS has dropped them: the chart deletes the proxy
+    /// only after this hook, and each CoreDNS replica drops the block only once the kubelet has
+    /// projected the ConfigMap (its pod sync, 1 minute by default) and `reload` has read it
+    /// (30 s, plus up to 15 s). 0: exit at once.
+    #[arg(
+        long,
+        env = "OUROBOROS_CLEANUP_DRAIN",
+        value_name = "DURATION",
+        default_value = "0s",
+        value_parser = crate::flags::parse_duration
+    )]
+    pub drain: Duration,
 }
 
 impl CleanupArgs {
@@ -67,6 +102,7 @@ impl CleanupArgs {
         n.delete_lease = self
             .lease()
             .map(|(ns, name)| (ns.to_string(), name.to_string()));
+        n.stop_controller = self.stop_controller.clone();
         n
     }
 }
@@ -111,6 +147,14 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             crate::kube_client::Calls::Requests,
         )
     };
+    if let Some((namespace, name)) = &args.stop_controller {
+        if dns.shared.dry_run {
+            tracing::info!(namespace, name, "dry run: would stop the controller");
+        } else {
+            let lease = args.lease();
+            stop::stop_controller(&client().await?, namespace, name, lease).await?;
+        }
+    }
     let sink = match dns.shared.mode.spec().offline_removal(dns) {
         Some(sink) => sink,
         None => {
@@ -123,6 +167,14 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     };
     let applied = with_retries(&sink, args.attempts, backoff).await?;
     report(sink.mode(), &applied);
+    if applied.outcome == Outcome::Written && !args.drain.is_zero() {
+        tracing::info!(
+            mode = sink.mode(),
+            drain_s = args.drain.as_secs(),
+            "waiting for the cluster DNS to drop what was removed (--drain) before the proxy goes"
+        );
+        tokio::time::sleep(args.drain).await;
+    }
     // After the DNS: a Lease left behind is only litter, a block left behind breaks names.
     if let Some((namespace, name)) = args.lease() {
         if dns.shared.dry_run {

@@ -54,6 +54,9 @@ pub struct Needs {
     /// `cleanup --lease-name`: the controller's Lease (namespace, name) that the uninstall
     /// hook deletes. Never the controller's (it keeps and releases its Lease, never deletes it).
     pub delete_lease: Option<(String, String)>,
+    /// `cleanup --stop-controller`: the controller Deployment (namespace, name) the uninstall
+    /// hook scales to zero and waits for (with `delete_lease`, reading that Lease too).
+    pub stop_controller: Option<(String, String)>,
     /// --node-local-dns: our block is written into node-local-dns's Corefile too.
     pub node_local_dns: bool,
     pub node_local_dns_namespace: String,
@@ -161,6 +164,7 @@ impl Needs {
             namespace: namespace.to_string(),
             lease_name: String::new(),
             delete_lease: None,
+            stop_controller: None,
             node_local_dns: writes_node_local_dns,
             // Only a block written there is removed there.
             node_local_dns_namespace: nl(&dns.shared.node_local_dns.node_local_dns_namespace),
@@ -456,6 +460,7 @@ mod tests {
             namespace: "ouroboros".into(),
             lease_name: "ouroboros-controller".into(),
             delete_lease: None,
+            stop_controller: None,
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
@@ -646,6 +651,7 @@ mod needs_tests {
                 namespace: "own".into(),
                 lease_name: "ouroboros-controller".into(),
                 delete_lease: None,
+                stop_controller: None,
                 node_local_dns: false,
                 node_local_dns_namespace: "kube-system".into(),
                 node_local_dns_configmap: "node-local-dns".into(),
@@ -692,6 +698,7 @@ mod needs_tests {
                 leader_elect: false,
                 lease_name: String::new(),
                 delete_lease: None,
+                stop_controller: None,
                 node_local_dns_namespace: String::new(),
                 node_local_dns_configmap: String::new(),
                 proxy_service: None,

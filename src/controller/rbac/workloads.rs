@@ -18,14 +18,31 @@ pub fn cleanup_required(n: &Needs) -> Vec<Rule> {
             "remove the block from node-local-dns's Corefile",
         ));
     }
-    // `--lease-name`: the controller's Lease goes too, that one alone.
+    // `--stop-controller`: its Deployment's scale, that one alone.
+    if let Some((namespace, name)) = &n.stop_controller {
+        rules.push(rule(
+            Scope::Namespace(namespace.clone()),
+            "apps",
+            "deployments/scale",
+            &[name],
+            &["get", "patch"],
+            "stop the controller before its writes are removed",
+        ));
+    }
+    // `--lease-name`: the controller's Lease goes too, that one alone (read first while
+    // waiting for the stopped controller to release it).
     if let Some((namespace, name)) = &n.delete_lease {
+        let verbs: &[&str] = if n.stop_controller.is_some() {
+            &["delete", "get"]
+        } else {
+            &["delete"]
+        };
         rules.push(rule(
             Scope::Namespace(namespace.clone()),
             "coordination.k8s.io",
             "leases",
             &[name],
-            &["delete"],
+            verbs,
             "delete the controller's Lease on uninstall",
         ));
     }
@@ -168,6 +185,7 @@ mod tests {
             namespace: "ns".into(),
             lease_name: "lease".into(),
             delete_lease: None,
+            stop_controller: None,
             node_local_dns: false,
             node_local_dns_namespace: "kube-system".into(),
             node_local_dns_configmap: "node-local-dns".into(),
@@ -288,6 +306,44 @@ mod tests {
             );
             assert_eq!(with.len(), without.len() + 1, "{mode:?}");
         }
+    }
+
+    /// `--stop-controller` with `--lease-name`: the one Deployment's scale (read and patched),
+    /// and reading the one Lease it waits on; nothing else is added.
+    #[test]
+    fn stopping_the_controller_needs_its_scale_and_reads_its_lease() {
+        let output = ExternalDnsOutput::Dnsendpoint;
+        let lease_only = Needs {
+            delete_lease: Some(("rel".into(), "rel-controller".into())),
+            ..needs(Mode::Coredns, output)
+        };
+        let n = Needs {
+            stop_controller: Some(("rel".into(), "rel-controller".into())),
+            ..lease_only.clone()
+        };
+        let (before, after) = (cleanup_required(&lease_only), cleanup_required(&n));
+        let (before, after) = (flat(&before), flat(&after));
+        let added: Vec<_> = after.iter().filter(|r| !before.contains(r)).collect();
+        let scale = (
+            "rel".to_string(),
+            "apps",
+            "deployments/scale",
+            vec!["rel-controller".to_string()],
+            vec!["get", "patch"],
+        );
+        let lease = (
+            "rel".to_string(),
+            "coordination.k8s.io",
+            "leases",
+            vec!["rel-controller".to_string()],
+            vec!["delete", "get"],
+        );
+        assert_eq!(added, [&scale, &lease]);
+        assert_eq!(
+            after.len(),
+            before.len() + 1,
+            "the Lease's rule is replaced"
+        );
     }
 
     #[test]

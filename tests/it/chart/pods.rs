@@ -406,17 +406,37 @@ fn etc_hosts_daemonset_gets_the_deployments_filters_and_a_single_file_mount() {
 }
 
 #[test]
-fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
+fn cleanup_hook_runs_before_uninstall_with_the_controllers_dns_flags() {
     for (case, objs, _) in renders() {
         let Some(job) = find(objs, "Job", "ouroboros-cleanup") else {
             continue;
         };
         let ann = &job["metadata"]["annotations"];
-        assert_eq!(ann["helm.sh/hook"], "post-delete", "{case}");
+        // Before Helm deletes the proxy: it serves until CoreDNS has dropped the block.
+        assert_eq!(ann["helm.sh/hook"], "pre-delete", "{case}");
         let pod = &job["spec"]["template"]["spec"];
         let args = container_args(pod);
         let controller = controller_args(objs);
-        for a in &args[1..] {
+        // Its own: stop the controller first, drain after the removal.
+        let deployment = objs
+            .iter()
+            .find(|o| {
+                kind(o) == "Deployment"
+                    && o["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+            })
+            .unwrap_or_else(|| panic!("{case}: the controller Deployment"));
+        let own = [
+            format!(
+                "--stop-controller={}/{}",
+                super::NAMESPACE,
+                name(deployment)
+            ),
+            "--drain=2m".to_string(),
+        ];
+        for a in &own {
+            assert!(args.contains(a), "{case}: the hook passes {a}: {args:?}");
+        }
+        for a in args[1..].iter().filter(|a| !own.contains(a)) {
             assert!(
                 controller.contains(a),
                 "{case}: cleanup flag {a} is the controller's"
@@ -433,7 +453,7 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
             .filter(|o| name(o) == "ouroboros-cleanup" && kind(o) != "Job")
         {
             let a = &o["metadata"]["annotations"];
-            assert_eq!(a["helm.sh/hook"], "post-delete", "{case}: {}", kind(o));
+            assert_eq!(a["helm.sh/hook"], "pre-delete", "{case}: {}", kind(o));
             let w: i64 = a["helm.sh/hook-weight"].as_str().unwrap().parse().unwrap();
             assert!(w < job_weight, "{case}: {} before the Job", kind(o));
         }
@@ -441,6 +461,11 @@ fn cleanup_hook_runs_after_uninstall_with_the_controllers_dns_flags() {
     // No hook without the controller or when disabled.
     let objs = rendered(&["controller.cleanupOnUninstall=false"]);
     assert!(find(objs, "Job", "ouroboros-cleanup").is_none());
+    // No drain: no --drain flag (the binary's default, 0).
+    let objs = rendered(&["controller.cleanupDrain=0"]);
+    let job = find(objs, "Job", "ouroboros-cleanup").expect("the hook");
+    let args = container_args(&job["spec"]["template"]["spec"]);
+    assert!(!args.iter().any(|a| a.starts_with("--drain")), "{args:?}");
 }
 
 #[test]

@@ -41,9 +41,9 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
         ("PodDisruptionBudget", "ouroboros-proxy"),
         ("PodDisruptionBudget", "ouroboros-proxy-traefik"),
         ("Role", "ouroboros-cleanup"),
-        // The controller's Lease, in the release namespace (the hook's other Role is in
-        // kube-system).
-        ("Role", "ouroboros-cleanup-lease"),
+        // The controller's scale and Lease, in the release namespace (the hook's other Role is
+        // in kube-system).
+        ("Role", "ouroboros-cleanup-controller"),
         ("Role", "ouroboros-controller-coredns"),
         ("Role", "ouroboros-controller-ipmode-ingress-nginx"),
         ("Role", "ouroboros-controller-ipmode-traefik"),
@@ -51,7 +51,7 @@ fn two_proxies_render_the_entrys_objects_and_nothing_else_changes() {
         ("Role", "ouroboros-controller-node-local-dns"),
         ("Role", "ouroboros-controller-proxy-service"),
         ("RoleBinding", "ouroboros-cleanup"),
-        ("RoleBinding", "ouroboros-cleanup-lease"),
+        ("RoleBinding", "ouroboros-cleanup-controller"),
         ("RoleBinding", "ouroboros-controller-coredns"),
         ("RoleBinding", "ouroboros-controller-ipmode-ingress-nginx"),
         ("RoleBinding", "ouroboros-controller-ipmode-traefik"),

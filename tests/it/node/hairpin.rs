@@ -7,6 +7,7 @@
 //! TLS and nginx sees the client pod's own address; `helm uninstall` leaves the Corefile
 //! byte-identical and nothing of ours behind.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::images::{CLIENT, COREDNS, NGINX};
@@ -16,8 +17,8 @@ use super::{Node, PodSync, DNS_SERVICE_IP};
 pub const LB_IP: &str = "192.0.2.10";
 pub const HOST: &str = "app.example.com";
 /// The chart's default proxy target: `ingress-nginx-controller.ingress-nginx`.
-const INGRESS_NAMESPACE: &str = "ingress-nginx";
-const RELEASE_NAMESPACE: &str = "ouroboros";
+pub const INGRESS_NAMESPACE: &str = "ingress-nginx";
+pub const RELEASE_NAMESPACE: &str = "ouroboros";
 
 /// Whose CoreDNS the node runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -374,6 +375,7 @@ pub struct Setup {
     pub client_ip: String,
     /// The Corefile before anything of ours ran.
     pub corefile: String,
+    sync: PodSync,
 }
 
 impl Setup {
@@ -404,18 +406,27 @@ impl Setup {
             node,
             client_ip,
             corefile,
+            sync,
         })
     }
 
     /// `helm ARGS` for the release `ouroboros` in its namespace, which must succeed without a
-    /// warning.
+    /// warning. On a node with [`PodSync::Fast`], an install without `controller.cleanupDrain`
+    /// sets it to 0: those tests do not watch clients during the uninstall, and the drain would
+    /// add two minutes to each (the tests of the drain run with [`PodSync::Default`] or set it).
     pub fn helm(&self, args: &[&str]) {
         let mut all = args.to_vec();
+        if args[0] == "install"
+            && self.sync == PodSync::Fast
+            && !args.iter().any(|a| a.contains("cleanupDrain"))
+        {
+            all.extend(["--set", "controller.cleanupDrain=0"]);
+        }
         all.extend(["ouroboros", "--namespace", RELEASE_NAMESPACE]);
         if args[0] != "uninstall" {
             all.push("charts/ouroboros");
         }
-        all.extend(["--wait", "--timeout", "3m"]);
+        all.extend(["--wait", "--timeout", "5m"]);
         let out = self.node.helm(&all);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -526,6 +537,64 @@ impl Setup {
     }
 }
 
+/// The client's requests for [`HOST`] every half second while the release is removed, by how
+/// each ended. Started before `helm uninstall`, finished after it.
+pub struct UninstallWatch {
+    child: std::process::Child,
+}
+
+/// How the client's requests ended while the release was removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcomes {
+    /// Served (through the proxy).
+    pub served: usize,
+    /// Reached the ingress controller without the header (the hairpin is back once the block
+    /// is gone, as before the install): nginx closed the connection.
+    pub refused_by_nginx: usize,
+    /// Blackholed: no answer from the name's address (curl 7 and 28), or no address (6).
+    pub blackholed: usize,
+    /// The curl exit codes of the blackholed requests, in order.
+    pub blackhole_codes: Vec<u32>,
+}
+
+impl UninstallWatch {
+    pub fn start(node: &Node) -> UninstallWatch {
+        let script = format!(
+            "rm -f /tmp/stop; while [ ! -e /tmp/stop ]; do \
+               curl -s -o /dev/null --max-time 2 --cacert /ca/ca.crt -w '%{{exitcode}}\\n' \
+                 https://{HOST}/; sleep 0.5; done"
+        );
+        let child = Command::new(super::tool_path("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&node.kubeconfig)
+            .args(["exec", "-n", "app", "client", "--", "bash", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        UninstallWatch { child }
+    }
+
+    /// Stops the loop and sorts what it saw.
+    pub fn finish(self, node: &Node) -> Outcomes {
+        node.kubectl_ok(&["exec", "-n", "app", "client", "--", "touch", "/tmp/stop"]);
+        let out = self.child.wait_with_output().unwrap();
+        let mut o = Outcomes::default();
+        for code in String::from_utf8_lossy(&out.stdout).lines() {
+            match code.trim().parse::<u32>() {
+                Ok(0) => o.served += 1,
+                Ok(c @ (6 | 7 | 28)) => {
+                    o.blackholed += 1;
+                    o.blackhole_codes.push(c);
+                }
+                Ok(_) => o.refused_by_nginx += 1,
+                Err(_) => panic!("curl's exit code: {code:?}"),
+            }
+        }
+        o
+    }
+}
+
 /// The A answers of the CoreDNS pod at `pod_ip` for `host`, asked from the node.
 pub fn replica_answers(node: &Node, pod_ip: &str, host: &str) -> Vec<String> {
     let server: std::net::SocketAddr = format!("{pod_ip}:53").parse().unwrap();
@@ -593,9 +662,24 @@ fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefi
     );
     assert_ne!(corefile(node), before, "the controller wrote its block");
 
-    // 4. Uninstall: the hook removes the block; the Corefile is as it was, byte for byte, and
-    //    no object of the release is left.
+    // 4. Uninstall: the hook stops the controller, removes the block and waits while the
+    //    proxy still serves, so no request of the client meanwhile is blackholed (each is
+    //    served, or refused by nginx once its replica has dropped the block: the hairpin as
+    //    before the install). The Corefile is as it was, byte for byte, and no object of the
+    //    release is left.
+    let watch = UninstallWatch::start(node);
+    let started = Instant::now();
     setup.helm(&["uninstall"]);
+    eprintln!("node: helm uninstall took {:.1?}", started.elapsed());
+    // A few seconds more: any replica still answering the proxy now would blackhole.
+    std::thread::sleep(Duration::from_secs(5));
+    let outcomes = watch.finish(node);
+    eprintln!("node: the client during uninstall: {outcomes:?}");
+    assert_eq!(
+        outcomes.blackholed, 0,
+        "requests blackholed during uninstall: {outcomes:?}"
+    );
+    assert!(outcomes.served > 0, "{outcomes:?}");
     assert_eq!(corefile(node), before, "the Corefile after uninstall");
     setup.assert_nothing_left();
     // The controller's Lease carries no label of the release: the uninstall hook deletes it.
@@ -610,5 +694,46 @@ fn helm_install_fixes_the_hairpin_in_real_pods_and_uninstall_restores_the_corefi
         String::from_utf8_lossy(&lease.stderr).contains("NotFound"),
         "the controller's Lease is left after uninstall: {}",
         String::from_utf8_lossy(&lease.stdout)
+    );
+}
+
+/// The same uninstall without the drain (`controller.cleanupDrain=0`): Helm deletes the proxy
+/// Service right after the block is removed, and every replica that has not reloaded yet
+/// answers the deleted ClusterIP: the client's requests time out. What the drain prevents, and
+/// proof that the check above can fail.
+#[test]
+fn uninstall_without_the_drain_blackholes_the_name_until_coredns_reloads() {
+    let Some(setup) = Setup::start(Flavor::Kubeadm, PodSync::Fast) else {
+        return;
+    };
+    let node = &setup.node;
+    restricted_namespace(node);
+    setup.helm(&["install", "--set", "controller.cleanupDrain=0"]);
+    setup.wait_fixed(Duration::from_secs(240));
+    setup.wait_every_replica(HOST, Duration::from_secs(120));
+    let watch = UninstallWatch::start(node);
+    setup.helm(&["uninstall"]);
+    // Until every replica has reloaded (PodSync::Fast: 10 s, then `reload` 30-45 s).
+    let started = Instant::now();
+    let lb = format!("A {LB_IP}");
+    for pod in coredns_pod_ips(node) {
+        while !replica_answers(node, &pod, HOST).contains(&lb) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{pod} still answers the proxy"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    let outcomes = watch.finish(node);
+    eprintln!("node: the client during uninstall without the drain: {outcomes:?}");
+    assert!(
+        outcomes.blackholed > 0,
+        "without the drain some requests are blackholed: {outcomes:?}"
+    );
+    assert_eq!(
+        corefile(node),
+        setup.corefile,
+        "the Corefile after uninstall"
     );
 }

@@ -34,6 +34,7 @@ use crate::support::{free_port, V4};
 
 mod bench;
 mod doctor;
+mod edge;
 mod hairpin;
 mod images;
 mod lease;
@@ -279,8 +280,8 @@ pub enum PodSync {
 pub struct Node {
     pub dir: PathBuf,
     pub ns: Netns,
-    /// Kept for its lifetime: the node's link and the public DNS stub live in it.
-    _lan: Netns,
+    /// The node's link and the public DNS stub live in it; a client outside the node too.
+    pub lan: Netns,
     /// The admin's kubeconfig, through the relay on the machine's 127.0.0.1.
     pub kubeconfig: PathBuf,
     /// The root of the node's cgroups in every hierarchy.
@@ -345,7 +346,7 @@ impl Node {
         let mut node = Node {
             dir: dir.clone(),
             ns,
-            _lan: lan,
+            lan,
             kubeconfig: PathBuf::new(),
             cgroup,
             processes: Vec::new(),

@@ -23,7 +23,12 @@ fn configmap_key(node: &Node, name: &str, key: &str) -> String {
 }
 
 /// Polls `check` every 500 ms until it holds, for at most `within`; panics with `what`.
-fn eventually(node: &Node, what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+pub(super) fn eventually(
+    node: &Node,
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> bool,
+) {
     let started = Instant::now();
     while !check() {
         assert!(

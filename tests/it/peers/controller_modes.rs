@@ -122,7 +122,7 @@ impl Install {
         self.args("Job", &format!("{}-cleanup", self.fullname()))
     }
 
-    /// The objects `helm upgrade` applies: all but the post-delete hook's Job, which Helm
+    /// The objects `helm upgrade` applies: all but the uninstall hook's Job, which Helm
     /// leaves alone (its template is immutable).
     pub(super) fn upgrade_yaml(&self) -> String {
         let docs: Vec<&str> = self
@@ -133,10 +133,18 @@ impl Install {
         docs.join("\n---")
     }
 
-    /// The uninstall hook's command, run with `kubeconfig` (its ServiceAccount's).
+    /// The uninstall hook's command, run with `kubeconfig` (its ServiceAccount's), without its
+    /// `--drain` (two minutes of waiting for CoreDNS pods, which tests/it/node has). Its
+    /// `--stop-controller` scales the chart's controller Deployment, which has no pods here:
+    /// the controller of these tests is a process, stopped before.
     fn cleanup(&self, kubeconfig: &Path) -> crate::common::Output {
+        let args = self.cleanup_args();
+        assert!(
+            args.iter().any(|a| a.starts_with("--stop-controller=")),
+            "the uninstall hook stops the controller: {args:?}"
+        );
         let mut cmd = crate::common::command("cleanup");
-        cmd.args(self.cleanup_args())
+        cmd.args(args.iter().filter(|a| !a.starts_with("--drain=")))
             .arg("--kubeconfig")
             .arg(kubeconfig);
         crate::common::run(&mut cmd, None)
@@ -811,7 +819,8 @@ fn cleanup_with_the_charts_hook_rbac_restores_the_corefile_byte_for_byte() {
     );
     assert!(answers(&written, "shop.cleanup.example.com"), "{written}");
     assert_no_refusal(&controller);
-    // Uninstalled: the Deployment's pods are gone before the post-delete hook runs.
+    // Uninstalled: the hook scales the controller's Deployment to zero and waits until its
+    // pods are gone and its Lease released; this controller is a process, so it stops here.
     drop(controller);
 
     // The hook's command, as its own ServiceAccount (bound to the hook's Role only).
