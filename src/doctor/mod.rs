@@ -451,7 +451,8 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
             .chain(other.as_ref().and_then(|o| expected(hosts, o)))
             .collect(),
     };
-    let (checks, known) = coredns_section(client, d, &candidates, (deployment, &picked)).await;
+    let (checks, known, block_in) =
+        coredns_section(client, d, &candidates, (deployment, &picked)).await;
     out.extend(checks);
 
     // 4. node-local-dns.
@@ -468,6 +469,7 @@ pub async fn diagnose(client: &Client, args: &DoctorArgs) -> anyhow::Result<Repo
     // 5. The proxy: Service, ready endpoints, answers.
     let default = (p_ns.as_str(), p_name.as_str(), &proxy);
     out.extend(proxy_section(client, args, default, &filters.targets, &targets).await);
+    out.extend(checks::proxy::orphaned_block(block_in.as_ref(), default));
 
     // 6. CRDs for the mode.
     out.push(crds_check(client, args, &served).await);
@@ -815,16 +817,21 @@ fn direct_answer(
 /// Section 3: CoreDNS, the Corefile (our block, shadowing server blocks), the import ConfigMap,
 /// reverts and the version. `candidates`: what our block should hold, when that can be known
 /// (more than one when a target's pick is open: see [`checks::coredns::held`]). Returns the
-/// checks and the candidate they judged by.
+/// checks, the candidate they judged by, and where our block is when the Corefile has one.
 async fn coredns_section<'c, 'a>(
     client: &Client,
     d: &DnsArgs,
     candidates: &'c [checks::coredns::Expected<'a>],
     (deployment, picked): (Option<Got<checks::inputs::Workload>>, &Picked),
-) -> (Vec<Check>, Option<&'c checks::coredns::Expected<'a>>) {
+) -> (
+    Vec<Check>,
+    Option<&'c checks::coredns::Expected<'a>>,
+    Option<crate::dns::ConfigMapKey>,
+) {
     let mode = d.shared.mode;
     let mut out = Vec::new();
     let mut known = candidates.first();
+    let mut block_in = None;
     if mode.spec().edits_coredns() {
         let target = d.coredns.target();
         let got: Got<ConfigMap> =
@@ -837,6 +844,9 @@ async fn coredns_section<'c, 'a>(
             Err(c) => out.push(c),
             Ok(text) => {
                 corefile = Some(text.to_string());
+                if checks::coredns::block_lines(text).is_some() {
+                    block_in = Some(target.clone());
+                }
                 out.push(Check::ok("coredns-configmap", format!("{target} exists")));
                 if mode == Mode::Coredns {
                     known = checks::coredns::held(mode, text, candidates);
@@ -919,7 +929,7 @@ async fn coredns_section<'c, 'a>(
     } else {
         out.extend(checks::coredns::skip_unless_coredns("coredns", mode));
     }
-    (out, known)
+    (out, known, block_in)
 }
 
 /// Section 6: the CRDs the mode and the sources need; a source kind's found where the cluster

@@ -67,7 +67,7 @@ pub fn corefile_text<'a>(
 }
 
 /// The lines between our markers (trimmed), or None when there is no block.
-pub(super) fn block_lines(text: &str) -> Option<Vec<String>> {
+pub(crate) fn block_lines(text: &str) -> Option<Vec<String>> {
     let mut lines = text.lines().map(str::trim);
     lines.find(|l| *l == BEGIN_MARKER)?;
     let mut out = Vec::new();

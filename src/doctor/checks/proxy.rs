@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::inputs::Got;
+use crate::dns::ConfigMapKey;
 use crate::doctor::report::Check;
 
 pub fn proxy_service(namespace: &str, name: &str, got: &Got<Service>) -> Check {
@@ -37,6 +38,43 @@ pub fn proxy_service(namespace: &str, name: &str, got: &Got<Service>) -> Check {
                 .evidence(format!("ports: {}", ports.join(", ")))
         }
     }
+}
+
+/// Our block still in the Corefile at `block_in` while the proxy Service it answers with is
+/// gone: what removing ouroboros without its uninstall hook leaves (`kubectl delete namespace`,
+/// `helm uninstall --no-hooks`, a GitOps prune). Every pod's request to a hairpinned name then
+/// fails. `None` unless both hold.
+pub fn orphaned_block(
+    block_in: Option<&ConfigMapKey>,
+    (namespace, name, got): (&str, &str, &Got<Service>),
+) -> Option<Check> {
+    let target = block_in?;
+    if !matches!(got, Ok(None)) {
+        return None;
+    }
+    Some(
+        Check::fail(
+            "orphaned-block",
+            format!(
+                "our block in {target} answers the hairpinned names with the proxy Service \
+                 {namespace}/{name}, which does not exist: every pod's request to those names fails"
+            ),
+        )
+        .action(format!(
+            "if ouroboros was removed without its uninstall hook, remove the block: {}; else \
+             install the proxy again",
+            cleanup_command(target)
+        )),
+    )
+}
+
+/// The one command that removes our block from `target`'s Corefile.
+pub fn cleanup_command(target: &ConfigMapKey) -> String {
+    format!(
+        "ouroboros cleanup --mode coredns --coredns-namespace {} --coredns-configmap {} \
+         --coredns-key {}",
+        target.namespace, target.name, target.key
+    )
 }
 
 pub fn proxy_endpoints(namespace: &str, name: &str, got: &Got<Vec<EndpointSlice>>) -> Check {
@@ -187,5 +225,46 @@ mod tests {
             proxy_answers(&Dials::Skipped("outside".into())).status,
             Status::Skip
         );
+    }
+
+    #[test]
+    fn an_orphaned_block_is_a_block_with_no_proxy_service() {
+        let target = ConfigMapKey::new("dns", "coredns-main", "Core");
+        let svc: Service = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        let cases = [
+            (Some(&target), Ok(None), Some(Status::Fail)),
+            (Some(&target), Ok(Some(svc.clone())), None),
+            (None, Ok(None), None),
+            (None, Ok(Some(svc)), None),
+        ];
+        for (block, got, want) in cases {
+            let check = orphaned_block(block, ("o", "p", &got));
+            assert_eq!(check.as_ref().map(|c| c.status), want, "{block:?} {got:?}");
+        }
+        let check = orphaned_block(Some(&target), ("o", "p", &Ok(None))).unwrap();
+        assert!(
+            check.summary.contains("dns/coredns-main"),
+            "{}",
+            check.summary
+        );
+        assert!(check.summary.contains("o/p"), "{}", check.summary);
+        let action = check.action.unwrap();
+        assert!(action.contains(&cleanup_command(&target)), "{action}");
+    }
+
+    /// The command doctor prints is one `cleanup` takes, naming the ConfigMap and key found.
+    #[test]
+    fn the_printed_cleanup_command_parses() {
+        use clap::{Args, FromArgMatches};
+        let target = ConfigMapKey::new("dns", "coredns-main", "Core");
+        let line = cleanup_command(&target);
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        let cmd = crate::cleanup::CleanupArgs::augment_args(clap::Command::new("cleanup"));
+        let matches = cmd
+            .try_get_matches_from(words)
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let args = crate::cleanup::CleanupArgs::from_arg_matches(&matches).unwrap();
+        assert_eq!(args.dns.coredns.target(), target);
+        assert_eq!(args.dns.shared.mode, crate::dns::Mode::Coredns);
     }
 }

@@ -1051,6 +1051,25 @@ async fn missing_service_account_and_proxy_fail() {
     assert_eq!(check(&report, "proxy-service").status, Status::Fail);
     assert_eq!(check(&report, "proxy-endpoints").status, Status::Skip);
     assert!(seen.iter().all(|s| s.uri != PROXY_SLICES));
+    // Our block is still in the Corefile: orphaned, with the one command that removes it.
+    let orphan = check(&report, "orphaned-block");
+    assert_eq!(orphan.status, Status::Fail);
+    assert!(
+        orphan.action.as_deref().unwrap().contains(
+            "ouroboros cleanup --mode coredns --coredns-namespace kube-system \
+             --coredns-configmap coredns --coredns-key Corefile"
+        ),
+        "{orphan:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_orphaned_block_while_the_proxy_service_exists() {
+    let (report, _) = run(healthy(), &args(&[])).await;
+    assert!(
+        report.checks.iter().all(|c| c.id != "orphaned-block"),
+        "{report:#?}"
+    );
 }
 
 #[tokio::test]
