@@ -304,18 +304,20 @@ fn the_documented_commands_and_quoted_outputs_are_the_binarys() {
     );
 }
 
-/// README.md's Quickstart: its first command renders the examples' Corefile with our block, and
-/// prints no warning: a newcomer's first run shows nothing that looks wrong.
+/// README.md's "From a checkout": its first command renders the examples' Corefile with our
+/// block, and prints no warning: a newcomer's first run shows nothing that looks wrong.
 #[test]
 fn the_quickstart_renders_the_examples_without_a_warning() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let start = readme.find("## Quickstart").expect("a Quickstart section");
+    let start = readme
+        .find("## From a checkout")
+        .expect("a From a checkout section");
     let section = &readme[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let marker = markers(section, "doc-run")
         .into_iter()
         .next()
-        .expect("a doc-run marker in the Quickstart");
+        .expect("a doc-run marker in From a checkout");
     let args = command_of(&marker, None).unwrap();
     let out = run_in(root(), &args);
     assert_eq!(out.code, 0, "{}", out.stderr);
