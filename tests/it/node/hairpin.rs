@@ -541,6 +541,9 @@ impl Setup {
 /// each ended. Started before `helm uninstall`, finished after it.
 pub struct UninstallWatch {
     child: std::process::Child,
+    /// The file whose creation stops the loop (the client image has bash, curl and sleep only:
+    /// bash's own `[ -e ]` and `>` do the rest).
+    stop: String,
 }
 
 /// How the client's requests ended while the release was removed.
@@ -559,8 +562,15 @@ pub struct Outcomes {
 
 impl UninstallWatch {
     pub fn start(node: &Node) -> UninstallWatch {
+        let stop = format!(
+            "/tmp/stop-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
         let script = format!(
-            "rm -f /tmp/stop; while [ ! -e /tmp/stop ]; do \
+            "while [ ! -e {stop} ]; do \
                curl -s -o /dev/null --max-time 2 --cacert /ca/ca.crt -w '%{{exitcode}}\\n' \
                  https://{HOST}/; sleep 0.5; done"
         );
@@ -572,12 +582,13 @@ impl UninstallWatch {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        UninstallWatch { child }
+        UninstallWatch { child, stop }
     }
 
     /// Stops the loop and sorts what it saw.
     pub fn finish(self, node: &Node) -> Outcomes {
-        node.kubectl_ok(&["exec", "-n", "app", "client", "--", "touch", "/tmp/stop"]);
+        let create = format!(": > {}", self.stop);
+        node.kubectl_ok(&["exec", "-n", "app", "client", "--", "bash", "-c", &create]);
         let out = self.child.wait_with_output().unwrap();
         let mut o = Outcomes::default();
         for code in String::from_utf8_lossy(&out.stdout).lines() {
