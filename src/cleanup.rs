@@ -61,21 +61,24 @@ pub struct CleanupArgs {
     pub lease_namespace: Option<String>,
 
     /// Before removing anything, scale this Deployment (the controller's) to zero and wait
-    /// until it has stopped: no pod left and, with --lease-name, its Lease released or expired,
-    /// so it cannot write back what is removed. The chart's uninstall hook passes it.
+    /// until it has stopped.
+    ///
+    /// Stopped: no pod left and, with --lease-name, its Lease released or expired, so it cannot
+    /// write back what is removed. The chart's uninstall hook passes it.
     #[arg(
         long,
         env = "OUROBOROS_CLEANUP_STOP_CONTROLLER",
         value_name = "NAMESPACE/NAME",
-        value_parser = crate::controller::hostnames::targets::parse_namespaced
+        value_parser = crate::flags::parse_namespaced_name
     )]
-    pub stop_controller: Option<(String, String)>,
+    pub stop_controller: Option<crate::flags::NamespacedName>,
 
-    /// After removing something, wait this long before exiting, so that what still serves the
-    /// names keeps serving until the cluster DNS has dropped them: the chart deletes the proxy
-    /// only after this hook, and each CoreDNS replica drops the block only once the kubelet has
-    /// projected the ConfigMap (its pod sync, 1 minute by default) and `reload` has read it
-    /// (30 s, plus up to 15 s). 0: exit at once.
+    /// After removing something, wait this long before exiting (0: exit at once).
+    ///
+    /// What still serves the names keeps serving meanwhile, until the cluster DNS has dropped
+    /// them: the chart deletes the proxy only after this hook, and each CoreDNS replica drops
+    /// the block only once the kubelet has projected the ConfigMap (its pod sync, 1 minute by
+    /// default) and `reload` has read it (30 s, plus up to 15 s).
     #[arg(
         long,
         env = "OUROBOROS_CLEANUP_DRAIN",
@@ -102,7 +105,8 @@ impl CleanupArgs {
         n.delete_lease = self
             .lease()
             .map(|(ns, name)| (ns.to_string(), name.to_string()));
-        n.stop_controller = self.stop_controller.clone();
+        n.stop_controller =
+            (self.stop_controller.as_ref()).map(|d| (d.namespace.clone(), d.name.clone()));
         n
     }
 }
@@ -147,7 +151,8 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             crate::kube_client::Calls::Requests,
         )
     };
-    if let Some((namespace, name)) = &args.stop_controller {
+    if let Some(deployment) = &args.stop_controller {
+        let (namespace, name) = (&deployment.namespace, &deployment.name);
         if dns.shared.dry_run {
             tracing::info!(namespace, name, "dry run: would stop the controller");
         } else {

@@ -35,6 +35,49 @@ impl UsageError {
     }
 }
 
+/// A `NAMESPACE/NAME` reference to one object, as every flag naming one takes it (doctor's
+/// `--controller-service-account`, `edge --service`, `--ingress-controller-service`, a target's
+/// `ingress-controller=`, `cleanup --stop-controller`): one rule for all of them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Parses `NAMESPACE/NAME` of an object: the namespace a DNS label and the name a DNS subdomain,
+/// as the API server requires of them (surrounding whitespace ignored), so a name it would
+/// refuse is refused here, with an example.
+pub fn parse_namespaced_name(s: &str) -> Result<NamespacedName, String> {
+    use crate::dns_name::{is_label, is_subdomain};
+    match s.trim().split_once('/') {
+        Some((ns, name)) if is_label(ns) && is_subdomain(name) => Ok(NamespacedName {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        }),
+        _ => Err(format!(
+            "{s:?} is not NAMESPACE/NAME (e.g. kube-system/traefik; lowercase letters, digits, \
+             '-', and '.' in the name)"
+        )),
+    }
+}
+
+/// [`parse_namespaced_name`] of a Service, whose name is a DNS label (no dots).
+pub fn parse_service_name(s: &str) -> Result<NamespacedName, String> {
+    let n = parse_namespaced_name(s)?;
+    if !crate::dns_name::is_label(&n.name) {
+        return Err(format!(
+            "{s:?}: a Service's name is a DNS label (lowercase letters, digits, '-'; no '.')"
+        ));
+    }
+    Ok(n)
+}
+
 /// Parses durations such as `500ms`, `5s`, `1m`, `1h` or `0` (used by every duration flag).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
@@ -90,6 +133,23 @@ pub(crate) fn parse_args<A: clap::Args>(argv: &[&str]) -> Result<A, clap::Error>
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn namespaced_names_have_one_rule() {
+        let ok = |s: &str| parse_namespaced_name(s).map(|n| n.to_string());
+        assert_eq!(
+            ok("kube-system/traefik").as_deref(),
+            Ok("kube-system/traefik")
+        );
+        assert_eq!(ok(" a/b.c ").as_deref(), Ok("a/b.c"));
+        for bad in ["", "x", "/x", "x/", "a/b/c", "Kube/x", "a.b/x", "a/B"] {
+            assert!(parse_namespaced_name(bad).is_err(), "{bad:?}");
+        }
+        // A Service's name is a label: no dots.
+        assert!(parse_service_name("ingress/ctl").is_ok());
+        let e = parse_service_name("ingress/a.b").unwrap_err();
+        assert!(e.contains("DNS label"), "{e}");
+    }
 
     #[test]
     fn durations() {

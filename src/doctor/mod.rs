@@ -35,7 +35,7 @@ use crate::dns::mode::DnsArgs;
 use crate::dns::write::proxy_ips::cluster_ips;
 use crate::dns::write::routes::Routes;
 use crate::dns::Mode;
-use crate::flags::UsageError;
+use crate::flags::{NamespacedName, UsageError};
 use crate::header_verdict::{AnswerPick, Header, HeaderSource, Route, Verdict};
 use crate::target::{Target, TargetRule};
 use checks::{ingress::ControllerKind, inputs::Got, proxy::Dial, proxy::Dials};
@@ -58,31 +58,6 @@ pub enum DialMode {
     Always,
     /// Not at all (the check is skipped).
     Never,
-}
-
-/// `NAMESPACE/NAME`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NsName {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for NsName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-fn parse_ns_name(s: &str) -> Result<NsName, String> {
-    match s.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok(NsName {
-                namespace: ns.to_string(),
-                name: name.to_string(),
-            })
-        }
-        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
-    }
 }
 
 pub const DEFAULT_CONTROLLER_SERVICE_ACCOUNT: &str = "ouroboros-controller";
@@ -112,9 +87,9 @@ pub struct DoctorArgs {
         long,
         env = "OUROBOROS_DOCTOR_INGRESS_CONTROLLER_SERVICE",
         value_name = "NS/NAME",
-        value_parser = parse_ns_name
+        value_parser = crate::flags::parse_service_name
     )]
-    pub ingress_controller_service: Option<NsName>,
+    pub ingress_controller_service: Option<NamespacedName>,
 
     /// The controller's ServiceAccount whose permissions are checked, NAMESPACE/NAME [default:
     /// PROXY_SERVICE_NAMESPACE/ouroboros-controller].
@@ -122,9 +97,9 @@ pub struct DoctorArgs {
         long,
         env = "OUROBOROS_DOCTOR_CONTROLLER_SERVICE_ACCOUNT",
         value_name = "NS/NAME",
-        value_parser = parse_ns_name
+        value_parser = crate::flags::parse_namespaced_name
     )]
-    pub controller_service_account: Option<NsName>,
+    pub controller_service_account: Option<NamespacedName>,
 
     /// Dial the proxy Service's ClusterIPs: auto (only inside a cluster), always or never.
     #[arg(long, env = "OUROBOROS_DOCTOR_DIAL", value_enum, default_value_t = DialMode::Auto)]
@@ -190,10 +165,10 @@ pub enum DoctorCommand {
 }
 
 impl DoctorArgs {
-    fn service_account(&self) -> NsName {
+    fn service_account(&self) -> NamespacedName {
         self.controller_service_account
             .clone()
-            .unwrap_or_else(|| NsName {
+            .unwrap_or_else(|| NamespacedName {
                 namespace: self.dns.shared.proxy_service_namespace(),
                 name: DEFAULT_CONTROLLER_SERVICE_ACCOUNT.into(),
             })
@@ -672,7 +647,7 @@ async fn ingress_section(
         .filter_map(|target| Some((target, target.rule(&filters.targets)?)));
     for (target, t) in named {
         if let Some((namespace, name)) = &t.ingress_controller {
-            let ns_name = NsName {
+            let ns_name = NamespacedName {
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
@@ -1053,7 +1028,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 /// that names `flag` (for the summary and the action).
 async fn ingress_checks(
     client: &Client,
-    flag: Option<&NsName>,
+    flag: Option<&NamespacedName>,
     given_by: &str,
 ) -> (
     Vec<Check>,
@@ -1309,20 +1284,6 @@ mod tests {
             e.to_string().contains("--ingress-controller-service"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn ns_names() {
-        assert_eq!(
-            parse_ns_name("ingress-nginx/ingress-nginx-controller"),
-            Ok(NsName {
-                namespace: "ingress-nginx".into(),
-                name: "ingress-nginx-controller".into()
-            })
-        );
-        for bad in ["", "x", "/x", "x/", "a/b/c"] {
-            assert!(parse_ns_name(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

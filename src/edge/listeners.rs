@@ -25,9 +25,9 @@ use super::balance::pick::Algorithm;
 use super::balance::Balancer;
 use super::load_balancer::Served;
 use super::serve::Plan;
-use super::ServiceRef;
 use crate::accept::Lifecycle;
 use crate::controller::events::{Notice, Notifier};
+use crate::flags::NamespacedName;
 use crate::relay::metrics::RelayMetrics;
 use crate::relay::mode::Relaying;
 use crate::relay::Route;
@@ -161,7 +161,7 @@ fn start(s: &Settings, key: &str, plan: &Plan) -> Running {
     let targets: Vec<(PortRef, Arc<Balancer>)> = (balancers.iter())
         .map(|(n, b)| (PortRef::Name(n.clone()), b.clone()))
         .collect();
-    let service = ServiceRef {
+    let service = NamespacedName {
         namespace: namespace.into(),
         name: name.into(),
     };

@@ -26,8 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::accept::Lifecycle;
 use crate::admin::ReadyCheck;
 use crate::controller::lease::Leadership;
-use crate::dns_name::is_label;
-use crate::flags::{parse_duration, UsageError};
+use crate::flags::{parse_duration, NamespacedName, UsageError};
 use crate::listen::ListenAddr;
 use crate::proxy_protocol::Version;
 use crate::relay::lifecycle::ReadyState;
@@ -88,25 +87,6 @@ fn parse_backend(s: &str) -> Result<StaticBackend, String> {
     })
 }
 
-/// A `NAMESPACE/NAME` Service reference.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceRef {
-    pub namespace: String,
-    pub name: String,
-}
-
-fn parse_service(s: &str) -> Result<ServiceRef, String> {
-    match s.trim().split_once('/') {
-        Some((ns, name)) if is_label(ns) && is_label(name) => Ok(ServiceRef {
-            namespace: ns.to_string(),
-            name: name.to_string(),
-        }),
-        _ => Err(format!(
-            "{s:?} is not NAMESPACE/NAME (e.g. kube-system/traefik; lowercase letters, digits, '-')"
-        )),
-    }
-}
-
 // Where backends come from: exactly one of --service, --backend and --pools, and a missing one
 // names them all (a `required_unless_present` on one would name only that one).
 #[derive(clap::Args, Debug, Clone)]
@@ -127,8 +107,8 @@ fn parse_service(s: &str) -> Result<ServiceRef, String> {
 pub struct EdgeArgs {
     /// Service whose EndpointSlices give the backends, as NAMESPACE/NAME (the slices labelled
     /// kubernetes.io/service-name=NAME). Exactly one of --service, --backend and --pools.
-    #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = parse_service, value_name = "NAMESPACE/NAME", group = "backends")]
-    pub service: Option<ServiceRef>,
+    #[arg(long, env = "OUROBOROS_EDGE_SERVICE", value_parser = crate::flags::parse_service_name, value_name = "NAMESPACE/NAME", group = "backends")]
+    pub service: Option<NamespacedName>,
 
     /// Listener and the Service port it forwards to, as BIND=PORT (repeatable): BIND is
     /// `[::]:443` (IPv6 only), `0.0.0.0:80`, `:443` (one dual-stack socket) or `HOST:PORT`, so
@@ -300,7 +280,7 @@ impl EdgeArgs {
 pub enum Source {
     /// Per listener (in `--listen` order), the fixed backend set.
     Static(Vec<Vec<SocketAddr>>),
-    Service(ServiceRef),
+    Service(NamespacedName),
     /// `--pools FILE`: the load balancer of a class.
     LoadBalancer(std::path::PathBuf),
 }
@@ -428,7 +408,7 @@ impl Readiness {
 /// Follows the Service's endpoints into each listener's balancer (the listeners with a port).
 async fn follow_service(
     args: &EdgeArgs,
-    svc: &ServiceRef,
+    svc: &NamespacedName,
     balancers: &[Arc<Balancer>],
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -853,16 +833,6 @@ mod tests {
         ] {
             assert_eq!(parse_backend(input).ok(), want, "{input:?}");
         }
-        assert_eq!(
-            parse_service("kube-system/traefik"),
-            Ok(ServiceRef {
-                namespace: "kube-system".into(),
-                name: "traefik".into()
-            })
-        );
-        for bad in ["traefik", "/traefik", "kube-system/", "a/b/c", "Kube/x"] {
-            assert!(parse_service(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -917,7 +887,7 @@ mod tests {
                     "--listen",
                     "0.0.0.0:443=websecure",
                 ][..],
-                Ok(Source::Service(ServiceRef {
+                Ok(Source::Service(NamespacedName {
                     namespace: "ns".into(),
                     name: "svc".into(),
                 })),

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backends::{self, PortRef};
 use super::balance::Balancer;
-use super::ServiceRef;
+use crate::flags::NamespacedName;
 use crate::kube_client::{Cause, Repeats};
 
 /// The label the EndpointSlice controller puts on a Service's slices.
@@ -119,7 +119,7 @@ type Events<K> = Pin<Box<dyn Stream<Item = Result<Event<K>, watcher::Error>> + S
 /// stays in force meanwhile.
 pub async fn follow(
     client: Client,
-    svc: ServiceRef,
+    svc: NamespacedName,
     targets: Vec<(PortRef, Arc<Balancer>)>,
     stop: CancellationToken,
 ) {

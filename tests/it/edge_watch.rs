@@ -14,7 +14,7 @@ use ouroboros::edge::balance::metrics::BackendMetrics;
 use ouroboros::edge::balance::pick::Algorithm;
 use ouroboros::edge::balance::Balancer;
 use ouroboros::edge::watch::follow;
-use ouroboros::edge::ServiceRef;
+use ouroboros::flags::NamespacedName;
 
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices";
 const SERVICES: &str = "/api/v1/namespaces/kube-system/services";
@@ -155,7 +155,7 @@ async fn backend_sets_follow_the_endpointslices() {
     let stop = tokio_util::sync::CancellationToken::new();
     let watch = tokio::spawn(follow(
         client,
-        ServiceRef {
+        NamespacedName {
             namespace: "kube-system".into(),
             name: "traefik".into(),
         },
@@ -225,7 +225,7 @@ async fn named_ports_do_not_watch_the_service() {
     let stop = tokio_util::sync::CancellationToken::new();
     let watch = tokio::spawn(follow(
         client,
-        ServiceRef {
+        NamespacedName {
             namespace: "kube-system".into(),
             name: "traefik".into(),
         },

@@ -163,11 +163,9 @@ pub fn parse_target(spec: &str) -> Result<TargetRule, String> {
                 .proxy_ips
                 .push(parse_answer_ip(value).map_err(|e| format!("proxy-ip: {e}"))?),
             "gateway" => {
-                let (ns, name) = namespaced(value)
-                    .filter(|(ns, _)| ns.is_some())
-                    .ok_or_else(|| format!("gateway {value:?} is not NAMESPACE/NAME"))?;
-                rule.gateways
-                    .insert((ns.unwrap_or_default(), name));
+                let g = crate::flags::parse_namespaced_name(value)
+                    .map_err(|e| format!("gateway {e}"))?;
+                rule.gateways.insert((g.namespace, g.name));
             }
             other => {
                 return Err(format!(
@@ -304,13 +302,10 @@ pub fn check_direct_by_name(rules: &[AnswerRule], names: &[TargetRule]) -> Resul
     Ok(())
 }
 
-/// `NAMESPACE/NAME` of a Service (both DNS labels), as `--ingress-controller-service` and
-/// `ingress-controller=` take it.
+/// `NAMESPACE/NAME` of a Service, as `--ingress-controller-service` and `ingress-controller=`
+/// take it (`flags::parse_service_name`'s rule, as a pair).
 pub fn parse_namespaced(s: &str) -> Result<(String, String), String> {
-    match s.trim().split_once('/') {
-        Some((ns, name)) if is_label(ns) && is_label(name) => Ok((ns.into(), name.into())),
-        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
-    }
+    crate::flags::parse_service_name(s).map(|n| (n.namespace, n.name))
 }
 
 /// An IngressClass `spec.controller` value as `ingress-class-controller=` and

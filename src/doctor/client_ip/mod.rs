@@ -25,7 +25,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{parse_ns_name, NsName, Output};
+use super::Output;
+use crate::flags::NamespacedName;
 use crate::flags::UsageError;
 use objects::Run;
 use verdict::{Backend, Verdict};
@@ -64,10 +65,10 @@ pub struct ClientIpArgs {
         long,
         env = "OUROBOROS_DOCTOR_CLIENT_IP_INGRESS",
         value_name = "NS/NAME",
-        value_parser = parse_ns_name,
+        value_parser = crate::flags::parse_namespaced_name,
         conflicts_with = "ingress_class"
     )]
-    pub ingress: Option<NsName>,
+    pub ingress: Option<NamespacedName>,
 
     /// The ingressClassName of the temporary Ingress: the target's ingress controller
     /// [default: the cluster's default IngressClass].
@@ -141,7 +142,7 @@ pub struct Plan {
     pub run: Run,
     pub host: Option<String>,
     /// `None`: create an Ingress; else this existing one.
-    pub existing: Option<NsName>,
+    pub existing: Option<NamespacedName>,
     pub class: Option<String>,
     pub timeout: Duration,
 }
@@ -458,7 +459,7 @@ async fn steps(
             )
             .await?;
             progress(format!("Pod {ns}/{} (whoami) is ready", run.name()));
-            let at = NsName {
+            let at = NamespacedName {
                 namespace: ns.to_string(),
                 name: run.name(),
             };
@@ -497,7 +498,7 @@ fn caller_seconds(left: Duration) -> u64 {
 
 /// The host to call of an existing Ingress: `wanted` when it is one of its hosts, else its
 /// first.
-fn pick_host(ing: &Ingress, at: &NsName, wanted: Option<&str>) -> Result<String, Failed> {
+fn pick_host(ing: &Ingress, at: &NamespacedName, wanted: Option<&str>) -> Result<String, Failed> {
     let hosts = state::ingress_hosts(ing);
     match wanted {
         Some(h) if hosts.iter().any(|x| x == h) => Ok(h.to_string()),
@@ -517,7 +518,7 @@ fn pick_host(ing: &Ingress, at: &NsName, wanted: Option<&str>) -> Result<String,
 /// The addresses to compare with (the Ingress's load balancer, the nodes) and the verdict.
 async fn finish(
     client: &Client,
-    ingress_at: &NsName,
+    ingress_at: &NamespacedName,
     host: String,
     (caller, caller_pod): (&Pod, String),
     backend: Backend,
@@ -765,7 +766,7 @@ mod tests {
             "spec": {"rules": [{"host": "*.x.example.com"}, {"host": "a.example.com"}, {"host": "b.example.com"}]}
         }))
         .unwrap();
-        let at = NsName {
+        let at = NamespacedName {
             namespace: "apps".into(),
             name: "w".into(),
         };
