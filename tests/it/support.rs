@@ -19,6 +19,16 @@ pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub use tempfile::TempDir;
 
+/// A finished command's stdout when it succeeded, else its stderr: what a client (curl) printed
+/// as Ok(body) or Err(message).
+pub fn body_or_message(out: std::process::Output) -> Result<String, String> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// A fresh directory under the system temp dir, named after `tag`, removed on drop.
 pub fn temp_dir(tag: &str) -> TempDir {
     tempfile::Builder::new()

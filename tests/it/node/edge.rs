@@ -76,11 +76,7 @@ fn outside_get(node: &Node, ca: &std::path::Path) -> Result<String, String> {
         .arg(format!("https://{HOST}/"))
         .output()
         .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    crate::support::body_or_message(out)
 }
 
 /// The client address nginx reported in `body` (`client=ADDRESS via=...`).

@@ -273,11 +273,7 @@ pub fn client_curl(node: &Node, args: &[&str]) -> Result<String, String> {
     let mut all = vec!["exec", "-n", "app", "client", "--", "curl", "-sS"];
     all.extend_from_slice(args);
     let out = node.kubectl(&all);
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    crate::support::body_or_message(out)
 }
 
 /// The Corefile in the `coredns` ConfigMap, as stored.

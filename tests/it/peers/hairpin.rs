@@ -173,11 +173,7 @@ fn pod_get(pod: &Netns, family: &str) -> Result<String, String> {
         .args([family, "-sS", "--max-time", "5", &format!("http://{HOST}/")])
         .output()
         .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    crate::support::body_or_message(out)
 }
 
 /// The pod's request over IPv4 and over IPv6 is answered by nginx, which saw the pod's own
