@@ -157,7 +157,8 @@ pub async fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(namespace, name, "dry run: would stop the controller");
         } else {
             let lease = args.lease();
-            stop::stop_controller(&client().await?, namespace, name, lease).await?;
+            let client = client().await?;
+            stop::stop_controller(&client, namespace, name, lease, args.attempts).await?;
         }
     }
     let sink = match dns.shared.mode.spec().offline_removal(dns) {
@@ -206,44 +207,65 @@ pub async fn delete_lease(
 ) -> Result<(), LeaseDeleteError> {
     use k8s_openapi::api::coordination::v1::Lease;
     let api: kube::Api<Lease> = kube::Api::namespaced(client.clone(), namespace);
+    let what = format!("deleting the controller's Lease {namespace}/{name}");
+    let params = kube::api::DeleteParams::default();
+    match call_with_retries(&what, attempts, backoff, || api.delete(name, &params)).await {
+        Ok(Some(_)) => {
+            tracing::info!(namespace, name, "deleted the controller's Lease");
+            Ok(())
+        }
+        Ok(None) => {
+            tracing::info!(namespace, name, "the controller's Lease is already gone");
+            Ok(())
+        }
+        Err(e) => Err(LeaseDeleteError {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            hint: if is_forbidden(&e) {
+                "; grant `delete` on leases (apiGroup coordination.k8s.io) named it in its \
+                 namespace (the <fullname>-cleanup Role), or delete it by hand"
+            } else {
+                ""
+            },
+            source: e,
+        }),
+    }
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+/// One API call on one object, retried: `Ok(None)` when the object is not there (404), the last
+/// error after `attempts` tries (a 403 after `FORBIDDEN_ATTEMPTS`: the hook's Role may be new,
+/// a later refusal is a missing grant), `backoff(n)` between them, each failure logged as `what`.
+pub async fn call_with_retries<T, Fut>(
+    what: &str,
+    attempts: u32,
+    backoff: impl Fn(u32) -> Duration,
+    mut call: impl FnMut() -> Fut,
+) -> Result<Option<T>, kube::Error>
+where
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
     let attempts = attempts.max(1);
     let mut n = 1;
     loop {
-        let e = match api.delete(name, &Default::default()).await {
-            Ok(_) => {
-                tracing::info!(namespace, name, "deleted the controller's Lease");
-                return Ok(());
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                tracing::info!(namespace, name, "the controller's Lease is already gone");
-                return Ok(());
-            }
+        let e = match call().await {
+            Ok(t) => return Ok(Some(t)),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
             Err(e) => e,
         };
-        let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
-        let last = n >= attempts || (forbidden && n >= FORBIDDEN_ATTEMPTS);
-        if last {
-            return Err(LeaseDeleteError {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                source: e,
-                hint: if forbidden {
-                    "; grant `delete` on leases (apiGroup coordination.k8s.io) named it in its \
-                     namespace (the <fullname>-cleanup Role), or delete it by hand"
-                } else {
-                    ""
-                },
-            });
+        if n >= attempts || (is_forbidden(&e) && n >= FORBIDDEN_ATTEMPTS) {
+            return Err(e);
         }
         let wait = backoff(n);
         tracing::warn!(
-            namespace,
-            name,
             attempt = n,
             of = attempts,
             retry_in_ms = wait.as_millis() as u64,
             error = %e,
-            "deleting the controller's Lease failed; retrying"
+            "{what} failed; retrying"
         );
         tokio::time::sleep(wait).await;
         n += 1;

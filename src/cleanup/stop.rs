@@ -54,46 +54,35 @@ pub fn still_held(seen: &Observed, wall: SystemTime) -> Option<String> {
 
 /// Scales `namespace/name` to zero replicas and waits until it has no pod left and, with
 /// `lease` (namespace, name), until its Lease is released or expired. A Deployment already gone
-/// is stopped. Refusals are retried a few times (the hook's Role may be seconds old), then
-/// reported with the grant that is missing.
+/// is stopped. The scale is retried as every call of `cleanup` is (`call_with_retries`), a
+/// refusal then reported with the grant that is missing.
 pub async fn stop_controller(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     lease: Option<(&str, &str)>,
+    attempts: u32,
 ) -> Result<(), StopError> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let scale = serde_json::json!({"spec": {"replicas": 0}});
-    let mut attempt = 1;
-    loop {
-        match deployments
-            .patch_scale(name, &PatchParams::default(), &Patch::Merge(&scale))
-            .await
-        {
-            Ok(_) => break,
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                tracing::info!(namespace, name, "the controller Deployment is already gone");
-                break;
-            }
-            Err(e) => {
-                let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
-                if attempt >= super::FORBIDDEN_ATTEMPTS {
-                    return Err(StopError::Scale {
-                        namespace: namespace.into(),
-                        name: name.into(),
-                        source: e,
-                        hint: if forbidden {
-                            "; grant `get` and `patch` on deployments/scale (apiGroup apps) \
-                             named it (the <fullname>-cleanup Role)"
-                        } else {
-                            ""
-                        },
-                    });
-                }
-                tracing::warn!(namespace, name, attempt, error = %e, "scaling the controller to zero failed; retrying");
-                tokio::time::sleep(super::backoff(attempt)).await;
-                attempt += 1;
-            }
+    let (params, body) = (PatchParams::default(), Patch::Merge(&scale));
+    let what = format!("scaling the controller {namespace}/{name} to zero");
+    let patch = || deployments.patch_scale(name, &params, &body);
+    match super::call_with_retries(&what, attempts, super::backoff, patch).await {
+        Ok(Some(_)) => {}
+        Ok(None) => tracing::info!(namespace, name, "the controller Deployment is already gone"),
+        Err(e) => {
+            return Err(StopError::Scale {
+                namespace: namespace.into(),
+                name: name.into(),
+                hint: if super::is_forbidden(&e) {
+                    "; grant `get` and `patch` on deployments/scale (apiGroup apps) named it \
+                     (the <fullname>-cleanup Role)"
+                } else {
+                    ""
+                },
+                source: e,
+            })
         }
     }
     tracing::info!(
