@@ -10,8 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::hairpin::{client_curl, Flavor, Setup, HOST, INGRESS_NAMESPACE, RELEASE_NAMESPACE};
-use super::modes::eventually;
-use super::{Node, PodSync, LAN_IP};
+use super::{eventually, Node, PodSync, LAN_IP};
 
 /// The pool's one address, on the node's link (10.213.0.0/24).
 const EDGE_IP: &str = "10.213.0.100";

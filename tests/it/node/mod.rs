@@ -813,6 +813,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     }
 }
 
+/// Polls `check` every 500 ms until it holds, for at most `within`; panics with `what`.
+pub fn eventually(node: &Node, what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < within,
+            "{what}: not after {within:?}\n{}",
+            node.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Creates `root` in every hierarchy, with cpuset's CPUs and memory nodes copied from the top
 /// (a cpuset cgroup without them takes no process).
 fn make_cgroups(root: &str) {

@@ -2,11 +2,10 @@
 //! CoreDNS layout (and an upgrade to it from coredns that leaves no stale block), etc-hosts (the
 //! DaemonSet writes the node's own hosts file), external-dns (DNSEndpoint objects).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::hairpin::{corefile, proxy_cluster_ip, restricted_namespace, Flavor, Setup, HOST};
-use super::Node;
-use super::PodSync;
+use super::{eventually, Node, PodSync};
 
 /// The value of `key` in ConfigMap `kube-system/name`, or "" when the ConfigMap or key is absent.
 fn configmap_key(node: &Node, name: &str, key: &str) -> String {
@@ -20,24 +19,6 @@ fn configmap_key(node: &Node, name: &str, key: &str) -> String {
         &format!("jsonpath={{.data.{}}}", key.replace('.', "\\.")),
     ]);
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Polls `check` every 500 ms until it holds, for at most `within`; panics with `what`.
-pub(super) fn eventually(
-    node: &Node,
-    what: &str,
-    within: Duration,
-    mut check: impl FnMut() -> bool,
-) {
-    let started = Instant::now();
-    while !check() {
-        assert!(
-            started.elapsed() < within,
-            "{what}: not after {within:?}\n{}",
-            node.diagnose()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 #[test]
